@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kanel.h - the public API of Kanel, a parameter exchange engine for
+ * data-parallel deep learning.
+ *
+ * This is the only installed header.  Everything public is prefixed kn_,
+ * every macro KN_.  Functions return 0 (or a count) on success and a
+ * negative errno on failure; out-parameters come last and are written
+ * only on success.
+ *
+ * Today the header holds the aggregation kernels: the fused N-way sum,
+ * the optimizer updates fused with that sum, and dtype conversions.  They
+ * are what a server runs on every round, and they are exported so that
+ * benchmarks and users can call them directly.
+ */
+#ifndef KANEL_H
+#define KANEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KN_BUILDING_LIBRARY) && defined(__GNUC__)
+#define KN_EXPORT __attribute__((visibility("default")))
+#else
+#define KN_EXPORT
+#endif
+
+/* Element types of tensors.  Accumulation is always in fp32. */
+enum kn_dtype {
+	KN_DTYPE_FP32 = 0,
+	KN_DTYPE_FP16 = 1, /* IEEE 754 binary16 */
+	KN_DTYPE_BF16 = 2, /* bfloat16: the top half of an fp32 */
+};
+
+/* Size of one element of @dtype in bytes, or 0 for an unknown dtype. */
+KN_EXPORT size_t kn_dtype_size(enum kn_dtype dtype);
+
+/* Short lower-case name ("fp32", "fp16", "bf16"), or NULL if unknown. */
+KN_EXPORT const char *kn_dtype_name(enum kn_dtype dtype);
+
+/*
+ * Kernel paths.  One is chosen when the library is loaded: the best the
+ * CPU supports, or a lower one named by the environment variable
+ * KANEL_KERNELS ("scalar", "avx2", "avx512"; a path the CPU lacks is
+ * ignored and the best available one is used).
+ */
+enum kn_kernel_path {
+	KN_KERNEL_SCALAR = 0,
+	KN_KERNEL_AVX2 = 1,   /* AVX2 + FMA + F16C */
+	KN_KERNEL_AVX512 = 2, /* AVX-512 F + BW + VL, with FMA and F16C */
+};
+
+/* The path every kernel call uses in this process. */
+KN_EXPORT enum kn_kernel_path kn_kernel_path_active(void);
+
+/* "scalar", "avx2", "avx512", or NULL for an unknown value. */
+KN_EXPORT const char *kn_kernel_path_name(enum kn_kernel_path path);
+
+/*
+ * Fused N-way sum:  dst[i] = alpha * (src[0][i] + src[1][i] + ... )
+ *
+ * One pass over memory: every input is read once and dst written once.
+ * Inputs are all of @src_type; accumulation is in fp32, adding the
+ * inputs in index order (so results are bit-identical on every kernel
+ * path); the product with @alpha is rounded once to fp32 and, when
+ * @dst_type is fp16 or bf16, once more to @dst_type with
+ * round-to-nearest-even.  NaN and Inf propagate; no NaN becomes Inf.
+ *
+ * @dst:      output, @count elements of @dst_type; @dst_type is fp32 or
+ *            equal to @src_type.  It may be one of the inputs exactly
+ *            (dst == src[k]); any other overlap is undefined.
+ * @src:      array of @n input pointers, each @count elements.
+ * @n:        number of inputs, 1 or more (no upper bound).
+ * @alpha:    scale, e.g. 1.0f for a sum or 1.0f / n for a mean.
+ *
+ * Pointers need only be aligned to their element size.  For the fastest
+ * many-input sums, allocate the inputs so that their addresses differ
+ * modulo 4096 (docs/kernels.md, "Allocating inputs").
+ *
+ * Returns 0, or -EINVAL for n == 0, a NULL pointer with count > 0, an
+ * unknown dtype or an unsupported dst_type.  Never blocks; thread-safe
+ * (no shared state); the caller keeps ownership of every buffer.
+ */
+KN_EXPORT int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
+		     unsigned int n, enum kn_dtype src_type, size_t count,
+		     float alpha);
+
+/*
+ * In-place N-way sum:  acc[i] = alpha * (acc[i] + src[0][i] + ... )
+ *
+ * The same pass as kn_sum() with the accumulator as the first input; it
+ * is read and written in @type.  @n may be 0 (acc is only scaled).
+ * Returns 0 or -EINVAL as kn_sum().
+ */
+KN_EXPORT int kn_sum_inplace(void *acc, const void *const *src, unsigned int n,
+			     enum kn_dtype type, size_t count, float alpha);
+
+/*
+ * Conversion between dtypes, round-to-nearest-even when narrowing.  NaN
+ * stays NaN (quieted, sign and top payload bits kept), Inf stays Inf;
+ * finite values too large for fp16 become Inf as IEEE 754 says.  Any
+ * pair of dtypes is accepted; equal dtypes copy.  @dst and @src must not
+ * overlap.  Returns 0, or -EINVAL for NULL with count > 0 or an unknown
+ * dtype.
+ */
+KN_EXPORT int kn_convert(void *dst, enum kn_dtype dst_type, const void *src,
+			 enum kn_dtype src_type, size_t count);
+
+/* Optimizers that kn_update() fuses with the aggregation. */
+enum kn_optimizer {
+	KN_OPT_SGD = 0,      /* w -= lr * g */
+	KN_OPT_MOMENTUM = 1, /* m = mu * m + g; w -= lr * m (or Nesterov) */
+	KN_OPT_ADAM = 2,     /* Adam with bias correction */
+};
+
+/* Flags of struct kn_update_params.  Unknown bits are rejected. */
+#define KN_UPDATE_NESTEROV (1u << 0) /* momentum: w -= lr * (g + mu * m) */
+
+/*
+ * Hyper-parameters of one update.  The gradient that the optimizer sees
+ * is  g = grad_scale * sum_k grad[k] + weight_decay * w.
+ */
+struct kn_update_params {
+	enum kn_optimizer optimizer;
+	uint32_t flags;       /* KN_UPDATE_* */
+	float lr;             /* learning rate */
+	float grad_scale;     /* e.g. 1/n to average n contributions */
+	float weight_decay;   /* L2 penalty folded into g; 0 for none */
+	float momentum;       /* mu, momentum only */
+	float beta1, beta2;   /* Adam moment decays, e.g. 0.9, 0.999 */
+	float eps;            /* Adam denominator guard, e.g. 1e-8 */
+	uint64_t step;        /* Adam: 1-based step for bias correction */
+};
+
+/*
+ * Fused aggregation and optimizer update, in one pass over memory: reads
+ * the @n gradients @grad[k] (each @count elements of @grad_type), sums
+ * them in fp32 in index order, and updates the fp32 master weights @w and
+ * the optimizer state in place:
+ *   SGD:       w -= lr * g                              (m, v unused)
+ *   momentum:  m = mu * m + g;  w -= lr * m             (v unused)
+ *              Nesterov: w -= lr * (g + mu * m)
+ *   Adam:      m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ *              w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * @m and @v may be NULL where unused.  Results agree with a scalar
+ * evaluation of these formulas to a few ulp (docs/kernels.md states the
+ * tolerance; vector paths use fused multiply-add).
+ *
+ * Returns 0, or -EINVAL for n == 0, NULL buffers that the optimizer
+ * needs, an unknown optimizer, dtype or flag, or Adam with step == 0.
+ * Never blocks; thread-safe; the caller keeps ownership of every buffer.
+ */
+KN_EXPORT int kn_update(const struct kn_update_params *params, float *w,
+			float *m, float *v, const void *const *grad,
+			unsigned int n, enum kn_dtype grad_type, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KANEL_H */

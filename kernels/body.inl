@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * body.inl - the kernels, written once over a small vector vocabulary.
+ *
+ * Each path (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c) defines
+ * the vector type and its operations, then includes this file, which
+ * expands into that path's kernels and its const ops table.  The scalar
+ * path's "vector" is one float, so all paths share one algorithm and one
+ * summation order, which is what makes their fp32 sums bit-identical.
+ *
+ * The including file provides:
+ *   KN_V, KN_VW             vector type and its width in floats
+ *   KN_PATH, KN_OPS_NAME    its enum kn_kernel_path and table name
+ *   v_set1 v_add v_mul v_div v_sqrt
+ *   v_fmadd(a, b, c) = a * b + c,  v_fnmadd(a, b, c) = c - a * b
+ *   v_ld_f32 v_ld_f16 v_ld_bf16    unaligned loads, widened to fp32
+ *   v_st_f32 v_st_f16 v_st_bf16    unaligned stores, rounded (RNE)
+ *   v_nt_f32 v_nt_f16 v_nt_bf16    non-temporal stores to aligned memory
+ *   v_fence                         orders the non-temporal stores
+ *
+ * The type arguments of the always-inline helpers below are constants in
+ * every caller, so each (input, output) pair compiles to its own loop with
+ * no dtype branches inside; that specialisation is why they are
+ * force-inlined.
+ */
+#ifndef KN_V
+#error "include body.inl from a kernel path file that defines KN_V"
+#endif
+
+#define KN_INLINE static inline __attribute__((always_inline))
+#define KN_UNROLL 4 /* vectors per loop trip: two cache lines of fp32 */
+
+static const size_t dsize[KN__NDTYPES] = { 4, 2, 2 };
+
+KN_INLINE KN_V ld(enum kn_dtype t, const void *p, size_t i)
+{
+	if (t == KN_DTYPE_FP32)
+		return v_ld_f32((const float *)p + i);
+	if (t == KN_DTYPE_FP16)
+		return v_ld_f16((const uint16_t *)p + i);
+	return v_ld_bf16((const uint16_t *)p + i);
+}
+
+KN_INLINE void st(enum kn_dtype t, bool nt, void *p, size_t i, KN_V v)
+{
+	if (t == KN_DTYPE_FP32) {
+		if (nt)
+			v_nt_f32((float *)p + i, v);
+		else
+			v_st_f32((float *)p + i, v);
+	} else if (t == KN_DTYPE_FP16) {
+		if (nt)
+			v_nt_f16((uint16_t *)p + i, v);
+		else
+			v_st_f16((uint16_t *)p + i, v);
+	} else {
+		if (nt)
+			v_nt_bf16((uint16_t *)p + i, v);
+		else
+			v_st_bf16((uint16_t *)p + i, v);
+	}
+}
+
+/*
+ * Elements to handle one at a time before @dst reaches the alignment that
+ * non-temporal vector stores need, or (size_t)-1 when it never will
+ * (dst not even element-aligned).
+ */
+KN_INLINE size_t nt_head(enum kn_dtype t, const void *dst, size_t count)
+{
+	size_t esz = dsize[t], align = esz * KN_VW;
+	uintptr_t a = (uintptr_t)dst;
+	size_t head;
+
+	if (KN_VW == 1 || a % esz)
+		return (size_t)-1;
+	head = ((align - a % align) % align) / esz;
+	return head < count ? head : count;
+}
+
+KN_INLINE float sum1(enum kn_dtype st_, const void *first,
+		     const void *const *rest, unsigned int nrest, size_t i)
+{
+	float acc = kn__load1(st_, first, i);
+
+	for (unsigned int k = 0; k < nrest; k++)
+		acc += kn__load1(st_, rest[k], i);
+	return acc;
+}
+
+KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
+			const void *first, const void *const *rest,
+			unsigned int nrest, size_t count, float alpha, bool nt)
+{
+	const KN_V va = v_set1(alpha);
+	size_t i = 0, head;
+
+	if (nt) {
+		head = nt_head(ot, dst, count);
+		if (head == (size_t)-1)
+			nt = false;
+		else
+			for (; i < head; i++)
+				kn__store1(ot, dst, i,
+					   sum1(it, first, rest, nrest, i) *
+						   alpha);
+	}
+	for (; i + KN_UNROLL * KN_VW <= count; i += KN_UNROLL * KN_VW) {
+		KN_V acc[KN_UNROLL];
+
+#pragma GCC unroll 4
+		for (int u = 0; u < KN_UNROLL; u++)
+			acc[u] = ld(it, first, i + u * KN_VW);
+		for (unsigned int k = 0; k < nrest; k++) {
+			const void *p = rest[k];
+
+#pragma GCC unroll 4
+			for (int u = 0; u < KN_UNROLL; u++)
+				acc[u] = v_add(acc[u], ld(it, p, i + u * KN_VW));
+		}
+#pragma GCC unroll 4
+		for (int u = 0; u < KN_UNROLL; u++)
+			st(ot, nt, dst, i + u * KN_VW, v_mul(acc[u], va));
+	}
+	for (; i + KN_VW <= count; i += KN_VW) {
+		KN_V acc = ld(it, first, i);
+
+		for (unsigned int k = 0; k < nrest; k++)
+			acc = v_add(acc, ld(it, rest[k], i));
+		st(ot, nt, dst, i, v_mul(acc, va));
+	}
+	for (; i < count; i++)
+		kn__store1(ot, dst, i, sum1(it, first, rest, nrest, i) * alpha);
+	if (nt)
+		v_fence();
+}
+
+/*
+ * The fused updates.  Each element's gradient is summed from all inputs
+ * and consumed at once, so weights and state are read and written once
+ * and the sum never goes to memory.  These loops are bound by the
+ * gradient streams, so they are unrolled less than the sum.
+ */
+enum upd_kind { UPD_SGD, UPD_MOMENTUM, UPD_ADAM };
+
+KN_INLINE KN_V upd_grad(enum kn_dtype it, const struct kn__update_coef *c,
+			const KN_V w, const void *first,
+			const void *const *rest, unsigned int nrest, size_t i)
+{
+	KN_V g = ld(it, first, i);
+
+	for (unsigned int k = 0; k < nrest; k++)
+		g = v_add(g, ld(it, rest[k], i));
+	g = v_mul(g, v_set1(c->scale));
+	if (c->wd != 0.0f)
+		g = v_fmadd(v_set1(c->wd), w, g);
+	return g;
+}
+
+KN_INLINE void upd_step(enum upd_kind kind, enum kn_dtype it,
+			const struct kn__update_coef *c, float *w, float *m,
+			float *v, const void *first, const void *const *rest,
+			unsigned int nrest, size_t i)
+{
+	KN_V wv = v_ld_f32(w + i);
+	KN_V g = upd_grad(it, c, wv, first, rest, nrest, i);
+
+	if (kind == UPD_SGD) {
+		wv = v_fnmadd(v_set1(c->lr), g, wv);
+	} else if (kind == UPD_MOMENTUM) {
+		KN_V mv = v_fmadd(v_set1(c->mu), v_ld_f32(m + i), g);
+
+		v_st_f32(m + i, mv);
+		if (c->nesterov)
+			mv = v_fmadd(v_set1(c->mu), mv, g);
+		wv = v_fnmadd(v_set1(c->lr), mv, wv);
+	} else {
+		KN_V mv = v_fmadd(v_set1(c->c1), g,
+				  v_mul(v_set1(c->b1), v_ld_f32(m + i)));
+		KN_V vv = v_fmadd(v_set1(c->c2), v_mul(g, g),
+				  v_mul(v_set1(c->b2), v_ld_f32(v + i)));
+		KN_V den = v_fmadd(v_sqrt(vv), v_set1(c->inv_sqrt_bc2),
+				   v_set1(c->eps));
+
+		v_st_f32(m + i, mv);
+		v_st_f32(v + i, vv);
+		wv = v_fnmadd(v_set1(c->step_size), v_div(mv, den), wv);
+	}
+	v_st_f32(w + i, wv);
+}
+
+/*
+ * The same update for one element of the tail, in plain fp32: where the
+ * vector body fuses a multiply-add this rounds twice, which the stated
+ * tolerance of the updates (docs/kernels.md) covers.
+ */
+KN_INLINE void upd_step1(enum upd_kind kind, enum kn_dtype it,
+			 const struct kn__update_coef *c, float *w, float *m,
+			 float *v, const void *first, const void *const *rest,
+			 unsigned int nrest, size_t i)
+{
+	float wv = w[i];
+	float g = sum1(it, first, rest, nrest, i) * c->scale;
+
+	if (c->wd != 0.0f)
+		g += c->wd * wv;
+	if (kind == UPD_SGD) {
+		wv -= c->lr * g;
+	} else if (kind == UPD_MOMENTUM) {
+		float mv = c->mu * m[i] + g;
+
+		m[i] = mv;
+		wv -= c->lr * (c->nesterov ? c->mu * mv + g : mv);
+	} else {
+		float mv = c->c1 * g + c->b1 * m[i];
+		float vv = c->c2 * (g * g) + c->b2 * v[i];
+
+		m[i] = mv;
+		v[i] = vv;
+		wv -= c->step_size *
+		      (mv / (__builtin_sqrtf(vv) * c->inv_sqrt_bc2 + c->eps));
+	}
+	w[i] = wv;
+}
+
+KN_INLINE void upd_body(enum upd_kind kind, enum kn_dtype it,
+			const struct kn__update_coef *c, float *w, float *m,
+			float *v, const void *first, const void *const *rest,
+			unsigned int nrest, size_t count)
+{
+	size_t i = 0;
+
+	for (; i + 2 * KN_VW <= count; i += 2 * KN_VW) {
+		upd_step(kind, it, c, w, m, v, first, rest, nrest, i);
+		upd_step(kind, it, c, w, m, v, first, rest, nrest, i + KN_VW);
+	}
+	for (; i + KN_VW <= count; i += KN_VW)
+		upd_step(kind, it, c, w, m, v, first, rest, nrest, i);
+	for (; i < count; i++)
+		upd_step1(kind, it, c, w, m, v, first, rest, nrest, i);
+}
+
+KN_INLINE void convert_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
+			    const void *src, size_t count)
+{
+	size_t i = 0;
+
+	for (; i + KN_UNROLL * KN_VW <= count; i += KN_UNROLL * KN_VW) {
+#pragma GCC unroll 4
+		for (int u = 0; u < KN_UNROLL; u++)
+			st(ot, false, dst, i + u * KN_VW,
+			   ld(it, src, i + u * KN_VW));
+	}
+	for (; i + KN_VW <= count; i += KN_VW)
+		st(ot, false, dst, i, ld(it, src, i));
+	for (; i < count; i++)
+		kn__store1(ot, dst, i, kn__load1(it, src, i));
+}
+
+/* Instantiate one function per (input, output) dtype pair. */
+#define KN_SUM(name, it, ot)                                               \
+	static void name(void *dst, const void *first,                    \
+			 const void *const *rest, unsigned int nrest,     \
+			 size_t count, float alpha, bool nt)              \
+	{                                                                  \
+		sum_body(it, ot, dst, first, rest, nrest, count, alpha, nt); \
+	}
+KN_SUM(sum_f32_f32, KN_DTYPE_FP32, KN_DTYPE_FP32)
+KN_SUM(sum_f16_f32, KN_DTYPE_FP16, KN_DTYPE_FP32)
+KN_SUM(sum_bf16_f32, KN_DTYPE_BF16, KN_DTYPE_FP32)
+KN_SUM(sum_f16_f16, KN_DTYPE_FP16, KN_DTYPE_FP16)
+KN_SUM(sum_bf16_bf16, KN_DTYPE_BF16, KN_DTYPE_BF16)
+
+#define KN_UPD(name, kind, it)                                             \
+	static void name(const struct kn__update_coef *c, float *w,       \
+			 float *m, float *v, const void *first,           \
+			 const void *const *rest, unsigned int nrest,     \
+			 size_t count)                                    \
+	{                                                                  \
+		upd_body(kind, it, c, w, m, v, first, rest, nrest, count); \
+	}
+KN_UPD(sgd_f32, UPD_SGD, KN_DTYPE_FP32)
+KN_UPD(sgd_f16, UPD_SGD, KN_DTYPE_FP16)
+KN_UPD(sgd_bf16, UPD_SGD, KN_DTYPE_BF16)
+KN_UPD(momentum_f32, UPD_MOMENTUM, KN_DTYPE_FP32)
+KN_UPD(momentum_f16, UPD_MOMENTUM, KN_DTYPE_FP16)
+KN_UPD(momentum_bf16, UPD_MOMENTUM, KN_DTYPE_BF16)
+KN_UPD(adam_f32, UPD_ADAM, KN_DTYPE_FP32)
+KN_UPD(adam_f16, UPD_ADAM, KN_DTYPE_FP16)
+KN_UPD(adam_bf16, UPD_ADAM, KN_DTYPE_BF16)
+
+#define KN_CVT(name, it, ot)                                               \
+	static void name(void *dst, const void *src, size_t count)         \
+	{                                                                  \
+		convert_body(it, ot, dst, src, count);                     \
+	}
+KN_CVT(cvt_f16_f32, KN_DTYPE_FP16, KN_DTYPE_FP32)
+KN_CVT(cvt_bf16_f32, KN_DTYPE_BF16, KN_DTYPE_FP32)
+KN_CVT(cvt_f32_f16, KN_DTYPE_FP32, KN_DTYPE_FP16)
+KN_CVT(cvt_f32_bf16, KN_DTYPE_FP32, KN_DTYPE_BF16)
+
+/* fp32 to fp32 "conversion" is a copy. */
+static void cvt_f32_f32(void *dst, const void *src, size_t count)
+{
+	memcpy(dst, src, count * sizeof(float));
+}
+
+const struct kn__kernel_ops KN_OPS_NAME = {
+	.path = KN_PATH,
+	.sum_to_f32 = { sum_f32_f32, sum_f16_f32, sum_bf16_f32 },
+	.sum_same = { sum_f32_f32, sum_f16_f16, sum_bf16_bf16 },
+	.sgd = { sgd_f32, sgd_f16, sgd_bf16 },
+	.momentum = { momentum_f32, momentum_f16, momentum_bf16 },
+	.adam = { adam_f32, adam_f16, adam_bf16 },
+	.to_f32 = { cvt_f32_f32, cvt_f16_f32, cvt_bf16_f32 },
+	.from_f32 = { cvt_f32_f32, cvt_f32_f16, cvt_f32_bf16 },
+};

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kernels.c - the public kernel entry points and the choice of path.
+ *
+ * When the library is loaded, a constructor picks the best ops table the
+ * CPU can run (or the lower one KANEL_KERNELS names) and stores it in
+ * kn__kernels; from then on the table is only read.  The kn_* functions
+ * here check their arguments, derive what each call needs once (the
+ * non-temporal decision, the optimizer's bias corrections) and call the
+ * table.  Nothing here allocates or does I/O.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+/*
+ * Default for kn__nt_threshold, measured with perf/bench_kernels on the
+ * development machine (docs/performance.md): below it the output is still
+ * in cache when the pass ends, and streaming it past the caches loses.
+ */
+#define KN_NT_THRESHOLD_DEFAULT (24u << 20)
+
+const struct kn__kernel_ops *kn__kernels = &kn__kernel_ops_scalar;
+size_t kn__nt_threshold = KN_NT_THRESHOLD_DEFAULT;
+
+static const char *const path_names[] = {
+	[KN_KERNEL_SCALAR] = "scalar",
+	[KN_KERNEL_AVX2] = "avx2",
+	[KN_KERNEL_AVX512] = "avx512",
+};
+
+static const char *const dtype_names[KN__NDTYPES] = {
+	[KN_DTYPE_FP32] = "fp32",
+	[KN_DTYPE_FP16] = "fp16",
+	[KN_DTYPE_BF16] = "bf16",
+};
+
+static const size_t dtype_sizes[KN__NDTYPES] = { 4, 2, 2 };
+
+static bool dtype_ok(enum kn_dtype t)
+{
+	return (unsigned int)t < KN__NDTYPES;
+}
+
+size_t kn_dtype_size(enum kn_dtype dtype)
+{
+	return dtype_ok(dtype) ? dtype_sizes[dtype] : 0;
+}
+
+const char *kn_dtype_name(enum kn_dtype dtype)
+{
+	return dtype_ok(dtype) ? dtype_names[dtype] : NULL;
+}
+
+const char *kn_kernel_path_name(enum kn_kernel_path path)
+{
+	return (unsigned int)path <= KN_KERNEL_AVX512 ? path_names[path] : NULL;
+}
+
+enum kn_kernel_path kn_kernel_path_active(void)
+{
+	return kn__kernels->path;
+}
+
+static bool cpu_has_avx2(void)
+{
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+}
+
+const struct kn__kernel_ops *kn__kernel_ops_get(enum kn_kernel_path path)
+{
+	__builtin_cpu_init();
+	switch (path) {
+	case KN_KERNEL_SCALAR:
+		return &kn__kernel_ops_scalar;
+	case KN_KERNEL_AVX2:
+#ifdef KN_HAVE_AVX2
+		if (cpu_has_avx2())
+			return &kn__kernel_ops_avx2;
+#endif
+		return NULL;
+	case KN_KERNEL_AVX512:
+#ifdef KN_HAVE_AVX512
+		/* libgcc checks XCR0, so "supports" includes the OS */
+		if (cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("avx512vl"))
+			return &kn__kernel_ops_avx512;
+#endif
+		return NULL;
+	}
+	return NULL;
+}
+
+__attribute__((constructor)) static void kernels_init(void)
+{
+	enum kn_kernel_path max = KN_KERNEL_AVX512;
+	const char *env = getenv("KANEL_KERNELS");
+	const char *nt = getenv("KANEL_NT_THRESHOLD");
+
+	if (env)
+		for (int p = KN_KERNEL_SCALAR; p <= KN_KERNEL_AVX512; p++)
+			if (strcmp(env, path_names[p]) == 0)
+				max = (enum kn_kernel_path)p;
+	for (int p = max; p >= KN_KERNEL_SCALAR; p--) {
+		const struct kn__kernel_ops *ops =
+			kn__kernel_ops_get((enum kn_kernel_path)p);
+
+		if (ops) {
+			kn__kernels = ops;
+			break;
+		}
+	}
+	if (nt && *nt) {
+		char *end;
+		unsigned long long v = strtoull(nt, &end, 0);
+
+		if (strcmp(nt, "off") == 0)
+			kn__nt_threshold = (size_t)-1;
+		else if (*end == '\0')
+			kn__nt_threshold = (size_t)v;
+	}
+}
+
+static bool pointers_ok(const void *const *p, unsigned int n)
+{
+	if (!p)
+		return false;
+	for (unsigned int k = 0; k < n; k++)
+		if (!p[k])
+			return false;
+	return true;
+}
+
+static bool use_nt(size_t count, unsigned int n_read, size_t isz, size_t osz)
+{
+	/* bytes of the whole pass; cannot overflow for any real buffer */
+	return count * ((size_t)n_read * isz + osz) >= kn__nt_threshold;
+}
+
+int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
+	   unsigned int n, enum kn_dtype src_type, size_t count, float alpha)
+{
+	const struct kn__kernel_ops *ops = kn__kernels;
+	kn__sum_fn *fn;
+
+	if (n == 0 || !dtype_ok(src_type) ||
+	    (dst_type != KN_DTYPE_FP32 && dst_type != src_type))
+		return -EINVAL;
+	if (count == 0)
+		return 0;
+	if (!dst || !pointers_ok(src, n))
+		return -EINVAL;
+	fn = dst_type == KN_DTYPE_FP32 ? ops->sum_to_f32[src_type]
+				       : ops->sum_same[src_type];
+	fn(dst, src[0], src + 1, n - 1, count, alpha,
+	   use_nt(count, n, dtype_sizes[src_type], dtype_sizes[dst_type]));
+	return 0;
+}
+
+int kn_sum_inplace(void *acc, const void *const *src, unsigned int n,
+		   enum kn_dtype type, size_t count, float alpha)
+{
+	size_t esz;
+
+	if (!dtype_ok(type))
+		return -EINVAL;
+	if (count == 0)
+		return 0;
+	if (!acc || (n > 0 && !pointers_ok(src, n)))
+		return -EINVAL;
+	esz = dtype_sizes[type];
+	kn__kernels->sum_same[type](acc, acc, src, n, count, alpha,
+				    use_nt(count, n + 1, esz, esz));
+	return 0;
+}
+
+int kn_convert(void *dst, enum kn_dtype dst_type, const void *src,
+	       enum kn_dtype src_type, size_t count)
+{
+	const struct kn__kernel_ops *ops = kn__kernels;
+
+	if (!dtype_ok(dst_type) || !dtype_ok(src_type))
+		return -EINVAL;
+	if (count == 0)
+		return 0;
+	if (!dst || !src)
+		return -EINVAL;
+	if (dst_type == src_type) {
+		memcpy(dst, src, count * dtype_sizes[src_type]);
+	} else if (src_type == KN_DTYPE_FP32) {
+		ops->from_f32[dst_type](dst, src, count);
+	} else if (dst_type == KN_DTYPE_FP32) {
+		ops->to_f32[src_type](dst, src, count);
+	} else {
+		/* fp16 <-> bf16 through fp32, a cache-resident block at a time */
+		float tmp[1024];
+
+		for (size_t i = 0; i < count; i += 1024) {
+			size_t b = count - i < 1024 ? count - i : 1024;
+
+			ops->to_f32[src_type](tmp, (const char *)src + 2 * i,
+					      b);
+			ops->from_f32[dst_type]((char *)dst + 2 * i, tmp, b);
+		}
+	}
+	return 0;
+}
+
+static int update_coef(const struct kn_update_params *p,
+		       struct kn__update_coef *c)
+{
+	memset(c, 0, sizeof(*c));
+	if (p->flags & ~KN_UPDATE_NESTEROV)
+		return -EINVAL;
+	if ((p->flags & KN_UPDATE_NESTEROV) && p->optimizer != KN_OPT_MOMENTUM)
+		return -EINVAL;
+	c->lr = p->lr;
+	c->scale = p->grad_scale;
+	c->wd = p->weight_decay;
+	switch (p->optimizer) {
+	case KN_OPT_SGD:
+		return 0;
+	case KN_OPT_MOMENTUM:
+		c->mu = p->momentum;
+		c->nesterov = p->flags & KN_UPDATE_NESTEROV;
+		return 0;
+	case KN_OPT_ADAM:
+		if (p->step == 0 || !(p->beta1 >= 0.0f && p->beta1 < 1.0f) ||
+		    !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
+			return -EINVAL;
+		c->b1 = p->beta1;
+		c->c1 = 1.0f - p->beta1;
+		c->b2 = p->beta2;
+		c->c2 = 1.0f - p->beta2;
+		c->eps = p->eps;
+		/* in double: beta^t for large t must not lose the 1 - ... */
+		c->step_size = (float)(p->lr / (1.0 - pow(p->beta1,
+							  (double)p->step)));
+		c->inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(p->beta2,
+							       (double)p->step)));
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int kn_update(const struct kn_update_params *params, float *w, float *m,
+	      float *v, const void *const *grad, unsigned int n,
+	      enum kn_dtype grad_type, size_t count)
+{
+	const struct kn__kernel_ops *ops = kn__kernels;
+	struct kn__update_coef c;
+	kn__update_fn *fn;
+	int ret;
+
+	if (!params || n == 0 || !dtype_ok(grad_type))
+		return -EINVAL;
+	ret = update_coef(params, &c);
+	if (ret)
+		return ret;
+	if (count == 0)
+		return 0;
+	if (!w || !pointers_ok(grad, n))
+		return -EINVAL;
+	switch (params->optimizer) {
+	case KN_OPT_SGD:
+		fn = ops->sgd[grad_type];
+		break;
+	case KN_OPT_MOMENTUM:
+		if (!m)
+			return -EINVAL;
+		fn = ops->momentum[grad_type];
+		break;
+	default: /* KN_OPT_ADAM; update_coef() rejected anything else */
+		if (!m || !v)
+			return -EINVAL;
+		fn = ops->adam[grad_type];
+		break;
+	}
+	fn(&c, w, m, v, grad[0], grad + 1, n - 1, count);
+	return 0;
+}

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kernels.h - the kernels layer's own API: the ops table each kernel path
+ * fills, and how the library picks one.
+ *
+ * Users call the checked wrappers in kanel.h (kn_sum, kn_update, ...).
+ * They validate arguments and then call through kn__kernels, the table
+ * chosen once when the library is loaded.  Tests and the engine may call
+ * a table directly (kn__kernel_ops_get) to exercise every path the CPU
+ * supports; the table functions do no argument checking.
+ */
+#ifndef KN_KERNELS_H
+#define KN_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kanel.h"
+
+#define KN__NDTYPES 3
+
+/*
+ * dst = alpha * (first + rest[0] + ... + rest[nrest - 1]), element-wise,
+ * in fp32, adding in that order.  @nt asks for non-temporal stores (used
+ * when dst is element-aligned; the function fences before returning).
+ */
+typedef void kn__sum_fn(void *dst, const void *first,
+			const void *const *rest, unsigned int nrest,
+			size_t count, float alpha, bool nt);
+
+/* Per-call constants of an update, derived once from kn_update_params. */
+struct kn__update_coef {
+	float lr;         /* SGD and momentum step */
+	float scale;      /* grad_scale */
+	float wd;         /* weight decay */
+	float mu;         /* momentum */
+	float b1, c1;     /* Adam: beta1 and 1 - beta1 */
+	float b2, c2;     /* Adam: beta2 and 1 - beta2 */
+	float step_size;  /* Adam: lr / (1 - beta1^t) */
+	float inv_sqrt_bc2; /* Adam: 1 / sqrt(1 - beta2^t) */
+	float eps;
+	bool nesterov;
+};
+
+/* One fused update over n = 1 + nrest gradients; see kn_update(). */
+typedef void kn__update_fn(const struct kn__update_coef *c, float *w,
+			   float *m, float *v, const void *first,
+			   const void *const *rest, unsigned int nrest,
+			   size_t count);
+
+typedef void kn__convert_fn(void *dst, const void *src, size_t count);
+
+struct kn__kernel_ops {
+	enum kn_kernel_path path;
+	/* indexed by the input dtype */
+	kn__sum_fn *sum_to_f32[KN__NDTYPES];  /* fp32 output */
+	kn__sum_fn *sum_same[KN__NDTYPES];    /* output in the input dtype */
+	kn__update_fn *sgd[KN__NDTYPES];
+	kn__update_fn *momentum[KN__NDTYPES];
+	kn__update_fn *adam[KN__NDTYPES];
+	kn__convert_fn *to_f32[KN__NDTYPES];  /* dtype -> fp32 */
+	kn__convert_fn *from_f32[KN__NDTYPES]; /* fp32 -> dtype */
+};
+
+extern const struct kn__kernel_ops kn__kernel_ops_scalar;
+#ifdef KN_HAVE_AVX2
+extern const struct kn__kernel_ops kn__kernel_ops_avx2;
+#endif
+#ifdef KN_HAVE_AVX512
+extern const struct kn__kernel_ops kn__kernel_ops_avx512;
+#endif
+
+/* The table every public kernel call goes through; set at load time. */
+extern const struct kn__kernel_ops *kn__kernels;
+
+/*
+ * The table of @path, or NULL when it was not compiled in or the CPU (and
+ * OS) cannot run it.
+ */
+const struct kn__kernel_ops *kn__kernel_ops_get(enum kn_kernel_path path);
+
+/*
+ * Outputs whose pass moves at least this many bytes (all inputs read plus
+ * the output written) use non-temporal stores: they bypass the caches,
+ * which helps only once the pass no longer fits in them.
+ * KANEL_NT_THRESHOLD overrides it at load time (0 disables NT stores).
+ */
+extern size_t kn__nt_threshold;
+
+#endif /* KN_KERNELS_H */
