@@ -211,41 +211,46 @@ int kn_convert(void *dst, enum kn_dtype dst_type, const void *src,
 	return 0;
 }
 
-static int update_coef(const struct kn_update_params *p,
-		       struct kn__update_coef *c)
+int kn__update_coef_init(const struct kn_update_params *p,
+			 struct kn__update_coef *c)
 {
-	memset(c, 0, sizeof(*c));
+	struct kn__update_coef k = {
+		.lr = p->lr,
+		.scale = p->grad_scale,
+		.wd = p->weight_decay,
+	};
+
 	if (p->flags & ~KN_UPDATE_NESTEROV)
 		return -EINVAL;
 	if ((p->flags & KN_UPDATE_NESTEROV) && p->optimizer != KN_OPT_MOMENTUM)
 		return -EINVAL;
-	c->lr = p->lr;
-	c->scale = p->grad_scale;
-	c->wd = p->weight_decay;
 	switch (p->optimizer) {
 	case KN_OPT_SGD:
-		return 0;
+		break;
 	case KN_OPT_MOMENTUM:
-		c->mu = p->momentum;
-		c->nesterov = p->flags & KN_UPDATE_NESTEROV;
-		return 0;
+		k.mu = p->momentum;
+		k.nesterov = p->flags & KN_UPDATE_NESTEROV;
+		break;
 	case KN_OPT_ADAM:
 		if (p->step == 0 || !(p->beta1 >= 0.0f && p->beta1 < 1.0f) ||
 		    !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
 			return -EINVAL;
-		c->b1 = p->beta1;
-		c->c1 = 1.0f - p->beta1;
-		c->b2 = p->beta2;
-		c->c2 = 1.0f - p->beta2;
-		c->eps = p->eps;
-		/* in double: beta^t for large t must not lose the 1 - ... */
-		c->step_size = (float)(p->lr / (1.0 - pow(p->beta1,
-							  (double)p->step)));
-		c->inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(p->beta2,
-							       (double)p->step)));
-		return 0;
+		k.b1 = p->beta1;
+		k.c1 = 1.0f - p->beta1;
+		k.b2 = p->beta2;
+		k.c2 = 1.0f - p->beta2;
+		k.eps = p->eps;
+		/* in double: for large t, 1 - beta^t must keep its digits */
+		k.step_size = (float)(p->lr /
+				      (1.0 - pow(p->beta1, (double)p->step)));
+		k.inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(p->beta2,
+							      (double)p->step)));
+		break;
+	default:
+		return -EINVAL;
 	}
-	return -EINVAL;
+	*c = k;
+	return 0;
 }
 
 int kn_update(const struct kn_update_params *params, float *w, float *m,
@@ -259,7 +264,7 @@ int kn_update(const struct kn_update_params *params, float *w, float *m,
 
 	if (!params || n == 0 || !dtype_ok(grad_type))
 		return -EINVAL;
-	ret = update_coef(params, &c);
+	ret = kn__update_coef_init(params, &c);
 	if (ret)
 		return ret;
 	if (count == 0)
@@ -275,7 +280,7 @@ int kn_update(const struct kn_update_params *params, float *w, float *m,
 			return -EINVAL;
 		fn = ops->momentum[grad_type];
 		break;
-	default: /* KN_OPT_ADAM; update_coef() rejected anything else */
+	default: /* KN_OPT_ADAM; kn__update_coef_init() rejected anything else */
 		if (!m || !v)
 			return -EINVAL;
 		fn = ops->adam[grad_type];

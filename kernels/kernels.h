@@ -42,6 +42,13 @@ struct kn__update_coef {
 	bool nesterov;
 };
 
+/*
+ * Check @p (flags, Adam's step and betas) and derive the per-call
+ * constants.  Returns 0 or -EINVAL; @c is written only on success.
+ */
+int kn__update_coef_init(const struct kn_update_params *p,
+			 struct kn__update_coef *c);
+
 /* One fused update over n = 1 + nrest gradients; see kn_update(). */
 typedef void kn__update_fn(const struct kn__update_coef *c, float *w,
 			   float *m, float *v, const void *first,

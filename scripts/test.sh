@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# test.sh - builds Kanel with warnings as errors and runs the whole test
+# suite, then builds it again under AddressSanitizer and
+# UndefinedBehaviorSanitizer and runs the suite a second time.  Ends with
+# one line "N passed, N failed, N skipped" counted from both runs' meson
+# test logs; exits non-zero if any test failed or anything did not build.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+status=0
+logs=()
+
+run_suite() { # BUILD_DIR MESON_OPTION...
+	local build=$1
+	shift
+	if ! scripts/setup.sh "$build" "$@"; then
+		echo "test.sh: building $build failed" >&2
+		status=1
+		return
+	fi
+	rm -f "$build/meson-logs/testlog.json"
+	meson test -C "$build" --print-errorlogs || status=1
+	logs+=("$build/meson-logs/testlog.json")
+}
+
+run_suite build-test -Dwerror=true -Dbuildtype=debugoptimized
+# UBSan aborts on the first finding so that it fails the test; Criterion's
+# own runner leaks by design, so leak checking is left to the tests'
+# processes (detect_leaks stays on for them).
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=abort_on_error=0:detect_leaks=1
+run_suite build-asan -Dwerror=true -Dbuildtype=debugoptimized \
+	-Db_sanitize=address,undefined -Db_lundef=false \
+	-Dc_args=-fno-sanitize-recover=all
+
+python3 scripts/test_summary.py "${logs[@]}" || status=1
+exit $status

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Count test results from meson test logs (meson-logs/testlog.json).
+
+A Criterion executable is one meson test but many tests: its own
+"Synthesis" line gives how many it ran, passed and failed, and its
+--verbose output one "[SKIP]" line per skipped test.  Any other meson test
+counts as one, by meson's result.  A test binary that crashed or timed out
+before its synthesis counts as one failure.  Prints one line
+"N passed, N failed, N skipped" and exits 1 if anything failed or no test
+ran at all.
+"""
+import json
+import re
+import sys
+
+SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| "
+                   r"Failing: (\d+) \| Crashing: (\d+)")
+
+
+def count(path):
+    passed = failed = skipped = 0
+    with open(path) as f:
+        for line in f:
+            t = json.loads(line)
+            out = (t.get("stdout") or "") + (t.get("stderr") or "")
+            m = SYNTH.search(out)
+            ok = t["result"] in ("OK", "EXPECTEDFAIL")
+            if m:
+                tested, passing, failing, crashing = map(int, m.groups())
+                passed += passing
+                failed += failing + crashing
+                skipped += out.count("[SKIP] ")
+                if not ok and failing + crashing == 0:
+                    failed += 1  # e.g. a sanitizer report after the tests
+            elif t["result"] == "SKIP":
+                skipped += 1
+            elif ok:
+                passed += 1
+            else:
+                failed += 1
+    return passed, failed, skipped
+
+
+def main(paths):
+    totals = [0, 0, 0]
+    for p in paths:
+        try:
+            c = count(p)
+        except OSError as e:
+            print(f"test_summary: {e}", file=sys.stderr)
+            totals[1] += 1
+            continue
+        totals = [a + b for a, b in zip(totals, c)]
+    passed, failed, skipped = totals
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed or passed == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
