@@ -1,0 +1,764 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_kernels.c - figures for the aggregation kernels, on the public API.
+ *
+ * In one run and on one thread it measures: a STREAM-style triad, with
+ * regular and with non-temporal stores, as the memory bandwidth one core
+ * gets on this machine; the pairwise reduction most parameter servers run
+ * (N - 1 passes of dst += src, through Kanel's own 2-input kernel so that
+ * the comparison is fair); the fused N-way kn_sum() on fp32, fp16 and bf16
+ * inputs; and kn_update() for SGD, momentum and Adam against a two-pass
+ * sum-then-update.  Every figure is a median with min and max.  GB/s
+ * counts the bytes a call reads plus writes, frac_of_stream divides it by
+ * the faster triad, and ratio is the baseline's time over the kernel's.
+ * Buffers sit at distinct offsets modulo 4 KiB, as kanel.h advises;
+ * sum_alias4k shows what a many-input sum costs when they do not.  It
+ * prints figures and judges nothing: it is not a test.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __x86_64__
+#include <immintrin.h>
+#define TRIADS 2 /* regular and non-temporal stores */
+#else
+#define TRIADS 1 /* C has no portable streaming store */
+#endif
+
+#include "kanel.h"
+
+#define MAX_LIST    32	 /* entries of a list option */
+#define MAX_INPUTS  256	 /* largest N */
+#define MAX_REPS    1000 /* largest --reps */
+#define MIN_SAMPLES 5
+#define SAMPLE_NS   50e3 /* shortest sample: far above the clock's cost */
+#define PAGE_ALIGN  4096
+#define STAGGER	    320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
+#define PATTERN_LEN 16384
+#define KIB	    ((size_t)1 << 10)
+#define MIB	    ((size_t)1 << 20)
+
+/* --kernels groups, in the order of group_names */
+enum group {
+	G_SUM = 1 << 0,
+	G_PAIRWISE = 1 << 1,
+	G_SGD = 1 << 2, /* then momentum and Adam, as enum kn_optimizer */
+	G_ALIAS = 1 << 5,
+};
+
+static const char *const group_names[] = {
+	"sum", "pairwise", "sgd", "momentum", "adam", "alias",
+};
+
+static struct {
+	bool quick, csv, progress;
+	unsigned int reps;	  /* samples per measurement; 0: by duration */
+	unsigned int max_samples; /* samples when they are short */
+	double budget_ns;	  /* time of a measurement when they are long */
+	size_t triad_bytes;
+	bool upd_n8_only; /* quick mode's default: updates at N = 8 alone */
+	size_t sizes[MAX_LIST], inputs[MAX_LIST];
+	unsigned int nsizes, ninputs;
+	unsigned int dtypes[MAX_LIST], ndtypes;
+	unsigned int groups;
+} cfg;
+
+static double stream_gbps; /* the faster triad's */
+static float pattern[PATTERN_LEN];
+
+typedef void bench_fn(const void *ctx);
+
+struct stats {
+	double med, min, max; /* ns per call */
+};
+
+struct triad {
+	float *a;
+	const float *b, *c;
+	size_t len;
+	bool nt;
+};
+
+/*
+ * Every buffer, allocated once at the largest size and used in part by
+ * the smaller measurements, so that page faults and fills happen once.
+ * Inputs come first, then the output, w, m, v and the two-pass scratch.
+ */
+static struct {
+	char *base[MAX_INPUTS + 5];
+	unsigned int nin;
+	size_t alloc;
+} pool;
+
+/* One kernel call's arguments, pointing into the pool. */
+struct job {
+	enum kn_dtype dtype;
+	unsigned int n;
+	size_t count; /* elements of one input */
+	const void *in[MAX_INPUTS];
+	void *out;
+	float *w, *m, *v, *scratch;
+	struct kn_update_params par;
+};
+
+static void check(int ret, const char *fn)
+{
+	if (ret) {
+		fprintf(stderr, "bench_kernels: %s: %s\n", fn, strerror(-ret));
+		exit(1);
+	}
+}
+
+static void *alloc_or_die(size_t bytes)
+{
+	void *p = aligned_alloc(PAGE_ALIGN, bytes);
+
+	if (!p) {
+		fprintf(stderr, "bench_kernels: cannot allocate %zu bytes\n",
+			bytes);
+		exit(1);
+	}
+	return p;
+}
+
+static double time_batch(bench_fn *fn, const void *ctx, unsigned long batch)
+{
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (unsigned long i = 0; i < batch; i++)
+		fn(ctx);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+	       (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Median, min and max time of one call of @fn.  Short calls are timed in
+ * batches so that a sample lasts at least SAMPLE_NS; long samples are
+ * fewer (down to MIN_SAMPLES), which keeps the large sizes affordable.
+ */
+static struct stats measure(bench_fn *fn, const void *ctx)
+{
+	static double sample[MAX_REPS];
+	unsigned long batch = 1;
+	unsigned int n = 0, want = cfg.reps;
+	double t;
+
+	fn(ctx); /* warm-up: caches, TLB, lazy binding */
+	t = time_batch(fn, ctx, 1);
+	while (t < SAMPLE_NS) {
+		double per = fmax(t / (double)batch, 1.0);
+		unsigned long next = (unsigned long)(1.5 * SAMPLE_NS / per);
+
+		batch = next > 2 * batch ? next : 2 * batch;
+		t = time_batch(fn, ctx, batch);
+	}
+	if (!want)
+		want = (unsigned int)fmax(
+			fmin(cfg.budget_ns / t, cfg.max_samples), MIN_SAMPLES);
+	if (batch == 1) /* then the calibration was a sample already */
+		sample[n++] = t;
+	while (n < want)
+		sample[n++] = time_batch(fn, ctx, batch) / (double)batch;
+	qsort(sample, n, sizeof(sample[0]), cmp_double);
+	return (struct stats){
+		.med = n % 2 ? sample[n / 2]
+			     : (sample[n / 2 - 1] + sample[n / 2]) / 2,
+		.min = sample[0],
+		.max = sample[n - 1],
+	};
+}
+
+static void progress(const char *what, enum kn_dtype t, unsigned int n)
+{
+	if (cfg.progress)
+		fprintf(stderr, "%s %s N=%u ...\n", what, kn_dtype_name(t), n);
+}
+
+/* One row; @traffic is the bytes one call reads plus writes. */
+static void emit(const char *kernel, enum kn_dtype t, unsigned int n,
+		 size_t bytes, const struct stats *st, double traffic,
+		 double ratio)
+{
+	double gbps = traffic / st->med; /* a byte per ns is 1e9 B/s */
+	char size[32];
+
+	if (cfg.csv) {
+		printf("%s,%s,%u,%zu,%.1f,%.6g,%.6g,%.6g\n", kernel,
+		       kn_dtype_name(t), n, bytes, st->med, gbps,
+		       gbps / stream_gbps, ratio);
+		return;
+	}
+	if (bytes % MIB == 0)
+		snprintf(size, sizeof(size), "%zuM", bytes / MIB);
+	else if (bytes % KIB == 0)
+		snprintf(size, sizeof(size), "%zuK", bytes / KIB);
+	else
+		snprintf(size, sizeof(size), "%zu", bytes);
+	printf("%-12s %-5s %3u %6s %11.3f %11.3f %11.3f %8.2f %6.3f %6.2f\n",
+	       kernel, kn_dtype_name(t), n, size, st->med / 1e3, st->min / 1e3,
+	       st->max / 1e3, gbps, gbps / stream_gbps, ratio);
+}
+
+#ifdef __x86_64__
+/*
+ * The bench is built for baseline x86-64, so AVX2 is chosen at run time.
+ * The store test is loop-invariant and so always predicted: it costs
+ * nothing in a loop that waits on memory.
+ */
+__attribute__((target("avx2"))) static void triad_avx2(const struct triad *t)
+{
+	const __m256 s = _mm256_set1_ps(3.0f);
+	float *a = t->a;
+	const float *b = t->b, *c = t->c;
+	size_t i = 0;
+
+	for (; i + 8 <= t->len; i += 8) {
+		__m256 x =
+			_mm256_add_ps(_mm256_loadu_ps(b + i),
+				      _mm256_mul_ps(s, _mm256_loadu_ps(c + i)));
+
+		if (t->nt)
+			_mm256_stream_ps(a + i, x);
+		else
+			_mm256_storeu_ps(a + i, x);
+	}
+	for (; i < t->len; i++)
+		a[i] = b[i] + 3.0f * c[i];
+	_mm_sfence();
+}
+
+static void triad_sse(const struct triad *t)
+{
+	const __m128 s = _mm_set1_ps(3.0f);
+	float *a = t->a;
+	const float *b = t->b, *c = t->c;
+	size_t i = 0;
+
+	for (; i + 4 <= t->len; i += 4) {
+		__m128 x = _mm_add_ps(_mm_loadu_ps(b + i),
+				      _mm_mul_ps(s, _mm_loadu_ps(c + i)));
+
+		if (t->nt)
+			_mm_stream_ps(a + i, x);
+		else
+			_mm_storeu_ps(a + i, x);
+	}
+	for (; i < t->len; i++)
+		a[i] = b[i] + 3.0f * c[i];
+	_mm_sfence();
+}
+#endif
+
+static void run_triad(const void *ctx)
+{
+#ifdef __x86_64__
+	if (__builtin_cpu_supports("avx2"))
+		triad_avx2(ctx);
+	else
+		triad_sse(ctx);
+#else
+	const struct triad *t = ctx;
+
+	for (size_t i = 0; i < t->len; i++)
+		t->a[i] = t->b[i] + 3.0f * t->c[i];
+#endif
+}
+
+/*
+ * The bandwidth every row is compared with: a[i] = b[i] + s * c[i] over
+ * arrays far larger than the last-level cache, counting 2 reads and 1
+ * write per element.  st[1] is the non-temporal triad, NAN where there
+ * is none.
+ */
+static void bench_triad(struct stats st[2])
+{
+	size_t bytes = cfg.triad_bytes, len = bytes / sizeof(float);
+	char *mem[3];
+	float *arr[3];
+	struct triad t;
+
+	for (int k = 0; k < 3; k++) {
+		mem[k] = alloc_or_die(bytes + PAGE_ALIGN);
+		arr[k] = (float *)(void *)(mem[k] + k * STAGGER);
+		for (size_t i = 0; i < len; i++) /* first touch */
+			arr[k][i] = k ? pattern[i % PATTERN_LEN] : 0.0f;
+	}
+	t = (struct triad){arr[0], arr[1], arr[2], len, false};
+	st[1] = (struct stats){NAN, NAN, NAN};
+	for (int nt = 0; nt < TRIADS; nt++) {
+		if (cfg.progress)
+			fprintf(stderr, "triad%s ...\n", nt ? "_nt" : "");
+		t.nt = nt;
+		st[nt] = measure(run_triad, &t);
+		stream_gbps = fmax(stream_gbps, 3.0 * bytes / st[nt].med);
+	}
+	for (int k = 0; k < 3; k++)
+		free(mem[k]);
+}
+
+static void run_sum(const void *ctx)
+{
+	const struct job *j = ctx;
+
+	check(kn_sum(j->out, j->dtype, j->in, j->n, j->dtype, j->count, 1.0f),
+	      "kn_sum");
+}
+
+static void run_pairwise(const void *ctx)
+{
+	const struct job *j = ctx;
+
+	check(kn_sum(j->out, j->dtype, j->in, 2, j->dtype, j->count, 1.0f),
+	      "kn_sum");
+	for (unsigned int k = 2; k < j->n; k++)
+		check(kn_sum_inplace(j->out, &j->in[k], 1, j->dtype, j->count,
+				     1.0f),
+		      "kn_sum_inplace");
+}
+
+static void run_update(const void *ctx)
+{
+	const struct job *j = ctx;
+
+	check(kn_update(&j->par, j->w, j->m, j->v, j->in, j->n, KN_DTYPE_FP32,
+			j->count),
+	      "kn_update");
+}
+
+static void run_two_pass(const void *ctx)
+{
+	const struct job *j = ctx;
+	const void *sum = j->scratch;
+
+	check(kn_sum(j->scratch, KN_DTYPE_FP32, j->in, j->n, KN_DTYPE_FP32,
+		     j->count, 1.0f),
+	      "kn_sum");
+	check(kn_update(&j->par, j->w, j->m, j->v, &sum, 1, KN_DTYPE_FP32,
+			j->count),
+	      "kn_update");
+}
+
+/*
+ * Fills buffer @k of the pool with the pattern in @dtype, from a place
+ * in the pattern of its own so that inputs differ.
+ */
+static void pool_fill(unsigned int k, enum kn_dtype dtype)
+{
+	size_t esz = kn_dtype_size(dtype), count = pool.alloc / esz;
+	size_t i = 0, j = (size_t)k * 1021 % PATTERN_LEN;
+
+	while (i < count) {
+		size_t b = PATTERN_LEN - j < count - i ? PATTERN_LEN - j
+						       : count - i;
+
+		check(kn_convert(pool.base[k] + i * esz, dtype, pattern + j,
+				 KN_DTYPE_FP32, b),
+		      "kn_convert");
+		i += b;
+		j = 0;
+	}
+}
+
+static void pool_create(unsigned int nin, size_t bytes)
+{
+	pool.nin = nin;
+	/* room for the stagger; C11 wants a multiple of the alignment */
+	pool.alloc = (bytes + 2 * PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+	for (unsigned int k = 0; k < nin + 5; k++) {
+		pool.base[k] = alloc_or_die(pool.alloc);
+		/* touch every page now, not while timing */
+		if (k <= nin + 1) /* inputs and w */
+			pool_fill(k, KN_DTYPE_FP32);
+		else
+			memset(pool.base[k], 0, pool.alloc);
+	}
+}
+
+static void *pool_buf(unsigned int k, bool aliased)
+{
+	return pool.base[k] + (aliased ? 0 : k * STAGGER % PAGE_ALIGN);
+}
+
+static void job_init(struct job *j, enum kn_dtype t, unsigned int n,
+		     size_t bytes, bool aliased)
+{
+	j->dtype = t;
+	j->n = n;
+	j->count = bytes / kn_dtype_size(t);
+	for (unsigned int k = 0; k < n; k++)
+		j->in[k] = pool_buf(k, aliased);
+	j->out = pool_buf(pool.nin, aliased);
+	j->w = pool_buf(pool.nin + 1, aliased);
+	j->m = pool_buf(pool.nin + 2, aliased);
+	j->v = pool_buf(pool.nin + 3, aliased);
+	j->scratch = pool_buf(pool.nin + 4, aliased);
+	j->par = (struct kn_update_params){
+		.lr = 1e-3f,
+		.grad_scale = 1.0f / (float)n,
+		.momentum = 0.9f,
+		.beta1 = 0.9f,
+		.beta2 = 0.999f,
+		.eps = 1e-8f,
+		.step = 1,
+	};
+}
+
+/*
+ * Measures @fn on @j, prints its row and returns the median.  @tensors is
+ * the traffic in tensors of one input's size.  The ratio is @base's time
+ * over @fn's, @base measured here if set, else taken from @base_ns: 0 for
+ * a row that is its own baseline, NAN for one that has none.
+ */
+static double row(const char *kernel, const struct job *j, bench_fn *fn,
+		  double tensors, bench_fn *base, double base_ns)
+{
+	size_t bytes = j->count * kn_dtype_size(j->dtype);
+	struct stats st = measure(fn, j);
+
+	if (base)
+		base_ns = measure(base, j).med;
+	emit(kernel, j->dtype, j->n, bytes, &st, tensors * (double)bytes,
+	     base_ns == 0 ? 1.0 : base_ns / st.med);
+	return st.med;
+}
+
+static bool alias_size(size_t b)
+{
+	return b == 4 * KIB || b == 64 * KIB || b == MIB || b == 16 * MIB;
+}
+
+/*
+ * Pairwise, fused and (fp32, N = 8 or 16, some sizes) aliased sums of
+ * dtype @t, each row next to its baseline.  Pairwise rows count their
+ * real traffic: 3 tensors in each of N - 1 passes.
+ */
+static void bench_sums(enum kn_dtype t)
+{
+	static struct job j;
+	double pairwise_ns;
+
+	for (unsigned int ni = 0; ni < cfg.ninputs; ni++) {
+		unsigned int n = (unsigned int)cfg.inputs[ni];
+		bool alias = (cfg.groups & G_ALIAS) && t == KN_DTYPE_FP32 &&
+			     (n == 8 || n == 16);
+
+		if (!alias && !(cfg.groups & (G_SUM | G_PAIRWISE)))
+			continue;
+		progress("sum", t, n);
+		for (unsigned int si = 0; si < cfg.nsizes; si++) {
+			job_init(&j, t, n, cfg.sizes[si], false);
+			pairwise_ns = NAN;
+			if (cfg.groups & G_PAIRWISE)
+				pairwise_ns = row("pairwise", &j, run_pairwise,
+						  3.0 * (n - 1), NULL, 0);
+			if (cfg.groups & G_SUM)
+				row("sum", &j, run_sum, n + 1.0, NULL,
+				    pairwise_ns);
+			if (!alias || !alias_size(cfg.sizes[si]))
+				continue;
+			job_init(&j, t, n, cfg.sizes[si], true);
+			row("sum_alias4k", &j, run_sum, n + 1.0, NULL,
+			    pairwise_ns);
+		}
+	}
+}
+
+static void bench_updates(void)
+{
+	static const char *const names[] = {"sgd", "momentum", "adam"};
+	static struct job j;
+
+	for (int o = KN_OPT_SGD; o <= KN_OPT_ADAM; o++) {
+		/* w, and m and v where used, are read and written */
+		int state = 1 + (o >= KN_OPT_MOMENTUM) + (o == KN_OPT_ADAM);
+
+		if (!(cfg.groups & (G_SGD << o)))
+			continue;
+		for (unsigned int ni = 0; ni < cfg.ninputs; ni++) {
+			unsigned int n = (unsigned int)cfg.inputs[ni];
+
+			if (cfg.upd_n8_only && n != 8)
+				continue;
+			progress(names[o], KN_DTYPE_FP32, n);
+			for (unsigned int si = 0; si < cfg.nsizes; si++) {
+				job_init(&j, KN_DTYPE_FP32, n, cfg.sizes[si],
+					 false);
+				j.par.optimizer = (enum kn_optimizer)o;
+				row(names[o], &j, run_update, n + 2.0 * state,
+				    run_two_pass, NAN);
+			}
+		}
+	}
+}
+
+static void usage(void)
+{
+	printf("usage: bench_kernels [options]\n"
+	       "  --quick         a reduced set, well under 30 s\n"
+	       "  --csv           CSV on stdout, all other text on stderr\n"
+	       "  --sizes LIST    bytes of one input, e.g. 4K,1M,64M\n"
+	       "  --inputs LIST   numbers of inputs N (2..%d), e.g. 2,8,16\n"
+	       "  --dtypes LIST   dtypes of the sums: fp32,fp16,bf16\n"
+	       "  --kernels LIST  sum,pairwise,sgd,momentum,adam,alias\n"
+	       "  --reps N        samples per measurement (1..%d)\n"
+	       "The triad always runs; sums' ratios need pairwise.  Updates\n"
+	       "take fp32 gradients; alias runs with the fp32 sums at N = 8,\n"
+	       "16 and sizes 4K, 64K, 1M, 16M.  The library reads the\n"
+	       "environment variables KANEL_KERNELS and KANEL_NT_THRESHOLD.\n",
+	       MAX_INPUTS, MAX_REPS);
+}
+
+static void __attribute__((noreturn))
+bad_value(const char *option, const char *value, const char *why)
+{
+	fprintf(stderr, "bench_kernels: bad value '%s' for --%s: %s\n", value,
+		option, why);
+	exit(2);
+}
+
+/*
+ * A comma list into @out, returning its length: indices into @names when
+ * @names is set, else numbers in @min..@max; a size may end in K, M or G
+ * (binary) and must be whole fp32 elements.
+ */
+static unsigned int parse_list(const char *option, char *arg,
+			       const char *const *names, size_t min, size_t max,
+			       bool size, size_t *out)
+{
+	static const char units[] = "KkMmGg";
+	unsigned int n = 0;
+	char *save = NULL, *end;
+	const char *u;
+
+	for (char *s = strtok_r(arg, ",", &save); s;
+	     s = strtok_r(NULL, ",", &save)) {
+		unsigned long long v = 0;
+		unsigned int shift = 0;
+
+		if (n == MAX_LIST)
+			bad_value(option, s, "too many entries");
+		if (names) {
+			while (v < max && strcmp(s, names[v]) != 0)
+				v++;
+			if (v == max)
+				bad_value(option, s, "unknown name");
+			out[n++] = (size_t)v;
+			continue;
+		}
+		errno = 0;
+		v = strtoull(s, &end, 10);
+		if (size && *end && (u = strchr(units, *end))) {
+			shift = 10 * (unsigned int)((u - units) / 2 + 1);
+			end++;
+		}
+		if (*s < '0' || *s > '9' || *end || errno || v > max >> shift ||
+		    v << shift < min)
+			bad_value(option, s, "not a number in range");
+		if (size && (v << shift) % sizeof(float))
+			bad_value(option, s, "not a multiple of 4");
+		out[n++] = (size_t)(v << shift);
+	}
+	if (n == 0)
+		bad_value(option, "", "empty list");
+	return n;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"quick", no_argument, NULL, 'q'},
+		{"csv", no_argument, NULL, 'c'},
+		{"sizes", required_argument, NULL, 's'},
+		{"inputs", required_argument, NULL, 'n'},
+		{"dtypes", required_argument, NULL, 'd'},
+		{"kernels", required_argument, NULL, 'k'},
+		{"reps", required_argument, NULL, 'r'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	static const size_t quick_sizes[] = {4 * KIB, 64 * KIB, MIB,
+					     4 * MIB, 16 * MIB, 64 * MIB};
+	static const size_t full_inputs[] = {2, 4, 8, 16};
+	static const size_t quick_inputs[] = {2, 8, 16};
+	const char *dtype_names[3];
+	size_t list[MAX_LIST];
+	unsigned int n;
+	int c;
+
+	for (int t = 0; t < 3; t++)
+		dtype_names[t] = kn_dtype_name((enum kn_dtype)t);
+	cfg.groups = (1u << 6) - 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'q':
+			cfg.quick = true;
+			break;
+		case 'c':
+			cfg.csv = true;
+			break;
+		case 's':
+			cfg.nsizes =
+				parse_list("sizes", optarg, NULL, 4,
+					   (size_t)4 << 30, true, cfg.sizes);
+			break;
+		case 'n':
+			cfg.ninputs = parse_list("inputs", optarg, NULL, 2,
+						 MAX_INPUTS, false, cfg.inputs);
+			break;
+		case 'd':
+			n = parse_list("dtypes", optarg, dtype_names, 0, 3,
+				       false, list);
+			for (cfg.ndtypes = 0; cfg.ndtypes < n; cfg.ndtypes++)
+				cfg.dtypes[cfg.ndtypes] =
+					(unsigned int)list[cfg.ndtypes];
+			break;
+		case 'k':
+			n = parse_list("kernels", optarg, group_names, 0, 6,
+				       false, list);
+			cfg.groups = 0;
+			for (unsigned int i = 0; i < n; i++)
+				cfg.groups |= 1u << list[i];
+			break;
+		case 'r':
+			parse_list("reps", optarg, NULL, 1, MAX_REPS, false,
+				   list);
+			cfg.reps = (unsigned int)list[0];
+			break;
+		case 'h':
+			usage();
+			exit(0);
+		default:
+			fprintf(stderr, "try 'bench_kernels --help'\n");
+			exit(2);
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "bench_kernels: unexpected argument '%s'\n",
+			argv[optind]);
+		exit(2);
+	}
+	if (!cfg.nsizes && cfg.quick) {
+		cfg.nsizes = 6;
+		memcpy(cfg.sizes, quick_sizes, sizeof(quick_sizes));
+	} else if (!cfg.nsizes) {
+		for (; cfg.nsizes < 8; cfg.nsizes++) /* 4K to 64M by 4x */
+			cfg.sizes[cfg.nsizes] = 4 * KIB << 2 * cfg.nsizes;
+	}
+	if (!cfg.ninputs) {
+		cfg.ninputs = cfg.quick ? 3 : 4;
+		memcpy(cfg.inputs, cfg.quick ? quick_inputs : full_inputs,
+		       cfg.ninputs * sizeof(size_t));
+		cfg.upd_n8_only = cfg.quick;
+	}
+	if (!cfg.ndtypes) {
+		cfg.ndtypes = 3;
+		for (unsigned int t = 0; t < 3; t++)
+			cfg.dtypes[t] = t;
+	}
+	cfg.max_samples = cfg.quick ? 11 : 21;
+	cfg.budget_ns = cfg.quick ? 0.05e9 : 0.5e9;
+	cfg.triad_bytes = (cfg.quick ? 128 : 256) * MIB;
+	/* rows on a terminal are progress enough */
+	cfg.progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
+}
+
+/* splitmix64: small floats in [-1, 1), the same in every run */
+static void make_pattern(void)
+{
+	uint64_t x = 0;
+
+	for (int i = 0; i < PATTERN_LEN; i++) {
+		uint64_t z = (x += 0x9e3779b97f4a7c15u);
+
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+		z ^= z >> 31;
+		pattern[i] = (float)(z >> 40) / (float)(1 << 23) - 1.0f;
+	}
+}
+
+/* Where the run stands, on stdout above the table or on stderr with CSV. */
+static void print_header(const struct stats triad[2])
+{
+	FILE *f = cfg.csv ? stderr : stdout;
+	const char *nt = getenv("KANEL_NT_THRESHOLD");
+	double bytes = 3.0 * cfg.triad_bytes;
+
+	fprintf(f, "# kanel kernel path %s, 1 thread\n",
+		kn_kernel_path_name(kn_kernel_path_active()));
+	fprintf(f,
+		"# triad 3 x %zu MiB fp32: %.2f GB/s regular stores, %.2f GB/s "
+		"non-temporal; baseline %.2f GB/s\n",
+		cfg.triad_bytes / MIB, bytes / triad[0].med,
+		bytes / triad[1].med, stream_gbps);
+	if (nt && *nt) /* the library ignores an empty value */
+		fprintf(f, "# KANEL_NT_THRESHOLD=%s\n", nt);
+	else
+		fprintf(f, "# KANEL_NT_THRESHOLD unset: library default\n");
+	if (cfg.csv)
+		printf("kernel,dtype,n_inputs,bytes,median_ns,gbps,"
+		       "frac_of_stream,ratio_vs_pairwise\n");
+	else
+		printf("%-12s %-5s %3s %6s %11s %11s %11s %8s %6s %6s\n",
+		       "kernel", "dtype", "N", "size", "median_us", "min_us",
+		       "max_us", "GB/s", "frac", "ratio");
+	emit("triad", KN_DTYPE_FP32, 2, cfg.triad_bytes, &triad[0], bytes, NAN);
+	if (!isnan(triad[1].med))
+		emit("triad_nt", KN_DTYPE_FP32, 2, cfg.triad_bytes, &triad[1],
+		     bytes, NAN);
+}
+
+int main(int argc, char **argv)
+{
+	enum kn_dtype filled = KN_DTYPE_FP32;
+	struct stats triad[2];
+	unsigned int maxn = 0;
+	size_t maxb = 0;
+
+	parse_args(argc, argv);
+	make_pattern();
+	bench_triad(triad);
+	print_header(triad);
+	for (unsigned int i = 0; i < cfg.ninputs; i++)
+		maxn = cfg.inputs[i] > maxn ? (unsigned int)cfg.inputs[i]
+					    : maxn;
+	for (unsigned int i = 0; i < cfg.nsizes; i++)
+		maxb = cfg.sizes[i] > maxb ? cfg.sizes[i] : maxb;
+	pool_create(maxn, maxb);
+	for (unsigned int i = 0; i < cfg.ndtypes; i++) {
+		enum kn_dtype t = (enum kn_dtype)cfg.dtypes[i];
+
+		/* alias alone runs with fp32 only */
+		if (!(cfg.groups & (G_SUM | G_PAIRWISE)) &&
+		    !(cfg.groups & G_ALIAS && t == KN_DTYPE_FP32))
+			continue;
+		for (unsigned int k = 0; k < maxn && t != filled; k++)
+			pool_fill(k, t);
+		filled = t;
+		bench_sums(t);
+	}
+	/* the pool starts in fp32, the gradients' dtype */
+	for (unsigned int k = 0; k < maxn && filled != KN_DTYPE_FP32; k++)
+		pool_fill(k, KN_DTYPE_FP32);
+	bench_updates();
+	for (unsigned int k = 0; k < maxn + 5; k++)
+		free(pool.base[k]);
+	return 0;
+}
