@@ -38,6 +38,9 @@
 #define MAX_LIST    32	 /* entries of a list option */
 #define MAX_INPUTS  256	 /* largest N */
 #define MAX_REPS    1000 /* largest --reps */
+#define MAX_SET     3	 /* functions measured in turn */
+#define NEAR_MIB    4	 /* from this input size, triad interleaved */
+#define REF_TRIAD_MIB 64 /* arrays of the interleaved triad: 6x the LLC */
 #define MIN_SAMPLES 5
 #define SAMPLE_NS   50e3 /* shortest sample: far above the clock's cost */
 #define PAGE_ALIGN  4096
@@ -71,7 +74,6 @@ static struct {
 	unsigned int groups;
 } cfg;
 
-static double stream_gbps; /* the faster triad's */
 static float pattern[PATTERN_LEN];
 
 typedef void bench_fn(const void *ctx);
@@ -86,6 +88,10 @@ struct triad {
 	size_t len;
 	bool nt;
 };
+
+static double stream_gbps; /* the faster triad's */
+static struct triad ref_triad; /* that triad, interleaved with large rows */
+static char *triad_mem[3];
 
 /*
  * Every buffer, allocated once at the largest size and used in part by
@@ -148,34 +154,9 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/*
- * Median, min and max time of one call of @fn.  Short calls are timed in
- * batches so that a sample lasts at least SAMPLE_NS; long samples are
- * fewer (down to MIN_SAMPLES), which keeps the large sizes affordable.
- */
-static struct stats measure(bench_fn *fn, const void *ctx)
+/* Median, min and max of @n samples (sorted in place). */
+static struct stats summarize(double *sample, unsigned int n)
 {
-	static double sample[MAX_REPS];
-	unsigned long batch = 1;
-	unsigned int n = 0, want = cfg.reps;
-	double t;
-
-	fn(ctx); /* warm-up: caches, TLB, lazy binding */
-	t = time_batch(fn, ctx, 1);
-	while (t < SAMPLE_NS) {
-		double per = fmax(t / (double)batch, 1.0);
-		unsigned long next = (unsigned long)(1.5 * SAMPLE_NS / per);
-
-		batch = next > 2 * batch ? next : 2 * batch;
-		t = time_batch(fn, ctx, batch);
-	}
-	if (!want)
-		want = (unsigned int)fmax(
-			fmin(cfg.budget_ns / t, cfg.max_samples), MIN_SAMPLES);
-	if (batch == 1) /* then the calibration was a sample already */
-		sample[n++] = t;
-	while (n < want)
-		sample[n++] = time_batch(fn, ctx, batch) / (double)batch;
 	qsort(sample, n, sizeof(sample[0]), cmp_double);
 	return (struct stats){
 		.med = n % 2 ? sample[n / 2]
@@ -183,6 +164,59 @@ static struct stats measure(bench_fn *fn, const void *ctx)
 		.min = sample[0],
 		.max = sample[n - 1],
 	};
+}
+
+/*
+ * Median, min and max time of one call of each of the @k functions
+ * @fn[i](@ctx[i]), their samples taken in turn (fn[0], fn[1], ... then
+ * again), so that a ratio between them compares the same stretch of
+ * time: this machine's memory bandwidth drifts by tens of percent within
+ * a run.  Short calls are timed in batches so that a sample lasts at
+ * least SAMPLE_NS; long samples are fewer (down to MIN_SAMPLES), which
+ * keeps the large sizes affordable.
+ */
+static void measure_set(unsigned int k, bench_fn *const fn[],
+			const void *const ctx[], struct stats st[])
+{
+	static double sample[MAX_SET][MAX_REPS];
+	unsigned long batch[MAX_SET];
+	unsigned int want = cfg.reps;
+	double slowest = 0;
+
+	for (unsigned int f = 0; f < k; f++) {
+		double t;
+
+		fn[f](ctx[f]); /* warm-up: caches, TLB, lazy binding */
+		batch[f] = 1;
+		t = time_batch(fn[f], ctx[f], 1);
+		while (t < SAMPLE_NS) {
+			double per = fmax(t / (double)batch[f], 1.0);
+			unsigned long next =
+				(unsigned long)(1.5 * SAMPLE_NS / per);
+
+			batch[f] = next > 2 * batch[f] ? next : 2 * batch[f];
+			t = time_batch(fn[f], ctx[f], batch[f]);
+		}
+		slowest = fmax(slowest, t);
+	}
+	if (!want)
+		want = (unsigned int)fmax(
+			fmin(cfg.budget_ns / slowest, cfg.max_samples),
+			MIN_SAMPLES);
+	for (unsigned int n = 0; n < want; n++)
+		for (unsigned int f = 0; f < k; f++)
+			sample[f][n] = time_batch(fn[f], ctx[f], batch[f]) /
+				       (double)batch[f];
+	for (unsigned int f = 0; f < k; f++)
+		st[f] = summarize(sample[f], want);
+}
+
+static struct stats measure(bench_fn *fn, const void *ctx)
+{
+	struct stats st;
+
+	measure_set(1, &fn, &ctx, &st);
+	return st;
 }
 
 static void progress(const char *what, enum kn_dtype t, unsigned int n)
@@ -194,7 +228,7 @@ static void progress(const char *what, enum kn_dtype t, unsigned int n)
 /* One row; @traffic is the bytes one call reads plus writes. */
 static void emit(const char *kernel, enum kn_dtype t, unsigned int n,
 		 size_t bytes, const struct stats *st, double traffic,
-		 double ratio)
+		 double stream, double ratio)
 {
 	double gbps = traffic / st->med; /* a byte per ns is 1e9 B/s */
 	char size[32];
@@ -202,7 +236,7 @@ static void emit(const char *kernel, enum kn_dtype t, unsigned int n,
 	if (cfg.csv) {
 		printf("%s,%s,%u,%zu,%.1f,%.6g,%.6g,%.6g\n", kernel,
 		       kn_dtype_name(t), n, bytes, st->med, gbps,
-		       gbps / stream_gbps, ratio);
+		       gbps / stream, ratio);
 		return;
 	}
 	if (bytes % MIB == 0)
@@ -213,7 +247,7 @@ static void emit(const char *kernel, enum kn_dtype t, unsigned int n,
 		snprintf(size, sizeof(size), "%zu", bytes);
 	printf("%-12s %-5s %3u %6s %11.3f %11.3f %11.3f %8.2f %6.3f %6.2f\n",
 	       kernel, kn_dtype_name(t), n, size, st->med / 1e3, st->min / 1e3,
-	       st->max / 1e3, gbps, gbps / stream_gbps, ratio);
+	       st->max / 1e3, gbps, gbps / stream, ratio);
 }
 
 #ifdef __x86_64__
@@ -285,32 +319,38 @@ static void run_triad(const void *ctx)
  * The bandwidth every row is compared with: a[i] = b[i] + s * c[i] over
  * arrays far larger than the last-level cache, counting 2 reads and 1
  * write per element.  st[1] is the non-temporal triad, NAN where there
- * is none.
+ * is none.  The arrays stay allocated: the faster variant, over its first
+ * REF_TRIAD_MIB, is re-measured beside every row of large tensors.
  */
 static void bench_triad(struct stats st[2])
 {
 	size_t bytes = cfg.triad_bytes, len = bytes / sizeof(float);
-	char *mem[3];
 	float *arr[3];
 	struct triad t;
 
 	for (int k = 0; k < 3; k++) {
-		mem[k] = alloc_or_die(bytes + PAGE_ALIGN);
-		arr[k] = (float *)(void *)(mem[k] + k * STAGGER);
+		triad_mem[k] = alloc_or_die(bytes + PAGE_ALIGN);
+		arr[k] = (float *)(void *)(triad_mem[k] + k * STAGGER);
 		for (size_t i = 0; i < len; i++) /* first touch */
 			arr[k][i] = k ? pattern[i % PATTERN_LEN] : 0.0f;
 	}
 	t = (struct triad){arr[0], arr[1], arr[2], len, false};
 	st[1] = (struct stats){NAN, NAN, NAN};
 	for (int nt = 0; nt < TRIADS; nt++) {
+		double gbps;
+
 		if (cfg.progress)
 			fprintf(stderr, "triad%s ...\n", nt ? "_nt" : "");
 		t.nt = nt;
 		st[nt] = measure(run_triad, &t);
-		stream_gbps = fmax(stream_gbps, 3.0 * bytes / st[nt].med);
+		gbps = 3.0 * bytes / st[nt].med;
+		if (gbps > stream_gbps) {
+			stream_gbps = gbps;
+			ref_triad = t;
+		}
 	}
-	for (int k = 0; k < 3; k++)
-		free(mem[k]);
+	if (ref_triad.len > REF_TRIAD_MIB * MIB / sizeof(float))
+		ref_triad.len = REF_TRIAD_MIB * MIB / sizeof(float);
 }
 
 static void run_sum(const void *ctx)
@@ -421,22 +461,47 @@ static void job_init(struct job *j, enum kn_dtype t, unsigned int n,
 }
 
 /*
- * Measures @fn on @j, prints its row and returns the median.  @tensors is
- * the traffic in tensors of one input's size.  The ratio is @base's time
- * over @fn's, @base measured here if set, else taken from @base_ns: 0 for
- * a row that is its own baseline, NAN for one that has none.
+ * Measures @fn on @j, in turn with @base on @base_ctx (if set) and, for
+ * inputs of NEAR_MIB MiB and more, with the reference triad; prints
+ * @base's row first if @base_kernel names it, then @fn's, and returns
+ * @fn's median.  @tensors (and @base_tensors) is the traffic of one call
+ * in tensors of one input's size; the ratio is @base's time over @fn's.
+ * Rows of smaller, cache-resident inputs divide by the triad measured at
+ * the start.
  */
 static double row(const char *kernel, const struct job *j, bench_fn *fn,
-		  double tensors, bench_fn *base, double base_ns)
+		  double tensors, const char *base_kernel, bench_fn *base,
+		  const void *base_ctx, double base_tensors)
 {
 	size_t bytes = j->count * kn_dtype_size(j->dtype);
-	struct stats st = measure(fn, j);
+	bench_fn *fns[MAX_SET] = {fn};
+	const void *ctx[MAX_SET] = {j};
+	struct stats st[MAX_SET];
+	unsigned int k = 1, b = 0, t = 0;
+	double stream = stream_gbps, ratio;
 
-	if (base)
-		base_ns = measure(base, j).med;
-	emit(kernel, j->dtype, j->n, bytes, &st, tensors * (double)bytes,
-	     base_ns == 0 ? 1.0 : base_ns / st.med);
-	return st.med;
+	if (base) {
+		b = k;
+		fns[k] = base;
+		ctx[k++] = base_ctx;
+	}
+	if (bytes >= NEAR_MIB * MIB && ref_triad.len) {
+		t = k;
+		fns[k] = run_triad;
+		ctx[k++] = &ref_triad;
+	}
+	measure_set(k, fns, ctx, st);
+	if (t)
+		stream = 3.0 * (double)(ref_triad.len * sizeof(float)) /
+			 st[t].med;
+	if (base_kernel)
+		emit(base_kernel, j->dtype, j->n, bytes, &st[b],
+		     base_tensors * (double)bytes, stream, 1.0);
+	/* pairwise measured alone is its own baseline */
+	ratio = b ? st[b].med / st[0].med : fn == run_pairwise ? 1.0 : NAN;
+	emit(kernel, j->dtype, j->n, bytes, &st[0], tensors * (double)bytes,
+	     stream, ratio);
+	return st[0].med;
 }
 
 static bool alias_size(size_t b)
@@ -451,31 +516,32 @@ static bool alias_size(size_t b)
  */
 static void bench_sums(enum kn_dtype t)
 {
-	static struct job j;
-	double pairwise_ns;
+	static struct job j, ja;
 
 	for (unsigned int ni = 0; ni < cfg.ninputs; ni++) {
 		unsigned int n = (unsigned int)cfg.inputs[ni];
 		bool alias = (cfg.groups & G_ALIAS) && t == KN_DTYPE_FP32 &&
 			     (n == 8 || n == 16);
+		bool pw = cfg.groups & G_PAIRWISE;
 
 		if (!alias && !(cfg.groups & (G_SUM | G_PAIRWISE)))
 			continue;
 		progress("sum", t, n);
 		for (unsigned int si = 0; si < cfg.nsizes; si++) {
 			job_init(&j, t, n, cfg.sizes[si], false);
-			pairwise_ns = NAN;
-			if (cfg.groups & G_PAIRWISE)
-				pairwise_ns = row("pairwise", &j, run_pairwise,
-						  3.0 * (n - 1), NULL, 0);
 			if (cfg.groups & G_SUM)
-				row("sum", &j, run_sum, n + 1.0, NULL,
-				    pairwise_ns);
+				row("sum", &j, run_sum, n + 1.0,
+				    pw ? "pairwise" : NULL,
+				    pw ? run_pairwise : NULL, &j,
+				    3.0 * (n - 1));
+			else if (pw)
+				row("pairwise", &j, run_pairwise,
+				    3.0 * (n - 1), NULL, NULL, NULL, 0);
 			if (!alias || !alias_size(cfg.sizes[si]))
 				continue;
-			job_init(&j, t, n, cfg.sizes[si], true);
-			row("sum_alias4k", &j, run_sum, n + 1.0, NULL,
-			    pairwise_ns);
+			job_init(&ja, t, n, cfg.sizes[si], true);
+			row("sum_alias4k", &ja, run_sum, n + 1.0, NULL,
+			    pw ? run_pairwise : NULL, &j, 0);
 		}
 	}
 }
@@ -502,7 +568,7 @@ static void bench_updates(void)
 					 false);
 				j.par.optimizer = (enum kn_optimizer)o;
 				row(names[o], &j, run_update, n + 2.0 * state,
-				    run_two_pass, NAN);
+				    NULL, run_two_pass, &j, 0);
 			}
 		}
 	}
@@ -719,10 +785,11 @@ static void print_header(const struct stats triad[2])
 		printf("%-12s %-5s %3s %6s %11s %11s %11s %8s %6s %6s\n",
 		       "kernel", "dtype", "N", "size", "median_us", "min_us",
 		       "max_us", "GB/s", "frac", "ratio");
-	emit("triad", KN_DTYPE_FP32, 2, cfg.triad_bytes, &triad[0], bytes, NAN);
+	emit("triad", KN_DTYPE_FP32, 2, cfg.triad_bytes, &triad[0], bytes,
+	     stream_gbps, NAN);
 	if (!isnan(triad[1].med))
 		emit("triad_nt", KN_DTYPE_FP32, 2, cfg.triad_bytes, &triad[1],
-		     bytes, NAN);
+		     bytes, stream_gbps, NAN);
 }
 
 int main(int argc, char **argv)
@@ -760,5 +827,7 @@ int main(int argc, char **argv)
 	bench_updates();
 	for (unsigned int k = 0; k < maxn + 5; k++)
 		free(pool.base[k]);
+	for (int k = 0; k < 3; k++)
+		free(triad_mem[k]);
 	return 0;
 }
