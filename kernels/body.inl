@@ -138,33 +138,21 @@ KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 /*
  * The fused updates.  Each element's gradient is summed from all inputs
  * and consumed at once, so weights and state are read and written once
- * and the sum never goes to memory.  These loops are bound by the
- * gradient streams, so they are unrolled less than the sum.
+ * and the sum never goes to memory.  A loop trip first sums KN_UNROLL
+ * vectors of gradients (independent add chains, all loads issued before
+ * any store, which the compiler could not reorder past stores to w, m and
+ * v that might alias), then applies the optimizer to each.
  */
 enum upd_kind { UPD_SGD, UPD_MOMENTUM, UPD_ADAM };
 
-KN_INLINE KN_V upd_grad(enum kn_dtype it, const struct kn__update_coef *c,
-			const KN_V w, const void *first,
-			const void *const *rest, unsigned int nrest, size_t i)
-{
-	KN_V g = ld(it, first, i);
-
-	for (unsigned int k = 0; k < nrest; k++)
-		g = v_add(g, ld(it, rest[k], i));
-	g = v_mul(g, v_set1(c->scale));
-	if (c->wd != 0.0f)
-		g = v_fmadd(v_set1(c->wd), w, g);
-	return g;
-}
-
-KN_INLINE void upd_step(enum upd_kind kind, enum kn_dtype it,
-			const struct kn__update_coef *c, float *w, float *m,
-			float *v, const void *first, const void *const *rest,
-			unsigned int nrest, size_t i)
+KN_INLINE void upd_apply(enum upd_kind kind, const struct kn__update_coef *c,
+			 float *w, float *m, float *v, size_t i, KN_V g)
 {
 	KN_V wv = v_ld_f32(w + i);
-	KN_V g = upd_grad(it, c, wv, first, rest, nrest, i);
 
+	g = v_mul(g, v_set1(c->scale));
+	if (c->wd != 0.0f)
+		g = v_fmadd(v_set1(c->wd), wv, g);
 	if (kind == UPD_SGD) {
 		wv = v_fnmadd(v_set1(c->lr), g, wv);
 	} else if (kind == UPD_MOMENTUM) {
@@ -189,40 +177,6 @@ KN_INLINE void upd_step(enum upd_kind kind, enum kn_dtype it,
 	v_st_f32(w + i, wv);
 }
 
-/*
- * The same update for one element of the tail, in plain fp32: where the
- * vector body fuses a multiply-add this rounds twice, which the stated
- * tolerance of the updates (docs/kernels.md) covers.
- */
-KN_INLINE void upd_step1(enum upd_kind kind, enum kn_dtype it,
-			 const struct kn__update_coef *c, float *w, float *m,
-			 float *v, const void *first, const void *const *rest,
-			 unsigned int nrest, size_t i)
-{
-	float wv = w[i];
-	float g = sum1(it, first, rest, nrest, i) * c->scale;
-
-	if (c->wd != 0.0f)
-		g += c->wd * wv;
-	if (kind == UPD_SGD) {
-		wv -= c->lr * g;
-	} else if (kind == UPD_MOMENTUM) {
-		float mv = c->mu * m[i] + g;
-
-		m[i] = mv;
-		wv -= c->lr * (c->nesterov ? c->mu * mv + g : mv);
-	} else {
-		float mv = c->c1 * g + c->b1 * m[i];
-		float vv = c->c2 * (g * g) + c->b2 * v[i];
-
-		m[i] = mv;
-		v[i] = vv;
-		wv -= c->step_size *
-		      (mv / (__builtin_sqrtf(vv) * c->inv_sqrt_bc2 + c->eps));
-	}
-	w[i] = wv;
-}
-
 KN_INLINE void upd_body(enum upd_kind kind, enum kn_dtype it,
 			const struct kn__update_coef *c, float *w, float *m,
 			float *v, const void *first, const void *const *rest,
@@ -230,14 +184,54 @@ KN_INLINE void upd_body(enum upd_kind kind, enum kn_dtype it,
 {
 	size_t i = 0;
 
-	for (; i + 2 * KN_VW <= count; i += 2 * KN_VW) {
-		upd_step(kind, it, c, w, m, v, first, rest, nrest, i);
-		upd_step(kind, it, c, w, m, v, first, rest, nrest, i + KN_VW);
+	for (; i + KN_UNROLL * KN_VW <= count; i += KN_UNROLL * KN_VW) {
+		KN_V g[KN_UNROLL];
+
+#pragma GCC unroll 4
+		for (int u = 0; u < KN_UNROLL; u++)
+			g[u] = ld(it, first, i + u * KN_VW);
+		for (unsigned int k = 0; k < nrest; k++) {
+			const void *p = rest[k];
+
+#pragma GCC unroll 4
+			for (int u = 0; u < KN_UNROLL; u++)
+				g[u] = v_add(g[u], ld(it, p, i + u * KN_VW));
+		}
+#pragma GCC unroll 4
+		for (int u = 0; u < KN_UNROLL; u++)
+			upd_apply(kind, c, w, m, v, i + u * KN_VW, g[u]);
 	}
-	for (; i + KN_VW <= count; i += KN_VW)
-		upd_step(kind, it, c, w, m, v, first, rest, nrest, i);
-	for (; i < count; i++)
-		upd_step1(kind, it, c, w, m, v, first, rest, nrest, i);
+	for (; i + KN_VW <= count; i += KN_VW) {
+		KN_V g = ld(it, first, i);
+
+		for (unsigned int k = 0; k < nrest; k++)
+			g = v_add(g, ld(it, rest[k], i));
+		upd_apply(kind, c, w, m, v, i, g);
+	}
+	if (i < count) {
+		/*
+		 * The last partial vector goes through the same formulas on
+		 * padded copies, so every element rounds the same way.
+		 */
+		float tg[KN_VW], tw[KN_VW] = { 0 }, tm[KN_VW] = { 0 },
+				 tv[KN_VW] = { 0 };
+		size_t r = count - i;
+
+		for (size_t e = 0; e < KN_VW; e++)
+			tg[e] = e < r ? sum1(it, first, rest, nrest, i + e)
+				      : 0.0f;
+		memcpy(tw, w + i, r * sizeof(float));
+		if (kind != UPD_SGD)
+			memcpy(tm, m + i, r * sizeof(float));
+		if (kind == UPD_ADAM)
+			memcpy(tv, v + i, r * sizeof(float));
+		upd_apply(kind, c, tw, tm, tv, 0, v_ld_f32(tg));
+		memcpy(w + i, tw, r * sizeof(float));
+		if (kind != UPD_SGD)
+			memcpy(m + i, tm, r * sizeof(float));
+		if (kind == UPD_ADAM)
+			memcpy(v + i, tv, r * sizeof(float));
+	}
 }
 
 KN_INLINE void convert_body(enum kn_dtype it, enum kn_dtype ot, void *dst,

@@ -21,7 +21,7 @@
  * development machine (docs/performance.md): below it the output is still
  * in cache when the pass ends, and streaming it past the caches loses.
  */
-#define KN_NT_THRESHOLD_DEFAULT (24u << 20)
+#define KN_NT_THRESHOLD_DEFAULT (8u << 20)
 
 const struct kn__kernel_ops *kn__kernels = &kn__kernel_ops_scalar;
 size_t kn__nt_threshold = KN_NT_THRESHOLD_DEFAULT;
