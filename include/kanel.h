@@ -158,6 +158,53 @@ KN_EXPORT int kn_update(const struct kn_update_params *params, float *w,
 			float *m, float *v, const void *const *grad,
 			unsigned int n, enum kn_dtype grad_type, size_t count);
 
+/*
+ * A pool of threads for large kernel calls (optional).  One core does not
+ * reach the memory bandwidth of a socket, so kn_sum_pool() and
+ * kn_update_pool() cut a large pass into equal ranges, one per thread of
+ * the pool, the calling thread running the first.  Passes that move less
+ * than a threshold (2 MiB read plus written by default, measured on the
+ * development machine; KANEL_POOL_THRESHOLD overrides it) run on the
+ * caller alone, as do all calls with a NULL pool.  Results are
+ * bit-identical to the single-threaded call.
+ */
+struct kn_kernel_pool;
+
+#define KN_KERNEL_POOL_MAX 64 /* most threads in one pool */
+
+/*
+ * Create a pool of @threads threads in all, the caller of each pooled
+ * call counted: @threads - 1 helpers are started and sleep until work
+ * comes.  Returns 0 and the pool in @pool, -EINVAL for threads outside
+ * [1, KN_KERNEL_POOL_MAX] or a NULL @pool, -ENOMEM, or the error of
+ * pthread_create().
+ */
+KN_EXPORT int kn_kernel_pool_create(unsigned int threads,
+				    struct kn_kernel_pool **pool);
+
+/* Stop and join the helpers, free the pool.  NULL-safe; not concurrent
+ * with a call on the same pool. */
+KN_EXPORT void kn_kernel_pool_destroy(struct kn_kernel_pool *pool);
+
+/* Threads of @pool, the caller counted (1 for NULL). */
+KN_EXPORT unsigned int
+kn_kernel_pool_threads(const struct kn_kernel_pool *pool);
+
+/*
+ * kn_sum() and kn_update() split over @pool (which may be NULL).  They
+ * block until every range is done.  Calls on one pool from several
+ * threads are safe and take turns; calls on different pools run at once.
+ */
+KN_EXPORT int kn_sum_pool(struct kn_kernel_pool *pool, void *dst,
+			  enum kn_dtype dst_type, const void *const *src,
+			  unsigned int n, enum kn_dtype src_type, size_t count,
+			  float alpha);
+KN_EXPORT int kn_update_pool(struct kn_kernel_pool *pool,
+			     const struct kn_update_params *params, float *w,
+			     float *m, float *v, const void *const *grad,
+			     unsigned int n, enum kn_dtype grad_type,
+			     size_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,22 +90,24 @@ KN_INLINE float sum1(enum kn_dtype st_, const void *first,
 
 KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 			const void *first, const void *const *rest,
-			unsigned int nrest, size_t count, float alpha, bool nt)
+			unsigned int nrest, size_t begin, size_t end, float alpha,
+			bool nt)
 {
 	const KN_V va = v_set1(alpha);
-	size_t i = 0, head;
+	size_t i = begin, head;
 
 	if (nt) {
-		head = nt_head(ot, dst, count);
+		head = nt_head(ot, (const char *)dst + begin * dsize[ot],
+			       end - begin);
 		if (head == (size_t)-1)
 			nt = false;
 		else
-			for (; i < head; i++)
+			for (; i < begin + head; i++)
 				kn__store1(ot, dst, i,
 					   sum1(it, first, rest, nrest, i) *
 						   alpha);
 	}
-	for (; i + KN_UNROLL * KN_VW <= count; i += KN_UNROLL * KN_VW) {
+	for (; i + KN_UNROLL * KN_VW <= end; i += KN_UNROLL * KN_VW) {
 		KN_V acc[KN_UNROLL];
 
 #pragma GCC unroll 4
@@ -122,14 +124,14 @@ KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 		for (int u = 0; u < KN_UNROLL; u++)
 			st(ot, nt, dst, i + u * KN_VW, v_mul(acc[u], va));
 	}
-	for (; i + KN_VW <= count; i += KN_VW) {
+	for (; i + KN_VW <= end; i += KN_VW) {
 		KN_V acc = ld(it, first, i);
 
 		for (unsigned int k = 0; k < nrest; k++)
 			acc = v_add(acc, ld(it, rest[k], i));
 		st(ot, nt, dst, i, v_mul(acc, va));
 	}
-	for (; i < count; i++)
+	for (; i < end; i++)
 		kn__store1(ot, dst, i, sum1(it, first, rest, nrest, i) * alpha);
 	if (nt)
 		v_fence();
@@ -180,11 +182,11 @@ KN_INLINE void upd_apply(enum upd_kind kind, const struct kn__update_coef *c,
 KN_INLINE void upd_body(enum upd_kind kind, enum kn_dtype it,
 			const struct kn__update_coef *c, float *w, float *m,
 			float *v, const void *first, const void *const *rest,
-			unsigned int nrest, size_t count)
+			unsigned int nrest, size_t begin, size_t end)
 {
-	size_t i = 0;
+	size_t i = begin;
 
-	for (; i + KN_UNROLL * KN_VW <= count; i += KN_UNROLL * KN_VW) {
+	for (; i + KN_UNROLL * KN_VW <= end; i += KN_UNROLL * KN_VW) {
 		KN_V g[KN_UNROLL];
 
 #pragma GCC unroll 4
@@ -201,21 +203,21 @@ KN_INLINE void upd_body(enum upd_kind kind, enum kn_dtype it,
 		for (int u = 0; u < KN_UNROLL; u++)
 			upd_apply(kind, c, w, m, v, i + u * KN_VW, g[u]);
 	}
-	for (; i + KN_VW <= count; i += KN_VW) {
+	for (; i + KN_VW <= end; i += KN_VW) {
 		KN_V g = ld(it, first, i);
 
 		for (unsigned int k = 0; k < nrest; k++)
 			g = v_add(g, ld(it, rest[k], i));
 		upd_apply(kind, c, w, m, v, i, g);
 	}
-	if (i < count) {
+	if (i < end) {
 		/*
 		 * The last partial vector goes through the same formulas on
 		 * padded copies, so every element rounds the same way.
 		 */
 		float tg[KN_VW], tw[KN_VW] = { 0 }, tm[KN_VW] = { 0 },
 				 tv[KN_VW] = { 0 };
-		size_t r = count - i;
+		size_t r = end - i;
 
 		for (size_t e = 0; e < KN_VW; e++)
 			tg[e] = e < r ? sum1(it, first, rest, nrest, i + e)
@@ -255,9 +257,10 @@ KN_INLINE void convert_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 #define KN_SUM(name, it, ot)                                               \
 	static void name(void *dst, const void *first,                    \
 			 const void *const *rest, unsigned int nrest,     \
-			 size_t count, float alpha, bool nt)              \
+			 size_t begin, size_t end, float alpha, bool nt)  \
 	{                                                                  \
-		sum_body(it, ot, dst, first, rest, nrest, count, alpha, nt); \
+		sum_body(it, ot, dst, first, rest, nrest, begin, end, alpha, \
+			 nt);                                              \
 	}
 KN_SUM(sum_f32_f32, KN_DTYPE_FP32, KN_DTYPE_FP32)
 KN_SUM(sum_f16_f32, KN_DTYPE_FP16, KN_DTYPE_FP32)
@@ -269,9 +272,10 @@ KN_SUM(sum_bf16_bf16, KN_DTYPE_BF16, KN_DTYPE_BF16)
 	static void name(const struct kn__update_coef *c, float *w,       \
 			 float *m, float *v, const void *first,           \
 			 const void *const *rest, unsigned int nrest,     \
-			 size_t count)                                    \
+			 size_t begin, size_t end)                        \
 	{                                                                  \
-		upd_body(kind, it, c, w, m, v, first, rest, nrest, count); \
+		upd_body(kind, it, c, w, m, v, first, rest, nrest, begin,  \
+			 end);                                             \
 	}
 KN_UPD(sgd_f32, UPD_SGD, KN_DTYPE_FP32)
 KN_UPD(sgd_f16, UPD_SGD, KN_DTYPE_FP16)

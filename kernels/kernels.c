@@ -23,8 +23,15 @@
  */
 #define KN_NT_THRESHOLD_DEFAULT (8u << 20)
 
+/*
+ * Default for kn__pool_threshold, measured the same way: below it the
+ * microseconds of waking the helpers are not won back.
+ */
+#define KN_POOL_THRESHOLD_DEFAULT (2u << 20)
+
 const struct kn__kernel_ops *kn__kernels = &kn__kernel_ops_scalar;
 size_t kn__nt_threshold = KN_NT_THRESHOLD_DEFAULT;
+size_t kn__pool_threshold = KN_POOL_THRESHOLD_DEFAULT;
 
 static const char *const path_names[] = {
 	[KN_KERNEL_SCALAR] = "scalar",
@@ -96,11 +103,30 @@ const struct kn__kernel_ops *kn__kernel_ops_get(enum kn_kernel_path path)
 	return NULL;
 }
 
+/*
+ * A byte count from the environment: a number (decimal, or 0x hex), or
+ * "off" for never.  Anything else leaves @v as it was.
+ */
+static void parse_bytes(const char *s, size_t *v)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!s || !*s)
+		return;
+	if (strcmp(s, "off") == 0) {
+		*v = (size_t)-1;
+		return;
+	}
+	x = strtoull(s, &end, 0);
+	if (*end == '\0')
+		*v = (size_t)x;
+}
+
 __attribute__((constructor)) static void kernels_init(void)
 {
 	enum kn_kernel_path max = KN_KERNEL_AVX512;
 	const char *env = getenv("KANEL_KERNELS");
-	const char *nt = getenv("KANEL_NT_THRESHOLD");
 
 	if (env)
 		for (int p = KN_KERNEL_SCALAR; p <= KN_KERNEL_AVX512; p++)
@@ -115,15 +141,8 @@ __attribute__((constructor)) static void kernels_init(void)
 			break;
 		}
 	}
-	if (nt && *nt) {
-		char *end;
-		unsigned long long v = strtoull(nt, &end, 0);
-
-		if (strcmp(nt, "off") == 0)
-			kn__nt_threshold = (size_t)-1;
-		else if (*end == '\0')
-			kn__nt_threshold = (size_t)v;
-	}
+	parse_bytes(getenv("KANEL_NT_THRESHOLD"), &kn__nt_threshold);
+	parse_bytes(getenv("KANEL_POOL_THRESHOLD"), &kn__pool_threshold);
 }
 
 static bool pointers_ok(const void *const *p, unsigned int n)
@@ -136,17 +155,20 @@ static bool pointers_ok(const void *const *p, unsigned int n)
 	return true;
 }
 
-static bool use_nt(size_t count, unsigned int n_read, size_t isz, size_t osz)
+/* Bytes a pass reads and writes; cannot overflow for any real buffer. */
+static size_t pass_bytes(size_t count, unsigned int n_read, size_t isz,
+			 size_t osz)
 {
-	/* bytes of the whole pass; cannot overflow for any real buffer */
-	return count * ((size_t)n_read * isz + osz) >= kn__nt_threshold;
+	return count * ((size_t)n_read * isz + osz);
 }
 
-int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
-	   unsigned int n, enum kn_dtype src_type, size_t count, float alpha)
+int kn_sum_pool(struct kn_kernel_pool *pool, void *dst, enum kn_dtype dst_type,
+		const void *const *src, unsigned int n, enum kn_dtype src_type,
+		size_t count, float alpha)
 {
 	const struct kn__kernel_ops *ops = kn__kernels;
-	kn__sum_fn *fn;
+	struct kn__job j;
+	size_t bytes;
 
 	if (n == 0 || !dtype_ok(src_type) ||
 	    (dst_type != KN_DTYPE_FP32 && dst_type != src_type))
@@ -155,11 +177,26 @@ int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
 		return 0;
 	if (!dst || !pointers_ok(src, n))
 		return -EINVAL;
-	fn = dst_type == KN_DTYPE_FP32 ? ops->sum_to_f32[src_type]
-				       : ops->sum_same[src_type];
-	fn(dst, src[0], src + 1, n - 1, count, alpha,
-	   use_nt(count, n, dtype_sizes[src_type], dtype_sizes[dst_type]));
+	bytes = pass_bytes(count, n, dtype_sizes[src_type], dtype_sizes[dst_type]);
+	j = (struct kn__job){
+		.count = count,
+		.first = src[0],
+		.rest = src + 1,
+		.nrest = n - 1,
+		.sum = dst_type == KN_DTYPE_FP32 ? ops->sum_to_f32[src_type]
+						 : ops->sum_same[src_type],
+		.dst = dst,
+		.alpha = alpha,
+		.nt = bytes >= kn__nt_threshold,
+	};
+	kn__pool_run(pool, &j, bytes);
 	return 0;
+}
+
+int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
+	   unsigned int n, enum kn_dtype src_type, size_t count, float alpha)
+{
+	return kn_sum_pool(NULL, dst, dst_type, src, n, src_type, count, alpha);
 }
 
 int kn_sum_inplace(void *acc, const void *const *src, unsigned int n,
@@ -174,8 +211,9 @@ int kn_sum_inplace(void *acc, const void *const *src, unsigned int n,
 	if (!acc || (n > 0 && !pointers_ok(src, n)))
 		return -EINVAL;
 	esz = dtype_sizes[type];
-	kn__kernels->sum_same[type](acc, acc, src, n, count, alpha,
-				    use_nt(count, n + 1, esz, esz));
+	kn__kernels->sum_same[type](acc, acc, src, n, 0, count, alpha,
+				    pass_bytes(count, n + 1, esz, esz) >=
+					    kn__nt_threshold);
 	return 0;
 }
 
@@ -253,13 +291,15 @@ int kn__update_coef_init(const struct kn_update_params *p,
 	return 0;
 }
 
-int kn_update(const struct kn_update_params *params, float *w, float *m,
-	      float *v, const void *const *grad, unsigned int n,
-	      enum kn_dtype grad_type, size_t count)
+int kn_update_pool(struct kn_kernel_pool *pool,
+		   const struct kn_update_params *params, float *w, float *m,
+		   float *v, const void *const *grad, unsigned int n,
+		   enum kn_dtype grad_type, size_t count)
 {
 	const struct kn__kernel_ops *ops = kn__kernels;
 	struct kn__update_coef c;
-	kn__update_fn *fn;
+	struct kn__job j = { .count = count, .coef = &c, .w = w };
+	size_t state = 1; /* fp32 arrays read and written: w, m, v */
 	int ret;
 
 	if (!params || n == 0 || !dtype_ok(grad_type))
@@ -273,19 +313,35 @@ int kn_update(const struct kn_update_params *params, float *w, float *m,
 		return -EINVAL;
 	switch (params->optimizer) {
 	case KN_OPT_SGD:
-		fn = ops->sgd[grad_type];
+		j.update = ops->sgd[grad_type];
 		break;
 	case KN_OPT_MOMENTUM:
 		if (!m)
 			return -EINVAL;
-		fn = ops->momentum[grad_type];
+		j.update = ops->momentum[grad_type];
+		j.m = m;
+		state = 2;
 		break;
 	default: /* KN_OPT_ADAM; kn__update_coef_init() rejected anything else */
 		if (!m || !v)
 			return -EINVAL;
-		fn = ops->adam[grad_type];
+		j.update = ops->adam[grad_type];
+		j.m = m;
+		j.v = v;
+		state = 3;
 		break;
 	}
-	fn(&c, w, m, v, grad[0], grad + 1, n - 1, count);
+	j.first = grad[0];
+	j.rest = grad + 1;
+	j.nrest = n - 1;
+	kn__pool_run(pool, &j,
+		     pass_bytes(count, n, dtype_sizes[grad_type], 8 * state));
 	return 0;
+}
+
+int kn_update(const struct kn_update_params *params, float *w, float *m,
+	      float *v, const void *const *grad, unsigned int n,
+	      enum kn_dtype grad_type, size_t count)
+{
+	return kn_update_pool(NULL, params, w, m, v, grad, n, grad_type, count);
 }

@@ -20,13 +20,15 @@
 #define KN__NDTYPES 3
 
 /*
- * dst = alpha * (first + rest[0] + ... + rest[nrest - 1]), element-wise,
- * in fp32, adding in that order.  @nt asks for non-temporal stores (used
- * when dst is element-aligned; the function fences before returning).
+ * dst = alpha * (first + rest[0] + ... + rest[nrest - 1]), element-wise
+ * over the elements [begin, end) of every array, in fp32, adding in that
+ * order.  @nt asks for non-temporal stores (used when dst is element-
+ * aligned; the function fences before returning).  The range lets a pool
+ * of threads split one call without copying the array of input pointers.
  */
 typedef void kn__sum_fn(void *dst, const void *first,
 			const void *const *rest, unsigned int nrest,
-			size_t count, float alpha, bool nt);
+			size_t begin, size_t end, float alpha, bool nt);
 
 /* Per-call constants of an update, derived once from kn_update_params. */
 struct kn__update_coef {
@@ -49,11 +51,14 @@ struct kn__update_coef {
 int kn__update_coef_init(const struct kn_update_params *p,
 			 struct kn__update_coef *c);
 
-/* One fused update over n = 1 + nrest gradients; see kn_update(). */
+/*
+ * One fused update over n = 1 + nrest gradients, elements [begin, end);
+ * see kn_update().
+ */
 typedef void kn__update_fn(const struct kn__update_coef *c, float *w,
 			   float *m, float *v, const void *first,
 			   const void *const *rest, unsigned int nrest,
-			   size_t count);
+			   size_t begin, size_t end);
 
 typedef void kn__convert_fn(void *dst, const void *src, size_t count);
 
@@ -68,6 +73,41 @@ struct kn__kernel_ops {
 	kn__convert_fn *to_f32[KN__NDTYPES];  /* dtype -> fp32 */
 	kn__convert_fn *from_f32[KN__NDTYPES]; /* fp32 -> dtype */
 };
+
+/*
+ * One kernel call, as kn__pool_run() splits it: a sum (@sum set) or an
+ * update (@update set) over elements [0, count) of every array.
+ */
+struct kn__job {
+	size_t count;
+	const void *first;
+	const void *const *rest;
+	unsigned int nrest;
+	kn__sum_fn *sum;
+	void *dst;
+	float alpha;
+	bool nt;
+	kn__update_fn *update;
+	const struct kn__update_coef *coef;
+	float *w, *m, *v;
+};
+
+/* Runs elements [begin, end) of @j on the calling thread. */
+void kn__job_run(const struct kn__job *j, size_t begin, size_t end);
+
+/*
+ * Runs @j, a pass that moves @bytes, split over @pool's threads when the
+ * pass is at least kn__pool_threshold bytes, else (or with no pool) on
+ * the calling thread alone.  Returns when every part is done.
+ */
+void kn__pool_run(struct kn_kernel_pool *pool, const struct kn__job *j,
+		  size_t bytes);
+
+/*
+ * Smallest pass, in bytes read plus written, that a pool splits;
+ * KANEL_POOL_THRESHOLD overrides it at load time.
+ */
+extern size_t kn__pool_threshold;
 
 extern const struct kn__kernel_ops kn__kernel_ops_scalar;
 #ifdef KN_HAVE_AVX2

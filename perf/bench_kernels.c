@@ -64,6 +64,7 @@ static const char *const group_names[] = {
 static struct {
 	bool quick, csv, progress;
 	unsigned int reps;	  /* samples per measurement; 0: by duration */
+	unsigned int threads;	  /* --threads: kernel pool size, 0/1 none */
 	unsigned int max_samples; /* samples when they are short */
 	double budget_ns;	  /* time of a measurement when they are long */
 	size_t triad_bytes;
@@ -90,6 +91,7 @@ struct triad {
 };
 
 static double stream_gbps; /* the faster triad's */
+static struct kn_kernel_pool *pool_k; /* --threads above 1: every call's */
 static struct triad ref_triad; /* that triad, interleaved with large rows */
 static char *triad_mem[3];
 
@@ -231,7 +233,13 @@ static void emit(const char *kernel, enum kn_dtype t, unsigned int n,
 		 double stream, double ratio)
 {
 	double gbps = traffic / st->med; /* a byte per ns is 1e9 B/s */
-	char size[32];
+	char size[32], name[48];
+
+	/* pooled rows are reported apart from the single-thread ones */
+	if (pool_k && strncmp(kernel, "triad", 5) != 0) {
+		snprintf(name, sizeof(name), "%s_t%u", kernel, cfg.threads);
+		kernel = name;
+	}
 
 	if (cfg.csv) {
 		printf("%s,%s,%u,%zu,%.1f,%.6g,%.6g,%.6g\n", kernel,
@@ -357,28 +365,34 @@ static void run_sum(const void *ctx)
 {
 	const struct job *j = ctx;
 
-	check(kn_sum(j->out, j->dtype, j->in, j->n, j->dtype, j->count, 1.0f),
+	check(kn_sum_pool(pool_k, j->out, j->dtype, j->in, j->n, j->dtype,
+			  j->count, 1.0f),
 	      "kn_sum");
 }
 
 static void run_pairwise(const void *ctx)
 {
 	const struct job *j = ctx;
+	const void *pair[2] = {j->out, NULL};
 
-	check(kn_sum(j->out, j->dtype, j->in, 2, j->dtype, j->count, 1.0f),
+	check(kn_sum_pool(pool_k, j->out, j->dtype, j->in, 2, j->dtype,
+			  j->count, 1.0f),
 	      "kn_sum");
-	for (unsigned int k = 2; k < j->n; k++)
-		check(kn_sum_inplace(j->out, &j->in[k], 1, j->dtype, j->count,
-				     1.0f),
-		      "kn_sum_inplace");
+	/* dst += src: kn_sum_inplace's pass, which a pool can split too */
+	for (unsigned int k = 2; k < j->n; k++) {
+		pair[1] = j->in[k];
+		check(kn_sum_pool(pool_k, j->out, j->dtype, pair, 2, j->dtype,
+				  j->count, 1.0f),
+		      "kn_sum");
+	}
 }
 
 static void run_update(const void *ctx)
 {
 	const struct job *j = ctx;
 
-	check(kn_update(&j->par, j->w, j->m, j->v, j->in, j->n, KN_DTYPE_FP32,
-			j->count),
+	check(kn_update_pool(pool_k, &j->par, j->w, j->m, j->v, j->in, j->n,
+			     KN_DTYPE_FP32, j->count),
 	      "kn_update");
 }
 
@@ -387,11 +401,11 @@ static void run_two_pass(const void *ctx)
 	const struct job *j = ctx;
 	const void *sum = j->scratch;
 
-	check(kn_sum(j->scratch, KN_DTYPE_FP32, j->in, j->n, KN_DTYPE_FP32,
-		     j->count, 1.0f),
+	check(kn_sum_pool(pool_k, j->scratch, KN_DTYPE_FP32, j->in, j->n,
+			  KN_DTYPE_FP32, j->count, 1.0f),
 	      "kn_sum");
-	check(kn_update(&j->par, j->w, j->m, j->v, &sum, 1, KN_DTYPE_FP32,
-			j->count),
+	check(kn_update_pool(pool_k, &j->par, j->w, j->m, j->v, &sum, 1,
+			     KN_DTYPE_FP32, j->count),
 	      "kn_update");
 }
 
@@ -584,11 +598,14 @@ static void usage(void)
 	       "  --dtypes LIST   dtypes of the sums: fp32,fp16,bf16\n"
 	       "  --kernels LIST  sum,pairwise,sgd,momentum,adam,alias\n"
 	       "  --reps N        samples per measurement (1..%d)\n"
-	       "The triad always runs; sums' ratios need pairwise.  Updates\n"
-	       "take fp32 gradients; alias runs with the fp32 sums at N = 8,\n"
-	       "16 and sizes 4K, 64K, 1M, 16M.  The library reads the\n"
-	       "environment variables KANEL_KERNELS and KANEL_NT_THRESHOLD.\n",
-	       MAX_INPUTS, MAX_REPS);
+	       "  --threads T     every kernel call split over a kernel pool\n"
+	       "                  of T threads (1..%d); rows named KERNEL_tT\n"
+	       "The triad always runs, on one thread; sums' ratios need\n"
+	       "pairwise.  Updates take fp32 gradients; alias runs with the\n"
+	       "fp32 sums at N = 8, 16 and sizes 4K, 64K, 1M, 16M.  The\n"
+	       "library reads the environment variables KANEL_KERNELS,\n"
+	       "KANEL_NT_THRESHOLD and KANEL_POOL_THRESHOLD.\n",
+	       MAX_INPUTS, MAX_REPS, KN_KERNEL_POOL_MAX);
 }
 
 static void __attribute__((noreturn))
@@ -656,6 +673,7 @@ static void parse_args(int argc, char **argv)
 		{"dtypes", required_argument, NULL, 'd'},
 		{"kernels", required_argument, NULL, 'k'},
 		{"reps", required_argument, NULL, 'r'},
+		{"threads", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -701,6 +719,11 @@ static void parse_args(int argc, char **argv)
 			cfg.groups = 0;
 			for (unsigned int i = 0; i < n; i++)
 				cfg.groups |= 1u << list[i];
+			break;
+		case 't':
+			parse_list("threads", optarg, NULL, 1,
+				   KN_KERNEL_POOL_MAX, false, list);
+			cfg.threads = (unsigned int)list[0];
 			break;
 		case 'r':
 			parse_list("reps", optarg, NULL, 1, MAX_REPS, false,
@@ -767,8 +790,10 @@ static void print_header(const struct stats triad[2])
 	const char *nt = getenv("KANEL_NT_THRESHOLD");
 	double bytes = 3.0 * cfg.triad_bytes;
 
-	fprintf(f, "# kanel kernel path %s, 1 thread\n",
-		kn_kernel_path_name(kn_kernel_path_active()));
+	fprintf(f, "# kanel kernel path %s, %u thread%s\n",
+		kn_kernel_path_name(kn_kernel_path_active()),
+		kn_kernel_pool_threads(pool_k),
+		kn_kernel_pool_threads(pool_k) > 1 ? "s (kernel pool)" : "");
 	fprintf(f,
 		"# triad 3 x %zu MiB fp32: %.2f GB/s regular stores, %.2f GB/s "
 		"non-temporal; baseline %.2f GB/s\n",
@@ -800,6 +825,9 @@ int main(int argc, char **argv)
 	size_t maxb = 0;
 
 	parse_args(argc, argv);
+	if (cfg.threads > 1)
+		check(kn_kernel_pool_create(cfg.threads, &pool_k),
+		      "kn_kernel_pool_create");
 	make_pattern();
 	bench_triad(triad);
 	print_header(triad);
@@ -829,5 +857,6 @@ int main(int argc, char **argv)
 		free(pool.base[k]);
 	for (int k = 0; k < 3; k++)
 		free(triad_mem[k]);
+	kn_kernel_pool_destroy(pool_k);
 	return 0;
 }

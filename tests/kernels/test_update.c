@@ -158,7 +158,8 @@ PATH_TEST(update, matches_formulas)
 				memcpy(m0, rm, sizeof(m0));
 				memcpy(v0, rv, sizeof(v0));
 				pick(ops, p.optimizer, dt)(&k, w, m, v, g[0],
-							   g + 1, N - 1, LEN);
+							   g + 1, N - 1, 0,
+							   LEN);
 				ref_update(&p, rw, rm, rv, g, N, dt, LEN);
 				for (size_t i = 0; i < LEN; i++) {
 					float sw, sm, sv;
@@ -199,12 +200,15 @@ PATH_TEST(update, fused_equals_sum_then_update)
 			m1[i] = m2[i] = rnd_float(&seed);
 			v1[i] = v2[i] = fabsf(rnd_float(&seed));
 		}
+		/* the fused one in two ranges, as a pool would run it */
 		pick(ops, p.optimizer, KN_DTYPE_FP32)(&k, w1, m1, v1, g[0],
-						      g + 1, N - 1, LEN);
-		ops->sum_to_f32[KN_DTYPE_FP32](sum, g[0], g + 1, N - 1, LEN,
+						      g + 1, N - 1, 0, 333);
+		pick(ops, p.optimizer, KN_DTYPE_FP32)(&k, w1, m1, v1, g[0],
+						      g + 1, N - 1, 333, LEN);
+		ops->sum_to_f32[KN_DTYPE_FP32](sum, g[0], g + 1, N - 1, 0, LEN,
 					       1.0f, false);
 		pick(ops, p.optimizer, KN_DTYPE_FP32)(&k, w2, m2, v2, s[0],
-						      NULL, 0, LEN);
+						      NULL, 0, 0, LEN);
 		cr_assert_eq(memcmp(w1, w2, sizeof(w1)), 0, "case %zu", c);
 		cr_assert_eq(memcmp(m1, m2, sizeof(m1)), 0, "case %zu", c);
 		cr_assert_eq(memcmp(v1, v2, sizeof(v1)), 0, "case %zu", c);
