@@ -11,6 +11,10 @@
  * sum-then-update.  Every figure is a median with min and max.  GB/s
  * counts the bytes a call reads plus writes, frac_of_stream divides it by
  * the faster triad, and ratio is the baseline's time over the kernel's.
+ * A kernel and its baseline (and, for inputs of 4 MiB and more, a 64 MiB
+ * triad) are sampled in turn, so ratios compare the same stretch of time.
+ * With --threads T every kernel call goes through a kernel pool of T
+ * threads, and the rows are named KERNEL_tT.
  * Buffers sit at distinct offsets modulo 4 KiB, as kanel.h advises;
  * sum_alias4k shows what a many-input sum costs when they do not.  It
  * prints figures and judges nothing: it is not a test.
@@ -43,6 +47,7 @@
 #define REF_TRIAD_MIB 64 /* arrays of the interleaved triad: 6x the LLC */
 #define MIN_SAMPLES 5
 #define SAMPLE_NS   50e3 /* shortest sample: far above the clock's cost */
+#define WARM_NS     5e6	 /* calls shorter than this are warmed (see below) */
 #define PAGE_ALIGN  4096
 #define STAGGER	    320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
 #define PATTERN_LEN 16384
@@ -68,7 +73,7 @@ static struct {
 	unsigned int max_samples; /* samples when they are short */
 	double budget_ns;	  /* time of a measurement when they are long */
 	size_t triad_bytes;
-	bool upd_n8_only; /* quick mode's default: updates at N = 8 alone */
+	bool upd_quick; /* quick mode's default: updates at N = 2 and 8 */
 	size_t sizes[MAX_LIST], inputs[MAX_LIST];
 	unsigned int nsizes, ninputs;
 	unsigned int dtypes[MAX_LIST], ndtypes;
@@ -171,9 +176,10 @@ static struct stats summarize(double *sample, unsigned int n)
 /*
  * Median, min and max time of one call of each of the @k functions
  * @fn[i](@ctx[i]), their samples taken in turn (fn[0], fn[1], ... then
- * again), so that a ratio between them compares the same stretch of
- * time: this machine's memory bandwidth drifts by tens of percent within
- * a run.  Short calls are timed in batches so that a sample lasts at
+ * fn[1], fn[2], ..., fn[0], the order rotating so that none always
+ * follows the same one), so that a ratio between them compares the same
+ * stretch of time: this machine's memory bandwidth drifts by tens of
+ * percent within a run.  Short calls are timed in batches so that a sample lasts at
  * least SAMPLE_NS; long samples are fewer (down to MIN_SAMPLES), which
  * keeps the large sizes affordable.
  */
@@ -182,6 +188,7 @@ static void measure_set(unsigned int k, bench_fn *const fn[],
 {
 	static double sample[MAX_SET][MAX_REPS];
 	unsigned long batch[MAX_SET];
+	double once[MAX_SET]; /* ns of one call */
 	unsigned int want = cfg.reps;
 	double slowest = 0;
 
@@ -199,6 +206,7 @@ static void measure_set(unsigned int k, bench_fn *const fn[],
 			batch[f] = next > 2 * batch[f] ? next : 2 * batch[f];
 			t = time_batch(fn[f], ctx[f], batch[f]);
 		}
+		once[f] = t / (double)batch[f];
 		slowest = fmax(slowest, t);
 	}
 	if (!want)
@@ -206,9 +214,19 @@ static void measure_set(unsigned int k, bench_fn *const fn[],
 			fmin(cfg.budget_ns / slowest, cfg.max_samples),
 			MIN_SAMPLES);
 	for (unsigned int n = 0; n < want; n++)
-		for (unsigned int f = 0; f < k; f++)
+		for (unsigned int r = 0, f = n % k; r < k; r++, f = (f + 1) % k) {
+			/*
+			 * The function sampled before this one left the
+			 * caches in its own state (the triad flushes them):
+			 * one untimed call first, so that a pass small enough
+			 * to stay in the last-level cache is timed warm
+			 * whatever ran before it.  Longer passes do not fit.
+			 */
+			if (k > 1 && once[f] < WARM_NS)
+				fn[f](ctx[f]);
 			sample[f][n] = time_batch(fn[f], ctx[f], batch[f]) /
 				       (double)batch[f];
+		}
 	for (unsigned int f = 0; f < k; f++)
 		st[f] = summarize(sample[f], want);
 }
@@ -574,7 +592,7 @@ static void bench_updates(void)
 		for (unsigned int ni = 0; ni < cfg.ninputs; ni++) {
 			unsigned int n = (unsigned int)cfg.inputs[ni];
 
-			if (cfg.upd_n8_only && n != 8)
+			if (cfg.upd_quick && n != 2 && n != 8)
 				continue;
 			progress(names[o], KN_DTYPE_FP32, n);
 			for (unsigned int si = 0; si < cfg.nsizes; si++) {
@@ -754,7 +772,7 @@ static void parse_args(int argc, char **argv)
 		cfg.ninputs = cfg.quick ? 3 : 4;
 		memcpy(cfg.inputs, cfg.quick ? quick_inputs : full_inputs,
 		       cfg.ninputs * sizeof(size_t));
-		cfg.upd_n8_only = cfg.quick;
+		cfg.upd_quick = cfg.quick;
 	}
 	if (!cfg.ndtypes) {
 		cfg.ndtypes = 3;
