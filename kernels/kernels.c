@@ -11,6 +11,9 @@
  */
 #include <errno.h>
 #include <math.h>
+#ifdef KN_HAVE_AVX2
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,15 +75,25 @@ enum kn_kernel_path kn_kernel_path_active(void)
 	return kn__kernels->path;
 }
 
+#ifdef KN_HAVE_AVX2
+/* F16C from CPUID leaf 1 (ECX bit 29): not every compiler's builtin knows it. */
+static bool cpu_has_f16c(void)
+{
+	unsigned int a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 static bool cpu_has_avx2(void)
 {
+	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
+	       cpu_has_f16c();
 }
+#endif
 
 const struct kn__kernel_ops *kn__kernel_ops_get(enum kn_kernel_path path)
 {
-	__builtin_cpu_init();
 	switch (path) {
 	case KN_KERNEL_SCALAR:
 		return &kn__kernel_ops_scalar;

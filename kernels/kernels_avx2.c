@@ -31,7 +31,7 @@ static inline __m256 v_ld_f32(const float *p)
 
 static inline __m256 v_ld_f16(const uint16_t *p)
 {
-	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
 /*
@@ -47,7 +47,7 @@ static inline __m256 v_ld_bf16(const uint16_t *p)
 		-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
 		-1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
 	__m256i x = _mm256_broadcastsi128_si256(
-		_mm_loadu_si128((const __m128i *)p));
+		_mm_loadu_si128((const __m128i *)(const void *)p));
 
 	return _mm256_castsi256_ps(_mm256_shuffle_epi8(x, spread));
 }
@@ -83,12 +83,12 @@ static inline void v_st_f32(float *p, __m256 v)
 
 static inline void v_st_f16(uint16_t *p, __m256 v)
 {
-	_mm_storeu_si128((__m128i *)p, to_f16(v));
+	_mm_storeu_si128((__m128i *)(void *)p, to_f16(v));
 }
 
 static inline void v_st_bf16(uint16_t *p, __m256 v)
 {
-	_mm_storeu_si128((__m128i *)p, to_bf16(v));
+	_mm_storeu_si128((__m128i *)(void *)p, to_bf16(v));
 }
 
 static inline void v_nt_f32(float *p, __m256 v)

@@ -30,13 +30,13 @@ static inline __m512 v_ld_f32(const float *p)
 
 static inline __m512 v_ld_f16(const uint16_t *p)
 {
-	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
 }
 
 static inline __m512 v_ld_bf16(const uint16_t *p)
 {
 	__m512i x = _mm512_cvtepu16_epi32(
-		_mm256_loadu_si256((const __m256i *)p));
+		_mm256_loadu_si256((const __m256i *)(const void *)p));
 
 	return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
@@ -69,12 +69,12 @@ static inline void v_st_f32(float *p, __m512 v)
 
 static inline void v_st_f16(uint16_t *p, __m512 v)
 {
-	_mm256_storeu_si256((__m256i *)p, to_f16(v));
+	_mm256_storeu_si256((__m256i *)(void *)p, to_f16(v));
 }
 
 static inline void v_st_bf16(uint16_t *p, __m512 v)
 {
-	_mm256_storeu_si256((__m256i *)p, to_bf16(v));
+	_mm256_storeu_si256((__m256i *)(void *)p, to_bf16(v));
 }
 
 static inline void v_nt_f32(float *p, __m512 v)
