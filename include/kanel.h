@@ -112,7 +112,7 @@ KN_EXPORT int kn_convert(void *dst, enum kn_dtype dst_type, const void *src,
 
 /* Optimizers that kn_update() fuses with the aggregation. */
 enum kn_optimizer {
-	KN_OPT_SGD = 0,      /* w -= lr * g */
+	KN_OPT_SGD = 0,	     /* w -= lr * g */
 	KN_OPT_MOMENTUM = 1, /* m = mu * m + g; w -= lr * m (or Nesterov) */
 	KN_OPT_ADAM = 2,     /* Adam with bias correction */
 };
@@ -126,14 +126,14 @@ enum kn_optimizer {
  */
 struct kn_update_params {
 	enum kn_optimizer optimizer;
-	uint32_t flags;       /* KN_UPDATE_* */
-	float lr;             /* learning rate */
-	float grad_scale;     /* e.g. 1/n to average n contributions */
-	float weight_decay;   /* L2 penalty folded into g; 0 for none */
-	float momentum;       /* mu, momentum only */
-	float beta1, beta2;   /* Adam moment decays, e.g. 0.9, 0.999 */
-	float eps;            /* Adam denominator guard, e.g. 1e-8 */
-	uint64_t step;        /* Adam: 1-based step for bias correction */
+	uint32_t flags;	    /* KN_UPDATE_* */
+	float lr;	    /* learning rate */
+	float grad_scale;   /* e.g. 1/n to average n contributions */
+	float weight_decay; /* L2 penalty folded into g; 0 for none */
+	float momentum;	    /* mu, momentum only */
+	float beta1, beta2; /* Adam moment decays, e.g. 0.9, 0.999 */
+	float eps;	    /* Adam denominator guard, e.g. 1e-8 */
+	uint64_t step;	    /* Adam: 1-based step for bias correction */
 };
 
 /*

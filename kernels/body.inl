@@ -90,8 +90,8 @@ KN_INLINE float sum1(enum kn_dtype st_, const void *first,
 
 KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 			const void *first, const void *const *rest,
-			unsigned int nrest, size_t begin, size_t end, float alpha,
-			bool nt)
+			unsigned int nrest, size_t begin, size_t end,
+			float alpha, bool nt)
 {
 	const KN_V va = v_set1(alpha);
 	size_t i = begin, head;
@@ -118,7 +118,8 @@ KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 
 #pragma GCC unroll 4
 			for (int u = 0; u < KN_UNROLL; u++)
-				acc[u] = v_add(acc[u], ld(it, p, i + u * KN_VW));
+				acc[u] =
+					v_add(acc[u], ld(it, p, i + u * KN_VW));
 		}
 #pragma GCC unroll 4
 		for (int u = 0; u < KN_UNROLL; u++)
@@ -254,13 +255,13 @@ KN_INLINE void convert_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 }
 
 /* Instantiate one function per (input, output) dtype pair. */
-#define KN_SUM(name, it, ot)                                               \
-	static void name(void *dst, const void *first,                    \
-			 const void *const *rest, unsigned int nrest,     \
-			 size_t begin, size_t end, float alpha, bool nt)  \
-	{                                                                  \
+#define KN_SUM(name, it, ot)                                                 \
+	static void name(void *dst, const void *first,                       \
+			 const void *const *rest, unsigned int nrest,        \
+			 size_t begin, size_t end, float alpha, bool nt)     \
+	{                                                                    \
 		sum_body(it, ot, dst, first, rest, nrest, begin, end, alpha, \
-			 nt);                                              \
+			 nt);                                                \
 	}
 KN_SUM(sum_f32_f32, KN_DTYPE_FP32, KN_DTYPE_FP32)
 KN_SUM(sum_f16_f32, KN_DTYPE_FP16, KN_DTYPE_FP32)
@@ -268,14 +269,13 @@ KN_SUM(sum_bf16_f32, KN_DTYPE_BF16, KN_DTYPE_FP32)
 KN_SUM(sum_f16_f16, KN_DTYPE_FP16, KN_DTYPE_FP16)
 KN_SUM(sum_bf16_bf16, KN_DTYPE_BF16, KN_DTYPE_BF16)
 
-#define KN_UPD(name, kind, it)                                             \
-	static void name(const struct kn__update_coef *c, float *w,       \
-			 float *m, float *v, const void *first,           \
-			 const void *const *rest, unsigned int nrest,     \
-			 size_t begin, size_t end)                        \
-	{                                                                  \
-		upd_body(kind, it, c, w, m, v, first, rest, nrest, begin,  \
-			 end);                                             \
+#define KN_UPD(name, kind, it)                                                 \
+	static void name(const struct kn__update_coef *c, float *w, float *m,  \
+			 float *v, const void *first, const void *const *rest, \
+			 unsigned int nrest, size_t begin, size_t end)         \
+	{                                                                      \
+		upd_body(kind, it, c, w, m, v, first, rest, nrest, begin,      \
+			 end);                                                 \
 	}
 KN_UPD(sgd_f32, UPD_SGD, KN_DTYPE_FP32)
 KN_UPD(sgd_f16, UPD_SGD, KN_DTYPE_FP16)
@@ -287,10 +287,10 @@ KN_UPD(adam_f32, UPD_ADAM, KN_DTYPE_FP32)
 KN_UPD(adam_f16, UPD_ADAM, KN_DTYPE_FP16)
 KN_UPD(adam_bf16, UPD_ADAM, KN_DTYPE_BF16)
 
-#define KN_CVT(name, it, ot)                                               \
-	static void name(void *dst, const void *src, size_t count)         \
-	{                                                                  \
-		convert_body(it, ot, dst, src, count);                     \
+#define KN_CVT(name, it, ot)                                       \
+	static void name(void *dst, const void *src, size_t count) \
+	{                                                          \
+		convert_body(it, ot, dst, src, count);             \
 	}
 KN_CVT(cvt_f16_f32, KN_DTYPE_FP16, KN_DTYPE_FP32)
 KN_CVT(cvt_bf16_f32, KN_DTYPE_BF16, KN_DTYPE_FP32)

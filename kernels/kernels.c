@@ -87,8 +87,8 @@ static bool cpu_has_f16c(void)
 static bool cpu_has_avx2(void)
 {
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       cpu_has_f16c();
+	return __builtin_cpu_supports("avx2") &&
+	       __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 #endif
 
@@ -190,7 +190,8 @@ int kn_sum_pool(struct kn_kernel_pool *pool, void *dst, enum kn_dtype dst_type,
 		return 0;
 	if (!dst || !pointers_ok(src, n))
 		return -EINVAL;
-	bytes = pass_bytes(count, n, dtype_sizes[src_type], dtype_sizes[dst_type]);
+	bytes = pass_bytes(count, n, dtype_sizes[src_type],
+			   dtype_sizes[dst_type]);
 	j = (struct kn__job){
 		.count = count,
 		.first = src[0],
@@ -292,10 +293,11 @@ int kn__update_coef_init(const struct kn_update_params *p,
 		k.c2 = 1.0f - p->beta2;
 		k.eps = p->eps;
 		/* in double: for large t, 1 - beta^t must keep its digits */
-		k.step_size = (float)(p->lr /
-				      (1.0 - pow(p->beta1, (double)p->step)));
-		k.inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(p->beta2,
-							      (double)p->step)));
+		k.step_size =
+			(float)(p->lr / (1.0 - pow(p->beta1, (double)p->step)));
+		k.inv_sqrt_bc2 =
+			(float)(1.0 /
+				sqrt(1.0 - pow(p->beta2, (double)p->step)));
 		break;
 	default:
 		return -EINVAL;

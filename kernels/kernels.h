@@ -26,19 +26,19 @@
  * aligned; the function fences before returning).  The range lets a pool
  * of threads split one call without copying the array of input pointers.
  */
-typedef void kn__sum_fn(void *dst, const void *first,
-			const void *const *rest, unsigned int nrest,
-			size_t begin, size_t end, float alpha, bool nt);
+typedef void kn__sum_fn(void *dst, const void *first, const void *const *rest,
+			unsigned int nrest, size_t begin, size_t end,
+			float alpha, bool nt);
 
 /* Per-call constants of an update, derived once from kn_update_params. */
 struct kn__update_coef {
-	float lr;         /* SGD and momentum step */
-	float scale;      /* grad_scale */
-	float wd;         /* weight decay */
-	float mu;         /* momentum */
-	float b1, c1;     /* Adam: beta1 and 1 - beta1 */
-	float b2, c2;     /* Adam: beta2 and 1 - beta2 */
-	float step_size;  /* Adam: lr / (1 - beta1^t) */
+	float lr;	    /* SGD and momentum step */
+	float scale;	    /* grad_scale */
+	float wd;	    /* weight decay */
+	float mu;	    /* momentum */
+	float b1, c1;	    /* Adam: beta1 and 1 - beta1 */
+	float b2, c2;	    /* Adam: beta2 and 1 - beta2 */
+	float step_size;    /* Adam: lr / (1 - beta1^t) */
 	float inv_sqrt_bc2; /* Adam: 1 / sqrt(1 - beta2^t) */
 	float eps;
 	bool nesterov;
@@ -55,22 +55,21 @@ int kn__update_coef_init(const struct kn_update_params *p,
  * One fused update over n = 1 + nrest gradients, elements [begin, end);
  * see kn_update().
  */
-typedef void kn__update_fn(const struct kn__update_coef *c, float *w,
-			   float *m, float *v, const void *first,
-			   const void *const *rest, unsigned int nrest,
-			   size_t begin, size_t end);
+typedef void kn__update_fn(const struct kn__update_coef *c, float *w, float *m,
+			   float *v, const void *first, const void *const *rest,
+			   unsigned int nrest, size_t begin, size_t end);
 
 typedef void kn__convert_fn(void *dst, const void *src, size_t count);
 
 struct kn__kernel_ops {
 	enum kn_kernel_path path;
 	/* indexed by the input dtype */
-	kn__sum_fn *sum_to_f32[KN__NDTYPES];  /* fp32 output */
-	kn__sum_fn *sum_same[KN__NDTYPES];    /* output in the input dtype */
+	kn__sum_fn *sum_to_f32[KN__NDTYPES]; /* fp32 output */
+	kn__sum_fn *sum_same[KN__NDTYPES];   /* output in the input dtype */
 	kn__update_fn *sgd[KN__NDTYPES];
 	kn__update_fn *momentum[KN__NDTYPES];
 	kn__update_fn *adam[KN__NDTYPES];
-	kn__convert_fn *to_f32[KN__NDTYPES];  /* dtype -> fp32 */
+	kn__convert_fn *to_f32[KN__NDTYPES];   /* dtype -> fp32 */
 	kn__convert_fn *from_f32[KN__NDTYPES]; /* fp32 -> dtype */
 };
 

@@ -11,11 +11,13 @@
 #include "kernels.h"
 #include "scalar.h"
 
-#define KN_V __m256
-#define KN_VW 8
-#define KN_PATH KN_KERNEL_AVX2
+#define KN_V	    __m256
+#define KN_VW	    8
+#define KN_PATH	    KN_KERNEL_AVX2
 #define KN_OPS_NAME kn__kernel_ops_avx2
 
+/* The vocabulary reads best one operation a line. */
+/* clang-format off */
 static inline __m256 v_set1(float a) { return _mm256_set1_ps(a); }
 static inline __m256 v_add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 static inline __m256 v_mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
@@ -23,6 +25,7 @@ static inline __m256 v_div(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
 static inline __m256 v_sqrt(__m256 a) { return _mm256_sqrt_ps(a); }
 static inline __m256 v_fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline __m256 v_fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
+/* clang-format on */
 
 static inline __m256 v_ld_f32(const float *p)
 {
@@ -31,7 +34,8 @@ static inline __m256 v_ld_f32(const float *p)
 
 static inline __m256 v_ld_f16(const uint16_t *p)
 {
-	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+	return _mm256_cvtph_ps(
+		_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
 /*
@@ -44,8 +48,8 @@ static inline __m256 v_ld_f16(const uint16_t *p)
 static inline __m256 v_ld_bf16(const uint16_t *p)
 {
 	const __m256i spread = _mm256_setr_epi8(
-		-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
-		-1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+		-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1, -1,
+		8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
 	__m256i x = _mm256_broadcastsi128_si256(
 		_mm_loadu_si128((const __m128i *)(const void *)p));
 
@@ -64,8 +68,8 @@ static inline __m128i to_bf16(__m256 v)
 	__m256i hi = _mm256_srli_epi32(x, 16);
 	__m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
 	__m256i r = _mm256_srli_epi32(
-		_mm256_add_epi32(x, _mm256_add_epi32(
-					    lsb, _mm256_set1_epi32(0x7fff))),
+		_mm256_add_epi32(
+			x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
 		16);
 	__m256i qnan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
 	__m256i isnan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));

@@ -10,11 +10,13 @@
 #include "kernels.h"
 #include "scalar.h"
 
-#define KN_V __m512
-#define KN_VW 16
-#define KN_PATH KN_KERNEL_AVX512
+#define KN_V	    __m512
+#define KN_VW	    16
+#define KN_PATH	    KN_KERNEL_AVX512
 #define KN_OPS_NAME kn__kernel_ops_avx512
 
+/* The vocabulary reads best one operation a line. */
+/* clang-format off */
 static inline __m512 v_set1(float a) { return _mm512_set1_ps(a); }
 static inline __m512 v_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 static inline __m512 v_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
@@ -22,6 +24,7 @@ static inline __m512 v_div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
 static inline __m512 v_sqrt(__m512 a) { return _mm512_sqrt_ps(a); }
 static inline __m512 v_fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 static inline __m512 v_fnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
+/* clang-format on */
 
 static inline __m512 v_ld_f32(const float *p)
 {
@@ -30,7 +33,8 @@ static inline __m512 v_ld_f32(const float *p)
 
 static inline __m512 v_ld_f16(const uint16_t *p)
 {
-	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+	return _mm512_cvtph_ps(
+		_mm256_loadu_si256((const __m256i *)(const void *)p));
 }
 
 static inline __m512 v_ld_bf16(const uint16_t *p)
@@ -53,8 +57,8 @@ static inline __m256i to_bf16(__m512 v)
 	__m512i hi = _mm512_srli_epi32(x, 16);
 	__m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
 	__m512i r = _mm512_srli_epi32(
-		_mm512_add_epi32(x, _mm512_add_epi32(
-					    lsb, _mm512_set1_epi32(0x7fff))),
+		_mm512_add_epi32(
+			x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
 		16);
 	__mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
 

@@ -9,11 +9,13 @@
 #include "kernels.h"
 #include "scalar.h"
 
-#define KN_V float
-#define KN_VW 1
-#define KN_PATH KN_KERNEL_SCALAR
+#define KN_V	    float
+#define KN_VW	    1
+#define KN_PATH	    KN_KERNEL_SCALAR
 #define KN_OPS_NAME kn__kernel_ops_scalar
 
+/* The vocabulary reads best one operation a line. */
+/* clang-format off */
 static inline float v_set1(float a) { return a; }
 static inline float v_add(float a, float b) { return a + b; }
 static inline float v_mul(float a, float b) { return a * b; }
@@ -33,5 +35,6 @@ static inline void v_nt_f32(float *p, float v) { v_st_f32(p, v); }
 static inline void v_nt_f16(uint16_t *p, float v) { v_st_f16(p, v); }
 static inline void v_nt_bf16(uint16_t *p, float v) { v_st_bf16(p, v); }
 static inline void v_fence(void) { }
+/* clang-format on */
 
 #include "body.inl"

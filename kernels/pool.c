@@ -29,14 +29,14 @@
 
 struct kn_kernel_pool {
 	pthread_mutex_t call_lock; /* one pooled call at a time */
-	pthread_mutex_t lock;      /* with the condition variables */
-	pthread_cond_t wake;       /* helpers: gen moved or stop set */
-	pthread_cond_t done;       /* caller: pending reached 0 */
+	pthread_mutex_t lock;	   /* with the condition variables */
+	pthread_cond_t wake;	   /* helpers: gen moved or stop set */
+	pthread_cond_t done;	   /* caller: pending reached 0 */
 	const struct kn__job *job; /* published by the release on gen */
-	atomic_ulong gen;          /* bumped for every job */
-	atomic_uint pending;       /* helpers still running the job */
+	atomic_ulong gen;	   /* bumped for every job */
+	atomic_uint pending;	   /* helpers still running the job */
 	atomic_bool stop;
-	unsigned int parts;        /* helpers + 1 */
+	unsigned int parts; /* helpers + 1 */
 	unsigned int nthreads;
 	pthread_t threads[];
 };

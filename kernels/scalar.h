@@ -109,7 +109,8 @@ static inline void kn__store1(enum kn_dtype t, void *p, size_t i, float f)
 		memcpy((char *)p + i * 4, &f, 4);
 		return;
 	}
-	uint16_t h = t == KN_DTYPE_FP16 ? kn__f32_to_f16(f) : kn__f32_to_bf16(f);
+	uint16_t h =
+		t == KN_DTYPE_FP16 ? kn__f32_to_f16(f) : kn__f32_to_bf16(f);
 
 	memcpy((char *)p + i * 2, &h, 2);
 }

@@ -39,20 +39,20 @@
 
 #include "kanel.h"
 
-#define MAX_LIST    32	 /* entries of a list option */
-#define MAX_INPUTS  256	 /* largest N */
-#define MAX_REPS    1000 /* largest --reps */
-#define MAX_SET     3	 /* functions measured in turn */
-#define NEAR_MIB    4	 /* from this input size, triad interleaved */
-#define REF_TRIAD_MIB 64 /* arrays of the interleaved triad: 6x the LLC */
-#define MIN_SAMPLES 5
-#define SAMPLE_NS   50e3 /* shortest sample: far above the clock's cost */
-#define WARM_NS     5e6	 /* calls shorter than this are warmed (see below) */
-#define PAGE_ALIGN  4096
-#define STAGGER	    320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
-#define PATTERN_LEN 16384
-#define KIB	    ((size_t)1 << 10)
-#define MIB	    ((size_t)1 << 20)
+#define MAX_LIST      32   /* entries of a list option */
+#define MAX_INPUTS    256  /* largest N */
+#define MAX_REPS      1000 /* largest --reps */
+#define MAX_SET	      3	   /* functions measured in turn */
+#define NEAR_MIB      4	   /* from this input size, triad interleaved */
+#define REF_TRIAD_MIB 64   /* arrays of the interleaved triad: 6x the LLC */
+#define MIN_SAMPLES   5
+#define SAMPLE_NS     50e3 /* shortest sample: far above the clock's cost */
+#define WARM_NS	      5e6  /* calls shorter than this are warmed (see below) */
+#define PAGE_ALIGN    4096
+#define STAGGER	      320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
+#define PATTERN_LEN   16384
+#define KIB	      ((size_t)1 << 10)
+#define MIB	      ((size_t)1 << 20)
 
 /* --kernels groups, in the order of group_names */
 enum group {
@@ -95,7 +95,7 @@ struct triad {
 	bool nt;
 };
 
-static double stream_gbps; /* the faster triad's */
+static double stream_gbps;	      /* the faster triad's */
 static struct kn_kernel_pool *pool_k; /* --threads above 1: every call's */
 static struct triad ref_triad; /* that triad, interleaved with large rows */
 static char *triad_mem[3];
@@ -214,7 +214,8 @@ static void measure_set(unsigned int k, bench_fn *const fn[],
 			fmin(cfg.budget_ns / slowest, cfg.max_samples),
 			MIN_SAMPLES);
 	for (unsigned int n = 0; n < want; n++)
-		for (unsigned int r = 0, f = n % k; r < k; r++, f = (f + 1) % k) {
+		for (unsigned int r = 0, f = n % k; r < k;
+		     r++, f = (f + 1) % k) {
 			/*
 			 * The function sampled before this one left the
 			 * caches in its own state (the triad flushes them):
@@ -261,8 +262,8 @@ static void emit(const char *kernel, enum kn_dtype t, unsigned int n,
 
 	if (cfg.csv) {
 		printf("%s,%s,%u,%zu,%.1f,%.6g,%.6g,%.6g\n", kernel,
-		       kn_dtype_name(t), n, bytes, st->med, gbps,
-		       gbps / stream, ratio);
+		       kn_dtype_name(t), n, bytes, st->med, gbps, gbps / stream,
+		       ratio);
 		return;
 	}
 	if (bytes % MIB == 0)
@@ -360,8 +361,8 @@ static void bench_triad(struct stats st[2])
 		for (size_t i = 0; i < len; i++) /* first touch */
 			arr[k][i] = k ? pattern[i % PATTERN_LEN] : 0.0f;
 	}
-	t = (struct triad){arr[0], arr[1], arr[2], len, false};
-	st[1] = (struct stats){NAN, NAN, NAN};
+	t = (struct triad){ arr[0], arr[1], arr[2], len, false };
+	st[1] = (struct stats){ NAN, NAN, NAN };
 	for (int nt = 0; nt < TRIADS; nt++) {
 		double gbps;
 
@@ -391,7 +392,7 @@ static void run_sum(const void *ctx)
 static void run_pairwise(const void *ctx)
 {
 	const struct job *j = ctx;
-	const void *pair[2] = {j->out, NULL};
+	const void *pair[2] = { j->out, NULL };
 
 	check(kn_sum_pool(pool_k, j->out, j->dtype, j->in, 2, j->dtype,
 			  j->count, 1.0f),
@@ -506,8 +507,8 @@ static double row(const char *kernel, const struct job *j, bench_fn *fn,
 		  const void *base_ctx, double base_tensors)
 {
 	size_t bytes = j->count * kn_dtype_size(j->dtype);
-	bench_fn *fns[MAX_SET] = {fn};
-	const void *ctx[MAX_SET] = {j};
+	bench_fn *fns[MAX_SET] = { fn };
+	const void *ctx[MAX_SET] = { j };
 	struct stats st[MAX_SET];
 	unsigned int k = 1, b = 0, t = 0;
 	double stream = stream_gbps, ratio;
@@ -567,8 +568,8 @@ static void bench_sums(enum kn_dtype t)
 				    pw ? run_pairwise : NULL, &j,
 				    3.0 * (n - 1));
 			else if (pw)
-				row("pairwise", &j, run_pairwise,
-				    3.0 * (n - 1), NULL, NULL, NULL, 0);
+				row("pairwise", &j, run_pairwise, 3.0 * (n - 1),
+				    NULL, NULL, NULL, 0);
 			if (!alias || !alias_size(cfg.sizes[si]))
 				continue;
 			job_init(&ja, t, n, cfg.sizes[si], true);
@@ -580,7 +581,7 @@ static void bench_sums(enum kn_dtype t)
 
 static void bench_updates(void)
 {
-	static const char *const names[] = {"sgd", "momentum", "adam"};
+	static const char *const names[] = { "sgd", "momentum", "adam" };
 	static struct job j;
 
 	for (int o = KN_OPT_SGD; o <= KN_OPT_ADAM; o++) {
@@ -684,21 +685,21 @@ static unsigned int parse_list(const char *option, char *arg,
 static void parse_args(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"quick", no_argument, NULL, 'q'},
-		{"csv", no_argument, NULL, 'c'},
-		{"sizes", required_argument, NULL, 's'},
-		{"inputs", required_argument, NULL, 'n'},
-		{"dtypes", required_argument, NULL, 'd'},
-		{"kernels", required_argument, NULL, 'k'},
-		{"reps", required_argument, NULL, 'r'},
-		{"threads", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{ "quick", no_argument, NULL, 'q' },
+		{ "csv", no_argument, NULL, 'c' },
+		{ "sizes", required_argument, NULL, 's' },
+		{ "inputs", required_argument, NULL, 'n' },
+		{ "dtypes", required_argument, NULL, 'd' },
+		{ "kernels", required_argument, NULL, 'k' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
-	static const size_t quick_sizes[] = {4 * KIB, 64 * KIB, MIB,
-					     4 * MIB, 16 * MIB, 64 * MIB};
-	static const size_t full_inputs[] = {2, 4, 8, 16};
-	static const size_t quick_inputs[] = {2, 8, 16};
+	static const size_t quick_sizes[] = { 4 * KIB, 64 * KIB, MIB,
+					      4 * MIB, 16 * MIB, 64 * MIB };
+	static const size_t full_inputs[] = { 2, 4, 8, 16 };
+	static const size_t quick_inputs[] = { 2, 8, 16 };
 	const char *dtype_names[3];
 	size_t list[MAX_LIST];
 	unsigned int n;

@@ -22,20 +22,20 @@
  * PATH_TEST(suite, name) { ... ops ... } defines the body once and one
  * Criterion test per kernel path; inside, @ops is that path's table.
  */
-#define PATH_TEST(suite, name)                                                \
-	static void name##_body(const struct kn__kernel_ops *ops);            \
-	Test(suite, name##_scalar)                                            \
-	{                                                                     \
-		run_on_path(KN_KERNEL_SCALAR, name##_body);                   \
-	}                                                                     \
-	Test(suite, name##_avx2)                                              \
-	{                                                                     \
-		run_on_path(KN_KERNEL_AVX2, name##_body);                     \
-	}                                                                     \
-	Test(suite, name##_avx512)                                            \
-	{                                                                     \
-		run_on_path(KN_KERNEL_AVX512, name##_body);                   \
-	}                                                                     \
+#define PATH_TEST(suite, name)                                     \
+	static void name##_body(const struct kn__kernel_ops *ops); \
+	Test(suite, name##_scalar)                                 \
+	{                                                          \
+		run_on_path(KN_KERNEL_SCALAR, name##_body);        \
+	}                                                          \
+	Test(suite, name##_avx2)                                   \
+	{                                                          \
+		run_on_path(KN_KERNEL_AVX2, name##_body);          \
+	}                                                          \
+	Test(suite, name##_avx512)                                 \
+	{                                                          \
+		run_on_path(KN_KERNEL_AVX512, name##_body);        \
+	}                                                          \
 	static void name##_body(const struct kn__kernel_ops *ops)
 
 static inline void run_on_path(enum kn_kernel_path path,

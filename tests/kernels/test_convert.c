@@ -154,9 +154,10 @@ PATH_TEST(convert, every_tail_unaligned)
 				     kn_dtype_name(dt), len);
 			cr_assert_eq(back[len + 1], -7.0f);
 			for (size_t i = 1; i <= len; i++) {
-				uint16_t want = dt == KN_DTYPE_FP16
-							? ref_f32_to_f16(src[i])
-							: ref_f32_to_bf16(src[i]);
+				uint16_t want =
+					dt == KN_DTYPE_FP16
+						? ref_f32_to_f16(src[i])
+						: ref_f32_to_bf16(src[i]);
 
 				cr_assert_eq(mid[i], want, "len %zu elem %zu",
 					     len, i);
@@ -200,7 +201,7 @@ Test(convert, invalid_arguments)
 		     -EINVAL);
 	cr_assert_eq(kn_convert(f, (enum kn_dtype)3, f, KN_DTYPE_FP32, 4),
 		     -EINVAL);
-	cr_assert_eq(kn_convert(f, KN_DTYPE_FP32, f, (enum kn_dtype)-1, 4),
+	cr_assert_eq(kn_convert(f, KN_DTYPE_FP32, f, (enum kn_dtype) - 1, 4),
 		     -EINVAL);
 	/* nothing to do is not an error, even with no buffers */
 	cr_assert_eq(kn_convert(NULL, KN_DTYPE_FP16, NULL, KN_DTYPE_FP32, 0),

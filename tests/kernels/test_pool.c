@@ -87,7 +87,7 @@ Test(pool, small_passes_stay_on_the_caller)
 }
 
 #define LEN 300007 /* not a multiple of the grain: an odd last range */
-#define N 5
+#define N   5
 
 static float in[N][LEN], out1[LEN], out2[LEN];
 static uint16_t h[N][LEN], hout1[LEN], hout2[LEN];
@@ -107,16 +107,16 @@ Test(pool, sums_are_bit_identical_to_one_thread)
 	}
 	cr_assert_eq(kn_kernel_pool_create(3, &pool), 0);
 	kn__pool_threshold = 0;
-	cr_assert_eq(kn_sum(out1, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN,
-			    0.2f),
-		     0);
+	cr_assert_eq(
+		kn_sum(out1, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN, 0.2f),
+		0);
 	cr_assert_eq(kn_sum_pool(pool, out2, KN_DTYPE_FP32, src, N,
 				 KN_DTYPE_FP32, LEN, 0.2f),
 		     0);
 	cr_assert_eq(memcmp(out1, out2, sizeof(out1)), 0);
-	cr_assert_eq(kn_sum(hout1, KN_DTYPE_BF16, hsrc, N, KN_DTYPE_BF16, LEN,
-			    1.0f),
-		     0);
+	cr_assert_eq(
+		kn_sum(hout1, KN_DTYPE_BF16, hsrc, N, KN_DTYPE_BF16, LEN, 1.0f),
+		0);
 	cr_assert_eq(kn_sum_pool(pool, hout2, KN_DTYPE_BF16, hsrc, N,
 				 KN_DTYPE_BF16, LEN, 1.0f),
 		     0);
@@ -129,9 +129,12 @@ Test(pool, updates_are_bit_identical_to_one_thread)
 {
 	static float w1[LEN], w2[LEN], m1[LEN], m2[LEN], v1[LEN], v2[LEN];
 	struct kn_kernel_pool *pool;
-	struct kn_update_params p = { .optimizer = KN_OPT_ADAM, .lr = 1e-3f,
-				      .grad_scale = 1.0f / N, .beta1 = 0.9f,
-				      .beta2 = 0.999f, .eps = 1e-8f,
+	struct kn_update_params p = { .optimizer = KN_OPT_ADAM,
+				      .lr = 1e-3f,
+				      .grad_scale = 1.0f / N,
+				      .beta1 = 0.9f,
+				      .beta2 = 0.999f,
+				      .eps = 1e-8f,
 				      .step = 3 };
 	const void *src[N];
 	uint64_t seed = 22;
@@ -149,8 +152,8 @@ Test(pool, updates_are_bit_identical_to_one_thread)
 	cr_assert_eq(kn_kernel_pool_create(2, &pool), 0);
 	kn__pool_threshold = 0;
 	cr_assert_eq(kn_update(&p, w1, m1, v1, src, N, KN_DTYPE_FP32, LEN), 0);
-	cr_assert_eq(kn_update_pool(pool, &p, w2, m2, v2, src, N,
-				    KN_DTYPE_FP32, LEN),
+	cr_assert_eq(kn_update_pool(pool, &p, w2, m2, v2, src, N, KN_DTYPE_FP32,
+				    LEN),
 		     0);
 	kn__pool_threshold = saved;
 	cr_assert_eq(memcmp(w1, w2, sizeof(w1)), 0);
@@ -200,13 +203,13 @@ Test(pool, concurrent_callers_take_turns)
 	kn__pool_threshold = saved;
 	cr_assert_eq(a.ret, 0);
 	cr_assert_eq(b.ret, 0);
-	cr_assert_eq(kn_sum(ref, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN,
-			    1.0f),
-		     0);
+	cr_assert_eq(
+		kn_sum(ref, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN, 1.0f),
+		0);
 	cr_assert_eq(memcmp(ref, out1, sizeof(ref)), 0);
-	cr_assert_eq(kn_sum(ref, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN,
-			    0.5f),
-		     0);
+	cr_assert_eq(
+		kn_sum(ref, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN, 0.5f),
+		0);
 	cr_assert_eq(memcmp(ref, out2, sizeof(ref)), 0);
 	kn_kernel_pool_destroy(pool);
 }

@@ -19,9 +19,9 @@ static const struct {
 	{ KN_DTYPE_BF16, KN_DTYPE_BF16 },
 };
 
-#define MAXN 64
+#define MAXN   64
 #define MAXLEN 4100
-#define GUARD 16 /* canary elements after every output */
+#define GUARD  16 /* canary elements after every output */
 
 static void ref_sum(enum kn_dtype it, enum kn_dtype ot, void *dst,
 		    const void *const *src, unsigned int n, size_t count,
@@ -95,8 +95,8 @@ static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
 	const void *src[MAXN];
 	size_t osz = kn_dtype_size(ot);
 	char *out = b->out + out_off, *want = b->want + out_off;
-	kn__sum_fn *fn = ot == KN_DTYPE_FP32 ? ops->sum_to_f32[it]
-					     : ops->sum_same[it];
+	kn__sum_fn *fn =
+		ot == KN_DTYPE_FP32 ? ops->sum_to_f32[it] : ops->sum_same[it];
 
 	for (unsigned int k = 0; k < n; k++)
 		src[k] = b->in[k] + (k * in_off) % 64;
@@ -129,8 +129,8 @@ static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
 
 static size_t length_at(size_t j)
 {
-	static const size_t longer[] = { 127, 128, 129, 255, 256, 257, 1000,
-					 1023, 1024, 1025, 4097 };
+	static const size_t longer[] = { 127,  128,  129,  255,	 256, 257,
+					 1000, 1023, 1024, 1025, 4097 };
 
 	return j <= 70 ? j : longer[j - 71];
 }
@@ -187,8 +187,8 @@ PATH_TEST(sum, output_aliases_an_input)
 		for (int k = 0; k < 3; k++)
 			fill_random(KN_DTYPE_FP32, in[k], LEN, &seed);
 		ref_sum(KN_DTYPE_FP32, KN_DTYPE_FP32, want, src, 3, LEN, 0.25f);
-		ops->sum_to_f32[KN_DTYPE_FP32](in[which], src[0], src + 1, 2,
-					       0, LEN, 0.25f, which == 1);
+		ops->sum_to_f32[KN_DTYPE_FP32](in[which], src[0], src + 1, 2, 0,
+					       LEN, 0.25f, which == 1);
 		cr_assert_eq(memcmp(in[which], want, sizeof(want)), 0,
 			     "dst == src[%u]", which);
 	}
@@ -224,7 +224,8 @@ PATH_TEST(sum, nan_and_inf_propagate)
 
 		ops->from_f32[dt](h[0], a, LEN);
 		ops->from_f32[dt](h[1], bb, LEN);
-		ops->sum_same[dt](ho, hsrc[0], hsrc + 1, 1, 0, LEN, 1.0f, false);
+		ops->sum_same[dt](ho, hsrc[0], hsrc + 1, 1, 0, LEN, 1.0f,
+				  false);
 		cr_assert(isnan(ref_load(dt, ho, 3)), "%s", kn_dtype_name(dt));
 		cr_assert(isnan(ref_load(dt, ho, 17)));
 		cr_assert(isnan(ref_load(dt, ho, 33)));
@@ -254,7 +255,8 @@ Test(sum, public_entry_points)
 		cr_assert_eq(kn_sum(out, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32,
 				    LEN, 1.0f / N),
 			     0);
-		cr_assert_eq(memcmp(out, want, sizeof(out)), 0, "pass %d", pass);
+		cr_assert_eq(memcmp(out, want, sizeof(out)), 0, "pass %d",
+			     pass);
 		/* in place: acc = in[0], the rest as sources */
 		memcpy(out, in[0], sizeof(out));
 		cr_assert_eq(kn_sum_inplace(out, src + 1, N - 1, KN_DTYPE_FP32,
@@ -277,22 +279,24 @@ Test(sum, invalid_arguments)
 
 	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, src, 0, KN_DTYPE_FP32, 8, 1.0f),
 		     -EINVAL);
-	cr_assert_eq(kn_sum(NULL, KN_DTYPE_FP32, src, 2, KN_DTYPE_FP32, 8, 1.0f),
-		     -EINVAL);
+	cr_assert_eq(
+		kn_sum(NULL, KN_DTYPE_FP32, src, 2, KN_DTYPE_FP32, 8, 1.0f),
+		-EINVAL);
 	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, NULL, 2, KN_DTYPE_FP32, 8, 1.0f),
 		     -EINVAL);
 	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, bad, 2, KN_DTYPE_FP32, 8, 1.0f),
 		     -EINVAL);
-	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, src, 2, (enum kn_dtype)9, 8, 1.0f),
-		     -EINVAL);
+	cr_assert_eq(
+		kn_sum(o, KN_DTYPE_FP32, src, 2, (enum kn_dtype)9, 8, 1.0f),
+		-EINVAL);
 	/* the output is fp32 or the input dtype, nothing else */
 	cr_assert_eq(kn_sum(o, KN_DTYPE_BF16, src, 2, KN_DTYPE_FP16, 8, 1.0f),
 		     -EINVAL);
 	cr_assert_eq(kn_sum(o, KN_DTYPE_FP16, src, 2, KN_DTYPE_FP32, 8, 1.0f),
 		     -EINVAL);
-	cr_assert_eq(kn_sum(o, (enum kn_dtype)-1, src, 2, KN_DTYPE_FP16, 8,
-			    1.0f),
-		     -EINVAL);
+	cr_assert_eq(
+		kn_sum(o, (enum kn_dtype) - 1, src, 2, KN_DTYPE_FP16, 8, 1.0f),
+		-EINVAL);
 	cr_assert_eq(kn_sum_inplace(NULL, src, 2, KN_DTYPE_FP32, 8, 1.0f),
 		     -EINVAL);
 	cr_assert_eq(kn_sum_inplace(o, NULL, 2, KN_DTYPE_FP32, 8, 1.0f),
@@ -302,8 +306,10 @@ Test(sum, invalid_arguments)
 	cr_assert_eq(kn_sum_inplace(o, src, 2, (enum kn_dtype)3, 8, 1.0f),
 		     -EINVAL);
 	/* zero elements need no buffers, but still a valid call */
-	cr_assert_eq(kn_sum(NULL, KN_DTYPE_FP32, NULL, 1, KN_DTYPE_FP32, 0, 1.0f),
-		     0);
-	cr_assert_eq(kn_sum(NULL, KN_DTYPE_FP32, NULL, 0, KN_DTYPE_FP32, 0, 1.0f),
-		     -EINVAL);
+	cr_assert_eq(
+		kn_sum(NULL, KN_DTYPE_FP32, NULL, 1, KN_DTYPE_FP32, 0, 1.0f),
+		0);
+	cr_assert_eq(
+		kn_sum(NULL, KN_DTYPE_FP32, NULL, 0, KN_DTYPE_FP32, 0, 1.0f),
+		-EINVAL);
 }

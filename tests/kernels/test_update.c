@@ -67,27 +67,43 @@ static void assert_close(const char *what, size_t i, float got, float want,
 }
 
 #define LEN 1029 /* vectors of every width plus a tail */
-#define N 5
+#define N   5
 
 static const struct kn_update_params cases[] = {
 	{ .optimizer = KN_OPT_SGD, .lr = 0.1f, .grad_scale = 1.0f / N },
-	{ .optimizer = KN_OPT_SGD, .lr = 0.05f, .grad_scale = 1.0f,
+	{ .optimizer = KN_OPT_SGD,
+	  .lr = 0.05f,
+	  .grad_scale = 1.0f,
 	  .weight_decay = 1e-2f },
-	{ .optimizer = KN_OPT_MOMENTUM, .lr = 0.1f, .grad_scale = 1.0f / N,
+	{ .optimizer = KN_OPT_MOMENTUM,
+	  .lr = 0.1f,
+	  .grad_scale = 1.0f / N,
 	  .momentum = 0.9f },
-	{ .optimizer = KN_OPT_MOMENTUM, .flags = KN_UPDATE_NESTEROV,
-	  .lr = 0.1f, .grad_scale = 1.0f / N, .momentum = 0.9f,
+	{ .optimizer = KN_OPT_MOMENTUM,
+	  .flags = KN_UPDATE_NESTEROV,
+	  .lr = 0.1f,
+	  .grad_scale = 1.0f / N,
+	  .momentum = 0.9f,
 	  .weight_decay = 5e-4f },
-	{ .optimizer = KN_OPT_ADAM, .lr = 1e-3f, .grad_scale = 1.0f / N,
-	  .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f },
-	{ .optimizer = KN_OPT_ADAM, .lr = 1e-2f, .grad_scale = 1.0f,
-	  .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-3f, .weight_decay = 1e-3f },
+	{ .optimizer = KN_OPT_ADAM,
+	  .lr = 1e-3f,
+	  .grad_scale = 1.0f / N,
+	  .beta1 = 0.9f,
+	  .beta2 = 0.999f,
+	  .eps = 1e-8f },
+	{ .optimizer = KN_OPT_ADAM,
+	  .lr = 1e-2f,
+	  .grad_scale = 1.0f,
+	  .beta1 = 0.8f,
+	  .beta2 = 0.99f,
+	  .eps = 1e-3f,
+	  .weight_decay = 1e-3f },
 };
 
 static kn__update_fn *pick(const struct kn__kernel_ops *ops,
 			   enum kn_optimizer o, enum kn_dtype t)
 {
-	return o == KN_OPT_SGD        ? ops->sgd[t]
+	return o == KN_OPT_SGD	      ? ops->sgd[t]
 	       : o == KN_OPT_MOMENTUM ? ops->momentum[t]
 				      : ops->adam[t];
 }
@@ -147,9 +163,10 @@ PATH_TEST(update, matches_formulas)
 
 				for (int j = 0; j < N; j++) {
 					/* odd element offset: unaligned */
-					void *buf = dt == KN_DTYPE_FP32
-							    ? (void *)(g32[j] + 1)
-							    : (void *)(g16[j] + 1);
+					void *buf =
+						dt == KN_DTYPE_FP32
+							? (void *)(g32[j] + 1)
+							: (void *)(g16[j] + 1);
 
 					fill_random(dt, buf, LEN, &seed);
 					g[j] = buf;
@@ -221,7 +238,8 @@ Test(update, hand_computed_steps)
 	float w[20], m[20], v[20], g[20];
 	const void *gp[2] = { g, g };
 	struct kn_update_params p = { .optimizer = KN_OPT_MOMENTUM,
-				      .lr = 0.125f, .grad_scale = 0.5f,
+				      .lr = 0.125f,
+				      .grad_scale = 0.5f,
 				      .momentum = 0.5f };
 
 	for (int i = 0; i < 20; i++) {
@@ -246,7 +264,8 @@ Test(update, hand_computed_steps)
 	cr_assert_eq(kn_update(&p, w, m, NULL, gp, 2, KN_DTYPE_FP32, 20), 0);
 	cr_assert_eq(w[7], 0.90625f);
 	/* SGD with weight decay: g = 0.5 + 0.5 * 1 */
-	p = (struct kn_update_params){ .optimizer = KN_OPT_SGD, .lr = 0.25f,
+	p = (struct kn_update_params){ .optimizer = KN_OPT_SGD,
+				       .lr = 0.25f,
 				       .grad_scale = 0.5f,
 				       .weight_decay = 0.5f };
 	for (int i = 0; i < 20; i++)
@@ -258,9 +277,12 @@ Test(update, hand_computed_steps)
 	 * vhat = g^2, so every weight moves by lr against its gradient's
 	 * sign, whatever its magnitude.
 	 */
-	p = (struct kn_update_params){ .optimizer = KN_OPT_ADAM, .lr = 0.01f,
-				       .grad_scale = 1.0f, .beta1 = 0.9f,
-				       .beta2 = 0.999f, .eps = 1e-8f,
+	p = (struct kn_update_params){ .optimizer = KN_OPT_ADAM,
+				       .lr = 0.01f,
+				       .grad_scale = 1.0f,
+				       .beta1 = 0.9f,
+				       .beta2 = 0.999f,
+				       .eps = 1e-8f,
 				       .step = 1 };
 	for (int i = 0; i < 20; i++) {
 		w[i] = 1.0f;
@@ -280,7 +302,8 @@ Test(update, invalid_arguments)
 	struct kn_update_params sgd = { .optimizer = KN_OPT_SGD, .lr = 1 };
 	struct kn_update_params mom = { .optimizer = KN_OPT_MOMENTUM };
 	struct kn_update_params adam = { .optimizer = KN_OPT_ADAM,
-					 .beta1 = 0.9f, .beta2 = 0.999f,
+					 .beta1 = 0.9f,
+					 .beta2 = 0.999f,
 					 .step = 1 };
 	struct kn_update_params p;
 
@@ -321,7 +344,7 @@ Test(update, invalid_arguments)
 	for (int i = 0; i < 4; i++)
 		cr_assert(w[i] == 0.0f && m[i] == 0.0f && v[i] == 0.0f);
 	/* zero elements: a valid call that does nothing */
-	cr_assert_eq(kn_update(&adam, NULL, NULL, NULL, NULL, 1, KN_DTYPE_FP32,
-			       0),
-		     0);
+	cr_assert_eq(
+		kn_update(&adam, NULL, NULL, NULL, NULL, 1, KN_DTYPE_FP32, 0),
+		0);
 }
