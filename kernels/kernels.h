@@ -129,7 +129,7 @@ const struct kn__kernel_ops *kn__kernel_ops_get(enum kn_kernel_path path);
  * Outputs whose pass moves at least this many bytes (all inputs read plus
  * the output written) use non-temporal stores: they bypass the caches,
  * which helps only once the pass no longer fits in them.
- * KANEL_NT_THRESHOLD overrides it at load time (0 disables NT stores).
+ * KANEL_NT_THRESHOLD overrides it at load time (0: always, "off": never).
  */
 extern size_t kn__nt_threshold;
 

@@ -5,7 +5,9 @@ A Criterion executable is one meson test but many tests: its own
 "Synthesis" line gives how many it ran, passed and failed, and its
 --verbose output one "[SKIP]" line per skipped test.  Any other meson test
 counts as one, by meson's result.  A test binary that crashed or timed out
-before its synthesis counts as one failure.  Prints one line
+before its synthesis counts as one failure, and so does one whose output
+holds a sanitizer report: a leak found as a forked Criterion test exits
+does not change that test's verdict or the binary's exit status.  Prints one line
 "N passed, N failed, N skipped" and exits 1 if anything failed or no test
 ran at all.
 """
@@ -13,6 +15,8 @@ import json
 import re
 import sys
 
+SANITIZER = re.compile(r"ERROR: (LeakSanitizer|AddressSanitizer)|"
+                       r"runtime error: ")
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| "
                    r"Failing: (\d+) \| Crashing: (\d+)")
 
@@ -30,8 +34,8 @@ def count(path):
                 passed += passing
                 failed += failing + crashing
                 skipped += out.count("[SKIP] ")
-                if not ok and failing + crashing == 0:
-                    failed += 1  # e.g. a sanitizer report after the tests
+                if failing + crashing == 0 and (not ok or SANITIZER.search(out)):
+                    failed += 1  # e.g. a leak report after the tests
             elif t["result"] == "SKIP":
                 skipped += 1
             elif ok:
