@@ -10,7 +10,7 @@
 
 #include "kernel_test.h"
 
-static const unsigned int inputs[] = { 1, 2, 3, 7, 8, 9, 64 };
+static const unsigned int inputs[] = { 1, 2, 3, 7, 8, 9, 11, 21, 64 };
 static const struct {
 	enum kn_dtype in, out;
 } pairs[] = {

@@ -232,6 +232,57 @@ PATH_TEST(update, fused_equals_sum_then_update)
 	}
 }
 
+/*
+ * Many gradients (23: enough that fp32 and 16-bit inputs alike are summed
+ * a tile at a time) over several tiles give bit for bit the same as a
+ * plain in-order sum followed by a one-input update.
+ */
+PATH_TEST(update, many_gradients_tiled)
+{
+	enum { NG = 23, LG = 9001 };
+	static float w1[LG], w2[LG], m1[LG], m2[LG], v1[LG], v2[LG], sum[LG];
+	static uint16_t g16[NG][LG];
+	static float g32[NG][LG];
+	const void *g[NG], *s[1] = { sum };
+	uint64_t seed = 31;
+
+	for (int t = 0; t < 3; t++) {
+		enum kn_dtype dt = (enum kn_dtype)t;
+
+		for (int j = 0; j < NG; j++) {
+			g[j] = dt == KN_DTYPE_FP32 ? (void *)g32[j]
+						   : (void *)g16[j];
+			fill_random(dt, (void *)g[j], LG, &seed);
+		}
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+			struct kn_update_params p = cases[c];
+			struct kn__update_coef k;
+
+			p.step = 1;
+			k = coef_of(&p);
+			for (size_t i = 0; i < LG; i++) {
+				w1[i] = w2[i] = rnd_float(&seed);
+				m1[i] = m2[i] = rnd_float(&seed);
+				v1[i] = v2[i] = fabsf(rnd_float(&seed));
+			}
+			pick(ops, p.optimizer, dt)(&k, w1, m1, v1, g[0], g + 1,
+						   NG - 1, 5, LG);
+			/* the sum in index order, independent of the kernels */
+			for (size_t i = 5; i < LG; i++) {
+				sum[i] = ref_load(dt, g[0], i);
+				for (int j = 1; j < NG; j++)
+					sum[i] += ref_load(dt, g[j], i);
+			}
+			pick(ops, p.optimizer, KN_DTYPE_FP32)(
+				&k, w2, m2, v2, s[0], NULL, 0, 5, LG);
+			cr_assert_eq(memcmp(w1, w2, sizeof(w1)), 0,
+				     "%s case %zu", kn_dtype_name(dt), c);
+			cr_assert_eq(memcmp(m1, m2, sizeof(m1)), 0);
+			cr_assert_eq(memcmp(v1, v2, sizeof(v1)), 0);
+		}
+	}
+}
+
 /* Steps worked out by hand, through the public entry point. */
 Test(update, hand_computed_steps)
 {
