@@ -186,4 +186,15 @@ static inline void fill_random(enum kn_dtype t, void *p, size_t count,
 		ref_store(t, p, i, rnd_float(seed));
 }
 
+/* Two identical random optimizer states: weights, momenta, v >= 0. */
+static inline void twin_state(float *w1, float *w2, float *m1, float *m2,
+			      float *v1, float *v2, size_t len, uint64_t *seed)
+{
+	for (size_t i = 0; i < len; i++) {
+		w1[i] = w2[i] = rnd_float(seed);
+		m1[i] = m2[i] = rnd_float(seed);
+		v1[i] = v2[i] = fabsf(rnd_float(seed));
+	}
+}
+
 #endif /* KN_TEST_KERNEL_TEST_H */

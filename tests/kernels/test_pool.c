@@ -144,11 +144,7 @@ Test(pool, updates_are_bit_identical_to_one_thread)
 		fill_random(KN_DTYPE_FP32, in[k], LEN, &seed);
 		src[k] = in[k];
 	}
-	for (size_t i = 0; i < LEN; i++) {
-		w1[i] = w2[i] = rnd_float(&seed);
-		m1[i] = m2[i] = rnd_float(&seed);
-		v1[i] = v2[i] = fabsf(rnd_float(&seed));
-	}
+	twin_state(w1, w2, m1, m2, v1, v2, LEN, &seed);
 	cr_assert_eq(kn_kernel_pool_create(2, &pool), 0);
 	kn__pool_threshold = 0;
 	cr_assert_eq(kn_update(&p, w1, m1, v1, src, N, KN_DTYPE_FP32, LEN), 0);

@@ -212,11 +212,7 @@ PATH_TEST(update, fused_equals_sum_then_update)
 
 		p.step = 2;
 		k = coef_of(&p);
-		for (size_t i = 0; i < LEN; i++) {
-			w1[i] = w2[i] = rnd_float(&seed);
-			m1[i] = m2[i] = rnd_float(&seed);
-			v1[i] = v2[i] = fabsf(rnd_float(&seed));
-		}
+		twin_state(w1, w2, m1, m2, v1, v2, LEN, &seed);
 		/* the fused one in two ranges, as a pool would run it */
 		pick(ops, p.optimizer, KN_DTYPE_FP32)(&k, w1, m1, v1, g[0],
 						      g + 1, N - 1, 0, 333);
@@ -260,11 +256,7 @@ PATH_TEST(update, many_gradients_tiled)
 
 			p.step = 1;
 			k = coef_of(&p);
-			for (size_t i = 0; i < LG; i++) {
-				w1[i] = w2[i] = rnd_float(&seed);
-				m1[i] = m2[i] = rnd_float(&seed);
-				v1[i] = v2[i] = fabsf(rnd_float(&seed));
-			}
+			twin_state(w1, w2, m1, m2, v1, v2, LG, &seed);
 			pick(ops, p.optimizer, dt)(&k, w1, m1, v1, g[0], g + 1,
 						   NG - 1, 5, LG);
 			/* the sum in index order, independent of the kernels */
