@@ -1,0 +1,646 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_transport.c - the transport conformance suite, run over loopback
+ * for every backend (BACKEND_TEST defines each test once per backend):
+ * write-with-immediate and read of 0 B to 64 MiB verified byte for byte,
+ * immediates once each and in order, send/recv with and without a recv
+ * posted first, completions in post order, arguments refused at post
+ * time, malformed frames from a raw socket, a peer dying mid-transfer,
+ * 64 endpoints at once.  Every wait has a deadline: nothing can hang.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport.h"
+#include "wire.h"
+
+#define WAIT_S 20 /* deadline of every wait */
+#define QLEN   4096
+
+/* The contexts of a test, each with the completions not yet consumed. */
+struct side {
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_completion q[QLEN];
+	unsigned int head, tail;
+};
+
+static struct side sides[2];
+
+static uint32_t backend_flags;
+
+#define BACKEND_TEST(suite, name)                      \
+	static void name##_body(void);                 \
+	Test(suite, name##_default)                    \
+	{                                              \
+		backend_flags = 0;                     \
+		name##_body();                         \
+	}                                              \
+	Test(suite, name##_epoll)                      \
+	{                                              \
+		backend_flags = KN_TP_CTX_FORCE_EPOLL; \
+		name##_body();                         \
+	}                                              \
+	static void name##_body(void)
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void open_sides(void)
+{
+	struct kn__tp_ctx_attr attr = { .provider = "tcp",
+					.flags = backend_flags };
+
+	for (int s = 0; s < 2; s++) {
+		sides[s].head = sides[s].tail = 0;
+		cr_assert_eq(kn__tp_ctx_create(&attr, &sides[s].ctx), 0);
+	}
+}
+
+static void close_sides(void)
+{
+	for (int s = 0; s < 2; s++)
+		kn__tp_ctx_destroy(sides[s].ctx);
+}
+
+/* Poll every context once, queueing what comes back. */
+static void pump(void)
+{
+	for (int s = 0; s < 2; s++) {
+		struct side *d = &sides[s];
+		int room = (int)(QLEN - (d->tail - d->head)), n;
+		struct kn__tp_completion c[64];
+
+		if (room > 64)
+			room = 64;
+		if (room <= 0)
+			continue;
+		n = kn__tp_poll(d->ctx, c, room);
+		cr_assert_geq(n, 0, "poll: %s", strerror(-n));
+		for (int i = 0; i < n; i++)
+			d->q[d->tail++ % QLEN] = c[i];
+	}
+}
+
+/* The next completion of side @s, pumping both sides until it comes. */
+static struct kn__tp_completion next(int s)
+{
+	double end = now() + WAIT_S;
+
+	while (sides[s].head == sides[s].tail) {
+		cr_assert_lt(now(), end, "side %d: no completion in %d s", s,
+			     WAIT_S);
+		pump();
+	}
+	return sides[s].q[sides[s].head++ % QLEN];
+}
+
+static struct kn__tp_completion expect(int s, uint32_t op)
+{
+	struct kn__tp_completion c = next(s);
+
+	cr_assert_eq(c.op, op, "side %d: op %u, expected %u (status %d)", s,
+		     c.op, op, c.status);
+	return c;
+}
+
+static struct sockaddr_in loopback(uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(port) };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return a;
+}
+
+/* Side 0 listens, side 1 connects: the two ends of one connection. */
+struct conn {
+	struct kn__tp_listener *l;
+	struct kn__tp_ep *e0, *e1;
+	struct sockaddr_in addr;
+};
+
+static void listen0(struct conn *c)
+{
+	struct sockaddr_in any = loopback(0);
+	struct sockaddr_storage ss;
+
+	cr_assert_eq(kn__tp_listen(sides[0].ctx, (struct sockaddr *)&any,
+				   sizeof(any), c, &c->l),
+		     0);
+	cr_assert_eq(kn__tp_listener_addr(c->l, &ss), 0);
+	memcpy(&c->addr, &ss, sizeof(c->addr));
+}
+
+static void connect_pair(struct conn *c)
+{
+	struct kn__tp_completion a;
+
+	listen0(c);
+	cr_assert_eq(kn__tp_connect(sides[1].ctx, (struct sockaddr *)&c->addr,
+				    sizeof(c->addr), c, &c->e1),
+		     0);
+	a = expect(0, KN_TP_OP_ACCEPT);
+	cr_assert_eq(a.user, c);
+	c->e0 = a.ep;
+	a = expect(1, KN_TP_OP_CONNECT);
+	cr_assert_eq(a.status, 0);
+	cr_assert_eq(a.ep, c->e1);
+}
+
+static void fill(char *p, size_t n, unsigned int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (char)((i * 2654435761u + seed) >> 13);
+}
+
+static const size_t sizes[] = { 0, 1, 4095, 4096, 1 << 20, 16 << 20, 64 << 20 };
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+#define TOTAL  ((1u << 20) + (16u << 20) + (64u << 20) + 3 * 4096)
+
+BACKEND_TEST(transport, write_imm_every_size_in_order)
+{
+	struct conn c;
+	char *src = malloc(TOTAL), *dst = calloc(1, TOTAL);
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	size_t off = 0;
+
+	cr_assert(src && dst);
+	open_sides();
+	connect_pair(&c);
+	fill(src, TOTAL, 1);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, TOTAL, 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, TOTAL, KN_TP_REMOTE_WRITE,
+				   &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	for (size_t i = 0; i < NSIZES; i++) {
+		cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, off, sizes[i], &rd,
+						   off, 100 + (uint32_t)i,
+						   (void *)(i + 1)),
+			     0);
+		off += sizes[i];
+	}
+	for (size_t i = 0; i < NSIZES; i++) {
+		struct kn__tp_completion r = expect(0, KN_TP_OP_RECV_IMM);
+		struct kn__tp_completion w = expect(1, KN_TP_OP_WRITE_IMM);
+
+		cr_assert_eq(r.imm, 100 + i, "immediates out of order");
+		cr_assert_eq(r.bytes, sizes[i]);
+		cr_assert_eq(r.status, 0);
+		cr_assert_eq(w.user, (void *)(i + 1));
+		cr_assert_eq(w.status, 0);
+	}
+	cr_assert_eq(memcmp(src, dst, off), 0, "data differs");
+	/* nothing more: each immediate came exactly once */
+	for (int k = 0; k < 50; k++)
+		pump();
+	cr_assert_eq(sides[0].head, sides[0].tail);
+	kn__tp_mr_dereg(ms);
+	kn__tp_mr_dereg(md);
+	close_sides();
+	free(src);
+	free(dst);
+}
+
+BACKEND_TEST(transport, read_every_size)
+{
+	struct conn c;
+	char *src = malloc(TOTAL), *dst = calloc(1, TOTAL);
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rs;
+	size_t off = 0;
+
+	cr_assert(src && dst);
+	open_sides();
+	connect_pair(&c);
+	fill(src, TOTAL, 2);
+	cr_assert_eq(
+		kn__tp_mr_reg(sides[0].ctx, src, TOTAL, KN_TP_REMOTE_READ, &ms),
+		0);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, dst, TOTAL, 0, &md), 0);
+	kn__tp_mr_rdesc(ms, &rs);
+	for (size_t i = 0; i < NSIZES; i++) {
+		cr_assert_eq(kn__tp_post_read(c.e1, md, off, sizes[i], &rs, off,
+					      (void *)(i + 1)),
+			     0);
+		off += sizes[i];
+	}
+	for (size_t i = 0; i < NSIZES; i++) {
+		struct kn__tp_completion r = expect(1, KN_TP_OP_READ);
+
+		cr_assert_eq(r.status, 0);
+		cr_assert_eq(r.user, (void *)(i + 1));
+		cr_assert_eq(r.bytes, sizes[i]);
+	}
+	cr_assert_eq(memcmp(src, dst, off), 0, "data differs");
+	kn__tp_mr_dereg(ms);
+	kn__tp_mr_dereg(md);
+	close_sides();
+	free(src);
+	free(dst);
+}
+
+BACKEND_TEST(transport, send_recv_with_and_without_a_posted_recv)
+{
+	static char out[3][4096], in[4][4096];
+	static const size_t len[3] = { 0, 100, 4096 };
+	struct kn__tp_mr *mo, *mi;
+	struct conn c;
+
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, out, sizeof(out), 0, &mo), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, in, sizeof(in), 0, &mi), 0);
+	for (int i = 0; i < 3; i++) {
+		fill(out[i], sizeof(out[i]), 10 + (unsigned int)i);
+		cr_assert_eq(kn__tp_post_recv(c.e0, mi, 4096 * (size_t)i, 4096,
+					      (void *)(uintptr_t)(i + 1)),
+			     0);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(kn__tp_post_send(c.e1, mo, 4096 * (size_t)i,
+					      len[i], NULL),
+			     0);
+	for (int i = 0; i < 3; i++) {
+		struct kn__tp_completion r = expect(0, KN_TP_OP_RECV);
+
+		cr_assert_eq(r.user, (void *)(uintptr_t)(i + 1));
+		cr_assert_eq(r.bytes, len[i]);
+		cr_assert_eq(memcmp(in[i], out[i], len[i]), 0);
+		cr_assert_eq(expect(1, KN_TP_OP_SEND).status, 0);
+	}
+	/* a message with no recv posted waits for one, then lands */
+	cr_assert_eq(kn__tp_post_send(c.e1, mo, 4096, 100, NULL), 0);
+	expect(1, KN_TP_OP_SEND);
+	for (int k = 0; k < 50; k++)
+		pump();
+	cr_assert_eq(sides[0].head, sides[0].tail, "a message with no recv");
+	cr_assert_eq(kn__tp_post_recv(c.e0, mi, 3 * 4096, 4096, (void *)9), 0);
+	cr_assert_eq(expect(0, KN_TP_OP_RECV).bytes, 100);
+	cr_assert_eq(memcmp(in[3], out[1], 100), 0);
+	kn__tp_mr_dereg(mo);
+	kn__tp_mr_dereg(mi);
+	close_sides();
+}
+
+BACKEND_TEST(transport, completions_in_post_order)
+{
+	static char loc[1 << 16], rem[1 << 16], msg[4][64];
+	struct kn__tp_mr *ml, *mr, *mm;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, loc, sizeof(loc), 0, &ml), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, rem, sizeof(rem),
+				   KN_TP_REMOTE_READ | KN_TP_REMOTE_WRITE, &mr),
+		     0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, msg, sizeof(msg), 0, &mm), 0);
+	kn__tp_mr_rdesc(mr, &rd);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(
+			kn__tp_post_recv(c.e0, mm, 64 * (size_t)i, 64, NULL),
+			0);
+	/* reads finish last on the wire, yet complete in their place */
+	for (uintptr_t i = 0; i < 12; i++) {
+		int ret;
+
+		if (i % 3 == 0)
+			ret = kn__tp_post_read(c.e1, ml, 4096 * i, 4096, &rd,
+					       4096 * i, (void *)(i + 1));
+		else if (i % 3 == 1)
+			ret = kn__tp_post_write_imm(c.e1, ml, 4096 * i, 4096,
+						    &rd, 4096 * i, 0,
+						    (void *)(i + 1));
+		else
+			ret = kn__tp_post_send(c.e1, ml, 0, 64,
+					       (void *)(i + 1));
+		cr_assert_eq(ret, 0);
+	}
+	for (uintptr_t i = 0; i < 12; i++) {
+		struct kn__tp_completion r = next(1);
+		static const uint32_t ops[3] = { KN_TP_OP_READ,
+						 KN_TP_OP_WRITE_IMM,
+						 KN_TP_OP_SEND };
+
+		cr_assert_eq(r.user, (void *)(i + 1), "completion %lu",
+			     (unsigned long)i);
+		cr_assert_eq(r.op, ops[i % 3]);
+		cr_assert_eq(r.status, 0);
+	}
+	close_sides();
+}
+
+BACKEND_TEST(transport, bad_arguments_refused_at_post)
+{
+	static char buf[8192], rbuf[4096], msg[4096];
+	struct kn__tp_mr *m, *mw, *mr, *mm, *bad = NULL;
+	struct kn__tp_rdesc rw, rr;
+	struct conn c;
+
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, buf, sizeof(buf), 0, &m), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, rbuf, 4096, KN_TP_REMOTE_WRITE,
+				   &mw),
+		     0);
+	cr_assert_eq(
+		kn__tp_mr_reg(sides[0].ctx, rbuf, 4096, KN_TP_REMOTE_READ, &mr),
+		0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, msg, sizeof(msg), 0, &mm), 0);
+	kn__tp_mr_rdesc(mw, &rw);
+	kn__tp_mr_rdesc(mr, &rr);
+	/* outside the local region */
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, m, 8100, 100, &rw, 0, 0, NULL),
+		     -EINVAL);
+	cr_assert_eq(
+		kn__tp_post_write_imm(c.e1, m, SIZE_MAX, 2, &rw, 0, 0, NULL),
+		-EINVAL);
+	/* outside the remote region, or without the right */
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, m, 0, 100, &rw, 4000, 0, NULL),
+		     -EINVAL);
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, m, 0, 100, &rr, 0, 0, NULL),
+		     -EINVAL);
+	cr_assert_eq(kn__tp_post_read(c.e1, m, 0, 100, &rw, 0, NULL), -EINVAL);
+	cr_assert_eq(kn__tp_post_read(c.e1, m, 0, 100, &rr, UINT64_MAX, NULL),
+		     -EINVAL);
+	/* a message above max_msg (4096), a region of another context */
+	cr_assert_eq(kn__tp_post_send(c.e1, m, 0, 4097, NULL), -EMSGSIZE);
+	cr_assert_eq(kn__tp_post_send(c.e1, mw, 0, 16, NULL), -EINVAL);
+	/* unknown access bits; the out-parameter is left alone */
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, buf, 16, 1u << 7, &bad),
+		     -EINVAL);
+	cr_assert_null(bad);
+	/* the endpoint still works */
+	cr_assert_eq(kn__tp_post_recv(c.e0, mm, 0, sizeof(msg), NULL), 0);
+	cr_assert_eq(kn__tp_post_send(c.e1, m, 0, 4096, NULL), 0);
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, m, 0, 100, &rw, 0, 5, NULL),
+		     0);
+	cr_assert_eq(expect(1, KN_TP_OP_SEND).status, 0);
+	cr_assert_eq(expect(1, KN_TP_OP_WRITE_IMM).status, 0);
+	cr_assert_eq(expect(0, KN_TP_OP_RECV).bytes, 4096);
+	cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, 5);
+	close_sides();
+}
+
+/* A raw socket speaking the wire format, for frames no post can make. */
+static int raw_connect(const struct sockaddr_in *addr)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(connect(fd, (const struct sockaddr *)addr, sizeof(*addr)),
+		     0);
+	return fd;
+}
+
+static void raw_frame(int fd, const struct kn__wire_hdr *h, const void *p,
+		      size_t n)
+{
+	uint8_t b[KN_WIRE_HDR_LEN];
+
+	kn__wire_encode(h, b);
+	cr_assert_eq(send(fd, b, sizeof(b), MSG_NOSIGNAL), (ssize_t)sizeof(b));
+	if (n)
+		cr_assert_eq(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* The accepted endpoint of a raw peer fails with @status, alone. */
+static void expect_rejected(int fd, int status)
+{
+	struct kn__tp_completion d = expect(0, KN_TP_OP_DISCONNECT);
+	char b;
+
+	cr_assert_eq(d.status, status, "status %d, expected %d", d.status,
+		     status);
+	kn__tp_ep_close(d.ep);
+	/* the raw peer's socket is shut */
+	cr_assert_leq(recv(fd, &b, 1, 0), 0);
+	close(fd);
+}
+
+BACKEND_TEST(transport, malformed_frames_close_only_their_endpoint)
+{
+	static char region[4096], canary[4096], src[4096];
+	struct kn__tp_mr *m, *ms;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+	uint8_t junk[KN_WIRE_HDR_LEN];
+	int fd;
+
+	open_sides();
+	connect_pair(&c); /* a good connection that must survive */
+	memset(region, 0x11, sizeof(region));
+	memset(canary, 0x11, sizeof(canary));
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, region, sizeof(region),
+				   KN_TP_REMOTE_WRITE, &m),
+		     0);
+	kn__tp_mr_rdesc(m, &rd);
+
+	/* garbage instead of a header */
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	memset(junk, 0xee, sizeof(junk));
+	cr_assert_eq(send(fd, junk, sizeof(junk), MSG_NOSIGNAL),
+		     (ssize_t)sizeof(junk));
+	expect_rejected(fd, -EPROTO);
+
+	/* a write past the end of the region */
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	raw_frame(fd,
+		  &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
+					  .region = rd.key,
+					  .offset = 4000,
+					  .length = 200 },
+		  src, 200);
+	expect_rejected(fd, -EPROTO);
+
+	/* an offset that wraps around */
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	raw_frame(fd,
+		  &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
+					  .region = rd.key,
+					  .offset = UINT64_MAX - 10,
+					  .length = 100 },
+		  src, 100);
+	expect_rejected(fd, -EPROTO);
+
+	/* a region key nobody registered, and a read without the right */
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	raw_frame(fd,
+		  &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
+					  .region = rd.key + 1,
+					  .length = 10 },
+		  src, 10);
+	expect_rejected(fd, -EPROTO);
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	raw_frame(fd,
+		  &(struct kn__wire_hdr){ .op = KN_WIRE_READ_REQ,
+					  .region = rd.key,
+					  .length = 10 },
+		  NULL, 0);
+	expect_rejected(fd, -EACCES);
+
+	/* a frame out of sequence, an answer to no read */
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	raw_frame(fd, &(struct kn__wire_hdr){ .op = KN_WIRE_SEND, .seq = 7 },
+		  NULL, 0);
+	expect_rejected(fd, -EPROTO);
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	raw_frame(
+		fd,
+		&(struct kn__wire_hdr){ .op = KN_WIRE_READ_RESP, .length = 4 },
+		src, 4);
+	expect_rejected(fd, -EPROTO);
+
+	/* half a header, then gone */
+	fd = raw_connect(&c.addr);
+	expect(0, KN_TP_OP_ACCEPT);
+	cr_assert_eq(send(fd, junk, 10, MSG_NOSIGNAL), 10);
+	shutdown(fd, SHUT_WR);
+	expect_rejected(fd, -ECONNRESET);
+
+	/* nothing was written, and the good connection still works */
+	cr_assert_eq(memcmp(region, canary, sizeof(region)), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	fill(src, sizeof(src), 3);
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, 4096, &rd, 0, 77, NULL),
+		     0);
+	cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, 77);
+	cr_assert_eq(memcmp(region, src, sizeof(src)), 0);
+	close_sides();
+}
+
+BACKEND_TEST(transport, peer_dying_mid_transfer_fails_the_survivor)
+{
+	size_t n = 64u << 20;
+	char *src = malloc(n), *dst = malloc(n);
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	struct kn__tp_completion d;
+	struct conn c;
+
+	cr_assert(src && dst);
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, n, 0, &ms), 0);
+	cr_assert_eq(
+		kn__tp_mr_reg(sides[0].ctx, dst, n, KN_TP_REMOTE_WRITE, &md),
+		0);
+	kn__tp_mr_rdesc(md, &rd);
+	cr_assert_eq(
+		kn__tp_post_write_imm(c.e1, ms, 0, n, &rd, 0, 1, (void *)1), 0);
+	for (int k = 0; k < 3; k++)
+		pump(); /* part of it is across */
+	kn__tp_ep_close(c.e1);
+	d = expect(1, KN_TP_OP_WRITE_IMM);
+	cr_assert_eq(d.status, -ECANCELED);
+	cr_assert_null(d.ep);
+	d = expect(0, KN_TP_OP_DISCONNECT);
+	cr_assert_lt(d.status, 0);
+	cr_assert_eq(d.ep, c.e0);
+	/* a failed endpoint refuses posts until closed */
+	cr_assert_eq(kn__tp_post_recv(c.e0, md, 0, 16, NULL), -ENOTCONN);
+	kn__tp_ep_close(c.e0);
+	close_sides();
+	free(src);
+	free(dst);
+}
+
+BACKEND_TEST(transport, connect_refused)
+{
+	struct sockaddr_in a;
+	struct kn__tp_listener *l;
+	struct sockaddr_storage ss;
+	struct kn__tp_ep *ep;
+	struct kn__tp_completion c;
+
+	open_sides();
+	/* a port that was free a moment ago */
+	a = loopback(0);
+	cr_assert_eq(kn__tp_listen(sides[0].ctx, (struct sockaddr *)&a,
+				   sizeof(a), NULL, &l),
+		     0);
+	cr_assert_eq(kn__tp_listener_addr(l, &ss), 0);
+	memcpy(&a, &ss, sizeof(a));
+	kn__tp_listener_close(l);
+	cr_assert_eq(kn__tp_connect(sides[1].ctx, (struct sockaddr *)&a,
+				    sizeof(a), (void *)3, &ep),
+		     0);
+	c = expect(1, KN_TP_OP_CONNECT);
+	cr_assert_eq(c.status, -ECONNREFUSED);
+	cr_assert_eq(c.user, (void *)3);
+	kn__tp_ep_close(ep);
+	close_sides();
+}
+
+BACKEND_TEST(transport, sixty_four_endpoints_at_once)
+{
+	enum { NEP = 64, LEN = 65536 };
+	static char src[NEP][LEN], dst[NEP][LEN];
+	struct kn__tp_ep *eps[NEP];
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+	unsigned int next_k[NEP] = { 0 };
+
+	open_sides();
+	listen0(&c);
+	for (int i = 0; i < NEP; i++)
+		cr_assert_eq(kn__tp_connect(sides[1].ctx,
+					    (struct sockaddr *)&c.addr,
+					    sizeof(c.addr), NULL, &eps[i]),
+			     0);
+	for (int i = 0; i < NEP; i++)
+		fill(src[i], LEN, (unsigned int)i);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
+				   KN_TP_REMOTE_WRITE, &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	/* posted before the connections are up: held until they are */
+	for (int i = 0; i < NEP; i++)
+		for (int k = 0; k < 4; k++)
+			cr_assert_eq(kn__tp_post_write_imm(
+					     eps[i], ms,
+					     (size_t)i * LEN + k * LEN / 4,
+					     LEN / 4, &rd,
+					     (size_t)i * LEN + k * LEN / 4,
+					     (uint32_t)(i * 4 + k), NULL),
+				     0);
+	for (int i = 0; i < NEP; i++)
+		expect(0, KN_TP_OP_ACCEPT);
+	for (int n = 0; n < NEP * 4; n++) {
+		struct kn__tp_completion r = expect(0, KN_TP_OP_RECV_IMM);
+
+		/* per endpoint, the immediates come in order */
+		cr_assert_eq(r.imm % 4, next_k[r.imm / 4]++);
+	}
+	for (int n = 0; n < NEP * 5; n++) {
+		struct kn__tp_completion w = next(1);
+
+		cr_assert_eq(w.status, 0);
+	}
+	cr_assert_eq(memcmp(src, dst, sizeof(src)), 0);
+	close_sides();
+}

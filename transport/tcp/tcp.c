@@ -1,0 +1,1182 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tcp.c - the tcp provider: RDMA semantics over TCP sockets, epoll
+ * backend.
+ *
+ * Each endpoint is one non-blocking TCP connection carrying the frames of
+ * wire.h.  A one-sided write is a WRITE_IMM frame whose payload the
+ * receiver reads straight into the target region, after checking the
+ * region key, bounds and rights: no intermediate buffer.  A read is a
+ * READ_REQ answered by a READ_RESP whose payload goes straight into the
+ * reader's local region.  SEND frames fill the oldest posted recv buffer;
+ * with none posted, the receiver stops reading that socket until one is
+ * (TCP's own flow control then holds the sender).
+ *
+ * Posted operations live in a per-endpoint ring in post order (the send
+ * queue, fixed size: posting allocates nothing) and are released to the
+ * completion queue from its head, so completions come back in post
+ * order.  One frame is on the wire at a time per socket, so frames never
+ * interleave; answers to the peer's reads go first.  Anything malformed
+ * fails that endpoint alone: it is logged once, every pending operation
+ * completes with an error, and the peer's socket is shut down.
+ *
+ * Progress happens in kn__tp_poll() (and opportunistically in posts, one
+ * send call): level-triggered epoll over every socket, a completion
+ * queue ring that poll drains.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "transport_priv.h"
+#include "wire.h"
+
+#define SQ_DEPTH    1024 /* posted operations per endpoint, in flight */
+#define RQ_DEPTH    1024 /* posted recv buffers per endpoint */
+#define CQ_DEPTH    4096
+#define MAX_MSG	    4096
+#define KEY_BITS    20 /* region table index; the rest is a generation */
+#define RECV_CHUNK  (1u << 30)
+#define EPOLL_BATCH 64
+#define container_of(p, type, member) \
+	((type *)(void *)((char *)(p)-offsetof(type, member)))
+
+enum handle_kind { H_EP = 1, H_LISTENER };
+
+struct handle {
+	enum handle_kind kind;
+	int fd;
+};
+
+struct tcp_mr {
+	struct kn__tp_mr base;
+	uint32_t key;
+};
+
+struct tcp_listener {
+	struct kn__tp_listener base;
+	struct handle h;
+	struct tcp_listener *next;
+};
+
+/* A posted write_imm, read or send, from post to release. */
+struct op {
+	uint32_t kind; /* KN_TP_OP_* */
+	int status;
+	bool done;
+	void *user;
+	uint64_t bytes;
+	uint8_t hdr[KN_WIRE_HDR_LEN];
+	const char *payload; /* WRITE_IMM, SEND */
+	char *dst;	     /* READ: where the answer goes */
+	uint32_t len;
+};
+
+/* An answer we owe the peer: a READ_RESP from one of our regions. */
+struct resp {
+	uint8_t hdr[KN_WIRE_HDR_LEN];
+	const char *src;
+	uint32_t len;
+};
+
+struct recvbuf {
+	char *buf;
+	uint32_t len;
+	void *user;
+};
+
+enum ep_state { EP_CONNECTING, EP_OPEN, EP_ERROR };
+enum rx_state { RX_HDR, RX_WAIT_RECV, RX_PAYLOAD };
+enum rx_target { T_IMM, T_RECV, T_READ };
+enum tx_kind { TX_NONE, TX_OP, TX_RESP };
+
+struct tcp_ep {
+	struct kn__tp_ep base;
+	struct handle h;
+	struct tcp_ep *prev, *next;
+	enum ep_state state;
+	int error;	    /* first failure, negative errno */
+	bool connect_event; /* a CONNECT completion is owed */
+	bool disc_event;    /* a DISCONNECT completion is owed */
+	uint32_t events;    /* epoll interest now registered */
+	char peer[64];
+
+	struct op ops[SQ_DEPTH]; /* ring: head released, sent, tail */
+	uint32_t op_head, op_sent, op_tail, rd_next;
+	struct resp resps[SQ_DEPTH];
+	uint32_t resp_head, resp_tail;
+	struct recvbuf recvs[RQ_DEPTH];
+	uint32_t rv_head, rv_tail;
+
+	enum tx_kind tx; /* the frame on the wire */
+	size_t tx_done;	 /* its bytes sent so far */
+	uint32_t tx_seq, rx_seq;
+
+	enum rx_state rx;
+	enum rx_target rx_target;
+	uint8_t rx_hdr[KN_WIRE_HDR_LEN];
+	uint32_t rx_hlen;
+	struct kn__wire_hdr rh;
+	char *rx_dst;
+	uint64_t rx_left;
+	bool rx_owed; /* rx_comp waits for room in the CQ */
+	struct kn__tp_completion rx_comp;
+};
+
+struct tcp_ctx {
+	struct kn__tp_ctx base;
+	int epfd;
+	struct kn__tp_completion *cq;
+	uint32_t cq_cap, cq_head, cq_tail; /* free-running, cap a power of 2 */
+	struct tcp_mr **regions;
+	uint32_t nregions, region_gen;
+	struct tcp_ep *eps;
+	struct tcp_listener *listeners;
+};
+
+static struct tcp_ctx *tctx(struct kn__tp_ctx *c)
+{
+	return container_of(c, struct tcp_ctx, base);
+}
+
+static struct tcp_ep *tep(struct kn__tp_ep *e)
+{
+	return container_of(e, struct tcp_ep, base);
+}
+
+static struct tcp_ctx *ep_ctx(const struct tcp_ep *ep)
+{
+	return tctx(ep->base.ctx);
+}
+
+static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kanel: tcp: peer %s: ", ep->peer);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* ---- completion queue ---- */
+
+static bool cq_room(const struct tcp_ctx *c)
+{
+	return c->cq_tail - c->cq_head < c->cq_cap;
+}
+
+static bool cq_push(struct tcp_ctx *c, const struct kn__tp_completion *comp)
+{
+	if (!cq_room(c))
+		return false;
+	c->cq[c->cq_tail++ & (c->cq_cap - 1)] = *comp;
+	return true;
+}
+
+/*
+ * For kn__tp_ep_close() alone, which must report what it cancels however
+ * full the queue is: grow it (a cold path).
+ */
+static void cq_push_grow(struct tcp_ctx *c,
+			 const struct kn__tp_completion *comp)
+{
+	if (!cq_room(c)) {
+		struct kn__tp_completion *n =
+			malloc(2 * c->cq_cap * sizeof(*n));
+
+		if (!n) {
+			fprintf(stderr, "kanel: tcp: out of memory, a "
+					"cancelled completion is lost\n");
+			return;
+		}
+		for (uint32_t i = 0; i < c->cq_cap; i++)
+			n[i] = c->cq[(c->cq_head + i) & (c->cq_cap - 1)];
+		free(c->cq);
+		c->cq = n;
+		c->cq_head = 0;
+		c->cq_tail = c->cq_cap;
+		c->cq_cap *= 2;
+	}
+	cq_push(c, comp);
+}
+
+/* ---- epoll interest ---- */
+
+static bool tx_pending(const struct tcp_ep *ep)
+{
+	return ep->tx != TX_NONE || ep->resp_head != ep->resp_tail ||
+	       ep->op_sent != ep->op_tail;
+}
+
+static void ep_update_events(struct tcp_ep *ep)
+{
+	struct epoll_event ev = { .data.ptr = &ep->h };
+	uint32_t want = 0;
+
+	if (ep->state == EP_CONNECTING)
+		want = EPOLLOUT;
+	else if (ep->state == EP_OPEN)
+		want = (ep->rx == RX_WAIT_RECV || ep->rx_owed ? 0 : EPOLLIN) |
+		       (tx_pending(ep) ? EPOLLOUT : 0);
+	if (want == ep->events)
+		return;
+	ev.events = want;
+	if (epoll_ctl(ep_ctx(ep)->epfd, EPOLL_CTL_MOD, ep->h.fd, &ev) == 0)
+		ep->events = want;
+}
+
+/* ---- failure ---- */
+
+/*
+ * Move @ep to the error state once: log @why, shut the socket (the peer
+ * sees it close), and complete every pending operation, the oldest with
+ * @err and the rest with -ECANCELED.  The completions leave through
+ * ep_release(), in order, DISCONNECT last.
+ */
+static void ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
+{
+	bool first = true;
+	char msg[256];
+	va_list ap;
+
+	if (ep->state == EP_ERROR)
+		return;
+	va_start(ap, why);
+	vsnprintf(msg, sizeof(msg), why, ap);
+	va_end(ap);
+	ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
+	if (ep->state == EP_CONNECTING) {
+		ep->connect_event = true;
+		ep->disc_event = false;
+	} else {
+		ep->disc_event = true;
+	}
+	ep->state = EP_ERROR;
+	ep->error = err;
+	shutdown(ep->h.fd, SHUT_RDWR);
+	epoll_ctl(ep_ctx(ep)->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
+	ep->events = 0;
+	for (uint32_t i = ep->op_head; i != ep->op_tail; i++) {
+		struct op *op = &ep->ops[i % SQ_DEPTH];
+
+		if (op->done)
+			continue;
+		op->done = true;
+		op->status = first ? err : -ECANCELED;
+		first = false;
+	}
+	ep->tx = TX_NONE;
+	ep->op_sent = ep->op_tail;
+	ep->resp_head = ep->resp_tail;
+	ep->rx_owed = false;
+}
+
+/* ---- release: ring head to the completion queue, in order ---- */
+
+static void ep_release(struct tcp_ep *ep)
+{
+	struct tcp_ctx *c = ep_ctx(ep);
+	struct kn__tp_completion comp = { .ep = &ep->base };
+
+	if (ep->connect_event && ep->state != EP_CONNECTING) {
+		comp.op = KN_TP_OP_CONNECT;
+		comp.user = ep->base.user;
+		comp.status = ep->state == EP_ERROR ? ep->error : 0;
+		if (!cq_push(c, &comp))
+			return;
+		ep->connect_event = false;
+	}
+	if (ep->rx_owed) {
+		if (!cq_push(c, &ep->rx_comp))
+			return;
+		ep->rx_owed = false;
+		ep_update_events(ep);
+	}
+	while (ep->op_head != ep->op_tail) {
+		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
+
+		if (!op->done)
+			break;
+		comp = (struct kn__tp_completion){
+			.user = op->user,
+			.ep = &ep->base,
+			.status = op->status,
+			.op = op->kind,
+			.bytes = op->status ? 0 : op->bytes,
+		};
+		if (!cq_push(c, &comp))
+			return;
+		ep->op_head++;
+	}
+	if (ep->state != EP_ERROR)
+		return;
+	while (ep->rv_head != ep->rv_tail) {
+		struct recvbuf *r = &ep->recvs[ep->rv_head % RQ_DEPTH];
+
+		comp = (struct kn__tp_completion){ .user = r->user,
+						   .ep = &ep->base,
+						   .status = -ECANCELED,
+						   .op = KN_TP_OP_RECV };
+		if (!cq_push(c, &comp))
+			return;
+		ep->rv_head++;
+	}
+	if (ep->disc_event) {
+		comp = (struct kn__tp_completion){ .user = ep->base.user,
+						   .ep = &ep->base,
+						   .status = ep->error,
+						   .op = KN_TP_OP_DISCONNECT };
+		if (cq_push(c, &comp))
+			ep->disc_event = false;
+	}
+}
+
+/* ---- transmit ---- */
+
+/* Send what the frame on the wire still has; true when it is all out. */
+static bool tx_frame(struct tcp_ep *ep, const uint8_t *hdr, const char *payload,
+		     size_t plen)
+{
+	for (;;) {
+		struct iovec iov[2];
+		struct msghdr msg = { .msg_iov = iov };
+		size_t total = KN_WIRE_HDR_LEN + plen;
+		ssize_t n;
+
+		if (ep->tx_done == total)
+			return true;
+		if (ep->tx_done < KN_WIRE_HDR_LEN) {
+			iov[0] =
+				(struct iovec){ (void *)(hdr + ep->tx_done),
+						KN_WIRE_HDR_LEN - ep->tx_done };
+			iov[1] = (struct iovec){ (void *)payload, plen };
+			msg.msg_iovlen = plen ? 2 : 1;
+		} else {
+			size_t at = ep->tx_done - KN_WIRE_HDR_LEN;
+
+			iov[0] = (struct iovec){ (void *)(payload + at),
+						 plen - at };
+			msg.msg_iovlen = 1;
+		}
+		n = sendmsg(ep->h.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return false;
+			if (errno == EINTR)
+				continue;
+			ep_fail(ep, -errno, "send failed");
+			return false;
+		}
+		ep->tx_done += (size_t)n;
+	}
+}
+
+static void ep_tx(struct tcp_ep *ep)
+{
+	while (ep->state == EP_OPEN) {
+		if (ep->tx == TX_NONE) {
+			if (ep->resp_head != ep->resp_tail)
+				ep->tx = TX_RESP;
+			else if (ep->op_sent != ep->op_tail)
+				ep->tx = TX_OP;
+			else
+				break;
+			ep->tx_done = 0;
+		}
+		if (ep->tx == TX_RESP) {
+			struct resp *r = &ep->resps[ep->resp_head % SQ_DEPTH];
+
+			if (!tx_frame(ep, r->hdr, r->src, r->len))
+				break;
+			ep->resp_head++;
+		} else {
+			struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
+			size_t plen = op->kind == KN_TP_OP_READ ? 0 : op->len;
+
+			if (!tx_frame(ep, op->hdr, op->payload, plen))
+				break;
+			/* a read is done when its answer has arrived */
+			if (op->kind != KN_TP_OP_READ)
+				op->done = true;
+			ep->op_sent++;
+		}
+		ep->tx = TX_NONE;
+	}
+	ep_update_events(ep);
+}
+
+/* ---- receive ---- */
+
+static struct tcp_mr *region_of(struct tcp_ctx *c, uint32_t key)
+{
+	uint32_t idx = key & ((1u << KEY_BITS) - 1);
+
+	if (idx == 0 || idx > c->nregions || !c->regions[idx - 1] ||
+	    c->regions[idx - 1]->key != key)
+		return NULL;
+	return c->regions[idx - 1];
+}
+
+/* The region range a WRITE_IMM or READ_REQ names, or NULL (logged). */
+static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
+{
+	struct tcp_mr *mr = region_of(ep_ctx(ep), ep->rh.region);
+	const char *what = right == KN_TP_REMOTE_WRITE ? "write" : "read";
+
+	if (!mr) {
+		ep_fail(ep, -EPROTO, "%s of unknown region key 0x%x", what,
+			ep->rh.region);
+		return NULL;
+	}
+	if (!(mr->base.access & right)) {
+		ep_fail(ep, -EACCES, "%s of region 0x%x without the right",
+			what, ep->rh.region);
+		return NULL;
+	}
+	if (ep->rh.offset > mr->base.len ||
+	    ep->rh.length > mr->base.len - ep->rh.offset) {
+		ep_fail(ep, -EPROTO,
+			"%s of [%llu, +%u) outside region 0x%x of %zu bytes",
+			what, (unsigned long long)ep->rh.offset, ep->rh.length,
+			ep->rh.region, mr->base.len);
+		return NULL;
+	}
+	return mr->base.addr + ep->rh.offset;
+}
+
+/* The oldest read we sent that has no answer yet, or NULL. */
+static struct op *next_read(struct tcp_ep *ep)
+{
+	if (ep->rd_next - ep->op_head > ep->op_sent - ep->op_head)
+		ep->rd_next = ep->op_head; /* released past it */
+	for (; ep->rd_next != ep->op_sent; ep->rd_next++) {
+		struct op *op = &ep->ops[ep->rd_next % SQ_DEPTH];
+
+		if (op->kind == KN_TP_OP_READ && !op->done)
+			return op;
+	}
+	return NULL;
+}
+
+/* A whole frame is in: report it (or owe the report) and start anew. */
+static void rx_complete(struct tcp_ep *ep)
+{
+	struct kn__tp_completion comp = { .ep = &ep->base };
+
+	ep->rx = RX_HDR;
+	ep->rx_hlen = 0;
+	switch (ep->rx_target) {
+	case T_READ: {
+		struct op *op = &ep->ops[ep->rd_next % SQ_DEPTH];
+
+		op->done = true;
+		ep->rd_next++;
+		return;
+	}
+	case T_RECV: {
+		struct recvbuf *r = &ep->recvs[ep->rv_head++ % RQ_DEPTH];
+
+		comp.op = KN_TP_OP_RECV;
+		comp.user = r->user;
+		comp.bytes = ep->rh.length;
+		break;
+	}
+	case T_IMM:
+		comp.op = KN_TP_OP_RECV_IMM;
+		comp.user = ep->base.user;
+		comp.imm = ep->rh.imm;
+		comp.bytes = ep->rh.length;
+		break;
+	}
+	if (!cq_push(ep_ctx(ep), &comp)) {
+		ep->rx_comp = comp;
+		ep->rx_owed = true;
+	}
+}
+
+/* Where the payload of the frame just decoded goes; false on failure. */
+static bool rx_start(struct tcp_ep *ep)
+{
+	struct kn__wire_hdr *h = &ep->rh;
+
+	switch (h->op) {
+	case KN_WIRE_WRITE_IMM:
+		ep->rx_dst = rx_region_range(ep, KN_TP_REMOTE_WRITE);
+		ep->rx_target = T_IMM;
+		break;
+	case KN_WIRE_READ_REQ: {
+		char *src = rx_region_range(ep, KN_TP_REMOTE_READ);
+		struct resp *r;
+
+		if (!src)
+			return false;
+		if (ep->resp_tail - ep->resp_head == SQ_DEPTH) {
+			ep_fail(ep, -EPROTO, "more than %u reads outstanding",
+				SQ_DEPTH);
+			return false;
+		}
+		r = &ep->resps[ep->resp_tail++ % SQ_DEPTH];
+		r->src = src;
+		r->len = h->length;
+		kn__wire_encode(&(struct kn__wire_hdr){ .op = KN_WIRE_READ_RESP,
+							.length = h->length,
+							.seq = ep->tx_seq++ },
+				r->hdr);
+		ep->rx = RX_HDR;
+		ep->rx_hlen = 0;
+		return true;
+	}
+	case KN_WIRE_READ_RESP: {
+		struct op *op = next_read(ep);
+
+		if (!op || op->len != h->length) {
+			ep_fail(ep, -EPROTO,
+				op ? "read answered with %u bytes, not %u"
+				   : "answer (%u bytes) to no read%.0u",
+				h->length, op ? op->len : 0);
+			return false;
+		}
+		ep->rx_dst = op->dst;
+		ep->rx_target = T_READ;
+		break;
+	}
+	case KN_WIRE_SEND: {
+		struct recvbuf *r;
+
+		if (ep->rv_head == ep->rv_tail) {
+			ep->rx = RX_WAIT_RECV; /* until a recv is posted */
+			ep_update_events(ep);
+			return true;
+		}
+		r = &ep->recvs[ep->rv_head % RQ_DEPTH];
+		if (h->length > r->len) {
+			ep_fail(ep, -EMSGSIZE,
+				"message of %u bytes for a %u-byte recv",
+				h->length, r->len);
+			return false;
+		}
+		ep->rx_dst = r->buf;
+		ep->rx_target = T_RECV;
+		break;
+	}
+	}
+	if (!ep->rx_dst)
+		return false;
+	ep->rx = RX_PAYLOAD;
+	ep->rx_left = h->length;
+	if (!ep->rx_left)
+		rx_complete(ep);
+	return true;
+}
+
+static void ep_rx(struct tcp_ep *ep)
+{
+	while (ep->state == EP_OPEN && !ep->rx_owed) {
+		ssize_t n;
+
+		if (ep->rx == RX_WAIT_RECV) {
+			if (ep->rv_head == ep->rv_tail)
+				break;
+			if (!rx_start(ep))
+				return;
+			continue;
+		}
+		if (ep->rx == RX_HDR)
+			n = recv(ep->h.fd, ep->rx_hdr + ep->rx_hlen,
+				 KN_WIRE_HDR_LEN - ep->rx_hlen, MSG_DONTWAIT);
+		else
+			n = recv(ep->h.fd, ep->rx_dst,
+				 ep->rx_left < RECV_CHUNK ? ep->rx_left
+							  : RECV_CHUNK,
+				 MSG_DONTWAIT);
+		if (n == 0) {
+			ep_fail(ep, -ECONNRESET, "connection closed by peer");
+			return;
+		}
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			if (errno == EINTR)
+				continue;
+			ep_fail(ep, -errno, "receive failed");
+			return;
+		}
+		if (ep->rx == RX_PAYLOAD) {
+			ep->rx_dst += n;
+			ep->rx_left -= (uint64_t)n;
+			if (!ep->rx_left)
+				rx_complete(ep);
+			continue;
+		}
+		ep->rx_hlen += (uint32_t)n;
+		if (ep->rx_hlen < KN_WIRE_HDR_LEN)
+			continue;
+		n = kn__wire_decode(ep->rx_hdr, ep->base.ctx->max_msg, &ep->rh);
+		if (n) {
+			ep_fail(ep, (int)n, "malformed frame header");
+			return;
+		}
+		if (ep->rh.seq != ep->rx_seq++) {
+			ep_fail(ep, -EPROTO, "frame %u out of sequence",
+				ep->rh.seq);
+			return;
+		}
+		ep->rx_dst = NULL;
+		if (!rx_start(ep))
+			return;
+	}
+	if (ep->state == EP_OPEN && tx_pending(ep))
+		ep_tx(ep); /* answers to reads just received */
+	ep_update_events(ep);
+}
+
+/* ---- endpoints ---- */
+
+/* "host:port" of @sa, for logs. */
+static void addr_name(const struct sockaddr *sa, char *buf, size_t size)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)sa;
+
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		port = ntohs(a->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)sa;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+		port = ntohs(a->sin6_port);
+	}
+	snprintf(buf, size, "%s:%d", host, port);
+}
+
+static void peer_name(int fd, char *buf, size_t size)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+		addr_name((struct sockaddr *)&ss, buf, size);
+}
+
+static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
+		  struct tcp_ep **out)
+{
+	struct tcp_ep *ep = calloc(1, sizeof(*ep));
+	struct epoll_event ev;
+	int one = 1;
+
+	if (!ep)
+		return -ENOMEM;
+	ep->base.ctx = &c->base;
+	ep->base.user = user;
+	ep->h = (struct handle){ H_EP, fd };
+	ep->state = state;
+	ep->events = state == EP_CONNECTING ? EPOLLOUT : EPOLLIN;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	ev = (struct epoll_event){ .events = ep->events, .data.ptr = &ep->h };
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		int err = -errno;
+
+		free(ep);
+		return err;
+	}
+	if (state == EP_OPEN)
+		peer_name(fd, ep->peer, sizeof(ep->peer));
+	ep->next = c->eps;
+	if (c->eps)
+		c->eps->prev = ep;
+	c->eps = ep;
+	*out = ep;
+	return 0;
+}
+
+static int tcp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		       socklen_t addrlen, void *user, struct kn__tp_ep **out)
+{
+	struct tcp_ctx *c = tctx(ctx);
+	struct tcp_ep *ep;
+	int fd, ret;
+
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, addr, addrlen) && errno != EINPROGRESS) {
+		ret = -errno;
+		goto err_close;
+	}
+	ret = ep_new(c, fd, EP_CONNECTING, user, &ep);
+	if (ret)
+		goto err_close;
+	ep->connect_event = true;
+	addr_name(addr, ep->peer, sizeof(ep->peer));
+	*out = &ep->base;
+	return 0;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
+static void ep_connected(struct tcp_ep *ep)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(ep->h.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+		ep_fail(ep, -(err ? err : errno), "connect failed");
+		return;
+	}
+	ep->state = EP_OPEN;
+	peer_name(ep->h.fd, ep->peer, sizeof(ep->peer));
+	ep_tx(ep); /* what was posted while connecting */
+	ep_update_events(ep);
+}
+
+static void tcp_ep_close(struct kn__tp_ep *e)
+{
+	struct tcp_ep *ep = tep(e);
+	struct tcp_ctx *c = ep_ctx(ep);
+
+	for (; ep->op_head != ep->op_tail; ep->op_head++) {
+		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
+
+		cq_push_grow(
+			c, &(struct kn__tp_completion){
+				   .user = op->user,
+				   .status = op->done ? op->status : -ECANCELED,
+				   .op = op->kind,
+				   .bytes = op->done && !op->status ? op->bytes
+								    : 0 });
+	}
+	for (; ep->rv_head != ep->rv_tail; ep->rv_head++)
+		cq_push_grow(
+			c,
+			&(struct kn__tp_completion){
+				.user = ep->recvs[ep->rv_head % RQ_DEPTH].user,
+				.status = -ECANCELED,
+				.op = KN_TP_OP_RECV });
+	if (ep->state != EP_ERROR)
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
+	close(ep->h.fd);
+	if (ep->prev)
+		ep->prev->next = ep->next;
+	else
+		c->eps = ep->next;
+	if (ep->next)
+		ep->next->prev = ep->prev;
+	free(ep);
+}
+
+/* ---- posts ---- */
+
+static struct op *op_new(struct tcp_ep *ep, uint32_t kind, void *user)
+{
+	struct op *op;
+
+	if (ep->op_tail - ep->op_head == SQ_DEPTH)
+		return NULL;
+	op = &ep->ops[ep->op_tail % SQ_DEPTH];
+	*op = (struct op){ .kind = kind, .user = user };
+	return op;
+}
+
+static int op_post(struct tcp_ep *ep, struct op *op, struct kn__wire_hdr *h)
+{
+	h->seq = ep->tx_seq++;
+	kn__wire_encode(h, op->hdr);
+	ep->op_tail++;
+	if (ep->state == EP_OPEN && ep->tx == TX_NONE)
+		ep_tx(ep); /* the one syscall that moves the data */
+	else
+		ep_update_events(ep);
+	return 0;
+}
+
+static int post_check(struct tcp_ep *ep)
+{
+	if (ep->state == EP_ERROR)
+		return -ENOTCONN;
+	if (ep->op_tail - ep->op_head == SQ_DEPTH)
+		return -EAGAIN;
+	return 0;
+}
+
+static int tcp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			      size_t off, size_t len,
+			      const struct kn__tp_rdesc *dst, uint64_t dst_off,
+			      uint32_t imm, void *user)
+{
+	struct tcp_ep *ep = tep(e);
+	struct op *op;
+	int ret = post_check(ep);
+
+	if (ret)
+		return ret;
+	op = op_new(ep, KN_TP_OP_WRITE_IMM, user);
+	op->payload = mr->addr + off;
+	op->len = (uint32_t)len;
+	op->bytes = len;
+	return op_post(ep, op,
+		       &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
+					       .region = dst->key,
+					       .imm = imm,
+					       .offset = dst_off,
+					       .length = (uint32_t)len });
+}
+
+static int tcp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			 size_t len, const struct kn__tp_rdesc *src,
+			 uint64_t src_off, void *user)
+{
+	struct tcp_ep *ep = tep(e);
+	struct op *op;
+	int ret = post_check(ep);
+
+	if (ret)
+		return ret;
+	op = op_new(ep, KN_TP_OP_READ, user);
+	op->dst = mr->addr + off;
+	op->len = (uint32_t)len;
+	op->bytes = len;
+	return op_post(ep, op,
+		       &(struct kn__wire_hdr){ .op = KN_WIRE_READ_REQ,
+					       .region = src->key,
+					       .offset = src_off,
+					       .length = (uint32_t)len });
+}
+
+static int tcp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			 size_t len, void *user)
+{
+	struct tcp_ep *ep = tep(e);
+	struct op *op;
+	int ret = post_check(ep);
+
+	if (ret)
+		return ret;
+	op = op_new(ep, KN_TP_OP_SEND, user);
+	op->payload = mr->addr + off;
+	op->len = (uint32_t)len;
+	op->bytes = len;
+	return op_post(ep, op,
+		       &(struct kn__wire_hdr){ .op = KN_WIRE_SEND,
+					       .length = (uint32_t)len });
+}
+
+static int tcp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			 size_t len, void *user)
+{
+	struct tcp_ep *ep = tep(e);
+	struct recvbuf *r;
+
+	if (ep->state == EP_ERROR)
+		return -ENOTCONN;
+	if (ep->rv_tail - ep->rv_head == RQ_DEPTH)
+		return -EAGAIN;
+	r = &ep->recvs[ep->rv_tail++ % RQ_DEPTH];
+	*r = (struct recvbuf){ mr->addr + off,
+			       len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
+			       user };
+	if (ep->rx == RX_WAIT_RECV && ep->state == EP_OPEN)
+		ep_rx(ep); /* the paused message lands now */
+	return 0;
+}
+
+/* ---- regions ---- */
+
+static int tcp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
+		      uint32_t access, struct kn__tp_mr **out)
+{
+	struct tcp_ctx *c = tctx(ctx);
+	struct tcp_mr *mr;
+	uint32_t idx;
+
+	for (idx = 0; idx < c->nregions && c->regions[idx]; idx++)
+		;
+	if (idx == c->nregions) {
+		uint32_t n = c->nregions ? 2 * c->nregions : 64;
+		struct tcp_mr **t;
+
+		if (n >= 1u << KEY_BITS)
+			return -ENOSPC;
+		t = realloc(c->regions, n * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		memset(t + c->nregions, 0, (n - c->nregions) * sizeof(*t));
+		c->regions = t;
+		c->nregions = n;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->base = (struct kn__tp_mr){ ctx, addr, len, access };
+	/* a stale key of a deregistered region never matches again */
+	mr->key = (idx + 1) | (++c->region_gen << KEY_BITS);
+	c->regions[idx] = mr;
+	*out = &mr->base;
+	return 0;
+}
+
+static void tcp_mr_dereg(struct kn__tp_mr *m)
+{
+	struct tcp_mr *mr = container_of(m, struct tcp_mr, base);
+	struct tcp_ctx *c = tctx(m->ctx);
+
+	c->regions[(mr->key & ((1u << KEY_BITS) - 1)) - 1] = NULL;
+	free(mr);
+}
+
+static void tcp_mr_rdesc(const struct kn__tp_mr *m, struct kn__tp_rdesc *r)
+{
+	const struct tcp_mr *mr = container_of(m, struct tcp_mr, base);
+
+	*r = (struct kn__tp_rdesc){
+		.addr = 0, .len = m->len, .key = mr->key, .access = m->access
+	};
+}
+
+/* ---- listeners ---- */
+
+static int tcp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		      socklen_t addrlen, void *user,
+		      struct kn__tp_listener **out)
+{
+	struct tcp_ctx *c = tctx(ctx);
+	struct tcp_listener *l;
+	struct epoll_event ev;
+	int fd, one = 1, ret;
+
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, addr, addrlen) || listen(fd, 128)) {
+		ret = -errno;
+		goto err_close;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	l->base = (struct kn__tp_listener){ ctx, user };
+	l->h = (struct handle){ H_LISTENER, fd };
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &l->h };
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		ret = -errno;
+		free(l);
+		goto err_close;
+	}
+	l->next = c->listeners;
+	c->listeners = l;
+	*out = &l->base;
+	return 0;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
+static int tcp_listener_addr(const struct kn__tp_listener *lb,
+			     struct sockaddr_storage *addr)
+{
+	const struct tcp_listener *l =
+		container_of(lb, struct tcp_listener, base);
+	socklen_t len = sizeof(*addr);
+
+	return getsockname(l->h.fd, (struct sockaddr *)addr, &len) ? -errno : 0;
+}
+
+static void tcp_listener_close(struct kn__tp_listener *lb)
+{
+	struct tcp_listener *l = container_of(lb, struct tcp_listener, base);
+	struct tcp_ctx *c = tctx(lb->ctx);
+
+	for (struct tcp_listener **p = &c->listeners; *p; p = &(*p)->next)
+		if (*p == l) {
+			*p = l->next;
+			break;
+		}
+	epoll_ctl(c->epfd, EPOLL_CTL_DEL, l->h.fd, NULL);
+	close(l->h.fd);
+	free(l);
+}
+
+static void listener_accept(struct tcp_listener *l)
+{
+	struct tcp_ctx *c = tctx(l->base.ctx);
+
+	while (cq_room(c)) {
+		struct tcp_ep *ep;
+		int fd = accept4(l->h.fd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK &&
+			    errno != EINTR && errno != ECONNABORTED)
+				fprintf(stderr, "kanel: tcp: accept: %s\n",
+					strerror(errno));
+			return;
+		}
+		if (ep_new(c, fd, EP_OPEN, NULL, &ep)) {
+			close(fd);
+			continue;
+		}
+		cq_push(c,
+			&(struct kn__tp_completion){ .user = l->base.user,
+						     .ep = &ep->base,
+						     .op = KN_TP_OP_ACCEPT });
+	}
+}
+
+/* ---- progress ---- */
+
+static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
+		    int max)
+{
+	struct tcp_ctx *c = tctx(ctx);
+	struct epoll_event evs[EPOLL_BATCH];
+	int n, got = 0;
+
+	n = epoll_wait(c->epfd, evs, EPOLL_BATCH, 0);
+	if (n < 0 && errno != EINTR)
+		return -errno;
+	for (int i = 0; i < n; i++) {
+		struct handle *h = evs[i].data.ptr;
+		struct tcp_ep *ep;
+
+		if (h->kind == H_LISTENER) {
+			listener_accept(
+				container_of(h, struct tcp_listener, h));
+			continue;
+		}
+		ep = container_of(h, struct tcp_ep, h);
+		if (ep->state == EP_CONNECTING) {
+			ep_connected(ep);
+			continue;
+		}
+		if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+			ep_rx(ep);
+		if (evs[i].events & EPOLLOUT)
+			ep_tx(ep);
+	}
+	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next)
+		ep_release(ep);
+	while (got < max && c->cq_head != c->cq_tail)
+		out[got++] = c->cq[c->cq_head++ & (c->cq_cap - 1)];
+	return got;
+}
+
+static int tcp_fd(const struct kn__tp_ctx *ctx)
+{
+	return container_of(ctx, struct tcp_ctx, base)->epfd;
+}
+
+/* ---- context ---- */
+
+static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
+{
+	struct tcp_ctx *c = tctx(ctx);
+
+	while (c->eps) {
+		struct tcp_ep *ep = c->eps;
+
+		c->eps = ep->next;
+		close(ep->h.fd);
+		free(ep);
+	}
+	while (c->listeners) {
+		struct tcp_listener *l = c->listeners;
+
+		c->listeners = l->next;
+		close(l->h.fd);
+		free(l);
+	}
+	for (uint32_t i = 0; i < c->nregions; i++)
+		free(c->regions[i]);
+	free(c->regions);
+	free(c->cq);
+	close(c->epfd);
+	free(c);
+}
+
+static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
+			  struct kn__tp_ctx **out)
+{
+	uint32_t depth = attr && attr->cq_depth ? attr->cq_depth : CQ_DEPTH;
+	struct tcp_ctx *c;
+	int ret;
+
+	if (attr && (attr->flags & ~KN_TP_CTX_FORCE_EPOLL))
+		return -EINVAL;
+	if (attr && attr->max_msg > KN_WIRE_MAX_LEN)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->base.ops = &kn__tp_tcp_ops;
+	c->base.name = "tcp/epoll";
+	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : MAX_MSG;
+	for (c->cq_cap = 1; c->cq_cap < depth; c->cq_cap *= 2)
+		;
+	c->cq = calloc(c->cq_cap, sizeof(*c->cq));
+	if (!c->cq) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	c->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (c->epfd < 0) {
+		ret = -errno;
+		goto err_free_cq;
+	}
+	*out = &c->base;
+	return 0;
+
+err_free_cq:
+	free(c->cq);
+err_free:
+	free(c);
+	return ret;
+}
+
+const struct kn__tp_ops kn__tp_tcp_ops = {
+	.name = "tcp",
+	.ctx_create = tcp_ctx_create,
+	.ctx_destroy = tcp_ctx_destroy,
+	.mr_reg = tcp_mr_reg,
+	.mr_dereg = tcp_mr_dereg,
+	.mr_rdesc = tcp_mr_rdesc,
+	.listen = tcp_listen,
+	.listener_addr = tcp_listener_addr,
+	.listener_close = tcp_listener_close,
+	.connect = tcp_connect,
+	.ep_close = tcp_ep_close,
+	.post_write_imm = tcp_post_write_imm,
+	.post_read = tcp_post_read,
+	.post_send = tcp_post_send,
+	.post_recv = tcp_post_recv,
+	.poll = tcp_poll,
+	.fd = tcp_fd,
+};

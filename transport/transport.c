@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport.c - the provider-independent half of the transport layer:
+ * picks a provider, checks every post's ranges against its region and
+ * the peer's descriptor once, here, and dispatches through the ops table.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "transport_priv.h"
+#include "wire.h"
+
+static const struct kn__tp_ops *const providers[] = {
+	&kn__tp_tcp_ops,
+};
+
+int kn__tp_ctx_create(const struct kn__tp_ctx_attr *attr,
+		      struct kn__tp_ctx **ctx)
+{
+	const char *name = attr && attr->provider ? attr->provider : "tcp";
+
+	if (!ctx)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++)
+		if (strcmp(name, providers[i]->name) == 0)
+			return providers[i]->ctx_create(attr, ctx);
+	return -ENOENT;
+}
+
+void kn__tp_ctx_destroy(struct kn__tp_ctx *ctx)
+{
+	if (ctx)
+		ctx->ops->ctx_destroy(ctx);
+}
+
+const char *kn__tp_ctx_provider(const struct kn__tp_ctx *ctx)
+{
+	return ctx->name;
+}
+
+int kn__tp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
+		  uint32_t access, struct kn__tp_mr **mr)
+{
+	if (!ctx || !mr || (!addr && len) ||
+	    (access & ~(KN_TP_REMOTE_WRITE | KN_TP_REMOTE_READ)))
+		return -EINVAL;
+	return ctx->ops->mr_reg(ctx, addr, len, access, mr);
+}
+
+void kn__tp_mr_dereg(struct kn__tp_mr *mr)
+{
+	if (mr)
+		mr->ctx->ops->mr_dereg(mr);
+}
+
+void kn__tp_mr_rdesc(const struct kn__tp_mr *mr, struct kn__tp_rdesc *rdesc)
+{
+	mr->ctx->ops->mr_rdesc(mr, rdesc);
+}
+
+int kn__tp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		  socklen_t addrlen, void *user,
+		  struct kn__tp_listener **listener)
+{
+	if (!ctx || !addr || !listener)
+		return -EINVAL;
+	return ctx->ops->listen(ctx, addr, addrlen, user, listener);
+}
+
+int kn__tp_listener_addr(const struct kn__tp_listener *listener,
+			 struct sockaddr_storage *addr)
+{
+	return listener->ctx->ops->listener_addr(listener, addr);
+}
+
+void kn__tp_listener_close(struct kn__tp_listener *listener)
+{
+	if (listener)
+		listener->ctx->ops->listener_close(listener);
+}
+
+int kn__tp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		   socklen_t addrlen, void *user, struct kn__tp_ep **ep)
+{
+	if (!ctx || !addr || !ep)
+		return -EINVAL;
+	return ctx->ops->connect(ctx, addr, addrlen, user, ep);
+}
+
+void kn__tp_ep_set_user(struct kn__tp_ep *ep, void *user)
+{
+	ep->user = user;
+}
+
+void *kn__tp_ep_user(const struct kn__tp_ep *ep)
+{
+	return ep->user;
+}
+
+void kn__tp_ep_close(struct kn__tp_ep *ep)
+{
+	if (ep)
+		ep->ctx->ops->ep_close(ep);
+}
+
+/* [off, off + len) inside [0, size), without overflow. */
+static bool in_range(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+static int check_local(const struct kn__tp_ep *ep, const struct kn__tp_mr *mr,
+		       size_t off, size_t len)
+{
+	if (!ep || !mr || mr->ctx != ep->ctx || !in_range(off, len, mr->len))
+		return -EINVAL;
+	if (len > KN_WIRE_MAX_LEN)
+		return -EMSGSIZE;
+	return 0;
+}
+
+static int check_remote(const struct kn__tp_rdesc *r, uint64_t off, size_t len,
+			uint32_t right)
+{
+	if (!r || !(r->access & right) || !in_range(off, len, r->len))
+		return -EINVAL;
+	return 0;
+}
+
+int kn__tp_post_write_imm(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
+			  size_t off, size_t len,
+			  const struct kn__tp_rdesc *dst, uint64_t dst_off,
+			  uint32_t imm, void *user)
+{
+	int ret = check_local(ep, mr, off, len);
+
+	if (!ret)
+		ret = check_remote(dst, dst_off, len, KN_TP_REMOTE_WRITE);
+	if (ret)
+		return ret;
+	return ep->ctx->ops->post_write_imm(ep, mr, off, len, dst, dst_off, imm,
+					    user);
+}
+
+int kn__tp_post_read(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+		     size_t len, const struct kn__tp_rdesc *src,
+		     uint64_t src_off, void *user)
+{
+	int ret = check_local(ep, mr, off, len);
+
+	if (!ret)
+		ret = check_remote(src, src_off, len, KN_TP_REMOTE_READ);
+	if (ret)
+		return ret;
+	return ep->ctx->ops->post_read(ep, mr, off, len, src, src_off, user);
+}
+
+int kn__tp_post_send(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+		     size_t len, void *user)
+{
+	int ret = check_local(ep, mr, off, len);
+
+	if (ret)
+		return ret;
+	if (len > ep->ctx->max_msg)
+		return -EMSGSIZE;
+	return ep->ctx->ops->post_send(ep, mr, off, len, user);
+}
+
+int kn__tp_post_recv(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+		     size_t len, void *user)
+{
+	int ret = check_local(ep, mr, off, len);
+
+	if (ret)
+		return ret;
+	return ep->ctx->ops->post_recv(ep, mr, off, len, user);
+}
+
+int kn__tp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out, int max)
+{
+	if (!ctx || !out || max <= 0)
+		return -EINVAL;
+	return ctx->ops->poll(ctx, out, max);
+}
+
+int kn__tp_fd(const struct kn__tp_ctx *ctx)
+{
+	return ctx->ops->fd(ctx);
+}

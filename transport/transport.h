@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport.h - the transport layer: moving bytes between processes with
+ * RDMA semantics, whatever the wire.
+ *
+ * The model is a reliable-connection RDMA NIC's.  A context owns
+ * registered memory regions, endpoints (connected pairs) and one
+ * completion queue.  A region has a local handle and a remote descriptor
+ * of a few bytes that a peer names in one-sided operations.  Every
+ * operation is a non-blocking post that completes through the completion
+ * queue: write_imm (place a local range into a peer's region, then
+ * deliver a 32-bit immediate to the peer), read (fetch a peer's range
+ * into a local region), and small two-sided send/recv control messages.
+ * Connection set-up and teardown are completions too, so one progress
+ * loop (poll, and sleep on the fd when idle) drives everything.
+ *
+ * Providers fill a const ops table: tcp (transport/tcp/) today, verbs
+ * next.  Only this layer includes socket, io_uring, verbs or DPDK
+ * headers; the engine sees these types alone.
+ *
+ * Rules that hold for every provider:
+ * - Posts never block.  Bad arguments return a negative errno at post
+ *   time and post nothing; failures after posting come back as a
+ *   completion with a negative status.
+ * - The completions of one endpoint's write_imm, read and send posts are
+ *   delivered in the order they were posted; recv completions are in the
+ *   order messages arrived, each taking the oldest posted recv buffer.
+ * - A posted buffer is borrowed by the transport until its completion has
+ *   been polled: the caller must not free, reuse or (for a read or recv)
+ *   look at it before then.
+ * - After an error completion the endpoint is in the error state: every
+ *   further post returns -ENOTCONN, and every operation still pending
+ *   completes with -ECANCELED, until the caller closes the endpoint.
+ * - One context is used by one thread at a time (a progress thread);
+ *   different contexts are independent.
+ */
+#ifndef KN_TRANSPORT_H
+#define KN_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct kn__tp_ctx;
+struct kn__tp_mr;
+struct kn__tp_ep;
+struct kn__tp_listener;
+
+/* What a peer may do to a region; local access is always allowed. */
+#define KN_TP_REMOTE_WRITE (1u << 0)
+#define KN_TP_REMOTE_READ  (1u << 1)
+
+/*
+ * A region as a peer names it.  Plain old data, 24 bytes, sent to peers
+ * in control messages: verbs puts the virtual address and rkey here, tcp
+ * a region id (key) with a base address of 0.
+ */
+struct kn__tp_rdesc {
+	uint64_t addr;	 /* what offset 0 of the region is, to the provider */
+	uint64_t len;	 /* bytes */
+	uint32_t key;	 /* provider's key (rkey, region id) */
+	uint32_t access; /* KN_TP_REMOTE_* granted */
+};
+
+enum kn__tp_op {
+	KN_TP_OP_WRITE_IMM = 1, /* a posted write_imm finished */
+	KN_TP_OP_READ,		/* a posted read finished: data is local */
+	KN_TP_OP_SEND,		/* a posted send finished */
+	KN_TP_OP_RECV,		/* a control message filled a posted recv */
+	KN_TP_OP_RECV_IMM,	/* a peer's write_imm landed here */
+	KN_TP_OP_CONNECT,	/* a connect finished (status says how) */
+	KN_TP_OP_ACCEPT,	/* a peer connected to a listener */
+	KN_TP_OP_DISCONNECT,	/* the endpoint is down (status: why) */
+};
+
+/*
+ * One completion.  @user is the post's context pointer; for RECV_IMM,
+ * ACCEPT, CONNECT and DISCONNECT it is the endpoint's (or for ACCEPT the
+ * listener's) user pointer.  @ep is NULL only for operations flushed by
+ * kn__tp_ep_close().
+ */
+struct kn__tp_completion {
+	void *user;
+	struct kn__tp_ep *ep;
+	int status;	/* 0, or a negative errno */
+	uint32_t op;	/* enum kn__tp_op */
+	uint32_t imm;	/* RECV_IMM */
+	uint64_t bytes; /* bytes moved: READ, RECV, RECV_IMM, WRITE_IMM */
+};
+
+/* Attributes of a context.  Unknown flag bits are refused. */
+#define KN_TP_CTX_FORCE_EPOLL (1u << 0) /* tcp: never use io_uring */
+
+struct kn__tp_ctx_attr {
+	const char *provider; /* "tcp" (NULL: the default, tcp) */
+	uint32_t flags;	      /* KN_TP_CTX_* */
+	uint32_t cq_depth;    /* completions held; 0: 4096 */
+	uint32_t max_msg;     /* largest send/recv message; 0: 4096 */
+};
+
+/* Create a context; 0 and the context in @ctx, or a negative errno. */
+int kn__tp_ctx_create(const struct kn__tp_ctx_attr *attr,
+		      struct kn__tp_ctx **ctx);
+
+/* Close every endpoint and listener, free the context.  NULL-safe. */
+void kn__tp_ctx_destroy(struct kn__tp_ctx *ctx);
+
+/* Name of the provider and, where it has several, its I/O backend. */
+const char *kn__tp_ctx_provider(const struct kn__tp_ctx *ctx);
+
+/*
+ * Register @len bytes at @addr with the remote rights @access
+ * (KN_TP_REMOTE_*, the least each use needs).  The memory stays the
+ * caller's; it must outlive the registration.
+ */
+int kn__tp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
+		  uint32_t access, struct kn__tp_mr **mr);
+
+/* Deregister; no operation may still be using it.  NULL-safe. */
+void kn__tp_mr_dereg(struct kn__tp_mr *mr);
+
+/* The descriptor a peer needs to target @mr. */
+void kn__tp_mr_rdesc(const struct kn__tp_mr *mr, struct kn__tp_rdesc *rdesc);
+
+/*
+ * Listen on @addr (port 0 picks one; kn__tp_listener_addr tells which).
+ * Each connection that arrives is an ACCEPT completion with the new
+ * endpoint in ->ep and @user in ->user.
+ */
+int kn__tp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		  socklen_t addrlen, void *user,
+		  struct kn__tp_listener **listener);
+
+int kn__tp_listener_addr(const struct kn__tp_listener *listener,
+			 struct sockaddr_storage *addr);
+
+/* Stop listening and free the listener.  NULL-safe. */
+void kn__tp_listener_close(struct kn__tp_listener *listener);
+
+/*
+ * Start connecting to @addr.  The endpoint comes back at once in @ep;
+ * posts on it are accepted (and held) before the CONNECT completion,
+ * which says whether the connection came up.
+ */
+int kn__tp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		   socklen_t addrlen, void *user, struct kn__tp_ep **ep);
+
+void kn__tp_ep_set_user(struct kn__tp_ep *ep, void *user);
+void *kn__tp_ep_user(const struct kn__tp_ep *ep);
+
+/*
+ * Close @ep and free it.  Operations still pending complete with
+ * -ECANCELED and ->ep NULL.  The peer sees a DISCONNECT.  NULL-safe.
+ */
+void kn__tp_ep_close(struct kn__tp_ep *ep);
+
+/*
+ * Write @len bytes at @off of @mr into the peer's region @dst at
+ * @dst_off, then deliver @imm to the peer as a RECV_IMM completion; the
+ * peer sees the immediate only once the data is in place.  @mr's range
+ * is borrowed until this post's WRITE_IMM completion is polled.
+ * -EINVAL for a range outside @mr or a destination outside @dst or
+ * without remote write, -ENOTCONN once the endpoint failed.
+ */
+int kn__tp_post_write_imm(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
+			  size_t off, size_t len,
+			  const struct kn__tp_rdesc *dst, uint64_t dst_off,
+			  uint32_t imm, void *user);
+
+/*
+ * Read @len bytes at @src_off of the peer's region @src into @mr at
+ * @off.  @mr's range is borrowed (and undefined) until the READ
+ * completion is polled.  Errors as kn__tp_post_write_imm (remote read
+ * instead of write).
+ */
+int kn__tp_post_read(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+		     size_t len, const struct kn__tp_rdesc *src,
+		     uint64_t src_off, void *user);
+
+/*
+ * Send a control message of @len bytes (at most the context's max_msg)
+ * from @mr at @off; it fills the oldest recv buffer the peer posted.
+ * The range is borrowed until the SEND completion is polled.
+ */
+int kn__tp_post_send(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+		     size_t len, void *user);
+
+/*
+ * Offer @len bytes of @mr at @off for the next control message from the
+ * peer.  A message larger than the buffer fails the endpoint.  The range
+ * is borrowed until its RECV completion is polled.
+ */
+int kn__tp_post_recv(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+		     size_t len, void *user);
+
+/*
+ * Make progress and return up to @max completions in @out (0 when there
+ * is nothing to report), never blocking; a negative errno only for a
+ * failure of the context itself.
+ */
+int kn__tp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out, int max);
+
+/*
+ * An fd that becomes readable when kn__tp_poll() may have work: sleep on
+ * it (poll/epoll) after kn__tp_poll() returned 0.
+ */
+int kn__tp_fd(const struct kn__tp_ctx *ctx);
+
+#endif /* KN_TRANSPORT_H */

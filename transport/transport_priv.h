@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport_priv.h - what providers share with the generic layer: the
+ * ops table and the common head of every object.  Each provider's own
+ * structs begin with these heads, so the generic layer can check
+ * arguments once and dispatch through ctx->ops.
+ */
+#ifndef KN_TRANSPORT_PRIV_H
+#define KN_TRANSPORT_PRIV_H
+
+#include "transport.h"
+
+struct kn__tp_ops {
+	const char *name;
+	int (*ctx_create)(const struct kn__tp_ctx_attr *attr,
+			  struct kn__tp_ctx **ctx);
+	void (*ctx_destroy)(struct kn__tp_ctx *ctx);
+	int (*mr_reg)(struct kn__tp_ctx *ctx, void *addr, size_t len,
+		      uint32_t access, struct kn__tp_mr **mr);
+	void (*mr_dereg)(struct kn__tp_mr *mr);
+	void (*mr_rdesc)(const struct kn__tp_mr *mr,
+			 struct kn__tp_rdesc *rdesc);
+	int (*listen)(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		      socklen_t addrlen, void *user,
+		      struct kn__tp_listener **listener);
+	int (*listener_addr)(const struct kn__tp_listener *listener,
+			     struct sockaddr_storage *addr);
+	void (*listener_close)(struct kn__tp_listener *listener);
+	int (*connect)(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		       socklen_t addrlen, void *user, struct kn__tp_ep **ep);
+	void (*ep_close)(struct kn__tp_ep *ep);
+	/* posts: arguments already checked against mr and rdesc bounds */
+	int (*post_write_imm)(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
+			      size_t off, size_t len,
+			      const struct kn__tp_rdesc *dst, uint64_t dst_off,
+			      uint32_t imm, void *user);
+	int (*post_read)(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+			 size_t len, const struct kn__tp_rdesc *src,
+			 uint64_t src_off, void *user);
+	int (*post_send)(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+			 size_t len, void *user);
+	int (*post_recv)(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
+			 size_t len, void *user);
+	int (*poll)(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
+		    int max);
+	int (*fd)(const struct kn__tp_ctx *ctx);
+};
+
+struct kn__tp_ctx {
+	const struct kn__tp_ops *ops;
+	const char *name; /* provider, with its backend where it has one */
+	uint32_t max_msg;
+};
+
+struct kn__tp_mr {
+	struct kn__tp_ctx *ctx;
+	char *addr;
+	size_t len;
+	uint32_t access;
+};
+
+struct kn__tp_ep {
+	struct kn__tp_ctx *ctx;
+	void *user;
+};
+
+struct kn__tp_listener {
+	struct kn__tp_ctx *ctx;
+	void *user;
+};
+
+extern const struct kn__tp_ops kn__tp_tcp_ops;
+
+#endif /* KN_TRANSPORT_PRIV_H */
