@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "transport_priv.h"
 #include "wire.h"
@@ -85,6 +86,18 @@ int kn__tp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	if (!ctx || !addr || !ep)
 		return -EINVAL;
 	return ctx->ops->connect(ctx, addr, addrlen, user, ep);
+}
+
+int kn__tp_adopt(struct kn__tp_ctx *ctx, int fd, void *user,
+		 struct kn__tp_ep **ep)
+{
+	if (!ctx || fd < 0 || !ep)
+		return -EINVAL;
+	if (!ctx->ops->adopt) {
+		close(fd);
+		return -EOPNOTSUPP;
+	}
+	return ctx->ops->adopt(ctx, fd, user, ep);
 }
 
 void kn__tp_ep_set_user(struct kn__tp_ep *ep, void *user)

@@ -146,6 +146,15 @@ void kn__tp_listener_close(struct kn__tp_listener *listener);
 int kn__tp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		   socklen_t addrlen, void *user, struct kn__tp_ep **ep);
 
+/*
+ * Take over @fd, a connected stream socket (from socketpair(), an
+ * inherited descriptor, a test), as an open endpoint.  The endpoint owns
+ * the descriptor from then on, also on failure.  Providers without
+ * sockets return -EOPNOTSUPP.
+ */
+int kn__tp_adopt(struct kn__tp_ctx *ctx, int fd, void *user,
+		 struct kn__tp_ep **ep);
+
 void kn__tp_ep_set_user(struct kn__tp_ep *ep, void *user);
 void *kn__tp_ep_user(const struct kn__tp_ep *ep);
 

@@ -28,6 +28,8 @@ struct kn__tp_ops {
 	void (*listener_close)(struct kn__tp_listener *listener);
 	int (*connect)(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		       socklen_t addrlen, void *user, struct kn__tp_ep **ep);
+	int (*adopt)(struct kn__tp_ctx *ctx, int fd, void *user,
+		     struct kn__tp_ep **ep);
 	void (*ep_close)(struct kn__tp_ep *ep);
 	/* posts: arguments already checked against mr and rdesc bounds */
 	int (*post_write_imm)(struct kn__tp_ep *ep, struct kn__tp_mr *mr,

@@ -644,3 +644,31 @@ BACKEND_TEST(transport, sixty_four_endpoints_at_once)
 	cr_assert_eq(memcmp(src, dst, sizeof(src)), 0);
 	close_sides();
 }
+
+BACKEND_TEST(transport, adopted_socketpair)
+{
+	static char src[8192], dst[8192];
+	struct kn__tp_ep *e0, *e1;
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	int sv[2];
+
+	open_sides();
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_assert_eq(kn__tp_adopt(sides[0].ctx, sv[0], NULL, &e0), 0);
+	cr_assert_eq(kn__tp_adopt(sides[1].ctx, sv[1], NULL, &e1), 0);
+	cr_assert_eq(kn__tp_adopt(sides[1].ctx, -1, NULL, &e1), -EINVAL);
+	fill(src, sizeof(src), 4);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
+				   KN_TP_REMOTE_WRITE, &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	cr_assert_eq(kn__tp_post_write_imm(e1, ms, 0, sizeof(src), &rd, 0, 42,
+					   NULL),
+		     0);
+	cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, 42);
+	cr_assert_eq(expect(1, KN_TP_OP_WRITE_IMM).status, 0);
+	cr_assert_eq(memcmp(src, dst, sizeof(src)), 0);
+	close_sides();
+}

@@ -26,6 +26,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -738,6 +739,27 @@ err_close:
 	return ret;
 }
 
+static int tcp_adopt(struct kn__tp_ctx *ctx, int fd, void *user,
+		     struct kn__tp_ep **out)
+{
+	struct tcp_ep *ep;
+	int flags = fcntl(fd, F_GETFL), ret;
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK)) {
+		ret = -errno;
+		goto err_close;
+	}
+	ret = ep_new(tctx(ctx), fd, EP_OPEN, user, &ep);
+	if (ret)
+		goto err_close;
+	*out = &ep->base;
+	return 0;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
 static void ep_connected(struct tcp_ep *ep)
 {
 	int err = 0;
@@ -1172,6 +1194,7 @@ const struct kn__tp_ops kn__tp_tcp_ops = {
 	.listener_addr = tcp_listener_addr,
 	.listener_close = tcp_listener_close,
 	.connect = tcp_connect,
+	.adopt = tcp_adopt,
 	.ep_close = tcp_ep_close,
 	.post_write_imm = tcp_post_write_imm,
 	.post_read = tcp_post_read,
