@@ -73,7 +73,9 @@ struct tcp_listener {
 struct op {
 	uint32_t kind; /* KN_TP_OP_* */
 	int status;
-	bool done;
+	bool sent;	  /* its frame is out */
+	bool done;	  /* sent and answered (read) or released (zero-copy) */
+	uint32_t zc_refs; /* zero-copy sends of it the kernel still holds */
 	void *user;
 	uint64_t bytes;
 	uint8_t hdr[KN_WIRE_HDR_LEN];
@@ -118,8 +120,10 @@ struct tcp_ep {
 	struct recvbuf recvs[RQ_DEPTH];
 	uint32_t rv_head, rv_tail;
 
-	enum tx_kind tx; /* the frame on the wire */
-	size_t tx_done;	 /* its bytes sent so far */
+	enum tx_kind tx;      /* the frame on the wire */
+	size_t tx_done;	      /* its bytes sent so far */
+	struct msghdr tx_msg; /* what of it to send next */
+	struct iovec tx_iov[2];
 	uint32_t tx_seq, rx_seq;
 
 	enum rx_state rx;
@@ -313,7 +317,8 @@ static void ep_release(struct tcp_ep *ep)
 	while (ep->op_head != ep->op_tail) {
 		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
 
-		if (!op->done)
+		/* the kernel may still read a zero-copy send's buffer */
+		if (!op->done || op->zc_refs)
 			break;
 		comp = (struct kn__tp_completion){
 			.user = op->user,
@@ -351,74 +356,106 @@ static void ep_release(struct tcp_ep *ep)
 
 /* ---- transmit ---- */
 
-/* Send what the frame on the wire still has; true when it is all out. */
-static bool tx_frame(struct tcp_ep *ep, const uint8_t *hdr, const char *payload,
-		     size_t plen)
+/*
+ * The next bytes to send, as ep->tx_msg over ep->tx_iov: the rest of the
+ * frame on the wire, or the next frame (answers to the peer's reads
+ * first).  False when there is nothing to send.  *@payload_len is the
+ * frame's payload size, for the choice of a zero-copy send.
+ */
+static bool tx_want(struct tcp_ep *ep, size_t *payload_len)
 {
-	for (;;) {
-		struct iovec iov[2];
-		struct msghdr msg = { .msg_iov = iov };
-		size_t total = KN_WIRE_HDR_LEN + plen;
-		ssize_t n;
+	const uint8_t *hdr;
+	const char *payload;
+	size_t plen;
 
-		if (ep->tx_done == total)
-			return true;
-		if (ep->tx_done < KN_WIRE_HDR_LEN) {
-			iov[0] =
-				(struct iovec){ (void *)(hdr + ep->tx_done),
-						KN_WIRE_HDR_LEN - ep->tx_done };
-			iov[1] = (struct iovec){ (void *)payload, plen };
-			msg.msg_iovlen = plen ? 2 : 1;
-		} else {
-			size_t at = ep->tx_done - KN_WIRE_HDR_LEN;
-
-			iov[0] = (struct iovec){ (void *)(payload + at),
-						 plen - at };
-			msg.msg_iovlen = 1;
-		}
-		n = sendmsg(ep->h.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return false;
-			if (errno == EINTR)
-				continue;
-			ep_fail(ep, -errno, "send failed");
+	if (ep->state != EP_OPEN)
+		return false;
+	if (ep->tx == TX_NONE) {
+		if (ep->resp_head != ep->resp_tail)
+			ep->tx = TX_RESP;
+		else if (ep->op_sent != ep->op_tail)
+			ep->tx = TX_OP;
+		else
 			return false;
-		}
-		ep->tx_done += (size_t)n;
+		ep->tx_done = 0;
 	}
+	if (ep->tx == TX_RESP) {
+		struct resp *r = &ep->resps[ep->resp_head % SQ_DEPTH];
+
+		hdr = r->hdr;
+		payload = r->src;
+		plen = r->len;
+	} else {
+		struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
+
+		hdr = op->hdr;
+		payload = op->payload;
+		plen = op->kind == KN_TP_OP_READ ? 0 : op->len;
+	}
+	ep->tx_msg = (struct msghdr){ .msg_iov = ep->tx_iov };
+	if (ep->tx_done < KN_WIRE_HDR_LEN) {
+		ep->tx_iov[0] = (struct iovec){ (void *)(hdr + ep->tx_done),
+						KN_WIRE_HDR_LEN - ep->tx_done };
+		ep->tx_iov[1] = (struct iovec){ (void *)payload, plen };
+		ep->tx_msg.msg_iovlen = plen ? 2 : 1;
+	} else {
+		size_t at = ep->tx_done - KN_WIRE_HDR_LEN;
+
+		ep->tx_iov[0] =
+			(struct iovec){ (void *)(payload + at), plen - at };
+		ep->tx_msg.msg_iovlen = 1;
+	}
+	*payload_len = plen;
+	return true;
 }
 
+/* @n bytes of the frame on the wire went out (or a negative errno). */
+static void tx_got(struct tcp_ep *ep, ssize_t n)
+{
+	size_t plen;
+
+	if (n < 0) {
+		ep_fail(ep, (int)n, "send failed");
+		return;
+	}
+	ep->tx_done += (size_t)n;
+	if (ep->tx == TX_RESP) {
+		plen = ep->resps[ep->resp_head % SQ_DEPTH].len;
+		if (ep->tx_done < KN_WIRE_HDR_LEN + plen)
+			return;
+		ep->resp_head++;
+	} else {
+		struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
+
+		plen = op->kind == KN_TP_OP_READ ? 0 : op->len;
+		if (ep->tx_done < KN_WIRE_HDR_LEN + plen)
+			return;
+		/*
+		 * A read is done when its answer has arrived, a zero-copy
+		 * send when the kernel has let go of the buffer.
+		 */
+		op->sent = true;
+		if (op->kind != KN_TP_OP_READ && !op->zc_refs)
+			op->done = true;
+		ep->op_sent++;
+	}
+	ep->tx = TX_NONE;
+}
+
+/* epoll: send until the socket is full or nothing is left. */
 static void ep_tx(struct tcp_ep *ep)
 {
-	while (ep->state == EP_OPEN) {
-		if (ep->tx == TX_NONE) {
-			if (ep->resp_head != ep->resp_tail)
-				ep->tx = TX_RESP;
-			else if (ep->op_sent != ep->op_tail)
-				ep->tx = TX_OP;
-			else
-				break;
-			ep->tx_done = 0;
-		}
-		if (ep->tx == TX_RESP) {
-			struct resp *r = &ep->resps[ep->resp_head % SQ_DEPTH];
+	size_t plen;
 
-			if (!tx_frame(ep, r->hdr, r->src, r->len))
-				break;
-			ep->resp_head++;
-		} else {
-			struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
-			size_t plen = op->kind == KN_TP_OP_READ ? 0 : op->len;
+	while (tx_want(ep, &plen)) {
+		ssize_t n = sendmsg(ep->h.fd, &ep->tx_msg,
+				    MSG_NOSIGNAL | MSG_DONTWAIT);
 
-			if (!tx_frame(ep, op->hdr, op->payload, plen))
-				break;
-			/* a read is done when its answer has arrived */
-			if (op->kind != KN_TP_OP_READ)
-				op->done = true;
-			ep->op_sent++;
-		}
-		ep->tx = TX_NONE;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0 && errno == EINTR)
+			continue;
+		tx_got(ep, n < 0 ? -errno : n);
 	}
 	ep_update_events(ep);
 }
@@ -587,63 +624,81 @@ static bool rx_start(struct tcp_ep *ep)
 	return true;
 }
 
+/*
+ * Where the next received bytes go (*@dst, at most *@len), or false when
+ * the endpoint should not read now: not open, a completion owed, or a
+ * message waiting for a recv buffer.
+ */
+static bool rx_want(struct tcp_ep *ep, char **dst, size_t *len)
+{
+	while (ep->state == EP_OPEN && ep->rx == RX_WAIT_RECV &&
+	       ep->rv_head != ep->rv_tail)
+		if (!rx_start(ep))
+			return false;
+	if (ep->state != EP_OPEN || ep->rx_owed || ep->rx == RX_WAIT_RECV)
+		return false;
+	if (ep->rx == RX_HDR) {
+		*dst = (char *)ep->rx_hdr + ep->rx_hlen;
+		*len = KN_WIRE_HDR_LEN - ep->rx_hlen;
+	} else {
+		*dst = ep->rx_dst;
+		*len = ep->rx_left < RECV_CHUNK ? ep->rx_left : RECV_CHUNK;
+	}
+	return true;
+}
+
+/* @n bytes arrived where rx_want() said (0: end of stream; < 0: errno). */
+static void rx_got(struct tcp_ep *ep, ssize_t n)
+{
+	int err;
+
+	if (n == 0) {
+		ep_fail(ep, -ECONNRESET, "connection closed by peer");
+		return;
+	}
+	if (n < 0) {
+		ep_fail(ep, (int)n, "receive failed");
+		return;
+	}
+	if (ep->rx == RX_PAYLOAD) {
+		ep->rx_dst += n;
+		ep->rx_left -= (uint64_t)n;
+		if (!ep->rx_left)
+			rx_complete(ep);
+		return;
+	}
+	ep->rx_hlen += (uint32_t)n;
+	if (ep->rx_hlen < KN_WIRE_HDR_LEN)
+		return;
+	err = kn__wire_decode(ep->rx_hdr, ep->base.ctx->max_msg, &ep->rh);
+	if (err) {
+		ep_fail(ep, err, "malformed frame header");
+		return;
+	}
+	if (ep->rh.seq != ep->rx_seq++) {
+		ep_fail(ep, -EPROTO, "frame %u out of sequence", ep->rh.seq);
+		return;
+	}
+	ep->rx_dst = NULL;
+	rx_start(ep);
+}
+
+/* epoll: receive until the socket is empty or the endpoint must wait. */
 static void ep_rx(struct tcp_ep *ep)
 {
-	while (ep->state == EP_OPEN && !ep->rx_owed) {
-		ssize_t n;
+	char *dst;
+	size_t len;
 
-		if (ep->rx == RX_WAIT_RECV) {
-			if (ep->rv_head == ep->rv_tail)
-				break;
-			if (!rx_start(ep))
-				return;
+	while (rx_want(ep, &dst, &len)) {
+		ssize_t n = recv(ep->h.fd, dst, len, MSG_DONTWAIT);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0 && errno == EINTR)
 			continue;
-		}
-		if (ep->rx == RX_HDR)
-			n = recv(ep->h.fd, ep->rx_hdr + ep->rx_hlen,
-				 KN_WIRE_HDR_LEN - ep->rx_hlen, MSG_DONTWAIT);
-		else
-			n = recv(ep->h.fd, ep->rx_dst,
-				 ep->rx_left < RECV_CHUNK ? ep->rx_left
-							  : RECV_CHUNK,
-				 MSG_DONTWAIT);
-		if (n == 0) {
-			ep_fail(ep, -ECONNRESET, "connection closed by peer");
-			return;
-		}
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				break;
-			if (errno == EINTR)
-				continue;
-			ep_fail(ep, -errno, "receive failed");
-			return;
-		}
-		if (ep->rx == RX_PAYLOAD) {
-			ep->rx_dst += n;
-			ep->rx_left -= (uint64_t)n;
-			if (!ep->rx_left)
-				rx_complete(ep);
-			continue;
-		}
-		ep->rx_hlen += (uint32_t)n;
-		if (ep->rx_hlen < KN_WIRE_HDR_LEN)
-			continue;
-		n = kn__wire_decode(ep->rx_hdr, ep->base.ctx->max_msg, &ep->rh);
-		if (n) {
-			ep_fail(ep, (int)n, "malformed frame header");
-			return;
-		}
-		if (ep->rh.seq != ep->rx_seq++) {
-			ep_fail(ep, -EPROTO, "frame %u out of sequence",
-				ep->rh.seq);
-			return;
-		}
-		ep->rx_dst = NULL;
-		if (!rx_start(ep))
-			return;
+		rx_got(ep, n < 0 ? -errno : n);
 	}
-	if (ep->state == EP_OPEN && tx_pending(ep))
+	if (tx_pending(ep))
 		ep_tx(ep); /* answers to reads just received */
 	ep_update_events(ep);
 }
