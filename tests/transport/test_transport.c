@@ -664,11 +664,34 @@ BACKEND_TEST(transport, adopted_socketpair)
 				   KN_TP_REMOTE_WRITE, &md),
 		     0);
 	kn__tp_mr_rdesc(md, &rd);
-	cr_assert_eq(kn__tp_post_write_imm(e1, ms, 0, sizeof(src), &rd, 0, 42,
-					   NULL),
-		     0);
+	cr_assert_eq(
+		kn__tp_post_write_imm(e1, ms, 0, sizeof(src), &rd, 0, 42, NULL),
+		0);
 	cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, 42);
 	cr_assert_eq(expect(1, KN_TP_OP_WRITE_IMM).status, 0);
 	cr_assert_eq(memcmp(src, dst, sizeof(src)), 0);
 	close_sides();
+}
+
+Test(transport, backend_names)
+{
+	struct kn__tp_ctx_attr attr = { .flags = KN_TP_CTX_FORCE_EPOLL };
+	struct kn__tp_ctx *ctx;
+	const char *name;
+
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), 0);
+	cr_assert_str_eq(kn__tp_ctx_provider(ctx), "tcp/epoll");
+	kn__tp_ctx_destroy(ctx);
+	/* the default is io_uring, unless the kernel refuses it */
+	cr_assert_eq(kn__tp_ctx_create(NULL, &ctx), 0);
+	name = kn__tp_ctx_provider(ctx);
+	cr_assert(strcmp(name, "tcp/io_uring") == 0 ||
+			  strcmp(name, "tcp/epoll") == 0,
+		  "%s", name);
+	cr_log_info("default backend: %s", name);
+	kn__tp_ctx_destroy(ctx);
+	attr = (struct kn__tp_ctx_attr){ .provider = "nope" };
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), -ENOENT);
+	attr = (struct kn__tp_ctx_attr){ .flags = 1u << 9 };
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), -EINVAL);
 }

@@ -38,20 +38,39 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#ifdef KN_HAVE_URING
+#include <liburing.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#endif
+
 #include "transport_priv.h"
 #include "wire.h"
 
-#define SQ_DEPTH    1024 /* posted operations per endpoint, in flight */
-#define RQ_DEPTH    1024 /* posted recv buffers per endpoint */
-#define CQ_DEPTH    4096
-#define MAX_MSG	    4096
-#define KEY_BITS    20 /* region table index; the rest is a generation */
-#define RECV_CHUNK  (1u << 30)
-#define EPOLL_BATCH 64
+#define SQ_DEPTH     1024 /* posted operations per endpoint, in flight */
+#define RQ_DEPTH     1024 /* posted recv buffers per endpoint */
+#define CQ_DEPTH     4096
+#define MAX_MSG	     4096
+#define KEY_BITS     20 /* region table index; the rest is a generation */
+#define RECV_CHUNK   (1u << 30)
+#define EPOLL_BATCH  64
+#define RING_ENTRIES 1024
+#define ZC_THRESHOLD (64u << 10) /* payloads sent zero-copy from here */
 #define container_of(p, type, member) \
 	((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 enum handle_kind { H_EP = 1, H_LISTENER };
+
+/* What an io_uring completion is about: its user_data points at one. */
+enum req_kind { R_RX = 1, R_TX, R_TX_ZC, R_CONNECT, R_ACCEPT, R_IGNORE };
+
+struct req {
+	enum req_kind kind;
+	void *obj; /* the endpoint or listener */
+};
+
+/* Tags submissions whose completion needs nothing (cancellations). */
+static struct req ignore_req = { R_IGNORE, NULL };
 
 struct handle {
 	enum handle_kind kind;
@@ -67,6 +86,9 @@ struct tcp_listener {
 	struct kn__tp_listener base;
 	struct handle h;
 	struct tcp_listener *next;
+	struct req req;	   /* io_uring: the multishot poll */
+	uint32_t inflight; /* io_uring: completions still to come */
+	bool closing;
 };
 
 /* A posted write_imm, read or send, from post to release. */
@@ -76,6 +98,7 @@ struct op {
 	bool sent;	  /* its frame is out */
 	bool done;	  /* sent and answered (read) or released (zero-copy) */
 	uint32_t zc_refs; /* zero-copy sends of it the kernel still holds */
+	struct req zreq;  /* io_uring: tags its zero-copy sends */
 	void *user;
 	uint64_t bytes;
 	uint8_t hdr[KN_WIRE_HDR_LEN];
@@ -135,6 +158,11 @@ struct tcp_ep {
 	uint64_t rx_left;
 	bool rx_owed; /* rx_comp waits for room in the CQ */
 	struct kn__tp_completion rx_comp;
+
+	/* io_uring: at most one recv and one send in flight */
+	struct req rx_req, tx_req, zresp_req, conn_req;
+	bool rx_inflight, tx_inflight, closing;
+	uint32_t inflight; /* completions still to come */
 };
 
 struct tcp_ctx {
@@ -146,7 +174,21 @@ struct tcp_ctx {
 	uint32_t nregions, region_gen;
 	struct tcp_ep *eps;
 	struct tcp_listener *listeners;
+#ifdef KN_HAVE_URING
+	bool uring;	/* else epoll */
+	bool ring_live; /* enabled by the first thread to submit */
+	size_t zc_threshold;
+	struct io_uring ring;
+	struct tcp_ep *zombies; /* closed, waiting for their completions */
+	struct tcp_listener *zombie_listeners;
+#endif
 };
+
+#ifdef KN_HAVE_URING
+#define USE_URING(c) ((c)->uring)
+#else
+#define USE_URING(c) false
+#endif
 
 static struct tcp_ctx *tctx(struct kn__tp_ctx *c)
 {
@@ -244,6 +286,8 @@ static void ep_update_events(struct tcp_ep *ep)
 		ep->events = want;
 }
 
+static void ep_kick(struct tcp_ep *ep);
+
 /* ---- failure ---- */
 
 /*
@@ -275,8 +319,9 @@ static void ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
 	}
 	ep->state = EP_ERROR;
 	ep->error = err;
-	shutdown(ep->h.fd, SHUT_RDWR);
-	epoll_ctl(ep_ctx(ep)->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
+	shutdown(ep->h.fd, SHUT_RDWR); /* in-flight io_uring I/O ends too */
+	if (!USE_URING(ep_ctx(ep)))
+		epoll_ctl(ep_ctx(ep)->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
 	ep->events = 0;
 	for (uint32_t i = ep->op_head; i != ep->op_tail; i++) {
 		struct op *op = &ep->ops[i % SQ_DEPTH];
@@ -312,7 +357,7 @@ static void ep_release(struct tcp_ep *ep)
 		if (!cq_push(c, &ep->rx_comp))
 			return;
 		ep->rx_owed = false;
-		ep_update_events(ep);
+		ep_kick(ep);
 	}
 	while (ep->op_head != ep->op_tail) {
 		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
@@ -600,7 +645,7 @@ static bool rx_start(struct tcp_ep *ep)
 
 		if (ep->rv_head == ep->rv_tail) {
 			ep->rx = RX_WAIT_RECV; /* until a recv is posted */
-			ep_update_events(ep);
+			ep_kick(ep);
 			return true;
 		}
 		r = &ep->recvs[ep->rv_head % RQ_DEPTH];
@@ -703,6 +748,111 @@ static void ep_rx(struct tcp_ep *ep)
 	ep_update_events(ep);
 }
 
+/* ---- io_uring driver ---- */
+
+#ifdef KN_HAVE_URING
+static struct io_uring_sqe *get_sqe(struct tcp_ctx *c)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
+
+	if (!sqe) { /* the queue is full: hand it to the kernel first */
+		io_uring_submit(&c->ring);
+		sqe = io_uring_get_sqe(&c->ring);
+	}
+	return sqe;
+}
+
+/*
+ * liburing 2.3 declares io_uring_enable_rings() but its library does not
+ * export it (Debian 12), so enable the ring with the register call.
+ */
+static void ring_enable(struct tcp_ctx *c)
+{
+	if (c->ring_live)
+		return;
+	syscall(__NR_io_uring_register, c->ring.ring_fd,
+		IORING_REGISTER_ENABLE_RINGS, NULL, 0);
+	c->ring_live = true;
+}
+
+/*
+ * Submit what is queued.  The ring starts disabled and is enabled by the
+ * first submission, so that with IORING_SETUP_SINGLE_ISSUER the issuer
+ * is the thread that uses the context, not the one that created it.
+ */
+static void ring_submit(struct tcp_ctx *c)
+{
+	ring_enable(c);
+	io_uring_submit(&c->ring);
+}
+
+static void arm_rx(struct tcp_ep *ep)
+{
+	struct io_uring_sqe *sqe;
+	char *dst;
+	size_t len;
+
+	if (ep->rx_inflight || ep->closing || !rx_want(ep, &dst, &len))
+		return;
+	sqe = get_sqe(ep_ctx(ep));
+	if (!sqe) {
+		ep_fail(ep, -EBUSY, "no room in the submission queue");
+		return;
+	}
+	io_uring_prep_recv(sqe, ep->h.fd, dst, len, 0);
+	io_uring_sqe_set_data(sqe, &ep->rx_req);
+	ep->rx_inflight = true;
+	ep->inflight++;
+}
+
+static void arm_tx(struct tcp_ep *ep)
+{
+	struct tcp_ctx *c = ep_ctx(ep);
+	struct io_uring_sqe *sqe;
+	size_t plen;
+
+	if (ep->tx_inflight || ep->closing || !tx_want(ep, &plen))
+		return;
+	sqe = get_sqe(c);
+	if (!sqe) {
+		ep_fail(ep, -EBUSY, "no room in the submission queue");
+		return;
+	}
+	if (plen >= c->zc_threshold) {
+		/* the buffer stays the kernel's until the notification */
+		io_uring_prep_sendmsg_zc(sqe, ep->h.fd, &ep->tx_msg,
+					 MSG_NOSIGNAL);
+		if (ep->tx == TX_OP) {
+			struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
+
+			op->zreq = (struct req){ R_TX_ZC, ep };
+			op->zc_refs++;
+			io_uring_sqe_set_data(sqe, &op->zreq);
+		} else {
+			io_uring_sqe_set_data(sqe, &ep->zresp_req);
+		}
+	} else {
+		io_uring_prep_sendmsg(sqe, ep->h.fd, &ep->tx_msg, MSG_NOSIGNAL);
+		io_uring_sqe_set_data(sqe, &ep->tx_req);
+	}
+	ep->tx_inflight = true;
+	ep->inflight++;
+}
+#endif
+
+/* After the endpoint's state changed: ask for what it can do now. */
+static void ep_kick(struct tcp_ep *ep)
+{
+#ifdef KN_HAVE_URING
+	if (USE_URING(ep_ctx(ep))) {
+		arm_rx(ep);
+		arm_tx(ep);
+		return;
+	}
+#endif
+	ep_update_events(ep);
+}
+
 /* ---- endpoints ---- */
 
 /* "host:port" of @sa, for logs. */
@@ -749,12 +899,19 @@ static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
 	ep->state = state;
 	ep->events = state == EP_CONNECTING ? EPOLLOUT : EPOLLIN;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	ev = (struct epoll_event){ .events = ep->events, .data.ptr = &ep->h };
-	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-		int err = -errno;
+	ep->rx_req = (struct req){ R_RX, ep };
+	ep->tx_req = (struct req){ R_TX, ep };
+	ep->zresp_req = (struct req){ R_TX_ZC, ep };
+	ep->conn_req = (struct req){ R_CONNECT, ep };
+	if (!USE_URING(c)) {
+		ev = (struct epoll_event){ .events = ep->events,
+					   .data.ptr = &ep->h };
+		if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			int err = -errno;
 
-		free(ep);
-		return err;
+			free(ep);
+			return err;
+		}
 	}
 	if (state == EP_OPEN)
 		peer_name(fd, ep->peer, sizeof(ep->peer));
@@ -762,6 +919,20 @@ static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
 	if (c->eps)
 		c->eps->prev = ep;
 	c->eps = ep;
+#ifdef KN_HAVE_URING
+	if (USE_URING(c) && state == EP_CONNECTING) {
+		struct io_uring_sqe *sqe = get_sqe(c);
+
+		/* connected (or refused) when the socket becomes writable */
+		if (sqe) {
+			io_uring_prep_poll_add(sqe, fd, POLLOUT);
+			io_uring_sqe_set_data(sqe, &ep->conn_req);
+			ep->inflight++;
+		}
+	} else if (USE_URING(c)) {
+		arm_rx(ep);
+	}
+#endif
 	*out = ep;
 	return 0;
 }
@@ -826,13 +997,16 @@ static void ep_connected(struct tcp_ep *ep)
 	}
 	ep->state = EP_OPEN;
 	peer_name(ep->h.fd, ep->peer, sizeof(ep->peer));
-	ep_tx(ep); /* what was posted while connecting */
+	if (USE_URING(ep_ctx(ep)))
+		ep_kick(ep);
+	else
+		ep_tx(ep); /* what was posted while connecting */
 	ep_update_events(ep);
 }
 
-static void tcp_ep_close(struct kn__tp_ep *e)
+/* Report what a closed endpoint leaves pending, then free it. */
+static void ep_free(struct tcp_ep *ep)
 {
-	struct tcp_ep *ep = tep(e);
 	struct tcp_ctx *c = ep_ctx(ep);
 
 	for (; ep->op_head != ep->op_tail; ep->op_head++) {
@@ -853,16 +1027,50 @@ static void tcp_ep_close(struct kn__tp_ep *e)
 				.user = ep->recvs[ep->rv_head % RQ_DEPTH].user,
 				.status = -ECANCELED,
 				.op = KN_TP_OP_RECV });
-	if (ep->state != EP_ERROR)
-		epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
 	close(ep->h.fd);
+	free(ep);
+}
+
+static void tcp_ep_close(struct kn__tp_ep *e)
+{
+	struct tcp_ep *ep = tep(e);
+	struct tcp_ctx *c = ep_ctx(ep);
+
 	if (ep->prev)
 		ep->prev->next = ep->next;
 	else
 		c->eps = ep->next;
 	if (ep->next)
 		ep->next->prev = ep->prev;
-	free(ep);
+	if (!USE_URING(c)) {
+		if (ep->state != EP_ERROR)
+			epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
+		ep_free(ep);
+		return;
+	}
+#ifdef KN_HAVE_URING
+	/*
+	 * The kernel may still hold its buffers (a recv in flight, a
+	 * zero-copy send): cancel, and free it only once every completion
+	 * has come back (tcp_poll reaps it).
+	 */
+	ep->closing = true;
+	shutdown(ep->h.fd, SHUT_RDWR);
+	if (ep->inflight) {
+		struct io_uring_sqe *sqe = get_sqe(c);
+
+		if (sqe) {
+			io_uring_prep_cancel_fd(sqe, ep->h.fd,
+						IORING_ASYNC_CANCEL_ALL);
+			io_uring_sqe_set_data(sqe, &ignore_req);
+		}
+		ep->next = c->zombies;
+		c->zombies = ep;
+		ring_submit(c);
+		return;
+	}
+	ep_free(ep);
+#endif
 }
 
 /* ---- posts ---- */
@@ -883,6 +1091,14 @@ static int op_post(struct tcp_ep *ep, struct op *op, struct kn__wire_hdr *h)
 	h->seq = ep->tx_seq++;
 	kn__wire_encode(h, op->hdr);
 	ep->op_tail++;
+#ifdef KN_HAVE_URING
+	if (USE_URING(ep_ctx(ep))) {
+		arm_tx(ep);
+		if (ep->tx_inflight)
+			ring_submit(ep_ctx(ep)); /* the syscall that moves it */
+		return 0;
+	}
+#endif
 	if (ep->state == EP_OPEN && ep->tx == TX_NONE)
 		ep_tx(ep); /* the one syscall that moves the data */
 	else
@@ -975,8 +1191,16 @@ static int tcp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 	*r = (struct recvbuf){ mr->addr + off,
 			       len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
 			       user };
-	if (ep->rx == RX_WAIT_RECV && ep->state == EP_OPEN)
-		ep_rx(ep); /* the paused message lands now */
+	if (ep->rx != RX_WAIT_RECV || ep->state != EP_OPEN)
+		return 0;
+#ifdef KN_HAVE_URING
+	if (USE_URING(ep_ctx(ep))) {
+		arm_rx(ep); /* the paused message lands now */
+		ring_submit(ep_ctx(ep));
+		return 0;
+	}
+#endif
+	ep_rx(ep); /* the paused message lands now */
 	return 0;
 }
 
@@ -1060,8 +1284,23 @@ static int tcp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	}
 	l->base = (struct kn__tp_listener){ ctx, user };
 	l->h = (struct handle){ H_LISTENER, fd };
+	l->req = (struct req){ R_ACCEPT, l };
+#ifdef KN_HAVE_URING
+	if (USE_URING(c)) {
+		struct io_uring_sqe *sqe = get_sqe(c);
+
+		if (!sqe) {
+			ret = -EBUSY;
+			free(l);
+			goto err_close;
+		}
+		io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+		io_uring_sqe_set_data(sqe, &l->req);
+		l->inflight++;
+	}
+#endif
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &l->h };
-	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+	if (!USE_URING(c) && epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 		ret = -errno;
 		free(l);
 		goto err_close;
@@ -1096,7 +1335,27 @@ static void tcp_listener_close(struct kn__tp_listener *lb)
 			*p = l->next;
 			break;
 		}
-	epoll_ctl(c->epfd, EPOLL_CTL_DEL, l->h.fd, NULL);
+	/* stop listening now: the fd may outlive this call (io_uring) */
+	shutdown(l->h.fd, SHUT_RDWR);
+#ifdef KN_HAVE_URING
+	if (USE_URING(c) && l->inflight) {
+		struct io_uring_sqe *sqe = get_sqe(c);
+
+		/* freed when its poll's last completion is back */
+		l->closing = true;
+		if (sqe) {
+			io_uring_prep_poll_remove(sqe,
+						  (uint64_t)(uintptr_t)&l->req);
+			io_uring_sqe_set_data(sqe, &ignore_req);
+		}
+		l->next = c->zombie_listeners;
+		c->zombie_listeners = l;
+		ring_submit(c);
+		return;
+	}
+#endif
+	if (!USE_URING(c))
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, l->h.fd, NULL);
 	close(l->h.fd);
 	free(l);
 }
@@ -1130,16 +1389,140 @@ static void listener_accept(struct tcp_listener *l)
 
 /* ---- progress ---- */
 
+#ifdef KN_HAVE_URING
+/* One io_uring completion: what it is about is in its user_data. */
+static void uring_complete(struct tcp_ctx *c, const struct io_uring_cqe *cqe)
+{
+	struct req *r = io_uring_cqe_get_data(cqe);
+	bool more = cqe->flags & IORING_CQE_F_MORE;
+	struct tcp_listener *l;
+	struct tcp_ep *ep;
+
+	if (r->kind == R_IGNORE)
+		return;
+	if (r->kind == R_ACCEPT) {
+		l = r->obj;
+		if (!more)
+			l->inflight--;
+		if (l->closing)
+			return;
+		listener_accept(l);
+		if (!more) { /* the multishot poll ended: arm it again */
+			struct io_uring_sqe *sqe = get_sqe(c);
+
+			if (sqe) {
+				io_uring_prep_poll_multishot(sqe, l->h.fd,
+							     POLLIN);
+				io_uring_sqe_set_data(sqe, &l->req);
+				l->inflight++;
+			}
+		}
+		return;
+	}
+	ep = r->obj;
+	if (!more)
+		ep->inflight--;
+	if (r->kind == R_TX_ZC && (cqe->flags & IORING_CQE_F_NOTIF)) {
+		/* the kernel let go of a zero-copy send's buffer */
+		if (r != &ep->zresp_req) {
+			struct op *op = container_of(r, struct op, zreq);
+
+			if (--op->zc_refs == 0 && op->sent &&
+			    op->kind != KN_TP_OP_READ)
+				op->done = true;
+		}
+		return;
+	}
+	if (r->kind == R_TX_ZC && !more && r != &ep->zresp_req)
+		container_of(r, struct op, zreq)->zc_refs--; /* no notif */
+	if (ep->closing || ep->state == EP_ERROR) {
+		ep->rx_inflight &= r->kind != R_RX;
+		ep->tx_inflight &= r->kind == R_RX || r->kind == R_CONNECT;
+		return;
+	}
+	switch (r->kind) {
+	case R_CONNECT:
+		ep_connected(ep);
+		break;
+	case R_RX:
+		ep->rx_inflight = false;
+		if (cqe->res != -EAGAIN && cqe->res != -EINTR)
+			rx_got(ep, cqe->res);
+		break;
+	default: /* R_TX, R_TX_ZC */
+		ep->tx_inflight = false;
+		if (cqe->res != -EAGAIN && cqe->res != -EINTR)
+			tx_got(ep, cqe->res);
+		break;
+	}
+	ep_kick(ep);
+}
+
+static int uring_progress(struct tcp_ctx *c)
+{
+	struct io_uring_cqe *cqe;
+	unsigned int head, n = 0;
+	int ret;
+
+	/* flush the submissions and run the deferred task work */
+	ring_enable(c);
+	ret = io_uring_submit_and_get_events(&c->ring);
+	if (ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
+		return ret;
+	io_uring_for_each_cqe(&c->ring, head, cqe)
+	{
+		uring_complete(c, cqe);
+		n++;
+	}
+	io_uring_cq_advance(&c->ring, n);
+	for (struct tcp_ep **p = &c->zombies; *p;) {
+		struct tcp_ep *ep = *p;
+
+		if (ep->inflight) {
+			p = &ep->next;
+			continue;
+		}
+		*p = ep->next;
+		ep_free(ep);
+	}
+	for (struct tcp_listener **p = &c->zombie_listeners; *p;) {
+		struct tcp_listener *l = *p;
+
+		if (l->inflight) {
+			p = &l->next;
+			continue;
+		}
+		*p = l->next;
+		close(l->h.fd);
+		free(l);
+	}
+	/* the recvs and sends armed above are in flight while we sleep */
+	if (io_uring_sq_ready(&c->ring))
+		io_uring_submit(&c->ring);
+	return 0;
+}
+#endif
+
 static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 		    int max)
 {
 	struct tcp_ctx *c = tctx(ctx);
 	struct epoll_event evs[EPOLL_BATCH];
-	int n, got = 0;
+	int n = 0, got = 0;
 
-	n = epoll_wait(c->epfd, evs, EPOLL_BATCH, 0);
-	if (n < 0 && errno != EINTR)
-		return -errno;
+#ifdef KN_HAVE_URING
+	if (USE_URING(c)) {
+		int ret = uring_progress(c);
+
+		if (ret)
+			return ret;
+	} else
+#endif
+	{
+		n = epoll_wait(c->epfd, evs, EPOLL_BATCH, 0);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
 	for (int i = 0; i < n; i++) {
 		struct handle *h = evs[i].data.ptr;
 		struct tcp_ep *ep;
@@ -1168,7 +1551,13 @@ static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 
 static int tcp_fd(const struct kn__tp_ctx *ctx)
 {
-	return container_of(ctx, struct tcp_ctx, base)->epfd;
+	const struct tcp_ctx *c = container_of(ctx, struct tcp_ctx, base);
+
+#ifdef KN_HAVE_URING
+	if (USE_URING(c))
+		return c->ring.ring_fd;
+#endif
+	return c->epfd;
 }
 
 /* ---- context ---- */
@@ -1191,13 +1580,70 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 		close(l->h.fd);
 		free(l);
 	}
+#ifdef KN_HAVE_URING
+	if (USE_URING(c)) {
+		/* exiting the ring cancels and waits for what is in flight */
+		io_uring_queue_exit(&c->ring);
+		while (c->zombies) {
+			struct tcp_ep *ep = c->zombies;
+
+			c->zombies = ep->next;
+			close(ep->h.fd);
+			free(ep);
+		}
+		while (c->zombie_listeners) {
+			struct tcp_listener *l = c->zombie_listeners;
+
+			c->zombie_listeners = l->next;
+			close(l->h.fd);
+			free(l);
+		}
+	}
+#endif
 	for (uint32_t i = 0; i < c->nregions; i++)
 		free(c->regions[i]);
 	free(c->regions);
 	free(c->cq);
-	close(c->epfd);
+	if (c->epfd >= 0)
+		close(c->epfd);
 	free(c);
 }
+
+#ifdef KN_HAVE_URING
+/*
+ * Set up the ring: single issuer with deferred task work where the kernel
+ * has them (6.1), plain otherwise; false when io_uring is refused (old
+ * kernel, seccomp), and the epoll backend is used instead.
+ */
+static bool uring_init(struct tcp_ctx *c)
+{
+	struct io_uring_params p = {
+		.flags = IORING_SETUP_SINGLE_ISSUER |
+			 IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
+	};
+	struct io_uring_probe *probe;
+	int ret;
+
+	ret = io_uring_queue_init_params(RING_ENTRIES, &c->ring, &p);
+	if (ret == -EINVAL) {
+		p = (struct io_uring_params){ .flags =
+						      IORING_SETUP_R_DISABLED };
+		ret = io_uring_queue_init_params(RING_ENTRIES, &c->ring, &p);
+	}
+	if (ret)
+		return false;
+	probe = io_uring_get_probe_ring(&c->ring);
+	c->zc_threshold =
+		probe && io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC)
+			? ZC_THRESHOLD
+			: SIZE_MAX;
+	if (probe)
+		io_uring_free_probe(probe);
+	c->uring = true;
+	c->base.name = "tcp/io_uring";
+	return true;
+}
+#endif
 
 static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 			  struct kn__tp_ctx **out)
@@ -1223,6 +1669,13 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 		ret = -ENOMEM;
 		goto err_free;
 	}
+	c->epfd = -1;
+#ifdef KN_HAVE_URING
+	if (!(attr && (attr->flags & KN_TP_CTX_FORCE_EPOLL)) && uring_init(c)) {
+		*out = &c->base;
+		return 0;
+	}
+#endif
 	c->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (c->epfd < 0) {
 		ret = -errno;
