@@ -93,10 +93,12 @@ struct kn__tp_completion {
 #define KN_TP_CTX_FORCE_EPOLL (1u << 0) /* tcp: never use io_uring */
 
 struct kn__tp_ctx_attr {
-	const char *provider; /* "tcp" (NULL: the default, tcp) */
-	uint32_t flags;	      /* KN_TP_CTX_* */
-	uint32_t cq_depth;    /* completions held; 0: 4096 */
-	uint32_t max_msg;     /* largest send/recv message; 0: 4096 */
+	const char *provider;  /* "tcp" (NULL: the default, tcp) */
+	uint32_t flags;	       /* KN_TP_CTX_* */
+	uint32_t cq_depth;     /* completions held; 0: 4096 */
+	uint32_t max_msg;      /* largest send/recv message; 0: 4096 */
+	uint32_t zc_threshold; /* tcp/io_uring: zero-copy sends of payloads
+				  from this size; 0: 64 KiB, UINT32_MAX: never */
 };
 
 /* Create a context; 0 and the context in @ctx, or a negative errno. */

@@ -87,6 +87,7 @@ struct tcp_listener {
 	struct handle h;
 	struct tcp_listener *next;
 	struct req req;	   /* io_uring: the multishot poll */
+	bool starved;	   /* connections wait for room in the CQ */
 	uint32_t inflight; /* io_uring: completions still to come */
 	bool closing;
 };
@@ -1364,10 +1365,14 @@ static void listener_accept(struct tcp_listener *l)
 {
 	struct tcp_ctx *c = tctx(l->base.ctx);
 
-	while (cq_room(c)) {
+	for (;;) {
 		struct tcp_ep *ep;
-		int fd = accept4(l->h.fd, NULL, NULL,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
+
+		l->starved = !cq_room(c);
+		if (l->starved)
+			return; /* the next poll that has room accepts */
+		fd = accept4(l->h.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK &&
@@ -1475,6 +1480,10 @@ static int uring_progress(struct tcp_ctx *c)
 		n++;
 	}
 	io_uring_cq_advance(&c->ring, n);
+	/* a multishot poll fires on new connections only */
+	for (struct tcp_listener *l = c->listeners; l; l = l->next)
+		if (l->starved)
+			listener_accept(l);
 	for (struct tcp_ep **p = &c->zombies; *p;) {
 		struct tcp_ep *ep = *p;
 
@@ -1615,7 +1624,7 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
  * has them (6.1), plain otherwise; false when io_uring is refused (old
  * kernel, seccomp), and the epoll backend is used instead.
  */
-static bool uring_init(struct tcp_ctx *c)
+static bool uring_init(struct tcp_ctx *c, const struct kn__tp_ctx_attr *attr)
 {
 	struct io_uring_params p = {
 		.flags = IORING_SETUP_SINGLE_ISSUER |
@@ -1633,10 +1642,12 @@ static bool uring_init(struct tcp_ctx *c)
 	if (ret)
 		return false;
 	probe = io_uring_get_probe_ring(&c->ring);
-	c->zc_threshold =
-		probe && io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC)
-			? ZC_THRESHOLD
-			: SIZE_MAX;
+	c->zc_threshold = SIZE_MAX;
+	if (probe && io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) &&
+	    !(attr && attr->zc_threshold == UINT32_MAX))
+		c->zc_threshold = attr && attr->zc_threshold
+					  ? attr->zc_threshold
+					  : ZC_THRESHOLD;
 	if (probe)
 		io_uring_free_probe(probe);
 	c->uring = true;
@@ -1671,7 +1682,8 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	}
 	c->epfd = -1;
 #ifdef KN_HAVE_URING
-	if (!(attr && (attr->flags & KN_TP_CTX_FORCE_EPOLL)) && uring_init(c)) {
+	if (!(attr && (attr->flags & KN_TP_CTX_FORCE_EPOLL)) &&
+	    uring_init(c, attr)) {
 		*out = &c->base;
 		return 0;
 	}
