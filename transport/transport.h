@@ -31,8 +31,9 @@
  * - After an error completion the endpoint is in the error state: every
  *   further post returns -ENOTCONN, and every operation still pending
  *   completes with -ECANCELED, until the caller closes the endpoint.
- * - One context is used by one thread at a time (a progress thread);
- *   different contexts are independent.
+ * - A context belongs to one thread (its progress thread): the thread
+ *   that first posts or polls on it (the tcp provider's io_uring ring is
+ *   a single-issuer ring).  Different contexts are independent.
  */
 #ifndef KN_TRANSPORT_H
 #define KN_TRANSPORT_H
@@ -91,6 +92,8 @@ struct kn__tp_completion {
 
 /* Attributes of a context.  Unknown flag bits are refused. */
 #define KN_TP_CTX_FORCE_EPOLL (1u << 0) /* tcp: never use io_uring */
+/* tcp/io_uring: zero-copy sends also to loopback peers (for tests) */
+#define KN_TP_CTX_ZC_LOOPBACK (1u << 1)
 
 struct kn__tp_ctx_attr {
 	const char *provider;  /* "tcp" (NULL: the default, tcp) */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_transport.c - the transport conformance suite, run over loopback
- * for every backend (BACKEND_TEST defines each test once per backend):
+ * for every backend (BACKEND_TEST defines each test once per backend:
+ * io_uring by default, epoll, and io_uring with zero-copy sends forced
+ * on loopback):
  * write-with-immediate and read of 0 B to 64 MiB verified byte for byte,
  * immediates once each and in order, send/recv with and without a recv
  * posted first, completions in post order, arguments refused at post
@@ -48,6 +50,11 @@ static uint32_t cq_depth; /* 0: the default */
 		backend_flags = KN_TP_CTX_FORCE_EPOLL; \
 		name##_body();                         \
 	}                                              \
+	Test(suite, name##_zerocopy)                   \
+	{                                              \
+		backend_flags = KN_TP_CTX_ZC_LOOPBACK; \
+		name##_body();                         \
+	}                                              \
 	static void name##_body(void)
 
 static double now(void)
@@ -62,7 +69,9 @@ static void open_sides(void)
 {
 	struct kn__tp_ctx_attr attr = { .provider = "tcp",
 					.flags = backend_flags,
-					.cq_depth = cq_depth };
+					.cq_depth = cq_depth,
+					/* zero-copy from 4 KiB when forced */
+					.zc_threshold = 4096 };
 
 	for (int s = 0; s < 2; s++) {
 		sides[s].head = sides[s].tail = 0;

@@ -163,6 +163,7 @@ struct tcp_ep {
 	/* io_uring: at most one recv and one send in flight */
 	struct req rx_req, tx_req, zresp_req, conn_req;
 	bool rx_inflight, tx_inflight, closing;
+	bool zc;	   /* zero-copy sends pay off: the peer is not local */
 	uint32_t inflight; /* completions still to come */
 };
 
@@ -176,8 +177,9 @@ struct tcp_ctx {
 	struct tcp_ep *eps;
 	struct tcp_listener *listeners;
 #ifdef KN_HAVE_URING
-	bool uring;	/* else epoll */
-	bool ring_live; /* enabled by the first thread to submit */
+	bool uring;	  /* else epoll */
+	bool ring_live;	  /* enabled by the first thread to submit */
+	bool zc_loopback; /* KN_TP_CTX_ZC_LOOPBACK */
 	size_t zc_threshold;
 	struct io_uring ring;
 	struct tcp_ep *zombies; /* closed, waiting for their completions */
@@ -819,7 +821,7 @@ static void arm_tx(struct tcp_ep *ep)
 		ep_fail(ep, -EBUSY, "no room in the submission queue");
 		return;
 	}
-	if (plen >= c->zc_threshold) {
+	if (ep->zc && plen >= c->zc_threshold) {
 		/* the buffer stays the kernel's until the notification */
 		io_uring_prep_sendmsg_zc(sqe, ep->h.fd, &ep->tx_msg,
 					 MSG_NOSIGNAL);
@@ -876,13 +878,35 @@ static void addr_name(const struct sockaddr *sa, char *buf, size_t size)
 	snprintf(buf, size, "%s:%d", host, port);
 }
 
-static void peer_name(int fd, char *buf, size_t size)
+/*
+ * Name the peer for logs, and decide whether zero-copy sends pay off:
+ * not to a peer on this host, where the kernel copies the pages into the
+ * receiver's socket anyway and zero-copy only adds pinning and a second
+ * completion (measured: 16 MiB streams at 0.70-0.80x of plain sockets
+ * with it, 1.28-1.40x without).
+ */
+static void ep_peer(struct tcp_ep *ep)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
+	bool local = true, inet = false;
 
-	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
-		addr_name((struct sockaddr *)&ss, buf, size);
+	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0) {
+		addr_name((struct sockaddr *)&ss, ep->peer, sizeof(ep->peer));
+		inet = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+		if (ss.ss_family == AF_INET)
+			local = (ntohl(((struct sockaddr_in *)&ss)
+					       ->sin_addr.s_addr) >>
+				 24) == 127;
+		else if (ss.ss_family == AF_INET6)
+			local = IN6_IS_ADDR_LOOPBACK(
+				&((struct sockaddr_in6 *)&ss)->sin6_addr);
+	}
+#ifdef KN_HAVE_URING
+	ep->zc = inet && (!local || ep_ctx(ep)->zc_loopback);
+#else
+	(void)local, (void)inet;
+#endif
 }
 
 static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
@@ -915,7 +939,7 @@ static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
 		}
 	}
 	if (state == EP_OPEN)
-		peer_name(fd, ep->peer, sizeof(ep->peer));
+		ep_peer(ep);
 	ep->next = c->eps;
 	if (c->eps)
 		c->eps->prev = ep;
@@ -997,7 +1021,7 @@ static void ep_connected(struct tcp_ep *ep)
 		return;
 	}
 	ep->state = EP_OPEN;
-	peer_name(ep->h.fd, ep->peer, sizeof(ep->peer));
+	ep_peer(ep);
 	if (USE_URING(ep_ctx(ep)))
 		ep_kick(ep);
 	else
@@ -1456,6 +1480,10 @@ static void uring_complete(struct tcp_ctx *c, const struct io_uring_cqe *cqe)
 		break;
 	default: /* R_TX, R_TX_ZC */
 		ep->tx_inflight = false;
+		if (r->kind == R_TX_ZC && cqe->res == -EOPNOTSUPP) {
+			ep->zc = false; /* this socket cannot: resend plainly */
+			break;
+		}
 		if (cqe->res != -EAGAIN && cqe->res != -EINTR)
 			tx_got(ep, cqe->res);
 		break;
@@ -1650,6 +1678,7 @@ static bool uring_init(struct tcp_ctx *c, const struct kn__tp_ctx_attr *attr)
 					  : ZC_THRESHOLD;
 	if (probe)
 		io_uring_free_probe(probe);
+	c->zc_loopback = attr && (attr->flags & KN_TP_CTX_ZC_LOOPBACK);
 	c->uring = true;
 	c->base.name = "tcp/io_uring";
 	return true;
@@ -1663,7 +1692,8 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	struct tcp_ctx *c;
 	int ret;
 
-	if (attr && (attr->flags & ~KN_TP_CTX_FORCE_EPOLL))
+	if (attr &&
+	    (attr->flags & ~(KN_TP_CTX_FORCE_EPOLL | KN_TP_CTX_ZC_LOOPBACK)))
 		return -EINVAL;
 	if (attr && attr->max_msg > KN_WIRE_MAX_LEN)
 		return -EINVAL;
