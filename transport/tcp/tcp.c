@@ -966,7 +966,7 @@ static int tcp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		       socklen_t addrlen, void *user, struct kn__tp_ep **out)
 {
 	struct tcp_ctx *c = tctx(ctx);
-	struct tcp_ep *ep;
+	struct tcp_ep *ep = NULL;
 	int fd, ret;
 
 	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
@@ -993,7 +993,7 @@ err_close:
 static int tcp_adopt(struct kn__tp_ctx *ctx, int fd, void *user,
 		     struct kn__tp_ep **out)
 {
-	struct tcp_ep *ep;
+	struct tcp_ep *ep = NULL;
 	int flags = fcntl(fd, F_GETFL), ret;
 
 	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK)) {
@@ -1390,7 +1390,7 @@ static void listener_accept(struct tcp_listener *l)
 	struct tcp_ctx *c = tctx(l->base.ctx);
 
 	for (;;) {
-		struct tcp_ep *ep;
+		struct tcp_ep *ep = NULL;
 		int fd;
 
 		l->starved = !cq_room(c);

@@ -1,0 +1,700 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_transport.c - figures for the transport layer over loopback, next
+ * to plain blocking sockets measured in the same run.
+ *
+ * Two threads each own one side of a connection on 127.0.0.1: a context
+ * (created, polled and destroyed on that thread) with its endpoint and
+ * registered regions, busy-polled, and one end of a TCP_NODELAY socket
+ * used with blocking send() and recv().  pingpong: side 0 writes N bytes
+ * into side 1's region with write_imm and side 1, on the RECV_IMM, writes
+ * N bytes back; median_us is one full round trip (a sample is the median
+ * round trip of a batch).  stream: side 0 keeps a window of write_imms in
+ * flight and side 1 counts the RECV_IMMs; median_us is the time from the
+ * first post to the last arrival divided by the messages moved.  The sockets do
+ * the same work: the same messages both ways, or the same bytes in
+ * messages of the same size, each received whole.  Kanel and socket
+ * samples of a size alternate, the order too, so that the ratio (socket
+ * time over Kanel time: higher is better) compares the same stretch of
+ * time.  Every figure is a median over repeats with min and max.  Busy
+ * polling suffers most when other processes want the CPUs, so the header
+ * gives the load average.  Regions are registered and touched up front;
+ * every wait has a deadline.  It prints figures and judges nothing: it is
+ * not a test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport.h"
+
+#define MAX_LIST     16
+#define MAX_REPS     5
+#define WAIT_S	     30 /* deadline of every wait */
+#define KIB	     ((size_t)1 << 10)
+#define MIB	     ((size_t)1 << 20)
+#define MAX_SIZE     (256 * MIB)
+#define RING_BYTES   (64 * MIB) /* stream messages cycle through this much */
+#define WINDOW_BYTES (64 * MIB) /* stream: bytes in flight, as writes in: */
+#define MIN_WINDOW   64
+#define MAX_WINDOW   1024 /* the tcp provider's send queue: no -EAGAIN */
+#define CAL_ROUNDS   100  /* round trips of the calibrating run */
+#define CAL_BYTES    (16 * MIB)
+#define MIN_ROUNDS   50
+#define MAX_ROUNDS   200000
+#define MIN_MSGS     8
+#define POLL_BATCH   64
+
+enum test { PINGPONG, STREAM };
+
+static const char *const test_names[] = { "pingpong", "stream" };
+
+static struct {
+	bool quick, csv, progress;
+	uint32_t flags; /* of the contexts */
+	unsigned int reps;
+	double pp_ns, st_ns; /* time a sample should take */
+	size_t max_total;    /* stream bytes of a sample */
+	size_t sizes[MAX_LIST], ssizes[MAX_LIST];
+	unsigned int nsizes, nssizes;
+	size_t buf_bytes; /* of each region: RING_BYTES or the largest size */
+} cfg;
+
+/* One run of a test by both sides, and what it measured. */
+struct job {
+	enum test test;
+	bool socket; /* the baseline */
+	size_t bytes;
+	unsigned long count; /* round trips or messages */
+	unsigned int window; /* stream: write_imms in flight */
+	double t0, t1;	     /* stream: first post, last arrival (ns) */
+	double *rtt;	     /* pingpong: ns of each round trip */
+};
+
+/* One side; its thread runs side_main() on the job of the moment. */
+struct side {
+	int id; /* 0 starts every exchange, 1 answers */
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_ep *ep;
+	struct kn__tp_mr *src_mr, *dst_mr;
+	struct kn__tp_rdesc mine, peer; /* dst regions */
+	char *src, *dst;
+	int fd; /* the baseline's socket */
+	struct job *job;
+	double deadline;
+	unsigned long posts, writes, imms; /* of this job, so far */
+};
+
+struct stats {
+	double med, min, max;
+};
+
+static struct side sides[2];
+static pthread_barrier_t bar; /* main and both sides */
+static struct job *job_now;   /* the job after the next barrier */
+static struct sockaddr_storage listen_addr;
+static const char *kn_name; /* the contexts' provider */
+
+static double now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void check(int ret, const char *call)
+{
+	if (ret < 0) {
+		fprintf(stderr, "bench_transport: %s: %s\n", call,
+			strerror(-ret));
+		exit(1);
+	}
+}
+
+/* A side's run cannot go on: say why, and in which job. */
+static void __attribute__((noreturn, format(printf, 2, 3)))
+die(const struct side *s, const char *fmt, ...)
+{
+	const struct job *j = s->job;
+	va_list ap;
+
+	fprintf(stderr, "bench_transport: side %d: ", s->id);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (j)
+		fprintf(stderr, " (%s %s, %zu B)",
+			j->socket ? "socket" : "kanel", test_names[j->test],
+			j->bytes);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median, min and max of @n samples (sorted in place). */
+static struct stats summarize(double *sample, unsigned long n)
+{
+	qsort(sample, n, sizeof(sample[0]), cmp_double);
+	return (struct stats){
+		.med = n % 2 ? sample[n / 2]
+			     : (sample[n / 2 - 1] + sample[n / 2]) / 2,
+		.min = sample[0],
+		.max = sample[n - 1],
+	};
+}
+
+/* Where message @k of a stream goes: slots over RING_BYTES. */
+static size_t slot(const struct job *j, unsigned long k)
+{
+	size_t n = j->bytes < RING_BYTES ? RING_BYTES / j->bytes : 1;
+
+	return k % n * j->bytes;
+}
+
+/* ---- Kanel's side ---- */
+
+static void kn_write(struct side *s, size_t off, uint32_t imm)
+{
+	check(kn__tp_post_write_imm(s->ep, s->src_mr, off, s->job->bytes,
+				    &s->peer, off, imm, NULL),
+	      "kn__tp_post_write_imm");
+	s->posts++;
+}
+
+/*
+ * Poll once, counting the peer's write_imms (which must arrive whole and
+ * in order) and our own write_imm completions; anything else ends the run.
+ */
+static void kn_progress(struct side *s, const char *what)
+{
+	struct kn__tp_completion c[POLL_BATCH];
+	int n = kn__tp_poll(s->ctx, c, POLL_BATCH);
+
+	check(n, "kn__tp_poll");
+	if (n == 0 && now_ns() > s->deadline)
+		die(s, "waited %d s for %s", WAIT_S, what);
+	for (int i = 0; i < n; i++) {
+		if (c[i].status)
+			die(s, "completion of op %u: %s", c[i].op,
+			    strerror(-c[i].status));
+		if (c[i].op == KN_TP_OP_WRITE_IMM) {
+			s->writes++;
+		} else if (c[i].op == KN_TP_OP_RECV_IMM &&
+			   c[i].imm == (uint32_t)s->imms &&
+			   c[i].bytes == s->job->bytes) {
+			s->imms++;
+		} else {
+			die(s, "unexpected op %u (imm %u, %llu B)", c[i].op,
+			    c[i].imm, (unsigned long long)c[i].bytes);
+		}
+	}
+}
+
+/*
+ * A round trip is over when the answer is in and our own write has
+ * completed, so that its source is ours again before the next post.
+ */
+static void kn_pingpong(struct side *s, struct job *j)
+{
+	double t = now_ns(), t1;
+
+	for (unsigned long i = 0; i < j->count; i++) {
+		if (s->id == 0)
+			kn_write(s, 0, (uint32_t)i);
+		while (s->imms == i || s->writes != s->posts)
+			kn_progress(s, "the peer's write_imm");
+		if (s->id == 1) {
+			kn_write(s, 0, (uint32_t)i);
+			continue;
+		}
+		t1 = now_ns();
+		j->rtt[i] = t1 - t;
+		t = t1;
+	}
+	while (s->writes != s->posts)
+		kn_progress(s, "the last write_imm completion");
+}
+
+/*
+ * Messages in flight may share a source range (the transport only reads
+ * it) and a destination range (the payload is not checked).
+ */
+static void kn_stream(struct side *s, struct job *j)
+{
+	if (s->id == 1) {
+		while (s->imms < j->count)
+			kn_progress(s, "the stream's messages");
+		j->t1 = now_ns();
+		return;
+	}
+	j->t0 = now_ns();
+	while (s->writes < j->count) {
+		while (s->posts < j->count && s->posts - s->writes < j->window)
+			kn_write(s, slot(j, s->posts), (uint32_t)s->posts);
+		kn_progress(s, "write_imm completions");
+	}
+}
+
+/* ---- the baseline's side ---- */
+
+/* All @n bytes at @p sent (@out) or received; SO_*TIMEO is the deadline. */
+static void sock_io(const struct side *s, bool out, char *p, size_t n)
+{
+	while (n) {
+		ssize_t r = out ? send(s->fd, p, n, MSG_NOSIGNAL)
+				: recv(s->fd, p, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			errno = ECONNRESET;
+		if (r <= 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			die(s, "waited %d s in %s", WAIT_S,
+			    out ? "send" : "recv");
+		if (r <= 0)
+			die(s, "%s: %s", out ? "send" : "recv",
+			    strerror(errno));
+		p += r;
+		n -= (size_t)r;
+	}
+}
+
+static void sock_pingpong(struct side *s, struct job *j)
+{
+	double t = now_ns(), t1;
+
+	for (unsigned long i = 0; i < j->count; i++) {
+		if (s->id == 0)
+			sock_io(s, true, s->src, j->bytes);
+		sock_io(s, false, s->dst, j->bytes);
+		if (s->id == 1) {
+			sock_io(s, true, s->src, j->bytes);
+			continue;
+		}
+		t1 = now_ns();
+		j->rtt[i] = t1 - t;
+		t = t1;
+	}
+}
+
+static void sock_stream(struct side *s, struct job *j)
+{
+	if (s->id == 0)
+		j->t0 = now_ns();
+	for (unsigned long k = 0; k < j->count; k++) {
+		sock_io(s, s->id == 0, (s->id ? s->dst : s->src) + slot(j, k),
+			j->bytes);
+	}
+	if (s->id == 1)
+		j->t1 = now_ns();
+}
+
+/* ---- set-up and the two-thread harness ---- */
+
+static struct sockaddr_in loopback(uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(port) };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return a;
+}
+
+/* The baseline's connection, side 0 to side 1, set up on this thread. */
+static void sock_open(void)
+{
+	struct sockaddr_in a = loopback(0);
+	struct timeval tv = { .tv_sec = WAIT_S }; /* every wait's deadline */
+	socklen_t len = sizeof(a);
+	int lfd, one = 1;
+
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	sides[0].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || sides[0].fd < 0 ||
+	    bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 1) ||
+	    getsockname(lfd, (struct sockaddr *)&a, &len) ||
+	    connect(sides[0].fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    (sides[1].fd = accept(lfd, NULL, NULL)) < 0)
+		check(-errno, "baseline socket set-up");
+	close(lfd);
+	for (int s = 0; s < 2; s++)
+		if (setsockopt(sides[s].fd, IPPROTO_TCP, TCP_NODELAY, &one,
+			       sizeof(one)) ||
+		    setsockopt(sides[s].fd, SOL_SOCKET, SO_RCVTIMEO, &tv,
+			       sizeof(tv)) ||
+		    setsockopt(sides[s].fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
+			       sizeof(tv)))
+			check(-errno, "setsockopt");
+}
+
+/*
+ * Kanel's set-up, on the side's own thread: the context is the thread's
+ * for the whole run (the io_uring backend binds a context to the thread
+ * that first submits on it).  Regions first, then side 1 listens on the
+ * loopback address and side 0 connects; the barriers (with main) say
+ * when the address and the descriptors are out, then that both are up.
+ */
+static void side_open(struct side *s)
+{
+	struct kn__tp_ctx_attr attr = { .provider = "tcp", .flags = cfg.flags };
+	struct sockaddr_in a = loopback(0);
+	struct kn__tp_listener *l = NULL;
+	struct kn__tp_completion c;
+	int n;
+
+	check(kn__tp_ctx_create(&attr, &s->ctx), "kn__tp_ctx_create");
+	s->src = aligned_alloc(4096, cfg.buf_bytes);
+	s->dst = aligned_alloc(4096, cfg.buf_bytes);
+	if (!s->src || !s->dst)
+		check(-ENOMEM, "aligned_alloc");
+	memset(s->src, 0x5a + s->id, cfg.buf_bytes); /* pages in, now */
+	memset(s->dst, 0, cfg.buf_bytes);
+	check(kn__tp_mr_reg(s->ctx, s->src, cfg.buf_bytes, 0, &s->src_mr),
+	      "kn__tp_mr_reg");
+	check(kn__tp_mr_reg(s->ctx, s->dst, cfg.buf_bytes, KN_TP_REMOTE_WRITE,
+			    &s->dst_mr),
+	      "kn__tp_mr_reg");
+	/* a remote peer would get the descriptor in a control message */
+	kn__tp_mr_rdesc(s->dst_mr, &s->mine);
+	if (s->id == 1) {
+		check(kn__tp_listen(s->ctx, (struct sockaddr *)&a, sizeof(a),
+				    NULL, &l),
+		      "kn__tp_listen");
+		check(kn__tp_listener_addr(l, &listen_addr),
+		      "kn__tp_listener_addr");
+	}
+	pthread_barrier_wait(&bar);
+	s->peer = sides[!s->id].mine;
+	if (s->id == 0)
+		check(kn__tp_connect(s->ctx, (struct sockaddr *)&listen_addr,
+				     sizeof(a), NULL, &s->ep),
+		      "kn__tp_connect");
+	s->deadline = now_ns() + WAIT_S * 1e9;
+	while ((n = kn__tp_poll(s->ctx, &c, 1)) == 0)
+		if (now_ns() > s->deadline)
+			die(s, "waited %d s for the connection", WAIT_S);
+	check(n, "kn__tp_poll");
+	check(c.status, s->id ? "accept" : "connect");
+	if (c.op != (s->id ? KN_TP_OP_ACCEPT : KN_TP_OP_CONNECT))
+		check(-EPROTO, "connection set-up");
+	s->ep = c.ep;
+	kn__tp_listener_close(l);
+	if (s->id == 0)
+		kn_name = kn__tp_ctx_provider(s->ctx);
+	pthread_barrier_wait(&bar);
+}
+
+/* A side's thread: set-up, then the jobs main hands out, until NULL. */
+static void *side_main(void *arg)
+{
+	struct side *s = arg;
+	struct job *j;
+
+	side_open(s);
+	for (;;) {
+		pthread_barrier_wait(&bar);
+		j = s->job = job_now;
+		if (!j)
+			break;
+		s->posts = s->writes = s->imms = 0;
+		s->deadline = now_ns() + WAIT_S * 1e9;
+		if (j->socket && j->test == PINGPONG)
+			sock_pingpong(s, j);
+		else if (j->socket)
+			sock_stream(s, j);
+		else if (j->test == PINGPONG)
+			kn_pingpong(s, j);
+		else
+			kn_stream(s, j);
+		pthread_barrier_wait(&bar);
+	}
+	kn__tp_mr_dereg(s->src_mr);
+	kn__tp_mr_dereg(s->dst_mr);
+	kn__tp_ctx_destroy(s->ctx); /* closes the endpoint */
+	close(s->fd);
+	free(s->src);
+	free(s->dst);
+	return NULL;
+}
+
+/* Run @j on both sides; one sample: ns per round trip or per message. */
+static double run_job(struct job *j)
+{
+	job_now = j;
+	pthread_barrier_wait(&bar); /* go */
+	pthread_barrier_wait(&bar); /* both done: j holds the figures */
+	if (j->test == STREAM)
+		return (j->t1 - j->t0) / (double)j->count;
+	return summarize(j->rtt, j->count).med;
+}
+
+/* ---- measurement and output ---- */
+
+static void emit(const char *provider, enum test t, size_t bytes,
+		 const struct stats *st, double ratio)
+{
+	double moved = t == PINGPONG ? 2.0 * (double)bytes : (double)bytes;
+	double gbps = moved / st->med; /* a byte per ns is 1e9 B/s */
+	char size[32];
+
+	if (cfg.csv) {
+		printf("%s,%s,%zu,%.3f,%.6g,%.6g\n", provider, test_names[t],
+		       bytes, st->med / 1e3, gbps, ratio);
+		return;
+	}
+	if (bytes % MIB == 0)
+		snprintf(size, sizeof(size), "%zuM", bytes / MIB);
+	else if (bytes % KIB == 0)
+		snprintf(size, sizeof(size), "%zuK", bytes / KIB);
+	else
+		snprintf(size, sizeof(size), "%zu", bytes);
+	printf("%-14s %-8s %6s %11.3f %11.3f %11.3f %8.3f %6.2f\n", provider,
+	       test_names[t], size, st->med / 1e3, st->min / 1e3, st->max / 1e3,
+	       gbps, ratio);
+}
+
+/*
+ * One size of one test, Kanel's samples alternating with the sockets'.
+ * A short run of each first (a warm-up) sizes the samples, the same for
+ * both, so that the slower takes about the time cfg asks for.
+ */
+static void bench_size(enum test t, size_t bytes, double *rtt)
+{
+	double window =
+		fmin(fmax(WINDOW_BYTES / bytes, MIN_WINDOW), MAX_WINDOW);
+	double sample[2][MAX_REPS], slowest = 0, target;
+	struct job job[2];
+	struct stats st[2];
+	unsigned long n;
+
+	if (cfg.progress)
+		fprintf(stderr, "%s %zu B ...\n", test_names[t], bytes);
+	for (int k = 0; k < 2; k++) {
+		job[k] = (struct job){
+			.test = t,
+			.socket = k == 1,
+			.bytes = bytes,
+			.count = t == PINGPONG
+					 ? CAL_ROUNDS
+					 : (unsigned long)fmax(
+						   CAL_BYTES / bytes, MIN_MSGS),
+			.window = (unsigned int)window,
+			.rtt = rtt,
+		};
+		sample[k][0] = run_job(&job[k]);
+		slowest = sample[k][0] > slowest ? sample[k][0] : slowest;
+	}
+	target = (t == PINGPONG ? cfg.pp_ns : cfg.st_ns) / slowest;
+	if (t == PINGPONG)
+		n = (unsigned long)fmin(fmax(target, MIN_ROUNDS), MAX_ROUNDS);
+	else
+		n = (unsigned long)fmax(
+			fmin(target, (double)(cfg.max_total / bytes)),
+			MIN_MSGS);
+	for (unsigned int r = 0; r < cfg.reps; r++)
+		for (int i = 0; i < 2; i++) {
+			int k = (int)(r + (unsigned int)i) % 2;
+
+			job[k].count = n;
+			sample[k][r] = run_job(&job[k]);
+		}
+	for (int k = 0; k < 2; k++)
+		st[k] = summarize(sample[k], cfg.reps);
+	emit("socket", t, bytes, &st[1], 1.0);
+	emit(kn_name, t, bytes, &st[0], st[1].med / st[0].med);
+}
+
+static void usage(void)
+{
+	printf("usage: bench_transport [options]\n"
+	       "  --quick                3 repeats, shorter samples\n"
+	       "  --csv                  CSV on stdout, other text on stderr\n"
+	       "  --provider-flags epoll the tcp provider's epoll backend\n"
+	       "                         (KN_TP_CTX_FORCE_EPOLL)\n"
+	       "  --sizes LIST           pingpong message bytes, e.g. "
+	       "8,4K,64K\n"
+	       "  --stream-sizes LIST    stream message bytes, e.g. 64K,1M\n"
+	       "Sizes may end in K, M or G (binary), from 1 B to %zu MiB.\n"
+	       "Everything runs over 127.0.0.1.\n",
+	       MAX_SIZE / MIB);
+}
+
+static void __attribute__((noreturn))
+bad_value(const char *option, const char *value, const char *why)
+{
+	fprintf(stderr, "bench_transport: bad value '%s' for --%s: %s\n", value,
+		option, why);
+	exit(2);
+}
+
+/* A comma list of sizes in 1..MAX_SIZE into @out; returns its length. */
+static unsigned int parse_sizes(const char *option, char *arg, size_t *out)
+{
+	static const char units[] = "KkMmGg";
+	unsigned int n = 0;
+	char *save = NULL, *end;
+	const char *u;
+
+	for (char *s = strtok_r(arg, ",", &save); s;
+	     s = strtok_r(NULL, ",", &save)) {
+		unsigned long long v;
+		unsigned int shift = 0;
+
+		if (n == MAX_LIST)
+			bad_value(option, s, "too many entries");
+		errno = 0;
+		v = strtoull(s, &end, 10);
+		if (*end && (u = strchr(units, *end))) {
+			shift = 10 * (unsigned int)((u - units) / 2 + 1);
+			end++;
+		}
+		if (*s < '0' || *s > '9' || *end || errno ||
+		    v > MAX_SIZE >> shift || v == 0)
+			bad_value(option, s, "not a size from 1 B to 256M");
+		out[n++] = (size_t)(v << shift);
+		if (out[n - 1] > cfg.buf_bytes)
+			cfg.buf_bytes = (out[n - 1] + 4095) / 4096 * 4096;
+	}
+	if (n == 0)
+		bad_value(option, "", "empty list");
+	return n;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "quick", no_argument, NULL, 'q' },
+		{ "csv", no_argument, NULL, 'c' },
+		{ "provider-flags", required_argument, NULL, 'p' },
+		{ "sizes", required_argument, NULL, 's' },
+		{ "stream-sizes", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const size_t pp_sizes[] = { 8, 64, 4 * KIB, 64 * KIB };
+	static const size_t st_sizes[] = { 4 * KIB, 64 * KIB, MIB, 16 * MIB };
+	int c;
+
+	cfg.buf_bytes = RING_BYTES;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'q':
+			cfg.quick = true;
+			break;
+		case 'c':
+			cfg.csv = true;
+			break;
+		case 'p':
+			if (strcmp(optarg, "epoll") != 0)
+				bad_value("provider-flags", optarg,
+					  "the one flag is epoll");
+			cfg.flags = KN_TP_CTX_FORCE_EPOLL;
+			break;
+		case 's':
+			cfg.nsizes = parse_sizes("sizes", optarg, cfg.sizes);
+			break;
+		case 'S':
+			cfg.nssizes =
+				parse_sizes("stream-sizes", optarg, cfg.ssizes);
+			break;
+		case 'h':
+			usage();
+			exit(0);
+		default:
+			fprintf(stderr, "try 'bench_transport --help'\n");
+			exit(2);
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "bench_transport: unexpected argument '%s'\n",
+			argv[optind]);
+		exit(2);
+	}
+	if (!cfg.nsizes) {
+		cfg.nsizes = 4;
+		memcpy(cfg.sizes, pp_sizes, sizeof(pp_sizes));
+	}
+	if (!cfg.nssizes) {
+		cfg.nssizes = 4;
+		memcpy(cfg.ssizes, st_sizes, sizeof(st_sizes));
+	}
+	cfg.reps = cfg.quick ? 3 : MAX_REPS;
+	cfg.pp_ns = cfg.quick ? 0.5e9 : 1e9;
+	cfg.st_ns = cfg.quick ? 0.6e9 : 1e9;
+	cfg.max_total = (cfg.quick ? 768 : 1024) * MIB;
+	/* rows on a terminal are progress enough */
+	cfg.progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t th[2];
+	double load[1];
+	FILE *f;
+	double *rtt;
+
+	parse_args(argc, argv);
+	rtt = malloc(MAX_ROUNDS * sizeof(*rtt));
+	if (!rtt)
+		check(-ENOMEM, "malloc");
+	check(-pthread_barrier_init(&bar, NULL, 3), "pthread_barrier_init");
+	sock_open();
+	for (int s = 0; s < 2; s++) {
+		sides[s].id = s;
+		check(-pthread_create(&th[s], NULL, side_main, &sides[s]),
+		      "pthread_create");
+	}
+	pthread_barrier_wait(&bar); /* side 1 listens */
+	pthread_barrier_wait(&bar); /* both connected */
+
+	f = cfg.csv ? stderr : stdout;
+	fprintf(f,
+		"# transport provider %s%s over 127.0.0.1, two threads "
+		"busy-polling; baseline: blocking sockets, TCP_NODELAY; "
+		"%u repeats\n",
+		kn_name, cfg.flags ? " (--provider-flags epoll)" : "",
+		cfg.reps);
+	if (getloadavg(load, 1) == 1)
+		fprintf(f,
+			"# %ld CPUs, load average %.2f: other busy processes "
+			"slow the busy-polling sides most\n",
+			sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+	if (cfg.csv)
+		printf("provider,test,bytes,median_us,gbps,ratio_vs_socket\n");
+	else
+		printf("%-14s %-8s %6s %11s %11s %11s %8s %6s\n", "provider",
+		       "test", "size", "median_us", "min_us", "max_us", "GB/s",
+		       "ratio");
+	for (unsigned int i = 0; i < cfg.nsizes; i++)
+		bench_size(PINGPONG, cfg.sizes[i], rtt);
+	for (unsigned int i = 0; i < cfg.nssizes; i++)
+		bench_size(STREAM, cfg.ssizes[i], rtt);
+
+	job_now = NULL;
+	pthread_barrier_wait(&bar);
+	for (int s = 0; s < 2; s++)
+		check(-pthread_join(th[s], NULL), "pthread_join");
+	pthread_barrier_destroy(&bar);
+	free(rtt);
+	return 0;
+}
