@@ -17,6 +17,7 @@ packages=(
 	libcriterion-dev    # test framework
 	liburing-dev        # TCP transport (io_uring)
 	libibverbs-dev librdmacm-dev # verbs transport
+	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
 )
 
 missing=()

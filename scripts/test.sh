@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test.sh - builds Kanel with warnings as errors and runs the whole test
 # suite, then builds it again under AddressSanitizer and
-# UndefinedBehaviorSanitizer and runs the suite a second time.  Ends with
-# one line "N passed, N failed, N skipped" counted from both runs' meson
-# test logs; exits non-zero if any test failed or anything did not build.
+# UndefinedBehaviorSanitizer and runs the suite a second time, then runs
+# the libFuzzer target for a minute.  Ends with one line "N passed, N
+# failed, N skipped" counted from the three runs' meson test logs; exits
+# non-zero if any test failed or anything did not build.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,6 +12,7 @@ cd "$here"
 status=0
 logs=()
 
+# $suite, where set, runs that meson test suite alone.
 run_suite() { # BUILD_DIR MESON_OPTION...
 	local build=$1
 	shift
@@ -20,7 +22,8 @@ run_suite() { # BUILD_DIR MESON_OPTION...
 		return
 	fi
 	rm -f "$build/meson-logs/testlog.json"
-	meson test -C "$build" --print-errorlogs || status=1
+	meson test -C "$build" --print-errorlogs ${suite:+--suite "$suite"} ||
+		status=1
 	logs+=("$build/meson-logs/testlog.json")
 }
 
@@ -33,6 +36,17 @@ export ASAN_OPTIONS=detect_leaks=1
 run_suite build-asan -Dwerror=true -Dbuildtype=debugoptimized \
 	-Db_sanitize=address,undefined -Db_lundef=false \
 	-Dc_args=-fno-sanitize-recover=all
+
+# The libFuzzer target over the tcp receive path (tests/fuzz/) for 60 s,
+# counted as one test.  It needs clang (CC for the first configure only:
+# meson keeps the compiler), and the whole build instrumented for coverage
+# and ASan + UBSan, so that libFuzzer learns from the transport's code.
+# New inputs go to build-fuzz/tests/fuzz/corpus, crashes next to it; the
+# checked-in corpus is only read.
+CC=clang suite=fuzz run_suite build-fuzz -Dfuzz=enabled \
+	-Dbuildtype=debugoptimized -Db_lundef=false \
+	-Db_sanitize=address,undefined \
+	'-Dc_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all'
 
 python3 scripts/test_summary.py "${logs[@]}" || status=1
 exit $status
