@@ -69,8 +69,10 @@ struct req {
 	void *obj; /* the endpoint or listener */
 };
 
+#ifdef KN_HAVE_URING
 /* Tags submissions whose completion needs nothing (cancellations). */
 static struct req ignore_req = { R_IGNORE, NULL };
+#endif
 
 struct handle {
 	enum handle_kind kind;
@@ -1510,7 +1512,7 @@ static int uring_progress(struct tcp_ctx *c)
 	io_uring_cq_advance(&c->ring, n);
 	/* a multishot poll fires on new connections only */
 	for (struct tcp_listener *l = c->listeners; l; l = l->next)
-		if (l->starved)
+		if (l->starved && !l->closing)
 			listener_accept(l);
 	for (struct tcp_ep **p = &c->zombies; *p;) {
 		struct tcp_ep *ep = *p;
@@ -1599,9 +1601,67 @@ static int tcp_fd(const struct kn__tp_ctx *ctx)
 
 /* ---- context ---- */
 
+#ifdef KN_HAVE_URING
+static bool uring_busy(const struct tcp_ctx *c)
+{
+	for (const struct tcp_ep *ep = c->eps; ep; ep = ep->next)
+		if (ep->inflight)
+			return true;
+	for (const struct tcp_listener *l = c->listeners; l; l = l->next)
+		if (l->inflight)
+			return true;
+	return c->zombies || c->zombie_listeners;
+}
+
+/*
+ * Before the endpoints' memory goes: stop every socket, cancel what the
+ * kernel still has in flight (a recv may be filling an endpoint's header
+ * buffer) and take its last completions, for at most about a second.
+ */
+static void uring_quiesce(struct tcp_ctx *c)
+{
+	struct __kernel_timespec ts = { .tv_nsec = 1000000 };
+	struct io_uring_cqe *cqe;
+
+	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next) {
+		struct io_uring_sqe *sqe;
+
+		ep->closing = true;
+		shutdown(ep->h.fd, SHUT_RDWR);
+		if (ep->inflight && (sqe = get_sqe(c))) {
+			io_uring_prep_cancel_fd(sqe, ep->h.fd,
+						IORING_ASYNC_CANCEL_ALL);
+			io_uring_sqe_set_data(sqe, &ignore_req);
+		}
+	}
+	for (struct tcp_listener *l = c->listeners; l; l = l->next) {
+		struct io_uring_sqe *sqe;
+
+		l->closing = true;
+		shutdown(l->h.fd, SHUT_RDWR);
+		if (l->inflight && (sqe = get_sqe(c))) {
+			io_uring_prep_poll_remove(sqe,
+						  (uint64_t)(uintptr_t)&l->req);
+			io_uring_sqe_set_data(sqe, &ignore_req);
+		}
+	}
+	for (int i = 0; i < 1000 && uring_busy(c); i++) {
+		if (uring_progress(c))
+			break;
+		if (uring_busy(c))
+			io_uring_wait_cqe_timeout(&c->ring, &cqe, &ts);
+	}
+}
+#endif
+
 static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 {
 	struct tcp_ctx *c = tctx(ctx);
+
+#ifdef KN_HAVE_URING
+	if (USE_URING(c))
+		uring_quiesce(c);
+#endif
 
 	while (c->eps) {
 		struct tcp_ep *ep = c->eps;
