@@ -37,22 +37,23 @@
 #define TRIADS 1 /* C has no portable streaming store */
 #endif
 
+#include "bench_util.h"
 #include "kanel.h"
 
-#define MAX_LIST      32   /* entries of a list option */
-#define MAX_INPUTS    256  /* largest N */
-#define MAX_REPS      1000 /* largest --reps */
-#define MAX_SET	      3	   /* functions measured in turn */
-#define NEAR_MIB      4	   /* from this input size, triad interleaved */
-#define REF_TRIAD_MIB 64   /* arrays of the interleaved triad: 6x the LLC */
-#define MIN_SAMPLES   5
-#define SAMPLE_NS     50e3 /* shortest sample: far above the clock's cost */
-#define WARM_NS	      5e6  /* calls shorter than this are warmed (see below) */
-#define PAGE_ALIGN    4096
-#define STAGGER	      320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
-#define PATTERN_LEN   16384
-#define KIB	      ((size_t)1 << 10)
-#define MIB	      ((size_t)1 << 20)
+#define BENCH_MAX_LIST 32   /* entries of a list option */
+#define MAX_INPUTS     256  /* largest N */
+#define MAX_REPS       1000 /* largest --reps */
+#define MAX_SET	       3    /* functions measured in turn */
+#define NEAR_MIB       4    /* from this input size, triad interleaved */
+#define REF_TRIAD_MIB  64   /* arrays of the interleaved triad: 6x the LLC */
+#define MIN_SAMPLES    5
+#define SAMPLE_NS      50e3 /* shortest sample: far above the clock's cost */
+#define WARM_NS	       5e6  /* calls shorter than this are warmed (see below) */
+#define PAGE_ALIGN     4096
+#define STAGGER	       320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
+#define PATTERN_LEN    16384
+#define KIB	       ((size_t)1 << 10)
+#define MIB	       ((size_t)1 << 20)
 
 /* --kernels groups, in the order of group_names */
 enum group {
@@ -74,19 +75,15 @@ static struct {
 	double budget_ns;	  /* time of a measurement when they are long */
 	size_t triad_bytes;
 	bool upd_quick; /* quick mode's default: updates at N = 2 and 8 */
-	size_t sizes[MAX_LIST], inputs[MAX_LIST];
+	size_t sizes[BENCH_MAX_LIST], inputs[BENCH_MAX_LIST];
 	unsigned int nsizes, ninputs;
-	unsigned int dtypes[MAX_LIST], ndtypes;
+	unsigned int dtypes[BENCH_MAX_LIST], ndtypes;
 	unsigned int groups;
 } cfg;
 
 static float pattern[PATTERN_LEN];
 
 typedef void bench_fn(const void *ctx);
-
-struct stats {
-	double med, min, max; /* ns per call */
-};
 
 struct triad {
 	float *a;
@@ -152,25 +149,6 @@ static double time_batch(bench_fn *fn, const void *ctx, unsigned long batch)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	return (double)(t1.tv_sec - t0.tv_sec) * 1e9 +
 	       (double)(t1.tv_nsec - t0.tv_nsec);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median, min and max of @n samples (sorted in place). */
-static struct stats summarize(double *sample, unsigned int n)
-{
-	qsort(sample, n, sizeof(sample[0]), cmp_double);
-	return (struct stats){
-		.med = n % 2 ? sample[n / 2]
-			     : (sample[n / 2 - 1] + sample[n / 2]) / 2,
-		.min = sample[0],
-		.max = sample[n - 1],
-	};
 }
 
 /*
@@ -627,61 +605,6 @@ static void usage(void)
 	       MAX_INPUTS, MAX_REPS, KN_KERNEL_POOL_MAX);
 }
 
-static void __attribute__((noreturn))
-bad_value(const char *option, const char *value, const char *why)
-{
-	fprintf(stderr, "bench_kernels: bad value '%s' for --%s: %s\n", value,
-		option, why);
-	exit(2);
-}
-
-/*
- * A comma list into @out, returning its length: indices into @names when
- * @names is set, else numbers in @min..@max; a size may end in K, M or G
- * (binary) and must be whole fp32 elements.
- */
-static unsigned int parse_list(const char *option, char *arg,
-			       const char *const *names, size_t min, size_t max,
-			       bool size, size_t *out)
-{
-	static const char units[] = "KkMmGg";
-	unsigned int n = 0;
-	char *save = NULL, *end;
-	const char *u;
-
-	for (char *s = strtok_r(arg, ",", &save); s;
-	     s = strtok_r(NULL, ",", &save)) {
-		unsigned long long v = 0;
-		unsigned int shift = 0;
-
-		if (n == MAX_LIST)
-			bad_value(option, s, "too many entries");
-		if (names) {
-			while (v < max && strcmp(s, names[v]) != 0)
-				v++;
-			if (v == max)
-				bad_value(option, s, "unknown name");
-			out[n++] = (size_t)v;
-			continue;
-		}
-		errno = 0;
-		v = strtoull(s, &end, 10);
-		if (size && *end && (u = strchr(units, *end))) {
-			shift = 10 * (unsigned int)((u - units) / 2 + 1);
-			end++;
-		}
-		if (*s < '0' || *s > '9' || *end || errno || v > max >> shift ||
-		    v << shift < min)
-			bad_value(option, s, "not a number in range");
-		if (size && (v << shift) % sizeof(float))
-			bad_value(option, s, "not a multiple of 4");
-		out[n++] = (size_t)(v << shift);
-	}
-	if (n == 0)
-		bad_value(option, "", "empty list");
-	return n;
-}
-
 static void parse_args(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -701,7 +624,7 @@ static void parse_args(int argc, char **argv)
 	static const size_t full_inputs[] = { 2, 4, 8, 16 };
 	static const size_t quick_inputs[] = { 2, 8, 16 };
 	const char *dtype_names[3];
-	size_t list[MAX_LIST];
+	size_t list[BENCH_MAX_LIST];
 	unsigned int n;
 	int c;
 
@@ -720,6 +643,14 @@ static void parse_args(int argc, char **argv)
 			cfg.nsizes =
 				parse_list("sizes", optarg, NULL, 4,
 					   (size_t)4 << 30, true, cfg.sizes);
+			for (unsigned int i = 0; i < cfg.nsizes; i++) {
+				char v[32];
+
+				if (cfg.sizes[i] % sizeof(float) == 0)
+					continue;
+				snprintf(v, sizeof(v), "%zu", cfg.sizes[i]);
+				bad_value("sizes", v, "not a multiple of 4");
+			}
 			break;
 		case 'n':
 			cfg.ninputs = parse_list("inputs", optarg, NULL, 2,

@@ -39,9 +39,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "transport.h"
 
-#define MAX_LIST     16
 #define MAX_REPS     5
 #define WAIT_S	     30 /* deadline of every wait */
 #define KIB	     ((size_t)1 << 10)
@@ -68,7 +68,7 @@ static struct {
 	unsigned int reps;
 	double pp_ns, st_ns; /* time a sample should take */
 	size_t max_total;    /* stream bytes of a sample */
-	size_t sizes[MAX_LIST], ssizes[MAX_LIST];
+	size_t sizes[BENCH_MAX_LIST], ssizes[BENCH_MAX_LIST];
 	unsigned int nsizes, nssizes;
 	size_t buf_bytes; /* of each region: RING_BYTES or the largest size */
 } cfg;
@@ -96,10 +96,6 @@ struct side {
 	struct job *job;
 	double deadline;
 	unsigned long posts, writes, imms; /* of this job, so far */
-};
-
-struct stats {
-	double med, min, max;
 };
 
 static struct side sides[2];
@@ -142,25 +138,6 @@ die(const struct side *s, const char *fmt, ...)
 			j->bytes);
 	fputc('\n', stderr);
 	exit(1);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median, min and max of @n samples (sorted in place). */
-static struct stats summarize(double *sample, unsigned long n)
-{
-	qsort(sample, n, sizeof(sample[0]), cmp_double);
-	return (struct stats){
-		.med = n % 2 ? sample[n / 2]
-			     : (sample[n / 2 - 1] + sample[n / 2]) / 2,
-		.min = sample[0],
-		.max = sample[n - 1],
-	};
 }
 
 /* Where message @k of a stream goes: slots over RING_BYTES. */
@@ -539,44 +516,14 @@ static void usage(void)
 	       MAX_SIZE / MIB);
 }
 
-static void __attribute__((noreturn))
-bad_value(const char *option, const char *value, const char *why)
-{
-	fprintf(stderr, "bench_transport: bad value '%s' for --%s: %s\n", value,
-		option, why);
-	exit(2);
-}
-
 /* A comma list of sizes in 1..MAX_SIZE into @out; returns its length. */
 static unsigned int parse_sizes(const char *option, char *arg, size_t *out)
 {
-	static const char units[] = "KkMmGg";
-	unsigned int n = 0;
-	char *save = NULL, *end;
-	const char *u;
+	unsigned int n = parse_list(option, arg, NULL, 1, MAX_SIZE, true, out);
 
-	for (char *s = strtok_r(arg, ",", &save); s;
-	     s = strtok_r(NULL, ",", &save)) {
-		unsigned long long v;
-		unsigned int shift = 0;
-
-		if (n == MAX_LIST)
-			bad_value(option, s, "too many entries");
-		errno = 0;
-		v = strtoull(s, &end, 10);
-		if (*end && (u = strchr(units, *end))) {
-			shift = 10 * (unsigned int)((u - units) / 2 + 1);
-			end++;
-		}
-		if (*s < '0' || *s > '9' || *end || errno ||
-		    v > MAX_SIZE >> shift || v == 0)
-			bad_value(option, s, "not a size from 1 B to 256M");
-		out[n++] = (size_t)(v << shift);
-		if (out[n - 1] > cfg.buf_bytes)
-			cfg.buf_bytes = (out[n - 1] + 4095) / 4096 * 4096;
-	}
-	if (n == 0)
-		bad_value(option, "", "empty list");
+	for (unsigned int i = 0; i < n; i++)
+		if (out[i] > cfg.buf_bytes)
+			cfg.buf_bytes = (out[i] + 4095) / 4096 * 4096;
 	return n;
 }
 

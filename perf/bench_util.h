@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_util.h - what the benchmarks in perf/ share: the median, min and
+ * max of a set of samples, and the parsing of list options ("4K,1M,64M",
+ * "fp32,bf16") with errors that name the option and exit 2.
+ */
+#ifndef KN_PERF_BENCH_UTIL_H
+#define KN_PERF_BENCH_UTIL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_MAX_LIST 32 /* entries of a list option */
+
+struct stats {
+	double med, min, max;
+};
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median, min and max of @n samples (sorted in place). */
+static inline struct stats summarize(double *sample, size_t n)
+{
+	qsort(sample, n, sizeof(sample[0]), bench_cmp_double);
+	return (struct stats){
+		.med = n % 2 ? sample[n / 2]
+			     : (sample[n / 2 - 1] + sample[n / 2]) / 2,
+		.min = sample[0],
+		.max = sample[n - 1],
+	};
+}
+
+static inline void __attribute__((noreturn))
+bad_value(const char *option, const char *value, const char *why)
+{
+	fprintf(stderr, "%s: bad value '%s' for --%s: %s\n",
+		program_invocation_short_name, value, option, why);
+	exit(2);
+}
+
+/*
+ * Parse the comma list @arg of option @option into @out (at most
+ * BENCH_MAX_LIST entries) and return its length.  With @names, each
+ * entry is one of the first @max names and becomes its index; otherwise
+ * a number in [@min, @max], with a K, M or G suffix when @size.
+ */
+static inline unsigned int parse_list(const char *option, char *arg,
+				      const char *const *names, size_t min,
+				      size_t max, bool size, size_t *out)
+{
+	static const char units[] = "KkMmGg";
+	unsigned int n = 0;
+	char *save = NULL, *end;
+	const char *u;
+
+	for (char *s = strtok_r(arg, ",", &save); s;
+	     s = strtok_r(NULL, ",", &save)) {
+		unsigned long long v = 0;
+		unsigned int shift = 0;
+
+		if (n == BENCH_MAX_LIST)
+			bad_value(option, s, "too many entries");
+		if (names) {
+			while (v < max && strcmp(s, names[v]) != 0)
+				v++;
+			if (v == max)
+				bad_value(option, s, "unknown name");
+			out[n++] = (size_t)v;
+			continue;
+		}
+		errno = 0;
+		v = strtoull(s, &end, 10);
+		if (size && *end && (u = strchr(units, *end))) {
+			shift = 10 * (unsigned int)((u - units) / 2 + 1);
+			end++;
+		}
+		if (*s < '0' || *s > '9' || *end || errno || v > max >> shift ||
+		    v << shift < min)
+			bad_value(option, s, "not a number in range");
+		out[n++] = (size_t)(v << shift);
+	}
+	if (n == 0)
+		bad_value(option, "", "empty list");
+	return n;
+}
+
+#endif /* KN_PERF_BENCH_UTIL_H */
