@@ -40,20 +40,19 @@
 #include "bench_util.h"
 #include "kanel.h"
 
-#define BENCH_MAX_LIST 32   /* entries of a list option */
-#define MAX_INPUTS     256  /* largest N */
-#define MAX_REPS       1000 /* largest --reps */
-#define MAX_SET	       3    /* functions measured in turn */
-#define NEAR_MIB       4    /* from this input size, triad interleaved */
-#define REF_TRIAD_MIB  64   /* arrays of the interleaved triad: 6x the LLC */
-#define MIN_SAMPLES    5
-#define SAMPLE_NS      50e3 /* shortest sample: far above the clock's cost */
-#define WARM_NS	       5e6  /* calls shorter than this are warmed (see below) */
-#define PAGE_ALIGN     4096
-#define STAGGER	       320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
-#define PATTERN_LEN    16384
-#define KIB	       ((size_t)1 << 10)
-#define MIB	       ((size_t)1 << 20)
+#define MAX_INPUTS    256  /* largest N */
+#define MAX_REPS      1000 /* largest --reps */
+#define MAX_SET	      3	   /* functions measured in turn */
+#define NEAR_MIB      4	   /* from this input size, triad interleaved */
+#define REF_TRIAD_MIB 64   /* arrays of the interleaved triad: 6x the LLC */
+#define MIN_SAMPLES   5
+#define SAMPLE_NS     50e3 /* shortest sample: far above the clock's cost */
+#define WARM_NS	      5e6  /* calls shorter than this are warmed (see below) */
+#define PAGE_ALIGN    4096
+#define STAGGER	      320 /* 5 lines: 64 distinct L1 sets modulo 4 KiB */
+#define PATTERN_LEN   16384
+#define KIB	      ((size_t)1 << 10)
+#define MIB	      ((size_t)1 << 20)
 
 /* --kernels groups, in the order of group_names */
 enum group {
