@@ -5,14 +5,21 @@
  * the peer's descriptor once, here, and dispatches through the ops table.
  */
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "transport_priv.h"
 #include "wire.h"
 
+#define KN_TP_BUSY_POLL_US 50 /* about one small round trip */
+
 static const struct kn__tp_ops *const providers[] = {
 	&kn__tp_tcp_ops,
+#ifdef KN_HAVE_VERBS
+	&kn__tp_verbs_ops,
+#endif
 };
 
 int kn__tp_ctx_create(const struct kn__tp_ctx_attr *attr,
@@ -22,9 +29,21 @@ int kn__tp_ctx_create(const struct kn__tp_ctx_attr *attr,
 
 	if (!ctx)
 		return -EINVAL;
-	for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++)
-		if (strcmp(name, providers[i]->name) == 0)
-			return providers[i]->ctx_create(attr, ctx);
+	for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++) {
+		struct kn__tp_ctx *c;
+		int ret;
+
+		if (strcmp(name, providers[i]->name) != 0)
+			continue;
+		ret = providers[i]->ctx_create(attr, &c);
+		if (ret)
+			return ret;
+		c->busy_poll_us = attr && attr->busy_poll_us
+					  ? attr->busy_poll_us
+					  : KN_TP_BUSY_POLL_US;
+		*ctx = c;
+		return 0;
+	}
 	return -ENOENT;
 }
 
@@ -200,4 +219,36 @@ int kn__tp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out, int max)
 int kn__tp_fd(const struct kn__tp_ctx *ctx)
 {
 	return ctx->ops->fd(ctx);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
+		     int max, int timeout_ms)
+{
+	uint64_t spin_end;
+	struct pollfd pfd;
+	int n = kn__tp_poll(ctx, out, max);
+
+	if (n)
+		return n;
+	if (ctx->busy_poll_us != UINT32_MAX) {
+		spin_end = now_ns() + (uint64_t)ctx->busy_poll_us * 1000u;
+		while (now_ns() < spin_end)
+			if ((n = ctx->ops->poll(ctx, out, max)))
+				return n;
+	}
+	if (timeout_ms == 0)
+		return 0;
+	/* the spin's last poll armed the provider: the fd will tell */
+	pfd = (struct pollfd){ .fd = ctx->ops->fd(ctx), .events = POLLIN };
+	if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
+		return -errno;
+	return ctx->ops->poll(ctx, out, max);
 }

@@ -14,8 +14,8 @@
  * Connection set-up and teardown are completions too, so one progress
  * loop (poll, and sleep on the fd when idle) drives everything.
  *
- * Providers fill a const ops table: tcp (transport/tcp/) today, verbs
- * next.  Only this layer includes socket, io_uring, verbs or DPDK
+ * Providers fill a const ops table: tcp (transport/tcp/) and verbs
+ * (transport/verbs/, RDMA RC queue pairs set up with rdma_cm).  Only this layer includes socket, io_uring, verbs or DPDK
  * headers; the engine sees these types alone.
  *
  * Rules that hold for every provider:
@@ -96,12 +96,16 @@ struct kn__tp_completion {
 #define KN_TP_CTX_ZC_LOOPBACK (1u << 1)
 
 struct kn__tp_ctx_attr {
-	const char *provider;  /* "tcp" (NULL: the default, tcp) */
+	const char *provider;  /* "tcp" or "verbs" (NULL: the default, tcp) */
+	const char *device;    /* verbs: the RDMA device (NULL: the env var
+				  KANEL_RDMA_DEVICE, else the first) */
 	uint32_t flags;	       /* KN_TP_CTX_* */
 	uint32_t cq_depth;     /* completions held; 0: 4096 */
 	uint32_t max_msg;      /* largest send/recv message; 0: 4096 */
 	uint32_t zc_threshold; /* tcp/io_uring: zero-copy sends of payloads
 				  from this size; 0: 64 KiB, UINT32_MAX: never */
+	uint32_t busy_poll_us; /* kn__tp_poll_wait spins this long before
+				  it sleeps; 0: 50 us, UINT32_MAX: never */
 };
 
 /* Create a context; 0 and the context in @ctx, or a negative errno. */
@@ -220,5 +224,14 @@ int kn__tp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out, int max);
  * it (poll/epoll) after kn__tp_poll() returned 0.
  */
 int kn__tp_fd(const struct kn__tp_ctx *ctx);
+
+/*
+ * The progress loop's step: poll; when idle, keep polling for the
+ * context's busy-poll budget (the lowest latency), then sleep on the fd
+ * for at most @timeout_ms (-1: no limit) and poll once more.  Returns as
+ * kn__tp_poll, 0 when the time ran out.
+ */
+int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
+		     int max, int timeout_ms);
 
 #endif /* KN_TRANSPORT_H */

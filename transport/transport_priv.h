@@ -52,6 +52,7 @@ struct kn__tp_ctx {
 	const struct kn__tp_ops *ops;
 	const char *name; /* provider, with its backend where it has one */
 	uint32_t max_msg;
+	uint32_t busy_poll_us; /* set by the generic layer */
 };
 
 struct kn__tp_mr {
@@ -72,5 +73,8 @@ struct kn__tp_listener {
 };
 
 extern const struct kn__tp_ops kn__tp_tcp_ops;
+#ifdef KN_HAVE_VERBS
+extern const struct kn__tp_ops kn__tp_verbs_ops;
+#endif
 
 #endif /* KN_TRANSPORT_PRIV_H */

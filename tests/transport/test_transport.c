@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_transport.c - the transport conformance suite, run over loopback
- * for every backend (BACKEND_TEST defines each test once per backend:
- * io_uring by default, epoll, and io_uring with zero-copy sends forced
- * on loopback):
+ * test_transport.c - the transport conformance suite, run for every
+ * provider and backend (BACKEND_TEST defines each test once per backend:
+ * tcp over loopback with io_uring by default, with epoll, and with
+ * io_uring zero-copy sends forced on loopback; and verbs, over the RDMA
+ * device whose IP address is in KANEL_RDMA_ADDR, skipped with the reason
+ * where there is none; tests/rxe/ runs them on soft-RoCE in a VM):
  * write-with-immediate and read of 0 B to 64 MiB verified byte for byte,
  * immediates once each and in order, send/recv with and without a recv
  * posted first, completions in post order, arguments refused at post
@@ -13,10 +15,14 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,26 +41,75 @@ struct side {
 
 static struct side sides[2];
 
+static const char *provider = "tcp";
 static uint32_t backend_flags;
-static uint32_t cq_depth; /* 0: the default */
+static uint32_t cq_depth;      /* 0: the default */
+static struct in_addr test_ip; /* where the tests listen and connect */
 
-#define BACKEND_TEST(suite, name)                      \
-	static void name##_body(void);                 \
-	Test(suite, name##_default)                    \
-	{                                              \
-		backend_flags = 0;                     \
-		name##_body();                         \
-	}                                              \
-	Test(suite, name##_epoll)                      \
-	{                                              \
-		backend_flags = KN_TP_CTX_FORCE_EPOLL; \
-		name##_body();                         \
-	}                                              \
-	Test(suite, name##_zerocopy)                   \
-	{                                              \
-		backend_flags = KN_TP_CTX_ZC_LOOPBACK; \
-		name##_body();                         \
-	}                                              \
+static void use_tcp(uint32_t flags)
+{
+	provider = "tcp";
+	backend_flags = flags;
+	test_ip.s_addr = htonl(INADDR_LOOPBACK);
+}
+
+/* The verbs provider on the device that has KANEL_RDMA_ADDR, or a skip. */
+static void use_verbs(void)
+{
+	struct kn__tp_ctx_attr attr = { .provider = "verbs" };
+	const char *ip = getenv("KANEL_RDMA_ADDR");
+	struct kn__tp_ctx *ctx;
+	int ret = kn__tp_ctx_create(&attr, &ctx);
+
+	if (ret == -ENOENT)
+		cr_skip_test("built without the verbs provider "
+			     "(libibverbs-dev and librdmacm-dev missing)");
+	if (ret == -ENODEV)
+		cr_skip_test("no RDMA device here; tests/rxe/ runs these "
+			     "tests on soft-RoCE in a VM");
+	cr_assert_eq(ret, 0, "verbs context: %s", strerror(-ret));
+	kn__tp_ctx_destroy(ctx);
+	if (!ip)
+		cr_skip_test("KANEL_RDMA_ADDR is not set to an IP address "
+			     "of the RDMA device");
+	cr_assert_eq(inet_pton(AF_INET, ip, &test_ip), 1,
+		     "KANEL_RDMA_ADDR=%s is no IPv4 address", ip);
+	provider = "verbs";
+	backend_flags = 0;
+}
+
+/* Tests of the tcp wire itself: one per tcp backend. */
+#define TCP_TEST(suite, name)                   \
+	static void name##_body(void);          \
+	Test(suite, name##_default)             \
+	{                                       \
+		use_tcp(0);                     \
+		name##_body();                  \
+	}                                       \
+	Test(suite, name##_epoll)               \
+	{                                       \
+		use_tcp(KN_TP_CTX_FORCE_EPOLL); \
+		name##_body();                  \
+	}                                       \
+	Test(suite, name##_zerocopy)            \
+	{                                       \
+		use_tcp(KN_TP_CTX_ZC_LOOPBACK); \
+		name##_body();                  \
+	}                                       \
+	static void name##_body(void)
+
+/* Tests of the interface: every tcp backend, and verbs. */
+#define BACKEND_TEST(suite, name)      \
+	static void name##_body(void); \
+	TCP_TEST(suite, name##_tcp)    \
+	{                              \
+		name##_body();         \
+	}                              \
+	Test(suite, name##_verbs)      \
+	{                              \
+		use_verbs();           \
+		name##_body();         \
+	}                              \
 	static void name##_body(void)
 
 static double now(void)
@@ -67,7 +122,7 @@ static double now(void)
 
 static void open_sides(void)
 {
-	struct kn__tp_ctx_attr attr = { .provider = "tcp",
+	struct kn__tp_ctx_attr attr = { .provider = provider,
 					.flags = backend_flags,
 					.cq_depth = cq_depth,
 					/* zero-copy from 4 KiB when forced */
@@ -126,12 +181,13 @@ static struct kn__tp_completion expect(int s, uint32_t op)
 	return c;
 }
 
-static struct sockaddr_in loopback(uint16_t port)
+/* @port on the address of the provider under test. */
+static struct sockaddr_in test_addr(uint16_t port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_port = htons(port) };
+				 .sin_port = htons(port),
+				 .sin_addr = test_ip };
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	return a;
 }
 
@@ -144,7 +200,7 @@ struct conn {
 
 static void listen0(struct conn *c)
 {
-	struct sockaddr_in any = loopback(0);
+	struct sockaddr_in any = test_addr(0);
 	struct sockaddr_storage ss;
 
 	cr_assert_eq(kn__tp_listen(sides[0].ctx, (struct sockaddr *)&any,
@@ -444,7 +500,7 @@ static void expect_rejected(int fd, int status)
 	close(fd);
 }
 
-BACKEND_TEST(transport, malformed_frames_close_only_their_endpoint)
+TCP_TEST(transport, malformed_frames_close_only_their_endpoint)
 {
 	static char region[4096], canary[4096], src[4096];
 	struct kn__tp_mr *m, *ms;
@@ -588,7 +644,7 @@ BACKEND_TEST(transport, connect_refused)
 
 	open_sides();
 	/* a port that was free a moment ago */
-	a = loopback(0);
+	a = test_addr(0);
 	cr_assert_eq(kn__tp_listen(sides[0].ctx, (struct sockaddr *)&a,
 				   sizeof(a), NULL, &l),
 		     0);
@@ -661,7 +717,7 @@ static void many_endpoints(void)
 	close_sides();
 }
 
-BACKEND_TEST(transport, adopted_socketpair)
+TCP_TEST(transport, adopted_socketpair)
 {
 	static char src[8192], dst[8192];
 	struct kn__tp_ep *e0, *e1;
@@ -724,4 +780,204 @@ BACKEND_TEST(transport, tiny_completion_queue_loses_nothing)
 	cq_depth = 2;
 	many_endpoints();
 	cq_depth = 0;
+}
+
+/* A connection closed on both sides comes up again, and works. */
+BACKEND_TEST(transport, close_and_reconnect)
+{
+	static char src[4096], dst[4096];
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+
+	open_sides();
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
+				   KN_TP_REMOTE_WRITE, &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	connect_pair(&c);
+	for (int round = 0; round < 3; round++) {
+		fill(src, sizeof(src), 20 + (unsigned int)round);
+		cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src),
+						   &rd, 0, (uint32_t)round,
+						   NULL),
+			     0);
+		cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, round);
+		cr_assert_eq(expect(1, KN_TP_OP_WRITE_IMM).status, 0);
+		cr_assert_eq(memcmp(src, dst, sizeof(src)), 0);
+		/* the initiator hangs up; the acceptor hears it */
+		kn__tp_ep_close(c.e1);
+		cr_assert_lt(expect(0, KN_TP_OP_DISCONNECT).status, 0);
+		kn__tp_ep_close(c.e0);
+		cr_assert_eq(kn__tp_connect(sides[1].ctx,
+					    (struct sockaddr *)&c.addr,
+					    sizeof(c.addr), &c, &c.e1),
+			     0);
+		c.e0 = expect(0, KN_TP_OP_ACCEPT).ep;
+		cr_assert_eq(expect(1, KN_TP_OP_CONNECT).status, 0);
+	}
+	close_sides();
+}
+
+/*
+ * A process that forks after registering (a data loader) keeps working:
+ * the child writes its copy of a registered buffer, and what the peer
+ * writes still lands in the parent's.
+ */
+BACKEND_TEST(transport, fork_after_registration)
+{
+	static char src[1 << 16], dst[1 << 16];
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+	int status;
+	pid_t pid;
+
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
+				   KN_TP_REMOTE_WRITE, &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		memset(dst, 0x5a, sizeof(dst)); /* the child's copy only */
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	memset(dst, 0, sizeof(dst)); /* the parent's pages, after the fork */
+	fill(src, sizeof(src), 30);
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src), &rd, 0, 9,
+					   NULL),
+		     0);
+	cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, 9);
+	cr_assert_eq(memcmp(src, dst, sizeof(src)), 0,
+		     "the peer's write missed the parent's buffer");
+	close_sides();
+}
+
+/* poll_wait sleeps until its timeout when idle, wakes for a completion. */
+BACKEND_TEST(transport, poll_wait_sleeps_and_wakes)
+{
+	static char src[64], dst[64];
+	struct kn__tp_completion got[4];
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+	double t0;
+	int n;
+
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
+				   KN_TP_REMOTE_WRITE, &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	t0 = now();
+	cr_assert_eq(kn__tp_poll_wait(sides[0].ctx, got, 4, 200), 0);
+	cr_assert_geq(now() - t0, 0.19, "woke after %.3f s", now() - t0);
+	/* the peer's write arrives while side 0 sleeps */
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src), &rd, 0, 4,
+					   NULL),
+		     0);
+	t0 = now();
+	do {
+		n = kn__tp_poll_wait(sides[0].ctx, got, 4, WAIT_S * 1000);
+		cr_assert_geq(n, 0);
+	} while (n == 0 && now() - t0 < WAIT_S);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(got[0].op, KN_TP_OP_RECV_IMM);
+	cr_assert_eq(got[0].imm, 4);
+	cr_assert_lt(now() - t0, WAIT_S / 2.0);
+	close_sides();
+}
+
+/* ---- the verbs provider alone ---- */
+
+Test(transport, verbs_context)
+{
+	struct kn__tp_ctx_attr attr = { .provider = "verbs" };
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_ep *ep;
+	int sv[2];
+
+	use_verbs();
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), 0);
+	cr_assert_eq(strncmp(kn__tp_ctx_provider(ctx), "verbs/", 6), 0, "%s",
+		     kn__tp_ctx_provider(ctx));
+	cr_log_info("provider: %s", kn__tp_ctx_provider(ctx));
+	/* no sockets to adopt */
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_assert_eq(kn__tp_adopt(ctx, sv[0], NULL, &ep), -EOPNOTSUPP);
+	close(sv[1]);
+	kn__tp_ctx_destroy(ctx);
+	attr.device = "no-such-device";
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), -ENODEV);
+	attr = (struct kn__tp_ctx_attr){ .provider = "verbs", .flags = 1 };
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), -EINVAL);
+}
+
+/* Registering a buffer again costs nothing and names the same memory. */
+Test(transport, verbs_registration_cache)
+{
+	static char buf[1 << 16];
+	struct kn__tp_mr *a, *b, *part, *other;
+	struct kn__tp_rdesc ra, rb, ro;
+
+	use_verbs();
+	open_sides();
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, buf, sizeof(buf),
+				   KN_TP_REMOTE_WRITE, &a),
+		     0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, buf, sizeof(buf),
+				   KN_TP_REMOTE_WRITE, &b),
+		     0);
+	kn__tp_mr_rdesc(a, &ra);
+	kn__tp_mr_rdesc(b, &rb);
+	cr_assert_eq(ra.key, rb.key, "the same buffer registered twice");
+	/* other rights are another registration: least access */
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, buf, sizeof(buf),
+				   KN_TP_REMOTE_READ, &other),
+		     0);
+	kn__tp_mr_rdesc(other, &ro);
+	cr_assert_neq(ro.key, ra.key);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, buf + 4096, 4096, 0, &part),
+		     0);
+	kn__tp_mr_dereg(a);
+	kn__tp_mr_dereg(b);
+	kn__tp_mr_dereg(other);
+	kn__tp_mr_dereg(part);
+	close_sides();
+}
+
+/*
+ * Without CAP_IPC_LOCK, a registration above RLIMIT_MEMLOCK fails at
+ * once with -ENOMEM (and a message that says which limit to raise).
+ */
+Test(transport, verbs_memlock_limit_checked_up_front)
+{
+	struct __user_cap_header_struct hdr = {
+		.version = _LINUX_CAPABILITY_VERSION_3
+	};
+	struct __user_cap_data_struct caps[2];
+	struct rlimit rl = { 1 << 20, 1 << 20 };
+	size_t big = 4u << 20;
+	char *buf = malloc(big);
+	struct kn__tp_mr *mr;
+
+	use_verbs();
+	cr_assert(buf);
+	open_sides(); /* its own buffers are pinned before the limit */
+	cr_assert_eq(syscall(SYS_capget, &hdr, caps), 0);
+	caps[0].effective &= ~(1u << CAP_IPC_LOCK);
+	cr_assert_eq(syscall(SYS_capset, &hdr, caps), 0);
+	cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, buf, big, 0, &mr), -ENOMEM);
+	close_sides();
+	free(buf);
 }
