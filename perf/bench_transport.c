@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * bench_transport.c - figures for the transport layer over loopback, next
- * to plain blocking sockets measured in the same run.
+ * bench_transport.c - figures for the transport layer over loopback (or,
+ * for verbs, the RDMA device's own address), next to plain blocking
+ * sockets measured in the same run.
  *
  * Two threads each own one side of a connection on 127.0.0.1: a context
  * (created, polled and destroyed on that thread) with its endpoint and
@@ -64,7 +65,9 @@ static const char *const test_names[] = { "pingpong", "stream" };
 
 static struct {
 	bool quick, csv, progress;
-	uint32_t flags; /* of the contexts */
+	uint32_t flags;	      /* of the contexts */
+	const char *provider; /* tcp or verbs */
+	struct in_addr ip;    /* where both sides meet */
 	unsigned int reps;
 	double pp_ns, st_ns; /* time a sample should take */
 	size_t max_total;    /* stream bytes of a sample */
@@ -288,19 +291,19 @@ static void sock_stream(struct side *s, struct job *j)
 
 /* ---- set-up and the two-thread harness ---- */
 
-static struct sockaddr_in loopback(uint16_t port)
+static struct sockaddr_in meeting_addr(uint16_t port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_port = htons(port) };
+				 .sin_port = htons(port),
+				 .sin_addr = cfg.ip };
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	return a;
 }
 
 /* The baseline's connection, side 0 to side 1, set up on this thread. */
 static void sock_open(void)
 {
-	struct sockaddr_in a = loopback(0);
+	struct sockaddr_in a = meeting_addr(0);
 	struct timeval tv = { .tv_sec = WAIT_S }; /* every wait's deadline */
 	socklen_t len = sizeof(a);
 	int lfd, one = 1;
@@ -333,8 +336,9 @@ static void sock_open(void)
  */
 static void side_open(struct side *s)
 {
-	struct kn__tp_ctx_attr attr = { .provider = "tcp", .flags = cfg.flags };
-	struct sockaddr_in a = loopback(0);
+	struct kn__tp_ctx_attr attr = { .provider = cfg.provider,
+					.flags = cfg.flags };
+	struct sockaddr_in a = meeting_addr(0);
 	struct kn__tp_listener *l = NULL;
 	struct kn__tp_completion c;
 	int n;
@@ -506,13 +510,16 @@ static void usage(void)
 	printf("usage: bench_transport [options]\n"
 	       "  --quick                3 repeats, shorter samples\n"
 	       "  --csv                  CSV on stdout, other text on stderr\n"
+	       "  --provider NAME        tcp (the default) or verbs\n"
+	       "  --addr IP              where the two sides meet (default\n"
+	       "                         127.0.0.1; verbs: $KANEL_RDMA_ADDR,\n"
+	       "                         an address of the RDMA device)\n"
 	       "  --provider-flags epoll the tcp provider's epoll backend\n"
 	       "                         (KN_TP_CTX_FORCE_EPOLL)\n"
 	       "  --sizes LIST           pingpong message bytes, e.g. "
 	       "8,4K,64K\n"
 	       "  --stream-sizes LIST    stream message bytes, e.g. 64K,1M\n"
-	       "Sizes may end in K, M or G (binary), from 1 B to %zu MiB.\n"
-	       "Everything runs over 127.0.0.1.\n",
+	       "Sizes may end in K, M or G (binary), from 1 B to %zu MiB.\n",
 	       MAX_SIZE / MIB);
 }
 
@@ -533,6 +540,8 @@ static void parse_args(int argc, char **argv)
 		{ "quick", no_argument, NULL, 'q' },
 		{ "csv", no_argument, NULL, 'c' },
 		{ "provider-flags", required_argument, NULL, 'p' },
+		{ "provider", required_argument, NULL, 'P' },
+		{ "addr", required_argument, NULL, 'a' },
 		{ "sizes", required_argument, NULL, 's' },
 		{ "stream-sizes", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
@@ -540,9 +549,11 @@ static void parse_args(int argc, char **argv)
 	};
 	static const size_t pp_sizes[] = { 8, 64, 4 * KIB, 64 * KIB };
 	static const size_t st_sizes[] = { 4 * KIB, 64 * KIB, MIB, 16 * MIB };
+	const char *addr = NULL;
 	int c;
 
 	cfg.buf_bytes = RING_BYTES;
+	cfg.provider = "tcp";
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
@@ -556,6 +567,14 @@ static void parse_args(int argc, char **argv)
 				bad_value("provider-flags", optarg,
 					  "the one flag is epoll");
 			cfg.flags = KN_TP_CTX_FORCE_EPOLL;
+			break;
+		case 'P':
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "verbs"))
+				bad_value("provider", optarg, "tcp or verbs");
+			cfg.provider = optarg;
+			break;
+		case 'a':
+			addr = optarg;
 			break;
 		case 's':
 			cfg.nsizes = parse_sizes("sizes", optarg, cfg.sizes);
@@ -577,6 +596,20 @@ static void parse_args(int argc, char **argv)
 			argv[optind]);
 		exit(2);
 	}
+	if (!addr && strcmp(cfg.provider, "verbs") == 0)
+		addr = getenv("KANEL_RDMA_ADDR");
+	if (!addr && strcmp(cfg.provider, "verbs") == 0) {
+		fprintf(stderr, "bench_transport: --provider verbs needs "
+				"--addr (or KANEL_RDMA_ADDR): an IP address "
+				"of the RDMA device\n");
+		exit(2);
+	}
+	if (!addr)
+		addr = "127.0.0.1";
+	if (inet_pton(AF_INET, addr, &cfg.ip) != 1)
+		bad_value("addr", addr, "an IPv4 address");
+	if (cfg.flags && strcmp(cfg.provider, "tcp") != 0)
+		bad_value("provider-flags", "epoll", "tcp only");
 	if (!cfg.nsizes) {
 		cfg.nsizes = 4;
 		memcpy(cfg.sizes, pp_sizes, sizeof(pp_sizes));
@@ -616,11 +649,20 @@ int main(int argc, char **argv)
 
 	f = cfg.csv ? stderr : stdout;
 	fprintf(f,
-		"# transport provider %s%s over 127.0.0.1, two threads "
+		"# transport provider %s%s over %s, two threads "
 		"busy-polling; baseline: blocking sockets, TCP_NODELAY; "
 		"%u repeats\n",
 		kn_name, cfg.flags ? " (--provider-flags epoll)" : "",
-		cfg.reps);
+		inet_ntoa(cfg.ip), cfg.reps);
+	if (strncmp(kn_name, "verbs/rxe", 9) == 0)
+		fprintf(f,
+			"# %s is soft-RoCE: its figures measure the CPU's "
+			"packet processing, not an RDMA NIC\n",
+			kn_name + 6);
+	if (getenv("KANEL_IN_RXE_VM"))
+		fprintf(f, "# running in a qemu VM under TCG emulation: these "
+			   "are NOT performance figures, only a check that "
+			   "the benchmark runs\n");
 	if (getloadavg(load, 1) == 1)
 		fprintf(f,
 			"# %ld CPUs, load average %.2f: other busy processes "

@@ -782,6 +782,45 @@ BACKEND_TEST(transport, tiny_completion_queue_loses_nothing)
 	cq_depth = 0;
 }
 
+/*
+ * A write to a region the peer never registered (a forged key) fails
+ * the connection: the writer sees DISCONNECT, so does the peer, and
+ * nothing was written.  Over verbs the write itself fails (the NIC
+ * answers with a remote access error); over tcp it has left when it
+ * completes, and the peer's verdict comes as the disconnect.
+ */
+BACKEND_TEST(transport, forged_region_key_fails_the_endpoint)
+{
+	static char src[4096], dst[4096], canary[4096];
+	struct kn__tp_completion w;
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+	struct conn c;
+
+	open_sides();
+	connect_pair(&c);
+	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
+	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
+				   KN_TP_REMOTE_WRITE, &md),
+		     0);
+	kn__tp_mr_rdesc(md, &rd);
+	rd.key ^= 0x5a5a00; /* a key of nothing */
+	fill(src, sizeof(src), 40);
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src), &rd, 0, 1,
+					   (void *)1),
+		     0);
+	w = expect(1, KN_TP_OP_WRITE_IMM);
+	cr_assert_eq(w.user, (void *)1);
+	if (strcmp(provider, "verbs") == 0)
+		cr_assert_eq(w.status, -EACCES, "%s", strerror(-w.status));
+	cr_assert_lt(expect(1, KN_TP_OP_DISCONNECT).status, 0);
+	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, 16, &rd, 0, 2, NULL),
+		     -ENOTCONN);
+	cr_assert_lt(expect(0, KN_TP_OP_DISCONNECT).status, 0);
+	cr_assert_eq(memcmp(dst, canary, sizeof(dst)), 0);
+	close_sides();
+}
+
 /* A connection closed on both sides comes up again, and works. */
 BACKEND_TEST(transport, close_and_reconnect)
 {
