@@ -18,6 +18,11 @@ packages=(
 	liburing-dev        # TCP transport (io_uring)
 	libibverbs-dev librdmacm-dev # verbs transport
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
+	# The rxe suite's VM (tests/rxe/vm.sh fetches the kernel itself),
+	# and the rdma-core userspace the guest uses from the host's root:
+	# the rxe provider, the rdma tool, ibv_devices and rping.
+	qemu-system-x86 busybox-static xz-utils rdma-core
+	ibverbs-providers iproute2 ibverbs-utils rdmacm-utils
 )
 
 missing=()
