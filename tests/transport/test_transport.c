@@ -26,6 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef KN_HAVE_VERBS
+#include <fcntl.h>
+#include <rdma/rdma_cma.h>
+#endif
+
 #include "transport.h"
 #include "wire.h"
 
@@ -1020,3 +1025,76 @@ Test(transport, verbs_memlock_limit_checked_up_front)
 	close_sides();
 	free(buf);
 }
+
+#ifdef KN_HAVE_VERBS
+/* The next rdma_cm event of @ch, pumping both sides while it comes. */
+static struct rdma_cm_event *raw_cm_event(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev;
+	double end = now() + WAIT_S;
+
+	while (rdma_get_cm_event(ch, &ev)) {
+		cr_assert_eq(errno, EAGAIN);
+		cr_assert_lt(now(), end, "no rdma_cm event in %d s", WAIT_S);
+		pump();
+	}
+	return ev;
+}
+
+/*
+ * A listener turns away a connection that is not Kanel's (private data
+ * without the magic) with a rejection that says why, and goes on
+ * accepting Kanel's.
+ */
+Test(transport, verbs_listener_rejects_a_stranger)
+{
+	struct rdma_event_channel *ch;
+	struct rdma_conn_param p = { .private_data = "stranger",
+				     .private_data_len = 8,
+				     .qp_num = 1,
+				     .retry_count = 1 };
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct conn c;
+	uint8_t reply[32];
+
+	use_verbs();
+	open_sides();
+	listen0(&c);
+	ch = rdma_create_event_channel();
+	cr_assert(ch);
+	cr_assert_eq(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(
+		rdma_resolve_addr(id, NULL, (struct sockaddr *)&c.addr, 2000),
+		0);
+	ev = raw_cm_event(ch);
+	cr_assert_eq(ev->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+	rdma_ack_cm_event(ev);
+	cr_assert_eq(rdma_resolve_route(id, 2000), 0);
+	ev = raw_cm_event(ch);
+	cr_assert_eq(ev->event, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	rdma_ack_cm_event(ev);
+	cr_assert_eq(rdma_connect(id, &p), 0);
+	ev = raw_cm_event(ch);
+	cr_assert_eq(ev->event, RDMA_CM_EVENT_REJECTED, "%s",
+		     rdma_event_str(ev->event));
+	/* docs/rdma.md: magic, version, ..., the reason at byte 24 */
+	cr_assert_geq(ev->param.conn.private_data_len, sizeof(reply));
+	memcpy(reply, ev->param.conn.private_data, sizeof(reply));
+	rdma_ack_cm_event(ev);
+	cr_assert_eq(memcmp(reply, "KNVB", 4), 0);
+	cr_assert_eq(reply[24] << 24 | reply[25] << 16 | reply[26] << 8 |
+			     reply[27],
+		     EPROTO);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	/* the listener still accepts Kanel */
+	cr_assert_eq(kn__tp_connect(sides[1].ctx, (struct sockaddr *)&c.addr,
+				    sizeof(c.addr), &c, &c.e1),
+		     0);
+	cr_assert_eq(expect(0, KN_TP_OP_ACCEPT).user, &c);
+	cr_assert_eq(expect(1, KN_TP_OP_CONNECT).status, 0);
+	close_sides();
+}
+#endif

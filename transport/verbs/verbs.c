@@ -776,7 +776,7 @@ static void on_send_wc(struct vctx *c, const struct ibv_wc *wc)
 	    ep->state != EP_ERROR) {
 		int err = wc_errno(wc->status);
 
-		ep_fail(ep, err, "work request failed: %s (vendor error 0x%x)",
+		ep_fail(ep, err, "work request failed: %s (vendor error %#x)",
 			ibv_wc_status_str(wc->status), wc->vendor_err);
 	}
 	if (seq > ep->acked)
@@ -796,7 +796,7 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 		if (ep && ep->state != EP_ERROR &&
 		    wc->status != IBV_WC_WR_FLUSH_ERR)
 			ep_fail(ep, wc_errno(wc->status),
-				"receive failed: %s (vendor error 0x%x)",
+				"receive failed: %s (vendor error %#x)",
 				ibv_wc_status_str(wc->status), wc->vendor_err);
 		bounce_repost(c, idx);
 		return;
@@ -894,9 +894,15 @@ static struct vep *ep_new(struct vctx *c, struct rdma_cm_id *id, void *user)
 	return ep;
 }
 
-static void ep_free(struct vep *ep)
+/*
+ * Free @ep and its QP, and hand back its rdma_cm id: an id whose event
+ * is not yet acknowledged cannot be destroyed (rdma_destroy_id would wait
+ * for that ack for ever).
+ */
+static struct rdma_cm_id *ep_unlink(struct vep *ep)
 {
 	struct vctx *c = ep_ctx(ep);
+	struct rdma_cm_id *id = ep->id;
 
 	if (ep->queued) {
 		/* leave the ready list */
@@ -910,16 +916,22 @@ static void ep_free(struct vep *ep)
 		c->resolving--;
 	while (ep->held_head != ep->held_tail)
 		bounce_repost(c, ep->held[ep->held_head++ % SRQ_DEPTH].idx);
-	if (ep->id) {
-		if (ep->id->qp) {
-			qpn_del(c, ep->id->qp->qp_num);
-			rdma_destroy_qp(ep->id);
-			c->nqps--;
-		}
-		rdma_destroy_id(ep->id);
+	if (id && id->qp) {
+		qpn_del(c, id->qp->qp_num);
+		rdma_destroy_qp(id);
+		c->nqps--;
 	}
 	c->slots[ep->slot] = NULL;
 	free(ep);
+	return id;
+}
+
+static void ep_free(struct vep *ep)
+{
+	struct rdma_cm_id *id = ep_unlink(ep);
+
+	if (id)
+		rdma_destroy_id(id);
 }
 
 /* Room on the CQ for every CQE @qps queue pairs can produce at once. */
@@ -1067,7 +1079,13 @@ static void reject(struct rdma_cm_id *id, int err)
 	rdma_reject(id, &h, sizeof(h));
 }
 
-static void on_connect_request(struct vctx *c, struct rdma_cm_event *ev)
+/*
+ * A connection request: accept it on a new endpoint, or reject it with
+ * the reason.  Returns the id to destroy once the event is acknowledged
+ * (a rejected one), or NULL.
+ */
+static struct rdma_cm_id *on_connect_request(struct vctx *c,
+					     struct rdma_cm_event *ev)
 {
 	struct vlistener *l =
 		container_of(ev->listen_id->context, struct vlistener, owner);
@@ -1084,15 +1102,13 @@ static void on_connect_request(struct vctx *c, struct rdma_cm_event *ev)
 		     ibv_get_device_name(ev->id->verbs->device),
 		     ibv_get_device_name(c->verbs->device));
 		reject(ev->id, ENODEV);
-		rdma_destroy_id(ev->id);
-		return;
+		return ev->id;
 	}
 	ep = ep_new(c, ev->id, NULL);
 	if (!ep) {
 		vlog("refusing a connection: %d endpoints already", MAX_EPS);
 		reject(ev->id, EMFILE);
-		rdma_destroy_id(ev->id);
-		return;
+		return ev->id;
 	}
 	addr_str(rdma_get_peer_addr(ev->id), ep->peer, sizeof(ep->peer));
 	ep->state = EP_ACCEPTING;
@@ -1102,12 +1118,11 @@ static void on_connect_request(struct vctx *c, struct rdma_cm_event *ev)
 	if (!ret)
 		ret = ep_create_qp(ep);
 	if (ret) {
-		ep_log(ep, "refused: %s", strerror(-ret));
+		ep_log(ep, "connection refused: %s",
+		       ret == -EPROTO ? "no Kanel hello in its private data"
+				      : strerror(-ret));
 		reject(ev->id, -ret);
-		ep->id = NULL;
-		ep_free(ep);
-		rdma_destroy_id(ev->id);
-		return;
+		return ep_unlink(ep);
 	}
 	hello_fill(ep, &h, 0);
 	conn_param(c, &h, &p);
@@ -1118,8 +1133,9 @@ static void on_connect_request(struct vctx *c, struct rdma_cm_event *ev)
 		p.initiator_depth = ev->param.conn.responder_resources;
 	if (rdma_accept(ev->id, &p)) {
 		ep_log(ep, "rdma_accept: %s", strerror(errno));
-		ep_free(ep);
+		return ep_unlink(ep);
 	}
+	return NULL;
 }
 
 static void on_ep_event(struct vctx *c, struct vep *ep,
@@ -1208,8 +1224,12 @@ static void drain_cm(struct vctx *c)
 		struct rdma_cm_event copy = *ev;
 
 		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			on_connect_request(c, ev); /* needs the private data */
+			/* it reads the private data: ack after */
+			struct rdma_cm_id *refused = on_connect_request(c, ev);
+
 			rdma_ack_cm_event(ev);
+			if (refused)
+				rdma_destroy_id(refused);
 			continue;
 		}
 		/*
