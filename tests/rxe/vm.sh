@@ -15,8 +15,8 @@
 # the guest: one rxe device rxe0 on a dummy interface with IP 10.77.0.1
 # (it exists only inside the VM; client and server both use it),
 # RLIMIT_MEMLOCK unlimited, empty /run and /dev/shm, and CMD running as
-# root in the host's current directory with KANEL_RDMA_ADDR=10.77.0.1 and
-# KANEL_IN_RXE_VM=1 set.
+# root in the host's current directory with KANEL_RDMA_ADDR=10.77.0.1,
+# KANEL_RDMA_NETDEV=dummy0 (rxe0's interface) and KANEL_IN_RXE_VM=1 set.
 #
 # Prints CMD's output (stdout and stderr together) on stdout once the VM
 # is done and exits with CMD's status.  Exits 77 (meson's "skipped") with
@@ -366,6 +366,7 @@ guest_init() {
 	chroot /newroot /usr/bin/env -i \
 		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		HOME=/tmp LANG=C.UTF-8 KANEL_RDMA_ADDR=@ADDR@ KANEL_IN_RXE_VM=1 \
+		KANEL_RDMA_NETDEV=dummy0 \
 		/bin/sh /run/kanel-cmd.sh </dev/null >/out/output 2>&1
 	rc=$?
 	if [ $rc -ne 0 ]; then
@@ -398,7 +399,7 @@ quote() { # ARG: ARG as one single-quoted word for any sh
 	echo '# written by tests/rxe/vm.sh; run by the guest in the host root'
 	while IFS= read -r v; do
 		case $v in
-		KANEL_RDMA_ADDR | KANEL_IN_RXE_VM) ;;
+		KANEL_RDMA_ADDR | KANEL_IN_RXE_VM | KANEL_RDMA_NETDEV) ;;
 		KANEL_* | *SAN_OPTIONS) echo "export $v=$(quote "${!v}")" ;;
 		esac
 	done < <(compgen -e)

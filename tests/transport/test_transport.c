@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <linux/capability.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -1096,5 +1097,41 @@ Test(transport, verbs_listener_rejects_a_stranger)
 	cr_assert_eq(expect(0, KN_TP_OP_ACCEPT).user, &c);
 	cr_assert_eq(expect(1, KN_TP_OP_CONNECT).status, 0);
 	close_sides();
+}
+
+static void set_link(const char *dev, const char *updown)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "ip link set %s %s", dev, updown);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/*
+ * The port going down fails every endpoint of every context on the
+ * device with -ENETDOWN: the async event reaches one context, the others
+ * hear it through the device's alarm.  It takes the network interface
+ * down, and rxe (Linux 6.1) does not carry rdma_cm traffic again after
+ * a port went down under live connections, so it runs alone in a VM of
+ * its own: meson test rxe/port-down sets KANEL_RXE_PORT_DOWN.
+ */
+Test(transport_rxe_alone, port_down_fails_every_endpoint)
+{
+	const char *dev = getenv("KANEL_RDMA_NETDEV");
+	struct conn c;
+
+	use_verbs();
+	if (!dev || !getenv("KANEL_RXE_PORT_DOWN"))
+		cr_skip_test("takes the RDMA interface down: runs only alone "
+			     "in the rxe VM (meson test rxe/port-down)");
+	open_sides();
+	connect_pair(&c);
+	set_link(dev, "down");
+	cr_assert_eq(expect(0, KN_TP_OP_DISCONNECT).status, -ENETDOWN);
+	cr_assert_eq(expect(1, KN_TP_OP_DISCONNECT).status, -ENETDOWN);
+	kn__tp_ep_close(c.e0);
+	kn__tp_ep_close(c.e1);
+	close_sides();
+	set_link(dev, "up");
 }
 #endif

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -62,7 +63,7 @@
 #define RV_DEPTH    1024 /* posted recv buffers per endpoint */
 #define SQ_DEPTH    128	 /* WRs in flight per QP */
 #define SIGNAL_EACH 64	 /* signal at least every this many WRs */
-#define SRQ_DEPTH   256	 /* bounce buffers on the shared receive queue */
+#define SRQ_DEPTH   1024 /* bounce buffers on the shared receive queue */
 #define BATCH	    32	 /* WRs per ibv_post_send, CQEs per ibv_poll_cq */
 #define ACK_EACH    32	 /* CQ events acknowledged in batches */
 #define INLINE_WANT 128	 /* inline data asked for at QP creation */
@@ -192,11 +193,43 @@ struct vmr {
 	struct vmr *prev, *next;
 };
 
+/*
+ * Port and device failures concern every context on the device, but the
+ * device's async event fd is one per process (rdma_cm opens each device
+ * once), so only the context that reads an event sees it: it bumps the
+ * device's alarm, and every context fails its endpoints when it finds
+ * the alarm moved.
+ */
+struct dev_alarm {
+	struct ibv_context *verbs;
+	_Atomic unsigned int gen;
+};
+
+#define MAX_DEVICES 64
+static struct dev_alarm alarms[MAX_DEVICES];
+static pthread_mutex_t alarms_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct dev_alarm *alarm_of(struct ibv_context *verbs)
+{
+	struct dev_alarm *a = NULL;
+
+	pthread_mutex_lock(&alarms_lock);
+	for (int i = 0; i < MAX_DEVICES && !a; i++)
+		if (alarms[i].verbs == verbs || !alarms[i].verbs) {
+			alarms[i].verbs = verbs;
+			a = &alarms[i];
+		}
+	pthread_mutex_unlock(&alarms_lock);
+	return a;
+}
+
 struct vctx {
 	struct kn__tp_ctx base;
 	char name[32];
 	struct ibv_context **devices; /* rdma_cm's, held while we live */
 	struct ibv_context *verbs;
+	struct dev_alarm *alarm; /* NULL: more devices than MAX_DEVICES */
+	unsigned int alarm_seen;
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *chan;
 	struct ibv_cq *cq;
@@ -492,8 +525,13 @@ static void ep_fail(struct vep *ep, int err, const char *why, ...)
 	if (ep->id && ep->id->qp)
 		rdma_disconnect(ep->id);
 	for (uint32_t i = ep->op_head; i != ep->op_tail; i++) {
-		ep->ops[i % OP_DEPTH].status = first ? err : -ECANCELED;
+		struct vop *op = &ep->ops[i % OP_DEPTH];
+
+		op->status = first ? err : -ECANCELED;
 		first = false;
+		/* WRs that ibv_post_send refused will never come back */
+		if (op->last_seq >= ep->next_seq)
+			op->last_seq = ep->next_seq - 1;
 	}
 	/*
 	 * An operation never given to the QP completes at once; one given
@@ -1264,9 +1302,14 @@ static void drain_cm(struct vctx *c)
 
 static void fail_all(struct vctx *c, int err, const char *why)
 {
-	for (uint32_t s = 0; s < MAX_EPS; s++)
-		if (c->slots[s] && !c->slots[s]->zombie)
-			ep_fail(c->slots[s], err, "%s", why);
+	for (uint32_t s = 0; s < MAX_EPS; s++) {
+		struct vep *ep = c->slots[s];
+
+		if (ep && ep->state == EP_ACCEPTING)
+			ep_free(ep); /* the application never saw it */
+		else if (ep && !ep->zombie)
+			ep_fail(ep, err, "%s", why);
+	}
 }
 
 static void drain_async(struct vctx *c)
@@ -1293,10 +1336,12 @@ static void drain_async(struct vctx *c)
 			break;
 		case IBV_EVENT_PORT_ERR:
 		case IBV_EVENT_DEVICE_FATAL:
-			vlog("async event: %s",
-			     ibv_event_type_str(ev.event_type));
-			fail_all(c, -ENETDOWN,
-				 ibv_event_type_str(ev.event_type));
+			vlog("async event: %s on %s",
+			     ibv_event_type_str(ev.event_type), c->name + 6);
+			if (c->alarm)
+				atomic_fetch_add(&c->alarm->gen, 1);
+			else
+				fail_all(c, -ENETDOWN, "the port went down");
 			break;
 		default:
 			vlog("async event: %s",
@@ -1304,6 +1349,20 @@ static void drain_async(struct vctx *c)
 			break;
 		}
 		ibv_ack_async_event(&ev);
+	}
+}
+
+/* A port or device failure read by any context fails our endpoints. */
+static void check_alarm(struct vctx *c)
+{
+	unsigned int gen;
+
+	if (!c->alarm)
+		return;
+	gen = atomic_load_explicit(&c->alarm->gen, memory_order_relaxed);
+	if (gen != c->alarm_seen) {
+		c->alarm_seen = gen;
+		fail_all(c, -ENETDOWN, "the port or the device failed");
 	}
 }
 
@@ -1555,6 +1614,9 @@ static int verbs_ctx_create(const struct kn__tp_ctx_attr *attr,
 	}
 	snprintf(c->name, sizeof(c->name), "verbs/%s",
 		 ibv_get_device_name(c->verbs->device));
+	c->alarm = alarm_of(c->verbs);
+	if (c->alarm)
+		c->alarm_seen = atomic_load(&c->alarm->gen);
 	memlock_warn_once();
 	ret = ctx_setup(c);
 	if (ret)
@@ -2016,6 +2078,7 @@ static int verbs_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	wake_events(c);
 	drain_cm(c);
 	drain_async(c);
+	check_alarm(c);
 	if (c->resolving)
 		check_deadlines(c);
 	for (int round = 0; round < 2; round++) {
