@@ -8,10 +8,10 @@
  * negative errno on failure; out-parameters come last and are written
  * only on success.
  *
- * Today the header holds the aggregation kernels: the fused N-way sum,
- * the optimizer updates fused with that sum, and dtype conversions.  They
- * are what a server runs on every round, and they are exported so that
- * benchmarks and users can call them directly.
+ * It holds the aggregation kernels (the fused N-way sum, the optimizer
+ * updates fused with that sum, dtype conversions: what a server runs on
+ * every round, exported so that benchmarks and users can call them) and
+ * the worker API that training programs use.
  */
 #ifndef KANEL_H
 #define KANEL_H
@@ -204,6 +204,103 @@ KN_EXPORT int kn_update_pool(struct kn_kernel_pool *pool,
 			     float *m, float *v, const void *const *grad,
 			     unsigned int n, enum kn_dtype grad_type,
 			     size_t count);
+
+/*
+ * ---- The worker ----
+ *
+ * A worker takes part in a job of a coordinator, servers and workers
+ * (docs/engine.md).  It registers its tensors, each with the buffer its
+ * parameters live in and the buffer it computes gradients into; both
+ * stay the caller's, registered with the transport (zero-copy: pushes
+ * read the gradient buffer, pulls write the parameter buffer, or in
+ * summation mode the averaged gradient into the gradient buffer).
+ *
+ * Threads: one progress thread per worker drives the transport.  Every
+ * kn_worker_* call may come from any one application thread at a time
+ * (the calls lock); a buffer taking part in a pending operation must not
+ * be written (gradients) or read (parameters) until it has completed.
+ */
+struct kn_worker;
+
+struct kn_worker_options {
+	/* "HOST:PORT"; NULL: $KANEL_COORDINATOR */
+	const char *coordinator;
+	/* "tcp" or "verbs"; NULL: $KANEL_TRANSPORT, else tcp */
+	const char *transport;
+	/* the job secret's file; NULL: $KANEL_SECRET_FILE, else $KANEL_SECRET */
+	const char *secret_file;
+	/* this worker's rank; -1: $KANEL_RANK or the launcher's */
+	int rank;
+	/* every wait's limit; 0: $KANEL_STARTUP_TIMEOUT or 30 s */
+	unsigned int timeout_ms;
+};
+
+/*
+ * Join the job: connect to the coordinator, authenticate, learn the job.
+ * 0 and the worker, or a negative errno with the reason on stderr
+ * (-ETIMEDOUT, -EACCES for a wrong secret, -EINVAL for bad options).
+ */
+KN_EXPORT int kn_worker_create(const struct kn_worker_options *opt,
+			       struct kn_worker **w);
+
+/*
+ * Register a tensor of @count elements of @dtype under @key (at most 127
+ * bytes), before kn_worker_start.  Every worker registers the same keys,
+ * dtypes and counts, in any order.  @params holds the parameters (rank
+ * 0's values are the initial model); @grads is where gradients go.
+ */
+KN_EXPORT int kn_worker_register(struct kn_worker *w, const char *key,
+				 enum kn_dtype dtype, size_t count,
+				 void *params, void *grads);
+
+/*
+ * Send the tensor table, connect to the servers, receive the initial
+ * model into every parameter buffer, and start once every worker has:
+ * 0, or a negative errno (-EINVAL for a table that differs from the
+ * job's, with the tensor named on stderr; -ETIMEDOUT).
+ */
+KN_EXPORT int kn_worker_start(struct kn_worker *w);
+
+/*
+ * Non-blocking operations on the tensor @key (NULL: every tensor); each
+ * returns 0 and a handle in @handle, or a negative errno.
+ *   push:     send the gradients; done when they have left.
+ *   pull:     done when the parameters that answer every push so far
+ *             have landed in the parameter buffers.
+ *   pushpull: push, then pull: one step of training.  The caller may
+ *             compute meanwhile.
+ */
+KN_EXPORT int kn_worker_push(struct kn_worker *w, const char *key,
+			     uint64_t *handle);
+KN_EXPORT int kn_worker_pull(struct kn_worker *w, const char *key,
+			     uint64_t *handle);
+KN_EXPORT int kn_worker_pushpull(struct kn_worker *w, const char *key,
+				 uint64_t *handle);
+
+/* 1 if @handle is done, 0 if not yet, or the negative errno it failed
+ * with. */
+KN_EXPORT int kn_worker_test(struct kn_worker *w, uint64_t handle);
+
+/* Wait for @handle up to @timeout_ms (-1: the worker's timeout): 0, the
+ * negative errno it failed with, or -ETIMEDOUT. */
+KN_EXPORT int kn_worker_wait(struct kn_worker *w, uint64_t handle,
+			     int timeout_ms);
+
+/* pushpull and wait: one blocking training step. */
+KN_EXPORT int kn_worker_step(struct kn_worker *w, const char *key);
+
+/* Pushes this worker has made of every tensor (its clock). */
+KN_EXPORT uint64_t kn_worker_clock(const struct kn_worker *w);
+
+/* Its rank, and the job's number of workers. */
+KN_EXPORT unsigned int kn_worker_rank(const struct kn_worker *w);
+KN_EXPORT unsigned int kn_worker_size(const struct kn_worker *w);
+
+/*
+ * Leave the job (the coordinator hears this worker is done), stop the
+ * progress thread and free everything.  NULL-safe.
+ */
+KN_EXPORT void kn_worker_destroy(struct kn_worker *w);
 
 #ifdef __cplusplus
 }

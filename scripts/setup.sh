@@ -15,6 +15,7 @@ shift
 packages=(
 	gcc libc6-dev pkg-config meson ninja-build python3
 	libcriterion-dev    # test framework
+	libssl-dev          # libcrypto: job-secret HMAC (engine/auth.c)
 	liburing-dev        # TCP transport (io_uring)
 	libibverbs-dev librdmacm-dev # verbs transport
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)

@@ -1,0 +1,857 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.c - the job configuration of config.h: flags, KANEL_* variables,
+ * launcher variables, defaults.
+ *
+ * One table describes every option: its flag, its variable, its default
+ * (a string that goes through the option's own parser, so the default is
+ * written once) and its help line, which kn__config_usage prints.  Values
+ * are parsed one option at a time, flag before variable; what depends on
+ * several options (role, rank and counts, the launcher's mapping) is
+ * settled afterwards, once every value is known.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+
+extern char **environ;
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define KIB	       1024u
+#define MIB	       (1024u * 1024u)
+#define CHUNK_MIN      (4u * KIB)
+#define CHUNK_MAX      (1024u * MIB)
+#define TIMEOUT_MAX_MS (24u * 3600u * 1000u)
+
+struct name_val {
+	const char *name;
+	int val;
+};
+
+static const struct name_val role_names[] = {
+	{ "coordinator", KN__ROLE_COORDINATOR },
+	{ "server", KN__ROLE_SERVER },
+	{ "worker", KN__ROLE_WORKER },
+};
+
+static const struct name_val transport_names[] = {
+	{ "tcp", KN__CONFIG_TCP },
+	{ "verbs", KN__CONFIG_VERBS },
+};
+
+/* A new protocol is one line here and one in enum kn__config_sync. */
+static const struct name_val sync_names[] = {
+	{ "bsp", KN__CONFIG_BSP },
+	{ "asp", KN__CONFIG_ASP },
+};
+
+static const struct name_val optimizer_names[] = {
+	{ "sgd", KN__CONFIG_SGD },
+	{ "momentum", KN__CONFIG_MOMENTUM },
+	{ "adam", KN__CONFIG_ADAM },
+	{ "sum", KN__CONFIG_SUM },
+};
+
+static const char *name_of(const struct name_val *t, size_t n, int val)
+{
+	for (size_t i = 0; i < n; i++)
+		if (t[i].val == val)
+			return t[i].name;
+	return NULL;
+}
+
+const char *kn__role_name(enum kn__role role)
+{
+	return name_of(role_names, ARRAY_SIZE(role_names), (int)role);
+}
+
+const char *kn__config_transport_name(enum kn__config_transport t)
+{
+	return name_of(transport_names, ARRAY_SIZE(transport_names), (int)t);
+}
+
+const char *kn__config_sync_name(enum kn__config_sync s)
+{
+	return name_of(sync_names, ARRAY_SIZE(sync_names), (int)s);
+}
+
+const char *kn__config_optimizer_name(enum kn__config_optimizer o)
+{
+	return name_of(optimizer_names, ARRAY_SIZE(optimizer_names), (int)o);
+}
+
+/* One parse: the configuration being built and where errors go. */
+struct parse {
+	struct kn__config cfg;
+	char *err;
+	size_t errlen;
+};
+
+__attribute__((format(printf, 2, 3))) static int bad(struct parse *p,
+						     const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->err && p->errlen) {
+		va_start(ap, fmt);
+		vsnprintf(p->err, p->errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* A decimal number without sign, spaces or junk, at most UINT32_MAX. */
+static bool parse_u32(const char *s, uint32_t *out, const char **rest)
+{
+	uint64_t v = 0;
+	const char *c = s;
+
+	if (*c < '0' || *c > '9')
+		return false;
+	for (; *c >= '0' && *c <= '9'; c++) {
+		v = v * 10 + (uint64_t)(*c - '0');
+		if (v > UINT32_MAX)
+			return false;
+	}
+	if (!rest && *c)
+		return false;
+	if (rest)
+		*rest = c;
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* For messages: "1 worker", "2 workers". */
+static const char *plural(uint32_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
+/* Why @s is not a uint32_t, for a message. */
+static const char *not_u32(const char *s)
+{
+	return *s && !s[strspn(s, "0123456789")] ? "too large" : "not a number";
+}
+
+static int parse_name(struct parse *p, const char *src, const char *val,
+		      const struct name_val *t, size_t n, int *out)
+{
+	char list[128] = "";
+
+	for (size_t i = 0; i < n; i++) {
+		if (!strcmp(val, t[i].name)) {
+			*out = t[i].val;
+			return 0;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		strncat(list, i ? ", " : "", sizeof(list) - strlen(list) - 1);
+		strncat(list, t[i].name, sizeof(list) - strlen(list) - 1);
+	}
+	return bad(p, "%s='%s': unknown value (one of %s)", src, val, list);
+}
+
+static int parse_count(struct parse *p, const char *src, const char *val,
+		       uint32_t *out)
+{
+	uint32_t v;
+
+	if (!parse_u32(val, &v, NULL))
+		return bad(p, "%s='%s': %s", src, val, not_u32(val));
+	if (v < 1 || v > KN_CONFIG_MAX_COUNT)
+		return bad(p, "%s=%s: must be between 1 and %u", src, val,
+			   KN_CONFIG_MAX_COUNT);
+	*out = v;
+	return 0;
+}
+
+/*
+ * HOST:PORT, [IPV6]:PORT, or (@empty_host) :PORT for 0.0.0.0.  Hostnames
+ * are letters, digits, '.', '-' and '_', not starting with '-'.
+ */
+static int parse_addr(struct parse *p, const char *src, const char *val,
+		      bool empty_host, bool zero_port,
+		      struct kn__config_addr *out)
+{
+	struct kn__config_addr a = { .host = "" };
+	const char *colon, *host = val;
+	size_t hlen;
+	uint32_t port;
+	bool v6 = false;
+
+	if (val[0] == '[') {
+		const char *rb = strchr(val, ']');
+
+		if (!rb || rb[1] != ':')
+			return bad(p, "%s='%s': expected [IPV6]:PORT", src,
+				   val);
+		host = val + 1;
+		hlen = (size_t)(rb - host);
+		colon = rb + 1;
+		v6 = true;
+	} else {
+		colon = strrchr(val, ':');
+		if (!colon)
+			return bad(p, "%s='%s': expected HOST:PORT", src, val);
+		hlen = (size_t)(colon - val);
+		if (memchr(val, ':', hlen))
+			return bad(p,
+				   "%s='%s': an IPv6 address goes in brackets, "
+				   "[ADDRESS]:PORT",
+				   src, val);
+	}
+	if (hlen >= sizeof(a.host))
+		return bad(p, "%s: host longer than %zu bytes", src,
+			   sizeof(a.host) - 1);
+	memcpy(a.host, host, hlen);
+	a.host[hlen] = '\0';
+	if (!hlen && !(empty_host && !v6))
+		return bad(p, "%s='%s': no host before the port", src, val);
+	if (!hlen)
+		strcpy(a.host, "0.0.0.0");
+	if (v6) {
+		struct in6_addr in6;
+
+		if (inet_pton(AF_INET6, a.host, &in6) != 1)
+			return bad(p, "%s='%s': not an IPv6 address", src, val);
+	} else {
+		for (size_t i = 0; i < hlen; i++) {
+			char c = a.host[i];
+
+			if (!((c >= 'a' && c <= 'z') ||
+			      (c >= 'A' && c <= 'Z') ||
+			      (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+			      c == '_') ||
+			    (i == 0 && c == '-'))
+				return bad(p,
+					   "%s='%s': '%s' is not a host name",
+					   src, val, a.host);
+		}
+	}
+	if (!parse_u32(colon + 1, &port, NULL) || port > 65535)
+		return bad(p, "%s='%s': the port is not a number up to 65535",
+			   src, val);
+	if (!port && !zero_port)
+		return bad(p, "%s='%s': the port must not be 0", src, val);
+	a.port = (uint16_t)port;
+	*out = a;
+	return 0;
+}
+
+/* A number of @unit_ms, or of ms or s with a suffix; above 0, below a day. */
+static int parse_duration(struct parse *p, const char *src, const char *val,
+			  uint32_t unit_ms, uint32_t *out_ms)
+{
+	const char *rest;
+	uint32_t v;
+	uint64_t ms;
+
+	if (!parse_u32(val, &v, &rest))
+		return bad(p, "%s='%s': not a number", src, val);
+	if (!strcmp(rest, "ms"))
+		unit_ms = 1;
+	else if (!strcmp(rest, "s"))
+		unit_ms = 1000;
+	else if (*rest)
+		return bad(p, "%s='%s': unknown unit '%s' (ms or s)", src, val,
+			   rest);
+	ms = (uint64_t)v * unit_ms;
+	if (!ms || ms > TIMEOUT_MAX_MS)
+		return bad(p, "%s='%s': must be above 0 and at most a day", src,
+			   val);
+	*out_ms = (uint32_t)ms;
+	return 0;
+}
+
+/* A finite number in (lo, hi) or [lo, hi), once rounded to a float. */
+static int parse_float(struct parse *p, const char *src, const char *val,
+		       double lo, bool lo_open, double hi, float *out)
+{
+	char *end;
+	double v;
+	float f;
+
+	errno = 0;
+	v = strtod(val, &end);
+	f = (float)v;
+	if (end == val || *end || isnan(v))
+		return bad(p, "%s='%s': not a number", src, val);
+	if (errno || !isfinite(f))
+		return bad(p, "%s='%s': out of range", src, val);
+	if (f < lo || (lo_open && f == lo) || f >= hi) {
+		if (isinf(hi))
+			return bad(p, "%s='%s': must be above %g", src, val,
+				   lo);
+		return bad(p, "%s='%s': must be in %s%g, %g)", src, val,
+			   lo_open ? "(" : "[", lo, hi);
+	}
+	*out = f;
+	return 0;
+}
+
+static int opt_role(struct parse *p, const char *src, const char *val)
+{
+	int v;
+	int ret =
+		parse_name(p, src, val, role_names, ARRAY_SIZE(role_names), &v);
+
+	if (!ret)
+		p->cfg.role = (enum kn__role)v;
+	return ret;
+}
+
+static int opt_rank(struct parse *p, const char *src, const char *val)
+{
+	if (!parse_u32(val, &p->cfg.rank, NULL))
+		return bad(p, "%s='%s': %s", src, val, not_u32(val));
+	return 0;
+}
+
+static int opt_workers(struct parse *p, const char *src, const char *val)
+{
+	return parse_count(p, src, val, &p->cfg.workers);
+}
+
+static int opt_servers(struct parse *p, const char *src, const char *val)
+{
+	return parse_count(p, src, val, &p->cfg.servers);
+}
+
+static int opt_coordinator(struct parse *p, const char *src, const char *val)
+{
+	return parse_addr(p, src, val, false, false, &p->cfg.coordinator);
+}
+
+static int opt_listen(struct parse *p, const char *src, const char *val)
+{
+	return parse_addr(p, src, val, true, true, &p->cfg.listen);
+}
+
+static int opt_transport(struct parse *p, const char *src, const char *val)
+{
+	int v;
+	int ret = parse_name(p, src, val, transport_names,
+			     ARRAY_SIZE(transport_names), &v);
+
+	if (!ret)
+		p->cfg.transport = (enum kn__config_transport)v;
+	return ret;
+}
+
+static int opt_sync(struct parse *p, const char *src, const char *val)
+{
+	int v;
+	int ret =
+		parse_name(p, src, val, sync_names, ARRAY_SIZE(sync_names), &v);
+
+	if (!ret)
+		p->cfg.sync = (enum kn__config_sync)v;
+	return ret;
+}
+
+static int opt_optimizer(struct parse *p, const char *src, const char *val)
+{
+	int v;
+	int ret = parse_name(p, src, val, optimizer_names,
+			     ARRAY_SIZE(optimizer_names), &v);
+
+	if (!ret)
+		p->cfg.optimizer = (enum kn__config_optimizer)v;
+	return ret;
+}
+
+/* Bytes, or KiB and MiB with a K, KiB, M or MiB suffix (any case). */
+static int opt_chunk(struct parse *p, const char *src, const char *val)
+{
+	const char *rest;
+	uint32_t v, unit = 1;
+	uint64_t bytes;
+
+	if (!parse_u32(val, &v, &rest))
+		return bad(p, "%s='%s': not a number", src, val);
+	if (!strcasecmp(rest, "k") || !strcasecmp(rest, "kib"))
+		unit = KIB;
+	else if (!strcasecmp(rest, "m") || !strcasecmp(rest, "mib"))
+		unit = MIB;
+	else if (*rest)
+		return bad(p, "%s='%s': unknown suffix '%s' (K or M)", src, val,
+			   rest);
+	bytes = (uint64_t)v * unit;
+	if (bytes < CHUNK_MIN || bytes > CHUNK_MAX)
+		return bad(p, "%s='%s': must be between 4K and 1024M", src,
+			   val);
+	if (bytes % 4)
+		return bad(p, "%s='%s': not a multiple of 4 bytes", src, val);
+	p->cfg.chunk_bytes = (uint32_t)bytes;
+	return 0;
+}
+
+static int opt_lr(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.lr);
+}
+
+static int opt_momentum(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, false, 1, &p->cfg.momentum);
+}
+
+static int opt_heartbeat(struct parse *p, const char *src, const char *val)
+{
+	return parse_duration(p, src, val, 1, &p->cfg.heartbeat_timeout_ms);
+}
+
+static int opt_startup(struct parse *p, const char *src, const char *val)
+{
+	return parse_duration(p, src, val, 1000, &p->cfg.startup_timeout_ms);
+}
+
+static int opt_secret_file(struct parse *p, const char *src, const char *val)
+{
+	size_t n = strlen(val);
+
+	if (!n)
+		return bad(p, "%s: empty path", src);
+	if (n >= sizeof(p->cfg.secret_file))
+		return bad(p, "%s: path longer than %zu bytes", src,
+			   sizeof(p->cfg.secret_file) - 1);
+	memcpy(p->cfg.secret_file, val, n + 1);
+	return 0;
+}
+
+static int opt_verbose(struct parse *p, const char *src, const char *val)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(val, yes[i]) || !strcasecmp(val, no[i])) {
+			p->cfg.verbose = !strcasecmp(val, yes[i]);
+			return 0;
+		}
+	}
+	return bad(p, "%s='%s': expected 1 or 0 (true/false, yes/no, on/off)",
+		   src, val);
+}
+
+enum opt_id {
+	O_ROLE,
+	O_RANK,
+	O_SERVERS,
+	O_WORKERS,
+	O_COORDINATOR,
+	O_LISTEN,
+	O_TRANSPORT,
+	O_SYNC,
+	O_OPTIMIZER,
+	O_LR,
+	O_MOMENTUM,
+	O_CHUNK,
+	O_HEARTBEAT,
+	O_STARTUP,
+	O_SECRET_FILE,
+	O_VERBOSE,
+	O_HELP,
+	O_COUNT
+};
+
+struct opt {
+	const char *flag; /* with its "--" */
+	const char *env;  /* NULL: a flag only */
+	const char *arg;  /* the value's name for usage; NULL: a switch */
+	const struct name_val *names; /* the values, for a choice */
+	size_t nnames;
+	const char *deflt; /* parsed before flags and variables */
+	const char *none;  /* usage: what happens when not given */
+	const char *help;
+	int (*parse)(struct parse *p, const char *src, const char *val);
+};
+
+#define CHOICE(t) .names = t, .nnames = ARRAY_SIZE(t)
+
+static const struct opt opts[O_COUNT] = {
+	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names),
+		     .none = "default from the launcher",
+		     .help = "what this process is", .parse = opt_role },
+	[O_RANK] = { "--rank", "KANEL_RANK", "R",
+		     .none = "default from the launcher",
+		     .help = "index within the role, from 0 (with --role)",
+		     .parse = opt_rank },
+	[O_SERVERS] = { "--servers", "KANEL_SERVERS", "M", .deflt = "1",
+			.help = "number of servers", .parse = opt_servers },
+	[O_WORKERS] = { "--workers", "KANEL_WORKERS", "N",
+			.none = "default launcher size - 1 - M",
+			.help = "number of workers", .parse = opt_workers },
+	[O_COORDINATOR] = { "--coordinator", "KANEL_COORDINATOR", "HOST:PORT",
+			    .none = "required",
+			    .help = "the coordinator's address, which every "
+				    "process needs",
+			    .parse = opt_coordinator },
+	[O_LISTEN] = { "--listen", "KANEL_LISTEN", "HOST:PORT",
+		       .deflt = "0.0.0.0:0",
+		       .help = "a server's bind address (port 0: any)",
+		       .parse = opt_listen },
+	[O_TRANSPORT] = { "--transport", "KANEL_TRANSPORT",
+			  CHOICE(transport_names), .deflt = "tcp",
+			  .help = "tcp (io_uring) or verbs (RDMA)",
+			  .parse = opt_transport },
+	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(sync_names), .deflt = "bsp",
+		     .help = "synchronization protocol", .parse = opt_sync },
+	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
+			  CHOICE(optimizer_names), .deflt = "sgd",
+			  .help = "the servers' update; sum: servers publish "
+				  "the mean, workers apply it",
+			  .parse = opt_optimizer },
+	[O_LR] = { "--lr", "KANEL_LR", "RATE", .deflt = "0.01",
+		   .help = "learning rate, above 0", .parse = opt_lr },
+	[O_MOMENTUM] = { "--momentum", "KANEL_MOMENTUM", "MU", .deflt = "0.9",
+			 .help = "momentum, in [0, 1)", .parse = opt_momentum },
+	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
+		      .deflt = "1M",
+		      .help = "chunk size; K or M suffix; a multiple of 4, "
+			      "4K to 1024M",
+		      .parse = opt_chunk },
+	[O_HEARTBEAT] = { "--heartbeat-timeout", "KANEL_HEARTBEAT_TIMEOUT",
+			  "MS", .deflt = "3000",
+			  .help = "silence after which a peer is dead; "
+				  "ms, or an ms or s suffix",
+			  .parse = opt_heartbeat },
+	[O_STARTUP] = { "--startup-timeout", "KANEL_STARTUP_TIMEOUT", "S",
+			.deflt = "30",
+			.help = "how long the job may take to assemble; "
+				"s, or an ms or s suffix",
+			.parse = opt_startup },
+	[O_SECRET_FILE] = { "--secret-file", "KANEL_SECRET_FILE", "PATH",
+			    .none = "else KANEL_SECRET",
+			    .help = "file holding the job secret "
+				    "(mode 600 or stricter)",
+			    .parse = opt_secret_file },
+	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
+			.help = "log more (the variable: 1 or 0)",
+			.parse = opt_verbose },
+	[O_HELP] = { "--help", NULL, NULL, .help = "print this and exit" },
+};
+
+static bool is_switch(const struct opt *o)
+{
+	return !o->arg && !o->names;
+}
+
+static const char *env_lookup(char *const *envp, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (; envp && *envp; envp++)
+		if (!strncmp(*envp, name, n) && (*envp)[n] == '=')
+			return *envp + n + 1;
+	return NULL;
+}
+
+/* Flags into @val (switches as "1"); -EINVAL for anything else. */
+static int scan_flags(struct parse *p, int argc, char **argv,
+		      const char *val[O_COUNT])
+{
+	struct option lo[O_COUNT + 1];
+	int saved_opterr = opterr, c, ret = 0;
+
+	if (argc <= 1 || !argv)
+		return 0;
+	for (int i = 0; i < O_COUNT; i++)
+		lo[i] = (struct option){ opts[i].flag + 2,
+					 is_switch(&opts[i])
+						 ? no_argument
+						 : required_argument,
+					 NULL, 256 + i };
+	lo[O_COUNT] = (struct option){ 0 };
+
+	/* 0, not 1: glibc then forgets a previous scan's state too */
+	optind = 0;
+	opterr = 0;
+	/* +: stop at the first operand, so argv is never permuted */
+	while ((c = getopt_long(argc, argv, "+:", lo, NULL)) != -1) {
+		const char *arg = argv[optind - 1];
+
+		if (c >= 256 && c < 256 + O_COUNT) {
+			val[c - 256] = optarg ? optarg : "1";
+			continue;
+		}
+		if (c == ':')
+			ret = bad(p, "%s needs a value", arg);
+		else if (optopt >= 256 && optopt < 256 + O_COUNT)
+			ret = bad(p, "%s takes no value",
+				  opts[optopt - 256].flag);
+		else if (optopt)
+			ret = bad(p, "unknown option '-%c' (see --help)",
+				  optopt);
+		else
+			ret = bad(p, "unknown option '%s' (see --help)", arg);
+		break;
+	}
+	if (!ret && optind < argc)
+		ret = bad(p, "unexpected argument '%s' (see --help)",
+			  argv[optind]);
+	opterr = saved_opterr;
+	return ret;
+}
+
+/*
+ * Role and rank from the launcher: Open MPI first (mpirun inside a Slurm
+ * allocation leaves SLURM_PROCID behind, the same for every process),
+ * then Slurm.  Counts not given are derived from the size.
+ */
+static int from_launcher(struct parse *p, char *const *envp,
+			 const bool set[O_COUNT], const char *src[O_COUNT])
+{
+	static const struct {
+		const char *rank, *size;
+	} launchers[] = {
+		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE" },
+		{ "SLURM_PROCID", "SLURM_NTASKS" },
+	};
+	struct kn__config *cfg = &p->cfg;
+
+	for (size_t i = 0; i < ARRAY_SIZE(launchers); i++) {
+		const char *rn = launchers[i].rank, *sn = launchers[i].size;
+		const char *rv = env_lookup(envp, rn);
+		const char *sv = env_lookup(envp, sn);
+		uint32_t r, size, m = cfg->servers, n = cfg->workers;
+
+		if (!rv && !sv)
+			continue;
+		if (!rv || !sv)
+			return bad(p, "%s is set but %s is not", rv ? rn : sn,
+				   rv ? sn : rn);
+		if (!parse_u32(rv, &r, NULL))
+			return bad(p, "%s='%s': %s", rn, rv, not_u32(rv));
+		if (!parse_u32(sv, &size, NULL))
+			return bad(p, "%s='%s': %s", sn, sv, not_u32(sv));
+		if (r >= size)
+			return bad(p, "%s=%u is not below %s=%u", rn, r, sn,
+				   size);
+		if (set[O_SERVERS] && set[O_WORKERS]) {
+			if (size != 1 + m + n)
+				return bad(p,
+					   "%s=%u, but 1 coordinator + %u "
+					   "server%s (%s) + %u worker%s (%s) "
+					   "= %u processes",
+					   sn, size, m, plural(m),
+					   src[O_SERVERS], n, plural(n),
+					   src[O_WORKERS], 1 + m + n);
+		} else if (set[O_WORKERS]) {
+			if (size < 2 + n)
+				return bad(p,
+					   "%s=%u leaves no server: 1 "
+					   "coordinator + %u worker%s (%s) "
+					   "+ at least 1 server",
+					   sn, size, n, plural(n),
+					   src[O_WORKERS]);
+			m = size - 1 - n;
+		} else {
+			if (size < 2 + m)
+				return bad(p,
+					   "%s=%u leaves no worker: 1 "
+					   "coordinator + %u server%s + at "
+					   "least 1 worker",
+					   sn, size, m, plural(m));
+			n = size - 1 - m;
+		}
+		if (m > KN_CONFIG_MAX_COUNT || n > KN_CONFIG_MAX_COUNT)
+			return bad(p, "%s=%u: more than %u %s", sn, size,
+				   KN_CONFIG_MAX_COUNT,
+				   m > n ? "servers" : "workers");
+		cfg->servers = m;
+		cfg->workers = n;
+		if (r == 0) {
+			cfg->role = KN__ROLE_COORDINATOR;
+			cfg->rank = 0;
+		} else if (r <= m) {
+			cfg->role = KN__ROLE_SERVER;
+			cfg->rank = r - 1;
+		} else {
+			cfg->role = KN__ROLE_WORKER;
+			cfg->rank = r - 1 - m;
+		}
+		cfg->role_source = rn;
+		return 0;
+	}
+	return bad(p, "no role: pass --role coordinator|server|worker (or "
+		      "KANEL_ROLE), or start under srun or mpirun");
+}
+
+/* Role given: the counts must be too, and the rank must fit them. */
+static int check_rank(struct parse *p, const bool set[O_COUNT],
+		      const char *src[O_COUNT])
+{
+	struct kn__config *cfg = &p->cfg;
+	const char *name = kn__role_name(cfg->role);
+	uint32_t count = 1;
+
+	if (!set[O_WORKERS])
+		return bad(p, "the number of workers is unknown: pass "
+			      "--workers N (or KANEL_WORKERS)");
+	if (cfg->role == KN__ROLE_SERVER)
+		count = cfg->servers;
+	else if (cfg->role == KN__ROLE_WORKER)
+		count = cfg->workers;
+	if (!set[O_RANK] && count > 1)
+		return bad(p,
+			   "--rank missing: there are %u %ss, which one is "
+			   "this (--rank or KANEL_RANK)?",
+			   count, name);
+	if (cfg->rank >= count)
+		return bad(p, "%s=%u is out of range: %u %s%s, ranks from 0",
+			   src[O_RANK], cfg->rank, count, name, plural(count));
+	cfg->role_source = src[O_ROLE];
+	return 0;
+}
+
+int kn__config_parse(int argc, char **argv, char *const *envp,
+		     struct kn__config *cfg, char *err, size_t errlen)
+{
+	struct parse p = { .err = err, .errlen = errlen };
+	const char *val[O_COUNT] = { NULL }, *src[O_COUNT] = { NULL };
+	bool set[O_COUNT] = { false };
+	int ret;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!cfg)
+		return bad(&p, "no configuration to fill");
+	if (!envp)
+		envp = environ;
+	for (int i = 0; i < O_COUNT; i++) {
+		if (opts[i].deflt) {
+			ret = opts[i].parse(&p, "default", opts[i].deflt);
+			if (ret)
+				return ret;
+		}
+	}
+	ret = scan_flags(&p, argc, argv, val);
+	if (ret)
+		return ret;
+	if (val[O_HELP]) {
+		p.cfg.help = true;
+		*cfg = p.cfg;
+		return 0;
+	}
+	for (int i = 0; i < O_COUNT; i++) {
+		const char *v = val[i];
+
+		src[i] = opts[i].flag;
+		if (!v && opts[i].env) {
+			v = env_lookup(envp, opts[i].env);
+			src[i] = opts[i].env;
+			/* an empty variable counts as unset */
+			if (v && !*v)
+				v = NULL;
+		}
+		if (!v || !opts[i].parse)
+			continue;
+		ret = opts[i].parse(&p, src[i], v);
+		if (ret)
+			return ret;
+		set[i] = true;
+	}
+
+	if (set[O_ROLE])
+		ret = check_rank(&p, set, src);
+	else if (set[O_RANK])
+		ret = bad(&p, "%s needs a role: pass --role (or KANEL_ROLE)",
+			  src[O_RANK]);
+	else
+		ret = from_launcher(&p, envp, set, src);
+	if (ret)
+		return ret;
+	if (!set[O_COORDINATOR])
+		return bad(&p, "missing coordinator address: pass "
+			       "--coordinator HOST:PORT or set "
+			       "KANEL_COORDINATOR");
+	*cfg = p.cfg;
+	return 0;
+}
+
+void kn__config_usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: kanel [OPTION]...\n"
+		"Each option can be set by its variable instead; a flag wins "
+		"over its\nvariable, a variable over the launcher.  Under "
+		"srun or mpirun, global\nrank 0 is the coordinator, ranks "
+		"1..M the servers, the rest the workers.\n"
+		"The job secret is read from --secret-file, else "
+		"KANEL_SECRET.\n\n");
+	for (int i = 0; i < O_COUNT; i++) {
+		const struct opt *o = &opts[i];
+
+		fprintf(out, "  %s", o->flag);
+		if (o->names) {
+			for (size_t k = 0; k < o->nnames; k++)
+				fprintf(out, "%s%s", k ? "|" : " ",
+					o->names[k].name);
+		} else if (o->arg) {
+			fprintf(out, " %s", o->arg);
+		}
+		if (o->env && o->deflt)
+			fprintf(out, "  [%s, default %s]", o->env, o->deflt);
+		else if (o->env)
+			fprintf(out, "  [%s, %s]", o->env, o->none);
+		fprintf(out, "\n      %s", o->help);
+		fputc('\n', out);
+	}
+}
+
+int kn__config_resolve(const struct kn__config_addr *addr,
+		       struct sockaddr_storage *out, socklen_t *len)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV },
+			*res;
+	char port[8];
+	int rc;
+
+	if (!addr || !out || !len || !addr->host[0])
+		return -EINVAL;
+	/* IPv4 unless the address is an IPv6 literal: "localhost" must be
+	 * the same address for the process that listens and those that
+	 * connect, whatever order the resolver returns */
+	hints.ai_family = strchr(addr->host, ':') ? AF_INET6 : AF_INET;
+	snprintf(port, sizeof(port), "%u", (unsigned int)addr->port);
+	rc = getaddrinfo(addr->host, port, &hints, &res);
+	switch (rc) {
+	case 0:
+		break;
+	case EAI_AGAIN:
+		return -EAGAIN;
+	case EAI_MEMORY:
+		return -ENOMEM;
+	case EAI_SYSTEM:
+		return errno ? -errno : -EIO;
+	case EAI_NONAME:
+#ifdef EAI_NODATA
+	case EAI_NODATA:
+#endif
+#ifdef EAI_ADDRFAMILY
+	case EAI_ADDRFAMILY:
+#endif
+		return -ENOENT;
+	default:
+		return -EINVAL;
+	}
+	if (res->ai_addrlen > sizeof(*out)) {
+		freeaddrinfo(res);
+		return -EINVAL;
+	}
+	memcpy(out, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}

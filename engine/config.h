@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.h - the job configuration every kanel process starts from
+ * (DESIGN.md section 6; every option is in docs/configuration.md).
+ *
+ * Three sources, per field: command-line flags (long options only), then
+ * KANEL_* environment variables, then the launcher's own variables (Slurm
+ * SLURM_PROCID/SLURM_NTASKS, Open MPI OMPI_COMM_WORLD_RANK/_SIZE).  A
+ * flag wins over its variable, a variable over the launcher.  The
+ * launcher gives a global rank r of size processes: rank 0 is the
+ * coordinator, ranks 1..M the servers, the rest the workers, and size
+ * must be 1 + M + N.
+ *
+ * Parsing is pure: it reads argv and the environment block it is given
+ * and touches nothing else.  Names are resolved to socket addresses by a
+ * separate call, kn__config_resolve, when the engine is ready to connect.
+ */
+#ifndef KN_ENGINE_CONFIG_H
+#define KN_ENGINE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#define KN_CONFIG_HOST_MAX  256u   /* host of HOST:PORT, with its NUL */
+#define KN_CONFIG_PATH_MAX  4096u  /* --secret-file, with its NUL */
+#define KN_CONFIG_MAX_COUNT 65536u /* most workers, and most servers */
+
+/* What a process is.  Also the role byte of auth.h's ANSWER. */
+enum kn__role {
+	KN__ROLE_COORDINATOR = 1,
+	KN__ROLE_SERVER = 2,
+	KN__ROLE_WORKER = 3,
+};
+
+enum kn__config_transport {
+	KN__CONFIG_TCP = 0,
+	KN__CONFIG_VERBS = 1,
+};
+
+/* Numbered as enum kn__sync_protocol in sync/sync.h. */
+enum kn__config_sync {
+	KN__CONFIG_BSP = 0,
+	KN__CONFIG_ASP = 1,
+};
+
+/*
+ * Who applies the update: the first three are the server's optimizer
+ * (numbered as enum kn_optimizer); SUM has the server publish the mean of
+ * the contributions and each worker apply it.
+ */
+enum kn__config_optimizer {
+	KN__CONFIG_SGD = 0,
+	KN__CONFIG_MOMENTUM = 1,
+	KN__CONFIG_ADAM = 2,
+	KN__CONFIG_SUM = 3,
+};
+
+/* HOST:PORT as given: a hostname, an IPv4 literal or a [bracketed] IPv6. */
+struct kn__config_addr {
+	char host[KN_CONFIG_HOST_MAX]; /* without brackets */
+	uint16_t port;
+};
+
+struct kn__config {
+	enum kn__role role;
+	uint32_t rank;	  /* index within the role: 0 .. count - 1 */
+	uint32_t servers; /* M */
+	uint32_t workers; /* N */
+	/* Which flag or variable set role and rank (a string constant). */
+	const char *role_source;
+	struct kn__config_addr coordinator;
+	struct kn__config_addr listen; /* a server's bind address */
+	enum kn__config_transport transport;
+	enum kn__config_sync sync;
+	enum kn__config_optimizer optimizer;
+	uint32_t chunk_bytes; /* a multiple of 4, at least 4 KiB */
+	float lr;
+	float momentum;
+	uint32_t heartbeat_timeout_ms;
+	uint32_t startup_timeout_ms;
+	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */
+	bool verbose;
+	/* --help was given: nothing else was checked; print the usage. */
+	bool help;
+};
+
+/*
+ * Fill @cfg from @argv (argv[0] is the program name), the environment
+ * block @envp (NULL: the process's) and defaults.  Returns 0, or -EINVAL
+ * with one line in @err (if not NULL) that names the offending option,
+ * variable or value; @cfg is written only on success.  Uses getopt_long,
+ * so it is not thread-safe; it may be called again (it resets optind).
+ * @argv is not reordered.
+ */
+int kn__config_parse(int argc, char **argv, char *const *envp,
+		     struct kn__config *cfg, char *err, size_t errlen);
+
+/* Print every option with its variable and default to @out. */
+void kn__config_usage(FILE *out);
+
+/*
+ * Resolve @addr (getaddrinfo: may block on DNS).  Hostnames and IPv4
+ * literals give an IPv4 address, bracketed literals an IPv6 one.
+ * Returns 0 with the first address in @out and its length in @len,
+ * -ENOENT (no such host or no address of that family), -EAGAIN
+ * (temporary failure), -ENOMEM or -EINVAL.
+ */
+int kn__config_resolve(const struct kn__config_addr *addr,
+		       struct sockaddr_storage *out, socklen_t *len);
+
+/* The names used on the command line, or NULL for an unknown value. */
+const char *kn__role_name(enum kn__role role);
+const char *kn__config_transport_name(enum kn__config_transport t);
+const char *kn__config_sync_name(enum kn__config_sync s);
+const char *kn__config_optimizer_name(enum kn__config_optimizer o);
+
+#endif /* KN_ENGINE_CONFIG_H */

@@ -1,0 +1,501 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * coordinator.c - rendezvous and membership.  Every process connects to
+ * the coordinator first (the one address everyone is told) and proves it
+ * knows the job secret.  Servers say where they listen (HELLO); once all
+ * have, everyone gets the job (JOB) and workers the servers' addresses.
+ * The first worker's tensor table becomes the job's: it goes to the
+ * servers, and every other worker's table must match it name for name,
+ * dtype for dtype, length for length (a mismatch is that worker's error).
+ * Once the servers have built their layout (READY LAYOUT) workers are
+ * sent to them (READY TABLE); once every worker holds the initial model
+ * (READY START from each), all start together.
+ *
+ * Afterwards: heartbeats.  A worker that is silent for the heartbeat
+ * timeout, or whose connection drops, is removed: the servers hear it
+ * (MEMBER) and their chunk rules stop waiting for it.  It may come back
+ * with the same rank and is brought up to the current model.  The job
+ * ends when every worker has finished (DONE) or been removed; then
+ * everyone is told (SHUTDOWN).  Start-up has a deadline, and missing it
+ * names who never came.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+#include "roles.h"
+
+struct crd_server {
+	struct kn__chan *ch;
+	struct sockaddr_storage addr;
+	bool hello, layout;
+};
+
+struct crd_worker {
+	struct kn__chan *ch;
+	struct kn__tensor_desc *table; /* as it arrives */
+	uint32_t ntable;
+	double last_seen;
+	bool table_ok, started, done, removed;
+};
+
+struct coordinator {
+	struct kn__node node;
+	const struct kn__config *cfg;
+	struct crd_server *servers;
+	struct crd_worker *workers;
+	struct kn__tensor_desc *table; /* the job's, once known */
+	uint32_t ntable;
+	uint32_t hellos, layouts, ready;
+	bool table_sent, started, done;
+	double t0;
+	int status;
+};
+
+static struct coordinator *crd_of(struct kn__node *n)
+{
+	return n->role;
+}
+
+static void send_job(struct coordinator *c, struct kn__chan *ch, uint32_t rank)
+{
+	struct kn__msg m = { .type = KN__MSG_JOB };
+
+	m.u.job.workers = c->cfg->workers;
+	m.u.job.servers = c->cfg->servers;
+	m.u.job.protocol = c->cfg->sync;
+	m.u.job.optimizer = c->cfg->optimizer;
+	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
+	m.u.job.lr = c->cfg->lr;
+	m.u.job.momentum = c->cfg->momentum;
+	m.u.job.rank = rank;
+	kn__chan_send(ch, &m);
+}
+
+/* A worker learns the job and where the servers are. */
+static void welcome_worker(struct coordinator *c, uint32_t w)
+{
+	struct kn__chan *ch = c->workers[w].ch;
+	struct kn__msg m = { .type = KN__MSG_HELLO };
+
+	send_job(c, ch, w);
+	for (uint32_t s = 0; s < c->cfg->servers; s++) {
+		m.u.hello.role = KN__ROLE_SERVER;
+		m.u.hello.rank = s;
+		m.u.hello.addr = c->servers[s].addr;
+		kn__chan_send(ch, &m);
+	}
+}
+
+static void send_ready(struct kn__chan *ch, uint32_t what)
+{
+	struct kn__msg m = { .type = KN__MSG_READY };
+
+	m.u.ready.what = what;
+	kn__chan_send(ch, &m);
+}
+
+static void send_table(struct coordinator *c, struct kn__chan *ch)
+{
+	struct kn__msg m = { .type = KN__MSG_TENSOR };
+
+	for (uint32_t i = 0; i < c->ntable; i++) {
+		m.u.tensor.index = i;
+		m.u.tensor.dtype = c->table[i].dtype;
+		m.u.tensor.len = c->table[i].len;
+		memcpy(m.u.tensor.key, c->table[i].key, KN__KEY_MAX);
+		kn__chan_send(ch, &m);
+	}
+	m = (struct kn__msg){ .type = KN__MSG_TENSORS_END };
+	m.u.tensors_end.count = c->ntable;
+	kn__chan_send(ch, &m);
+}
+
+static void broadcast_servers(struct coordinator *c, const struct kn__msg *m)
+{
+	for (uint32_t s = 0; s < c->cfg->servers; s++)
+		if (c->servers[s].ch)
+			kn__chan_send(c->servers[s].ch, m);
+}
+
+static void shutdown_job(struct coordinator *c, int status)
+{
+	struct kn__msg m = { .type = KN__MSG_SHUTDOWN };
+
+	broadcast_servers(c, &m);
+	for (uint32_t w = 0; w < c->cfg->workers; w++)
+		if (c->workers[w].ch)
+			kn__chan_send(c->workers[w].ch, &m);
+	c->status = status;
+	c->done = true;
+}
+
+/* The job ends once every worker has finished or been removed. */
+static void check_end(struct coordinator *c)
+{
+	if (!c->started)
+		return;
+	for (uint32_t w = 0; w < c->cfg->workers; w++)
+		if (!c->workers[w].done && !c->workers[w].removed)
+			return;
+	if (c->cfg->verbose)
+		kn__log(&c->node, "every worker is done: the job ends");
+	shutdown_job(c, 0);
+}
+
+static void remove_worker(struct coordinator *c, uint32_t w, const char *why)
+{
+	struct crd_worker *cw = &c->workers[w];
+	struct kn__msg m = { .type = KN__MSG_MEMBER };
+
+	if (cw->removed || cw->done)
+		return;
+	kn__log(&c->node, "worker %u %s: removed from the job", w, why);
+	cw->removed = true;
+	m.u.member.rank = w;
+	m.u.member.joined = 0;
+	broadcast_servers(c, &m);
+	if (cw->ch) {
+		struct kn__chan *ch = cw->ch;
+
+		cw->ch = NULL;
+		kn__chan_close(ch);
+	}
+	check_end(c);
+}
+
+/* Compare worker @w's table with the job's; false after an ERROR. */
+static bool table_matches(struct coordinator *c, uint32_t w)
+{
+	struct crd_worker *cw = &c->workers[w];
+	static const char *const dt[] = { "fp32", "fp16", "bf16" };
+
+	for (uint32_t i = 0; i < c->ntable || i < cw->ntable; i++) {
+		const struct kn__tensor_desc *a =
+			i < c->ntable ? &c->table[i] : NULL;
+		const struct kn__tensor_desc *b =
+			i < cw->ntable ? &cw->table[i] : NULL;
+
+		if (!a || !b || strcmp(a->key, b->key)) {
+			kn__chan_send_error(cw->ch, -EINVAL,
+					    "worker %u registered tensor '%s' "
+					    "where the job has '%s' (every "
+					    "worker must register the same "
+					    "tensors)",
+					    w, b ? b->key : "(none)",
+					    a ? a->key : "(none)");
+			return false;
+		}
+		if (a->dtype != b->dtype || a->len != b->len) {
+			kn__chan_send_error(
+				cw->ch, -EINVAL,
+				"tensor '%s': worker %u registered %llu "
+				"elements of %s, the job has %llu of %s",
+				a->key, w, (unsigned long long)b->len,
+				b->dtype < 3 ? dt[b->dtype] : "?",
+				(unsigned long long)a->len,
+				a->dtype < 3 ? dt[a->dtype] : "?");
+			return false;
+		}
+	}
+	return true;
+}
+
+static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
+{
+	struct crd_worker *cw = &c->workers[w];
+
+	if (count != cw->ntable) {
+		kn__chan_send_error(cw->ch, -EPROTO, "a torn tensor table");
+		kn__chan_close(cw->ch);
+		return;
+	}
+	if (!c->table) {
+		/* the first complete table is the job's */
+		c->table = cw->table;
+		c->ntable = cw->ntable;
+		cw->table = NULL;
+		cw->ntable = 0;
+		for (uint32_t s = 0; s < c->cfg->servers; s++)
+			send_table(c, c->servers[s].ch);
+		c->table_sent = true;
+		cw->table_ok = true;
+	} else if (table_matches(c, w)) {
+		cw->table_ok = true;
+	} else {
+		struct kn__chan *ch = cw->ch;
+
+		cw->ch = NULL;
+		kn__chan_close(ch);
+		return;
+	}
+	if (c->layouts == c->cfg->servers)
+		send_ready(cw->ch, KN__READY_TABLE);
+}
+
+static void on_worker_msg(struct coordinator *c, uint32_t w,
+			  const struct kn__msg *m)
+{
+	struct crd_worker *cw = &c->workers[w];
+
+	cw->last_seen = kn__now();
+	switch (m->type) {
+	case KN__MSG_HEARTBEAT:
+		return;
+	case KN__MSG_TENSOR: {
+		struct kn__tensor_desc *t;
+
+		if (m->u.tensor.index != cw->ntable || cw->table_ok ||
+		    cw->ntable >= KN__CHUNK_MAX)
+			break;
+		t = realloc(cw->table, (cw->ntable + 1) * sizeof(*t));
+		if (!t)
+			break;
+		cw->table = t;
+		memcpy(t[cw->ntable].key, m->u.tensor.key, KN__KEY_MAX);
+		t[cw->ntable].dtype = m->u.tensor.dtype;
+		t[cw->ntable].len = m->u.tensor.len;
+		cw->ntable++;
+		return;
+	}
+	case KN__MSG_TENSORS_END:
+		on_table_end(c, w, m->u.tensors_end.count);
+		return;
+	case KN__MSG_READY:
+		if (m->u.ready.what != KN__READY_START || !cw->table_ok)
+			break;
+		if (c->started) {
+			send_ready(cw->ch, KN__READY_START); /* a rejoin */
+			return;
+		}
+		if (++c->ready < c->cfg->workers)
+			return;
+		c->started = true;
+		if (c->cfg->verbose)
+			kn__log(&c->node,
+				"all %u workers hold the model: "
+				"start",
+				c->cfg->workers);
+		for (uint32_t i = 0; i < c->cfg->workers; i++)
+			if (c->workers[i].ch)
+				send_ready(c->workers[i].ch, KN__READY_START);
+		return;
+	case KN__MSG_DONE:
+		cw->done = true;
+		check_end(c);
+		return;
+	default:
+		break;
+	}
+	kn__chan_send_error(cw->ch, -EPROTO, "worker %u: %s out of place", w,
+			    kn__msg_name(m->type));
+	kn__chan_close(cw->ch);
+}
+
+static void on_server_msg(struct coordinator *c, uint32_t s,
+			  const struct kn__msg *m)
+{
+	struct crd_server *cs = &c->servers[s];
+
+	if (m->type == KN__MSG_HELLO && !cs->hello &&
+	    m->u.hello.role == KN__ROLE_SERVER && m->u.hello.rank == s) {
+		cs->hello = true;
+		cs->addr = m->u.hello.addr;
+		send_job(c, cs->ch, s);
+		if (c->table_sent)
+			send_table(c, cs->ch);
+		if (++c->hellos < c->cfg->servers)
+			return;
+		for (uint32_t w = 0; w < c->cfg->workers; w++)
+			if (c->workers[w].ch)
+				welcome_worker(c, w);
+		return;
+	}
+	if (m->type == KN__MSG_READY && m->u.ready.what == KN__READY_LAYOUT &&
+	    !cs->layout) {
+		cs->layout = true;
+		if (++c->layouts < c->cfg->servers)
+			return;
+		for (uint32_t w = 0; w < c->cfg->workers; w++)
+			if (c->workers[w].ch && c->workers[w].table_ok)
+				send_ready(c->workers[w].ch, KN__READY_TABLE);
+		return;
+	}
+	if (m->type == KN__MSG_ERROR) {
+		kn__log(&c->node, "server %u: %s", s, m->u.error.text);
+		shutdown_job(c, m->u.error.code);
+		return;
+	}
+	kn__chan_send_error(cs->ch, -EPROTO, "server %u: %s out of place", s,
+			    kn__msg_name(m->type));
+	kn__chan_close(cs->ch);
+}
+
+static void on_message(struct kn__node *n, struct kn__chan *ch,
+		       const struct kn__msg *m)
+{
+	struct coordinator *c = crd_of(n);
+
+	if (ch->peer_role == KN__ROLE_SERVER)
+		on_server_msg(c, ch->peer_rank, m);
+	else
+		on_worker_msg(c, ch->peer_rank, m);
+}
+
+static void on_open(struct kn__node *n, struct kn__chan *ch)
+{
+	struct coordinator *c = crd_of(n);
+	uint32_t r = ch->peer_rank;
+
+	if (ch->peer_role == KN__ROLE_SERVER && r < c->cfg->servers &&
+	    !c->servers[r].ch) {
+		c->servers[r].ch = ch;
+		return;
+	}
+	if (ch->peer_role == KN__ROLE_WORKER && r < c->cfg->workers &&
+	    !c->workers[r].ch && !c->workers[r].done) {
+		struct crd_worker *cw = &c->workers[r];
+
+		if (cw->removed)
+			kn__log(n, "worker %u is back", r);
+		free(cw->table);
+		*cw = (struct crd_worker){ .ch = ch, .last_seen = kn__now() };
+		if (c->hellos == c->cfg->servers)
+			welcome_worker(c, r);
+		return;
+	}
+	kn__chan_send_error(ch, -EPERM,
+			    "%s: not in this job of %u servers and %u "
+			    "workers, or already connected",
+			    ch->name, c->cfg->servers, c->cfg->workers);
+	kn__chan_close(ch);
+}
+
+static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
+{
+	struct coordinator *c = crd_of(n);
+	uint32_t r = ch->peer_rank;
+
+	(void)status;
+	if (ch->peer_role == KN__ROLE_SERVER && r < c->cfg->servers &&
+	    c->servers[r].ch == ch) {
+		c->servers[r].ch = NULL;
+		if (!c->done) {
+			kn__log(n, "server %u went away: the job cannot go on",
+				r);
+			shutdown_job(c, -ECONNRESET);
+		}
+		return;
+	}
+	if (ch->peer_role == KN__ROLE_WORKER && r < c->cfg->workers &&
+	    c->workers[r].ch == ch) {
+		c->workers[r].ch = NULL;
+		if (!c->workers[r].done)
+			remove_worker(c, r, "lost its connection");
+	}
+}
+
+static const struct kn__node_ops coordinator_ops = {
+	.open = on_open,
+	.message = on_message,
+	.closed = on_closed,
+};
+
+/* Who has not arrived, for the start-up deadline's message. */
+static void log_missing(struct coordinator *c)
+{
+	char buf[512];
+	size_t len = 0;
+
+	for (uint32_t s = 0; s < c->cfg->servers && len < sizeof(buf); s++)
+		if (!c->servers[s].hello || !c->servers[s].layout)
+			len += (size_t)snprintf(
+				buf + len, sizeof(buf) - len, " server %u%s", s,
+				c->servers[s].ch ? " (connected)" : "");
+	for (uint32_t w = 0; w < c->cfg->workers && len < sizeof(buf); w++)
+		if (!c->workers[w].ch)
+			len += (size_t)snprintf(buf + len, sizeof(buf) - len,
+						" worker %u", w);
+	kn__log(&c->node, "start-up timed out after %.0f s; never arrived:%s",
+		c->cfg->startup_timeout_ms / 1000.0,
+		len ? buf : " (all connected, start-up did not finish)");
+}
+
+static void tick(struct coordinator *c)
+{
+	double t = kn__now();
+
+	if (!c->started && t - c->t0 > c->cfg->startup_timeout_ms / 1000.0) {
+		log_missing(c);
+		shutdown_job(c, -ETIMEDOUT);
+		return;
+	}
+	for (uint32_t w = 0; w < c->cfg->workers; w++) {
+		struct crd_worker *cw = &c->workers[w];
+
+		if (cw->ch && !cw->done && cw->table_ok &&
+		    t - cw->last_seen > c->cfg->heartbeat_timeout_ms / 1000.0)
+			remove_worker(c, w, "sent no heartbeat in time");
+	}
+}
+
+int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
+			size_t secret_len)
+{
+	struct coordinator c = { .cfg = cfg, .t0 = kn__now() };
+	struct sockaddr_storage addr;
+	socklen_t len;
+	int ret;
+
+	c.servers = calloc(cfg->servers, sizeof(*c.servers));
+	c.workers = calloc(cfg->workers, sizeof(*c.workers));
+	if (!c.servers || !c.workers) {
+		free(c.servers);
+		free(c.workers);
+		return -ENOMEM;
+	}
+	ret = kn__node_init(&c.node, kn__config_transport_name(cfg->transport),
+			    KN__ROLE_COORDINATOR, 0, secret, secret_len,
+			    &coordinator_ops, &c);
+	if (ret)
+		goto out;
+	c.node.verbose = cfg->verbose;
+	ret = kn__config_resolve(&cfg->coordinator, &addr, &len);
+	if (!ret)
+		ret = kn__node_listen(&c.node, (struct sockaddr *)&addr, len);
+	if (ret) {
+		kn__log(&c.node, "cannot listen on %s:%u: %s",
+			cfg->coordinator.host, cfg->coordinator.port,
+			strerror(-ret));
+		goto out;
+	}
+	if (cfg->verbose)
+		kn__log(&c.node,
+			"listening on %s:%u for %u servers and %u "
+			"workers",
+			cfg->coordinator.host, cfg->coordinator.port,
+			cfg->servers, cfg->workers);
+	while (!c.done) {
+		ret = kn__node_step(&c.node, 100, -1);
+		if (ret < 0) {
+			c.status = ret;
+			break;
+		}
+		tick(&c);
+	}
+	/* let the SHUTDOWNs leave before the connections close */
+	for (double end = kn__now() + 0.5; kn__now() < end;)
+		if (kn__node_step(&c.node, 50, -1) <= 0)
+			break;
+	ret = c.status;
+out:
+	kn__node_fini(&c.node);
+	for (uint32_t w = 0; w < cfg->workers; w++)
+		free(c.workers[w].table);
+	free(c.table);
+	free(c.servers);
+	free(c.workers);
+	return ret;
+}

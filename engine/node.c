@@ -1,0 +1,583 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * node.c - control channels over the transport, the job-secret
+ * handshake on each, and the progress loop step that dispatches every
+ * completion to the role.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth.h"
+#include "node.h"
+#include "roles.h"
+
+#define RECVS	    16
+#define SENDS	    64
+#define BUSY_POLL_S 50e-6 /* spin this long before sleeping */
+#define RETRY_S	    0.1	  /* between connects to a peer not yet up */
+
+enum chan_state {
+	CH_CONNECTING,	   /* connector: waiting for the connection */
+	CH_WAIT_CHALLENGE, /* connector: waiting for the challenge */
+	CH_WAIT_ANSWER,	   /* acceptor: challenge sent */
+	CH_WAIT_CONFIRM,   /* connector: answer sent */
+	CH_OPEN,
+};
+
+/* A posted message buffer; the post's user pointer. */
+struct kn__chan_post {
+	struct kn__chan *ch;
+	uint32_t idx;
+	bool send;
+};
+
+double kn__now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void kn__log(const struct kn__node *n, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kanel: %s: ", n->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,
+		  uint32_t self_rank, const uint8_t *secret, size_t secret_len,
+		  const struct kn__node_ops *ops, void *role)
+{
+	struct kn__tp_ctx_attr attr = { .provider = transport,
+					.max_msg = KN__MSG_MAX };
+	int ret;
+
+	if (!secret_len || secret_len > KN__SECRET_MAX)
+		return -EINVAL;
+	memset(n, 0, sizeof(*n));
+	n->ops = ops;
+	n->role = role;
+	n->self_role = self_role;
+	n->self_rank = self_rank;
+	memcpy(n->secret, secret, secret_len);
+	n->secret_len = secret_len;
+	if (self_role == KN__ROLE_COORDINATOR)
+		snprintf(n->name_buf, sizeof(n->name_buf), "coordinator");
+	else
+		snprintf(n->name_buf, sizeof(n->name_buf), "%s %u",
+			 self_role == KN__ROLE_SERVER ? "server" : "worker",
+			 self_rank);
+	n->name = n->name_buf;
+	ret = kn__tp_ctx_create(&attr, &n->ctx);
+	if (ret == -ENOENT)
+		kn__log(n, "transport '%s' is not available in this build",
+			transport);
+	else if (ret == -ENODEV)
+		kn__log(n, "transport '%s': no RDMA device here", transport);
+	else if (ret)
+		kn__log(n, "transport '%s': %s", transport, strerror(-ret));
+	return ret;
+}
+
+static void chan_free(struct kn__chan *ch)
+{
+	kn__tp_mr_dereg(ch->mr);
+	free(ch->buf);
+	free(ch->posts);
+	free(ch->free_sends);
+	free(ch);
+}
+
+void kn__node_fini(struct kn__node *n)
+{
+	/* the context takes every endpoint and region with it */
+	kn__tp_ctx_destroy(n->ctx);
+	n->ctx = NULL;
+	while (n->chans) {
+		struct kn__chan *ch = n->chans;
+
+		n->chans = ch->next;
+		ch->mr = NULL;
+		chan_free(ch);
+	}
+	kn__auth_wipe(n->secret, sizeof(n->secret));
+}
+
+static uint8_t *slot(struct kn__chan *ch, uint32_t idx)
+{
+	return ch->buf + (size_t)idx * KN__MSG_MAX;
+}
+
+static int post_recv(struct kn__chan *ch, uint32_t idx)
+{
+	int ret = kn__tp_post_recv(ch->ep, ch->mr, (size_t)idx * KN__MSG_MAX,
+				   KN__MSG_MAX, &ch->posts[idx]);
+
+	if (!ret)
+		ch->outstanding++;
+	return ret;
+}
+
+static struct kn__chan *chan_new(struct kn__node *n, struct kn__tp_ep *ep,
+				 bool acceptor, void *user)
+{
+	struct kn__chan *ch = calloc(1, sizeof(*ch));
+	size_t bytes = (size_t)(RECVS + SENDS) * KN__MSG_MAX;
+
+	if (!ch)
+		return NULL;
+	ch->node = n;
+	ch->ep = ep;
+	ch->acceptor = acceptor;
+	ch->user = user;
+	ch->buf = aligned_alloc(4096, bytes);
+	ch->posts = calloc(RECVS + SENDS, sizeof(*ch->posts));
+	ch->free_sends = calloc(SENDS, sizeof(*ch->free_sends));
+	if (!ch->buf || !ch->posts || !ch->free_sends ||
+	    kn__tp_mr_reg(n->ctx, ch->buf, bytes, 0, &ch->mr)) {
+		chan_free(ch);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < RECVS + SENDS; i++)
+		ch->posts[i] = (struct kn__chan_post){ .ch = ch,
+						       .idx = i,
+						       .send = i >= RECVS };
+	for (uint32_t i = 0; i < SENDS; i++)
+		ch->free_sends[ch->nfree++] = RECVS + i;
+	snprintf(ch->name, sizeof(ch->name), "a new peer");
+	ch->next = n->chans;
+	if (n->chans)
+		n->chans->prev = ch;
+	n->chans = ch;
+	return ch;
+}
+
+int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
+{
+	uint32_t idx;
+	int len, ret;
+
+	if (ch->closed)
+		return -ENOTCONN;
+	if (!ch->nfree) {
+		kn__log(ch->node,
+			"%s: %d control messages unanswered; "
+			"closing",
+			ch->name, SENDS);
+		kn__chan_close(ch);
+		return -ENOBUFS;
+	}
+	idx = ch->free_sends[--ch->nfree];
+	len = kn__msg_encode(m, slot(ch, idx), KN__MSG_MAX);
+	if (len < 0) {
+		ch->free_sends[ch->nfree++] = idx;
+		return len;
+	}
+	ret = kn__tp_post_send(ch->ep, ch->mr, (size_t)idx * KN__MSG_MAX,
+			       (size_t)len, &ch->posts[idx]);
+	if (ret) {
+		ch->free_sends[ch->nfree++] = idx;
+		return ret;
+	}
+	ch->outstanding++;
+	return 0;
+}
+
+void kn__chan_send_error(struct kn__chan *ch, int code, const char *fmt, ...)
+{
+	struct kn__msg m = { .type = KN__MSG_ERROR };
+	va_list ap;
+
+	m.u.error.code = code < 0 ? code : -EPROTO;
+	va_start(ap, fmt);
+	vsnprintf(m.u.error.text, sizeof(m.u.error.text), fmt, ap);
+	va_end(ap);
+	kn__log(ch->node, "%s: %s", ch->name, m.u.error.text);
+	kn__chan_send(ch, &m);
+}
+
+/*
+ * Close @ch, telling the role (once) if it knows the channel: one it
+ * connected itself, or one that passed the handshake.
+ */
+static void chan_close_status(struct kn__chan *ch, int status)
+{
+	struct kn__node *n = ch->node;
+
+	if (ch->closed)
+		return;
+	ch->closed = true;
+	if ((!ch->acceptor || ch->state == CH_OPEN) && n->ops->closed)
+		n->ops->closed(n, ch, status);
+	if (ch->ep)
+		kn__tp_ep_close(ch->ep);
+	ch->ep = NULL;
+	/*
+	 * It is freed once its cancelled posts are back, at the end of a
+	 * dispatch (completions of this batch may still name it).
+	 */
+}
+
+/* Free the closed channels that the transport holds nothing of. */
+static void sweep(struct kn__node *n)
+{
+	for (struct kn__chan *ch = n->chans, *next; ch; ch = next) {
+		next = ch->next;
+		if (!ch->closed || ch->outstanding)
+			continue;
+		if (ch->prev)
+			ch->prev->next = ch->next;
+		else
+			n->chans = ch->next;
+		if (ch->next)
+			ch->next->prev = ch->prev;
+		chan_free(ch);
+	}
+}
+
+bool kn__chan_open(const struct kn__chan *ch)
+{
+	return ch->state == CH_OPEN && !ch->closed;
+}
+
+void kn__chan_close(struct kn__chan *ch)
+{
+	chan_close_status(ch, 0);
+}
+
+/* ---- the handshake ---- */
+
+static void name_peer(struct kn__chan *ch)
+{
+	if (ch->peer_role == KN__ROLE_COORDINATOR)
+		snprintf(ch->name, sizeof(ch->name), "coordinator");
+	else
+		snprintf(ch->name, sizeof(ch->name), "%s %u",
+			 kn__role_name(ch->peer_role), ch->peer_rank);
+}
+
+static int send_auth(struct kn__chan *ch, const uint8_t *data, size_t len)
+{
+	struct kn__msg m = { .type = KN__MSG_AUTH };
+
+	if (len > KN__AUTH_MAX)
+		return -EINVAL;
+	m.u.auth.len = (uint32_t)len;
+	memcpy(m.u.auth.data, data, len);
+	return kn__chan_send(ch, &m);
+}
+
+static void opened(struct kn__chan *ch)
+{
+	ch->state = CH_OPEN;
+	name_peer(ch);
+	if (ch->node->verbose)
+		kn__log(ch->node, "%s connected", ch->name);
+	if (ch->node->ops->open)
+		ch->node->ops->open(ch->node, ch);
+}
+
+/* An AUTH message in the handshake; false: refuse the peer. */
+static bool auth_step(struct kn__chan *ch, const struct kn__msg *m)
+{
+	struct kn__node *n = ch->node;
+	const uint8_t *data = m->u.auth.data;
+	size_t len = m->u.auth.len;
+	struct kn__auth_confirm conf;
+	uint8_t out[KN_AUTH_MSG_MAX];
+	int ret;
+
+	switch (ch->state) {
+	case CH_WAIT_CHALLENGE:
+		ret = kn__auth_challenge_decode(data, len, &ch->challenge);
+		if (!ret)
+			ret = kn__auth_answer_make(n->secret, n->secret_len,
+						   &ch->challenge, n->self_role,
+						   n->self_rank, &ch->answer);
+		if (ret)
+			return false;
+		kn__auth_answer_encode(&ch->answer, out);
+		ch->state = CH_WAIT_CONFIRM;
+		return send_auth(ch, out, KN_AUTH_ANSWER_LEN) == 0;
+	case CH_WAIT_ANSWER:
+		ret = kn__auth_answer_decode(data, len, &ch->answer);
+		if (!ret)
+			ret = kn__auth_answer_check(n->secret, n->secret_len,
+						    &ch->challenge,
+						    &ch->answer);
+		if (!ret)
+			ret = kn__auth_confirm_make(n->secret, n->secret_len,
+						    &ch->challenge, &ch->answer,
+						    &conf);
+		if (ret) {
+			kn__log(n, "refused a connection: %s",
+				ret == -EACCES ? "it does not know the job "
+						 "secret"
+					       : "a malformed handshake");
+			kn__chan_send_error(ch, -EACCES,
+					    "authentication failed");
+			return false;
+		}
+		kn__auth_confirm_encode(&conf, out);
+		if (send_auth(ch, out, KN_AUTH_CONFIRM_LEN))
+			return false;
+		ch->peer_role = ch->answer.role;
+		ch->peer_rank = ch->answer.id;
+		opened(ch);
+		return true;
+	case CH_WAIT_CONFIRM:
+		ret = kn__auth_confirm_decode(data, len, &conf);
+		if (!ret)
+			ret = kn__auth_confirm_check(n->secret, n->secret_len,
+						     &ch->challenge,
+						     &ch->answer, &conf);
+		if (ret) {
+			kn__log(n,
+				"%s does not know the job secret: "
+				"disconnecting",
+				ch->name);
+			return false;
+		}
+		opened(ch);
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* A new connection: challenge it. */
+static void accepted(struct kn__node *n, struct kn__tp_ep *ep)
+{
+	struct kn__chan *ch = chan_new(n, ep, true, NULL);
+	uint8_t out[KN_AUTH_CHALLENGE_LEN];
+
+	if (!ch) {
+		kn__log(n, "out of memory for a new connection: refused");
+		kn__tp_ep_close(ep);
+		return;
+	}
+	kn__tp_ep_set_user(ep, ch);
+	for (uint32_t i = 0; i < RECVS; i++)
+		post_recv(ch, i);
+	ch->state = CH_WAIT_ANSWER;
+	if (kn__auth_challenge_make(&ch->challenge)) {
+		kn__chan_close(ch);
+		return;
+	}
+	kn__auth_challenge_encode(&ch->challenge, out);
+	if (send_auth(ch, out, sizeof(out)))
+		kn__chan_close(ch);
+}
+
+/* ---- progress ---- */
+
+static void on_recv(struct kn__chan *ch, struct kn__chan_post *p,
+		    uint64_t bytes)
+{
+	struct kn__node *n = ch->node;
+	struct kn__msg m;
+	int ret = kn__msg_decode(slot(ch, p->idx), bytes, &m);
+
+	if (ret) {
+		kn__log(n, "%s sent a malformed message: closing", ch->name);
+		kn__chan_close(ch);
+		return;
+	}
+	if (ch->state != CH_OPEN) {
+		if (m.type == KN__MSG_ERROR) {
+			kn__log(n, "%s: %s", ch->name, m.u.error.text);
+			kn__chan_close(ch);
+			return;
+		}
+		if (m.type != KN__MSG_AUTH) {
+			kn__log(n, "%s: %s before the handshake: closing",
+				ch->name, kn__msg_name(m.type));
+			kn__chan_close(ch);
+			return;
+		}
+		if (!auth_step(ch, &m)) {
+			kn__chan_close(ch);
+			return;
+		}
+	} else if (m.type == KN__MSG_AUTH) {
+		kn__log(n, "%s: a handshake message after the handshake",
+			ch->name);
+		kn__chan_close(ch);
+		return;
+	} else if (n->ops->message) {
+		n->ops->message(n, ch, &m);
+	}
+	if (!ch->closed && post_recv(ch, p->idx))
+		kn__chan_close(ch);
+}
+
+static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
+{
+	struct kn__chan *ch;
+	struct kn__chan_post *p;
+
+	switch (c->op) {
+	case KN_TP_OP_ACCEPT:
+		accepted(n, c->ep);
+		return;
+	case KN_TP_OP_CONNECT:
+		ch = c->user;
+		if (c->status == -ECONNREFUSED && kn__now() < n->retry_until) {
+			/* not listening yet: again in a moment */
+			kn__tp_ep_close(ch->ep);
+			ch->ep = NULL;
+			ch->retry_at = kn__now() + RETRY_S;
+			return;
+		}
+		if (c->status) {
+			kn__log(n, "connecting to %s: %s", ch->name,
+				strerror(-c->status));
+			chan_close_status(ch, c->status);
+			return;
+		}
+		ch->state = CH_WAIT_CHALLENGE;
+		return;
+	case KN_TP_OP_DISCONNECT:
+		ch = c->user;
+		if (ch && !ch->closed)
+			chan_close_status(ch, c->status);
+		return;
+	case KN_TP_OP_RECV:
+	case KN_TP_OP_SEND:
+		p = c->user;
+		ch = p->ch;
+		ch->outstanding--;
+		if (p->send && !ch->closed)
+			ch->free_sends[ch->nfree++] = p->idx;
+		if (ch->closed)
+			return;
+		if (c->status)
+			return; /* the endpoint failed: CONNECT or DISCONNECT
+				   says so, and closes the channel */
+		if (c->op == KN_TP_OP_RECV)
+			on_recv(ch, p, c->bytes);
+		return;
+	case KN_TP_OP_RECV_IMM:
+		ch = c->user;
+		if (ch && !ch->closed && ch->state == CH_OPEN && n->ops->imm)
+			n->ops->imm(n, ch, c->imm, c->bytes);
+		return;
+	case KN_TP_OP_WRITE_IMM:
+	case KN_TP_OP_READ:
+		if (n->ops->written)
+			n->ops->written(n, c->user, c->status);
+		return;
+	}
+}
+
+static int start_connect(struct kn__chan *ch)
+{
+	int ret = kn__tp_connect(ch->node->ctx, (struct sockaddr *)&ch->addr,
+				 ch->addrlen, ch, &ch->ep);
+
+	if (ret)
+		return ret;
+	ch->state = CH_CONNECTING;
+	for (uint32_t i = 0; i < RECVS; i++)
+		post_recv(ch, i);
+	return 0;
+}
+
+static void retry_connects(struct kn__node *n)
+{
+	double t = kn__now();
+
+	for (struct kn__chan *ch = n->chans, *next; ch; ch = next) {
+		next = ch->next;
+		if (!ch->retry_at || t < ch->retry_at)
+			continue;
+		ch->retry_at = 0;
+		if (start_connect(ch))
+			chan_close_status(ch, -ECONNREFUSED);
+	}
+}
+
+int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
+		  struct kn__tp_completion *c, int max)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = kn__tp_fd(n->ctx), .events = POLLIN },
+		{ .fd = extra_fd, .events = POLLIN },
+	};
+	double spin_end = kn__now() + BUSY_POLL_S;
+	int got;
+
+	retry_connects(n);
+
+	/* busy-poll a little (the reply may be on its way), then sleep */
+	while ((got = kn__tp_poll(n->ctx, c, max)) == 0 && kn__now() < spin_end)
+		;
+	if (got == 0 && timeout_ms) {
+		if (poll(pfd, extra_fd >= 0 ? 2 : 1, timeout_ms) < 0 &&
+		    errno != EINTR)
+			return -errno;
+		got = kn__tp_poll(n->ctx, c, max);
+	}
+	return got;
+}
+
+void kn__node_dispatch(struct kn__node *n, const struct kn__tp_completion *c,
+		       int count)
+{
+	for (int i = 0; i < count; i++)
+		dispatch(n, &c[i]);
+	sweep(n);
+}
+
+int kn__node_step(struct kn__node *n, int timeout_ms, int extra_fd)
+{
+	struct kn__tp_completion c[64];
+	int got = kn__node_wait(n, timeout_ms, extra_fd, c, 64);
+
+	if (got > 0)
+		kn__node_dispatch(n, c, got);
+	return got;
+}
+
+int kn__node_listen(struct kn__node *n, const struct sockaddr *addr,
+		    socklen_t len)
+{
+	return kn__tp_listen(n->ctx, addr, len, NULL, &n->listener);
+}
+
+int kn__node_connect(struct kn__node *n, const struct sockaddr *addr,
+		     socklen_t len, uint32_t peer_role, uint32_t peer_rank,
+		     void *user, struct kn__chan **out)
+{
+	struct kn__chan *ch;
+	int ret;
+
+	if (len > sizeof(ch->addr))
+		return -EINVAL;
+	ch = chan_new(n, NULL, false, user);
+	if (!ch)
+		return -ENOMEM;
+	memcpy(&ch->addr, addr, len);
+	ch->addrlen = len;
+	ch->peer_role = peer_role; /* proven by the handshake's CONFIRM */
+	ch->peer_rank = peer_rank;
+	kn__addr_name(&ch->addr, ch->name, sizeof(ch->name));
+	ret = start_connect(ch);
+	if (ret) {
+		ch->acceptor = true; /* unknown to the role: no closed() */
+		chan_close_status(ch, ret);
+		return ret;
+	}
+	*out = ch;
+	return 0;
+}

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * node.h - what every Kanel process is: one transport context, driven by
+ * one thread, with authenticated control channels to its peers.
+ *
+ * A channel is a transport endpoint with a few registered message
+ * buffers.  It starts with the job-secret handshake (engine/auth.h):
+ * the accepting side challenges, the connecting side answers with its
+ * role and rank, the accepting side confirms.  Only then does the role
+ * hear of it (on_open), so an unauthenticated peer never sees a message,
+ * a slot or a remote key.  Every message is decoded with bounds checks;
+ * a malformed one closes that channel, with a logged reason, and nothing
+ * else.
+ */
+#ifndef KN_ENGINE_NODE_H
+#define KN_ENGINE_NODE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "engine.h"
+
+#define KN__SECRET_MAX KN_AUTH_SECRET_MAX
+
+struct kn__node;
+struct kn__chan;
+
+/* What a role does with its channels; every member may be NULL. */
+struct kn__node_ops {
+	void (*open)(struct kn__node *n, struct kn__chan *ch);
+	void (*message)(struct kn__node *n, struct kn__chan *ch,
+			const struct kn__msg *m);
+	/* the channel is gone (status: why); it is freed after this */
+	void (*closed)(struct kn__node *n, struct kn__chan *ch, int status);
+	void (*imm)(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
+		    uint64_t bytes);
+	/* a data write the role posted has completed */
+	void (*written)(struct kn__node *n, void *user, int status);
+};
+
+struct kn__node {
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_listener *listener;
+	const struct kn__node_ops *ops;
+	void *role;
+	uint32_t self_role, self_rank; /* enum kn__role */
+	uint8_t secret[KN__SECRET_MAX];
+	size_t secret_len;
+	struct kn__chan *chans;
+	const char *name; /* "coordinator", "server 1", "worker 3" */
+	/* until then a refused connect is tried again (peers start in any
+	 * order) */
+	double retry_until;
+	char name_buf[32];
+	bool verbose;
+};
+
+struct kn__chan {
+	struct kn__node *node;
+	struct kn__tp_ep *ep;
+	struct kn__tp_mr *mr;
+	uint8_t *buf; /* the message buffers */
+	struct kn__chan_post *posts;
+	uint32_t *free_sends;
+	uint32_t nfree, outstanding;
+	int state;
+	bool acceptor, closed;
+	uint32_t peer_role, peer_rank;
+	struct kn__auth_challenge challenge; /* the handshake's state */
+	struct kn__auth_answer answer;
+	void *user; /* the role's */
+	struct kn__chan *prev, *next;
+	char name[64]; /* "worker 3" once known, the address before */
+	struct sockaddr_storage addr; /* a connector's peer */
+	socklen_t addrlen;
+	double retry_at; /* 0, or when to connect again */
+};
+
+int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,
+		  uint32_t self_rank, const uint8_t *secret, size_t secret_len,
+		  const struct kn__node_ops *ops, void *role);
+void kn__node_fini(struct kn__node *n);
+
+int kn__node_listen(struct kn__node *n, const struct sockaddr *addr,
+		    socklen_t len);
+/* Connect to the @peer_role @peer_rank at @addr; the role hears of it in
+ * open() once the handshake is done, or in closed(). */
+int kn__node_connect(struct kn__node *n, const struct sockaddr *addr,
+		     socklen_t len, uint32_t peer_role, uint32_t peer_rank,
+		     void *user, struct kn__chan **ch);
+
+/*
+ * One step of the progress loop: poll, busy-poll 50 us when idle, then
+ * sleep up to @timeout_ms on the transport's fd and @extra_fd (-1: none;
+ * the worker's wake-up from the application's thread); dispatch what
+ * came.  The number of completions, or a negative errno.
+ */
+int kn__node_step(struct kn__node *n, int timeout_ms, int extra_fd);
+
+/* kn__node_step in two halves, for a caller that must hold a lock while
+ * the role runs but not while the thread sleeps. */
+int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
+		  struct kn__tp_completion *c, int max);
+void kn__node_dispatch(struct kn__node *n, const struct kn__tp_completion *c,
+		       int count);
+
+/* Send @m on @ch (copied: the caller's message is free at return). */
+int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m);
+/* An ERROR message with a text, and a log line. */
+void kn__chan_send_error(struct kn__chan *ch, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Past the handshake and not closed. */
+bool kn__chan_open(const struct kn__chan *ch);
+/* Close @ch: the role's closed() runs now (status 0). */
+void kn__chan_close(struct kn__chan *ch);
+
+void kn__log(const struct kn__node *n, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Seconds on CLOCK_MONOTONIC. */
+double kn__now(void);
+
+#endif /* KN_ENGINE_NODE_H */

@@ -1,0 +1,737 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * server.c - a server: owns a share of the parameter chunks, one slot
+ * area that workers push into, an fp32 master copy and optimizer state
+ * per chunk, and one chunk rule (sync/) per chunk that says when to
+ * apply what and whom to release.
+ *
+ * Start-up: connect to the coordinator, say where we listen (HELLO), get
+ * the job (JOB) and the tensor table (TENSOR..., TENSORS_END), build the
+ * layout, allocate and register the slot area (remote write only), tell
+ * the coordinator (READY LAYOUT).  Then workers connect: each sends the
+ * descriptors of its buffers (BUFFERS..., READY BUFFERS) and gets the
+ * slot area's (SLOTS).  Worker 0 writes its initial values (INIT); every
+ * worker is then released with version 0 of every chunk, which brings
+ * all of them to the same model.
+ *
+ * Per push (a PUSH immediate): the chunk rule gets a PUSH event; an
+ * APPLY action sums the named slots in one fused pass with the
+ * optimizer (or, in summation mode, into the mean), converts the result
+ * to the tensor's dtype in one of two out buffers, and each RELEASE
+ * writes that buffer into the worker's buffer with a PULL immediate.  An
+ * out buffer is reused only once every write from it has completed;
+ * events that would need one meanwhile wait in the chunk's queue.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+#include "roles.h"
+#include "sync.h"
+
+#define NOUT 2 /* out buffers per chunk */
+
+struct srv_worker {
+	struct kn__chan *ch;
+	struct kn__tp_rdesc *params, *grads; /* per tensor */
+	uint32_t nbuffers;
+	bool ready;  /* buffers known, slots sent */
+	bool member; /* in the chunk rules' membership */
+};
+
+struct srv_chunk {
+	uint32_t idx; /* global chunk index */
+	const struct kn__chunk *c;
+	uint32_t dtype;
+	float *master, *m, *v;
+	uint64_t step; /* Adam's */
+	void *out[NOUT];
+	struct kn__tp_mr *out_mr[NOUT];
+	uint32_t refs[NOUT]; /* writes in flight from each out buffer */
+	int cur;	     /* the out buffer holding the newest version */
+	bool initialized;
+	struct kn__sync_rule *rule;
+	uint64_t *delivered; /* per worker: version last released to it */
+	uint64_t *pushes;    /* per worker: pushes seen */
+	struct kn__sync_event *queue; /* events waiting for an out buffer */
+	uint32_t qhead, qtail, qcap;
+};
+
+/* The user pointer of a release's write: which out buffer it reads. */
+struct srv_write {
+	struct srv_chunk *chunk;
+	int out;
+};
+
+struct server {
+	struct kn__node node;
+	const struct kn__config *cfg;
+	struct kn__chan *coord;
+	struct kn__msg job;
+	struct kn__tensor_desc *table;
+	uint32_t ntable;
+	struct kn__layout *layout;
+	char *slots;
+	struct kn__tp_mr *slots_mr;
+	struct srv_worker *workers;
+	struct srv_chunk *chunks; /* the ones this server owns */
+	uint32_t nchunks;
+	struct kn__sync_action *actions;
+	struct srv_write *writes; /* NOUT per chunk */
+	const void **srcs;	  /* an apply's inputs, one per worker */
+	struct sockaddr_storage advertised; /* where workers reach us */
+	bool done;
+	int status;
+};
+
+static struct server *srv_of(struct kn__node *n)
+{
+	return n->role;
+}
+
+static void fatal(struct server *s, int status, const char *why)
+{
+	kn__log(&s->node, "%s", why);
+	s->status = status;
+	s->done = true;
+}
+
+/* ---- start-up ---- */
+
+static int setup_chunks(struct server *s)
+{
+	const struct kn__layout *l = s->layout;
+	uint32_t self = s->cfg->rank, nw = l->nworkers;
+	struct kn__sync_params sp = { .protocol = s->job.u.job.protocol,
+				      .max_workers = nw,
+				      .members = 0 };
+	int ret;
+
+	for (uint32_t i = 0; i < l->nchunks; i++)
+		s->nchunks += l->chunks[i].server == self;
+	s->chunks = calloc(s->nchunks + 1, sizeof(*s->chunks));
+	s->writes = calloc((size_t)s->nchunks * NOUT + 1, sizeof(*s->writes));
+	s->actions = calloc(kn__sync_max_actions(&sp), sizeof(*s->actions));
+	s->srcs = calloc(nw, sizeof(*s->srcs));
+	if (!s->chunks || !s->writes || !s->actions || !s->srcs)
+		return -ENOMEM;
+	for (uint32_t i = 0, k = 0; i < l->nchunks; i++) {
+		struct srv_chunk *ch = &s->chunks[k];
+		size_t n;
+
+		if (l->chunks[i].server != self)
+			continue;
+		ch->idx = i;
+		ch->c = &l->chunks[i];
+		ch->dtype = l->tensors[ch->c->tensor].dtype;
+		n = ch->c->count;
+		ch->master = calloc(n, sizeof(float));
+		ch->m = calloc(n, sizeof(float));
+		ch->v = calloc(n, sizeof(float));
+		ch->delivered = calloc(nw, sizeof(uint64_t));
+		ch->pushes = calloc(nw, sizeof(uint64_t));
+		ch->qcap = 4 * nw;
+		ch->queue = calloc(ch->qcap, sizeof(*ch->queue));
+		if (!ch->master || !ch->m || !ch->v || !ch->delivered ||
+		    !ch->pushes || !ch->queue)
+			return -ENOMEM;
+		for (int o = 0; o < NOUT; o++) {
+			ch->out[o] = aligned_alloc(64, (ch->c->bytes + 63) /
+							       64 * 64);
+			if (!ch->out[o])
+				return -ENOMEM;
+			ret = kn__tp_mr_reg(s->node.ctx, ch->out[o],
+					    ch->c->bytes, 0, &ch->out_mr[o]);
+			if (ret)
+				return ret;
+			s->writes[k * NOUT + o] =
+				(struct srv_write){ .chunk = ch, .out = o };
+		}
+		ret = kn__sync_rule_create(&sp, &ch->rule);
+		if (ret)
+			return ret;
+		k++;
+	}
+	return 0;
+}
+
+static void on_table_end(struct server *s, uint32_t count)
+{
+	const struct kn__layout *l;
+	struct kn__msg m = { .type = KN__MSG_READY };
+	size_t bytes;
+	int ret;
+
+	if (count != s->ntable) {
+		fatal(s, -EPROTO, "the coordinator's tensor table is torn");
+		return;
+	}
+	ret = kn__layout_build(s->table, s->ntable, s->job.u.job.servers,
+			       s->job.u.job.workers, s->job.u.job.chunk_bytes,
+			       &s->layout);
+	if (ret) {
+		fatal(s, ret, "the tensor table makes no layout");
+		return;
+	}
+	l = s->layout;
+	bytes = l->slot_bytes[s->cfg->rank];
+	s->slots = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
+	s->workers = calloc(l->nworkers, sizeof(*s->workers));
+	if (!s->slots || !s->workers) {
+		fatal(s, -ENOMEM, "out of memory for the slot area");
+		return;
+	}
+	ret = kn__tp_mr_reg(s->node.ctx, s->slots, bytes ? bytes : 1,
+			    KN_TP_REMOTE_WRITE, &s->slots_mr);
+	if (!ret)
+		ret = setup_chunks(s);
+	if (ret) {
+		fatal(s, ret, "allocating the chunks failed");
+		return;
+	}
+	if (s->cfg->verbose)
+		kn__log(&s->node,
+			"%u chunks, %llu parameter bytes, %zu slot "
+			"bytes",
+			s->nchunks,
+			(unsigned long long)l->server_bytes[s->cfg->rank],
+			bytes);
+	m.u.ready.what = KN__READY_LAYOUT;
+	kn__chan_send(s->coord, &m);
+}
+
+/* ---- the data path ---- */
+
+static const void *slot_ptr(struct server *s, const struct srv_chunk *ch,
+			    uint32_t worker, uint32_t parity)
+{
+	return s->slots + kn__layout_slot(s->layout, ch->idx, worker, parity);
+}
+
+/* Write the newest version of @ch into worker @w's buffer. */
+static void release(struct server *s, struct srv_chunk *ch, uint32_t w,
+		    uint64_t version)
+{
+	struct srv_worker *sw = &s->workers[w];
+	const struct kn__tp_rdesc *dst;
+	uint64_t off;
+	int ret;
+
+	if (!sw->ch || !sw->ready)
+		return; /* gone: it gets the model when it comes back */
+	dst = s->job.u.job.optimizer == KN__CONFIG_SUM
+		      ? &sw->grads[ch->c->tensor]
+		      : &sw->params[ch->c->tensor];
+	off = ch->c->first * kn_dtype_size(ch->dtype);
+	ret = kn__tp_post_write_imm(
+		sw->ch->ep, ch->out_mr[ch->cur], 0, ch->c->bytes, dst, off,
+		kn__imm(KN__IMM_PULL, 0, ch->idx),
+		&s->writes[(ch - s->chunks) * NOUT + ch->cur]);
+	if (ret) {
+		kn__log(&s->node, "%s: release of chunk %u: %s", sw->ch->name,
+			ch->idx, strerror(-ret));
+		kn__chan_close(sw->ch);
+		return;
+	}
+	ch->refs[ch->cur]++;
+	ch->delivered[w] = version;
+}
+
+/* Apply one APPLY action into the free out buffer @o. */
+static int apply(struct server *s, struct srv_chunk *ch,
+		 const struct kn__sync_action *a, int o)
+{
+	const void **src = s->srcs;
+	const struct kn__msg *job = &s->job;
+	size_t n = ch->c->count;
+	float w = a->ncontrib ? a->contrib[0].weight : 1.0f;
+	int ret;
+
+	if (a->ncontrib == 0 || a->ncontrib > s->layout->nworkers)
+		return -EINVAL;
+	for (uint32_t i = 0; i < a->ncontrib; i++) {
+		if (a->contrib[i].weight != w)
+			return -EINVAL; /* BSP and ASP weigh alike */
+		src[i] = slot_ptr(s, ch, a->contrib[i].worker,
+				  a->contrib[i].slot);
+	}
+	if (job->u.job.optimizer == KN__CONFIG_SUM) {
+		/* the mean, in the tensor's dtype, for the workers */
+		ret = kn_sum(ch->out[o], ch->dtype, src, a->ncontrib, ch->dtype,
+			     n, w);
+	} else {
+		struct kn_update_params p = {
+			.optimizer = (enum kn_optimizer)job->u.job.optimizer,
+			.lr = job->u.job.lr * a->lr_scale,
+			.grad_scale = w,
+			.momentum = job->u.job.momentum,
+			.beta1 = 0.9f,
+			.beta2 = 0.999f,
+			.eps = 1e-8f,
+			.step = ++ch->step,
+		};
+
+		ret = kn_update(&p, ch->master, ch->m, ch->v, src, a->ncontrib,
+				ch->dtype, n);
+		if (!ret)
+			ret = kn_convert(ch->out[o], ch->dtype, ch->master,
+					 KN_DTYPE_FP32, n);
+	}
+	if (!ret)
+		ch->cur = o;
+	return ret;
+}
+
+static int free_out(const struct srv_chunk *ch)
+{
+	for (int o = 0; o < NOUT; o++)
+		if (o != ch->cur && ch->refs[o] == 0)
+			return o;
+	return -1;
+}
+
+/*
+ * Feed @ev to @ch's rule and carry out its actions.  False when an
+ * APPLY found no free out buffer: the event waits in the queue.
+ */
+static bool feed(struct server *s, struct srv_chunk *ch,
+		 const struct kn__sync_event *ev)
+{
+	int n, o = -1;
+
+	if (ev->type == KN__SYNC_EV_PUSH && (o = free_out(ch)) < 0)
+		return false; /* a push may apply: it needs a free buffer */
+	n = kn__sync_rule_event(ch->rule, ev, s->actions);
+	if (n < 0) {
+		struct srv_worker *sw = &s->workers[ev->worker];
+
+		if (sw->ch)
+			kn__chan_send_error(sw->ch, n,
+					    "chunk %u: a push the protocol "
+					    "refuses",
+					    ch->idx);
+		return true;
+	}
+	for (int i = 0; i < n; i++) {
+		const struct kn__sync_action *a = &s->actions[i];
+
+		if (a->type == KN__SYNC_ACT_APPLY) {
+			if (o < 0)
+				o = free_out(ch);
+			if (o < 0 || apply(s, ch, a, o)) {
+				fatal(s, -EIO, "an apply failed");
+				return true;
+			}
+			o = -1;
+		} else if (a->type == KN__SYNC_ACT_RELEASE) {
+			release(s, ch, a->worker, a->version);
+		}
+	}
+	return true;
+}
+
+static void drain_queue(struct server *s, struct srv_chunk *ch)
+{
+	while (ch->qhead != ch->qtail &&
+	       feed(s, ch, &ch->queue[ch->qhead % ch->qcap]))
+		ch->qhead++;
+}
+
+static void event(struct server *s, struct srv_chunk *ch,
+		  const struct kn__sync_event *ev)
+{
+	if (ch->qhead == ch->qtail && feed(s, ch, ev))
+		return;
+	if (ch->qtail - ch->qhead == ch->qcap) {
+		fatal(s, -ENOBUFS, "a chunk's event queue overflowed");
+		return;
+	}
+	ch->queue[ch->qtail++ % ch->qcap] = *ev;
+}
+
+static struct srv_chunk *chunk_of(struct server *s, uint32_t idx)
+{
+	uint32_t lo = 0, hi = s->nchunks;
+
+	while (lo < hi) { /* owned chunks are in index order */
+		uint32_t mid = (lo + hi) / 2;
+
+		if (s->chunks[mid].idx < idx)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < s->nchunks && s->chunks[lo].idx == idx ? &s->chunks[lo]
+							   : NULL;
+}
+
+/* A worker is in: member of every rule, which releases it. */
+static void join(struct server *s, uint32_t w)
+{
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_JOIN,
+				     .worker = w,
+				     .t = kn__now() };
+
+	if (s->workers[w].member)
+		return;
+	s->workers[w].member = true;
+	for (uint32_t i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].initialized)
+			event(s, &s->chunks[i], &ev);
+}
+
+static void leave(struct server *s, uint32_t w)
+{
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_LEAVE,
+				     .worker = w,
+				     .t = kn__now() };
+
+	if (!s->workers[w].member)
+		return;
+	s->workers[w].member = false;
+	for (uint32_t i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].initialized)
+			event(s, &s->chunks[i], &ev);
+}
+
+/* Worker 0's initial values of a chunk: the master copy, version 0. */
+static void init_chunk(struct server *s, struct srv_chunk *ch)
+{
+	const void *src = slot_ptr(s, ch, 0, 0);
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_JOIN, .t = kn__now() };
+
+	if (ch->initialized)
+		return;
+	kn_convert(ch->master, KN_DTYPE_FP32, src, ch->dtype, ch->c->count);
+	memcpy(ch->out[ch->cur], src, ch->c->bytes);
+	ch->initialized = true;
+	/* members so far join the rule now, and get version 0 */
+	for (uint32_t w = 0; w < s->layout->nworkers; w++) {
+		if (!s->workers[w].member)
+			continue;
+		ev.worker = w;
+		event(s, ch, &ev);
+	}
+}
+
+static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
+		   uint64_t bytes)
+{
+	struct server *s = srv_of(n);
+	struct srv_chunk *c =
+		s->layout ? chunk_of(s, kn__imm_chunk(imm)) : NULL;
+	uint32_t w = ch->peer_rank;
+	struct kn__sync_event ev;
+
+	if (!c || ch->peer_role != KN__ROLE_WORKER || bytes != c->c->bytes ||
+	    !s->workers[w].ready) {
+		kn__log(n,
+			"%s: a write for chunk %u that is not ours: "
+			"closing",
+			ch->name, kn__imm_chunk(imm));
+		kn__chan_close(ch);
+		return;
+	}
+	switch (kn__imm_op(imm)) {
+	case KN__IMM_INIT:
+		if (w == 0)
+			init_chunk(s, c);
+		return;
+	case KN__IMM_PUSH:
+		if (!c->initialized || !s->workers[w].member)
+			return; /* not in the job (yet): dropped */
+		ev = (struct kn__sync_event){
+			.type = KN__SYNC_EV_PUSH,
+			.worker = w,
+			.slot = kn__imm_parity(imm),
+			.clock = c->pushes[w]++,
+			.version = c->delivered[w],
+			.t = kn__now(),
+		};
+		event(s, c, &ev);
+		return;
+	default:
+		kn__chan_close(ch);
+	}
+}
+
+static void on_written(struct kn__node *n, void *user, int status)
+{
+	struct srv_write *wr = user;
+	struct srv_chunk *ch = wr->chunk;
+
+	(void)n;
+	(void)status; /* a failed write fails its endpoint: closed() */
+	ch->refs[wr->out]--;
+	drain_queue(srv_of(n), ch);
+}
+
+/* ---- messages ---- */
+
+static void on_worker_msg(struct server *s, struct kn__chan *ch,
+			  const struct kn__msg *m)
+{
+	uint32_t w = ch->peer_rank;
+	struct srv_worker *sw = &s->workers[w];
+	struct kn__msg r = { .type = KN__MSG_SLOTS };
+
+	switch (m->type) {
+	case KN__MSG_BUFFERS:
+		if (m->u.buffers.index >= s->layout->ntensors) {
+			kn__chan_send_error(ch, -EINVAL, "no tensor %u",
+					    m->u.buffers.index);
+			kn__chan_close(ch);
+			return;
+		}
+		sw->params[m->u.buffers.index] = m->u.buffers.params;
+		sw->grads[m->u.buffers.index] = m->u.buffers.grads;
+		sw->nbuffers++;
+		return;
+	case KN__MSG_READY:
+		if (m->u.ready.what != KN__READY_BUFFERS ||
+		    sw->nbuffers != s->layout->ntensors) {
+			kn__chan_send_error(ch, -EINVAL,
+					    "%u of %u buffers before READY",
+					    sw->nbuffers, s->layout->ntensors);
+			kn__chan_close(ch);
+			return;
+		}
+		sw->ready = true;
+		kn__tp_mr_rdesc(s->slots_mr, &r.u.slots.slots);
+		kn__chan_send(ch, &r);
+		join(s, w);
+		return;
+	case KN__MSG_DONE:
+		leave(s, w);
+		return;
+	default:
+		kn__chan_send_error(ch, -EPROTO, "%s is no worker message",
+				    kn__msg_name(m->type));
+		kn__chan_close(ch);
+	}
+}
+
+static void on_coord_msg(struct server *s, const struct kn__msg *m)
+{
+	switch (m->type) {
+	case KN__MSG_JOB:
+		s->job = *m;
+		if (m->u.job.workers == 0 ||
+		    m->u.job.workers > KN_CONFIG_MAX_COUNT)
+			fatal(s, -EPROTO, "a job without workers");
+		return;
+	case KN__MSG_TENSOR: {
+		struct kn__tensor_desc *t;
+
+		if (s->layout || m->u.tensor.index != s->ntable ||
+		    s->ntable >= KN__CHUNK_MAX) {
+			fatal(s, -EPROTO, "tensor table out of order");
+			return;
+		}
+		t = realloc(s->table, (s->ntable + 1) * sizeof(*t));
+		if (!t) {
+			fatal(s, -ENOMEM, "out of memory");
+			return;
+		}
+		s->table = t;
+		memcpy(t[s->ntable].key, m->u.tensor.key, KN__KEY_MAX);
+		t[s->ntable].dtype = m->u.tensor.dtype;
+		t[s->ntable].len = m->u.tensor.len;
+		s->ntable++;
+		return;
+	}
+	case KN__MSG_TENSORS_END:
+		on_table_end(s, m->u.tensors_end.count);
+		return;
+	case KN__MSG_MEMBER:
+		if (!s->layout || m->u.member.rank >= s->layout->nworkers)
+			return;
+		if (!m->u.member.joined) {
+			struct kn__chan *ch = s->workers[m->u.member.rank].ch;
+
+			leave(s, m->u.member.rank);
+			if (ch)
+				kn__chan_close(ch);
+		}
+		return;
+	case KN__MSG_SHUTDOWN:
+		s->done = true;
+		return;
+	case KN__MSG_ERROR:
+		kn__log(&s->node, "coordinator: %s", m->u.error.text);
+		s->status = m->u.error.code;
+		s->done = true;
+		return;
+	default:
+		fatal(s, -EPROTO, "an unexpected message from the coordinator");
+	}
+}
+
+static void on_message(struct kn__node *n, struct kn__chan *ch,
+		       const struct kn__msg *m)
+{
+	struct server *s = srv_of(n);
+
+	if (ch == s->coord)
+		on_coord_msg(s, m);
+	else
+		on_worker_msg(s, ch, m);
+}
+
+static void on_open(struct kn__node *n, struct kn__chan *ch)
+{
+	struct server *s = srv_of(n);
+	struct srv_worker *sw;
+	struct kn__msg m = { .type = KN__MSG_HELLO };
+
+	if (ch == s->coord) {
+		m.u.hello.role = KN__ROLE_SERVER;
+		m.u.hello.rank = s->cfg->rank;
+		m.u.hello.addr = s->advertised;
+		kn__chan_send(ch, &m);
+		return;
+	}
+	if (ch->peer_role != KN__ROLE_WORKER || !s->layout ||
+	    ch->peer_rank >= s->layout->nworkers) {
+		kn__chan_send_error(ch, -EPERM,
+				    "only workers of this job "
+				    "connect to a server");
+		kn__chan_close(ch);
+		return;
+	}
+	sw = &s->workers[ch->peer_rank];
+	if (sw->ch) {
+		kn__log(n, "%s connected again: the old connection goes",
+			ch->name);
+		kn__chan_close(sw->ch);
+	}
+	free(sw->params);
+	free(sw->grads);
+	*sw = (struct srv_worker){
+		.ch = ch,
+		.params = calloc(s->layout->ntensors, sizeof(*sw->params)),
+		.grads = calloc(s->layout->ntensors, sizeof(*sw->grads)),
+	};
+	if (!sw->params || !sw->grads)
+		kn__chan_close(ch);
+}
+
+static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
+{
+	struct server *s = srv_of(n);
+
+	(void)status;
+	if (ch == s->coord) {
+		if (!s->done)
+			kn__log(n, "the coordinator went away: exiting");
+		s->coord = NULL;
+		s->done = true;
+		return;
+	}
+	if (s->workers && ch->peer_role == KN__ROLE_WORKER &&
+	    s->workers[ch->peer_rank].ch == ch) {
+		/* its slots are free: it is no member any more */
+		s->workers[ch->peer_rank].ch = NULL;
+		s->workers[ch->peer_rank].ready = false;
+		leave(s, ch->peer_rank);
+	}
+}
+
+static const struct kn__node_ops server_ops = {
+	.open = on_open,
+	.message = on_message,
+	.closed = on_closed,
+	.imm = on_imm,
+	.written = on_written,
+};
+
+static void server_free(struct server *s)
+{
+	for (uint32_t i = 0; i < s->nchunks; i++) {
+		struct srv_chunk *ch = &s->chunks[i];
+
+		kn__sync_rule_destroy(ch->rule);
+		free(ch->master);
+		free(ch->m);
+		free(ch->v);
+		free(ch->delivered);
+		free(ch->pushes);
+		free(ch->queue);
+		for (int o = 0; o < NOUT; o++)
+			free(ch->out[o]);
+	}
+	if (s->workers)
+		for (uint32_t w = 0; w < s->layout->nworkers; w++) {
+			free(s->workers[w].params);
+			free(s->workers[w].grads);
+		}
+	free(s->workers);
+	free(s->chunks);
+	free(s->writes);
+	free(s->actions);
+	free(s->srcs);
+	free(s->slots);
+	free(s->table);
+	kn__layout_free(s->layout);
+}
+
+int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
+		   size_t secret_len)
+{
+	struct server s = { .cfg = cfg };
+	struct sockaddr_storage coord, self;
+	socklen_t clen, slen;
+	int ret;
+
+	ret = kn__node_init(&s.node, kn__config_transport_name(cfg->transport),
+			    KN__ROLE_SERVER, cfg->rank, secret, secret_len,
+			    &server_ops, &s);
+	if (ret)
+		return ret;
+	s.node.verbose = cfg->verbose;
+	s.node.retry_until = kn__now() + cfg->startup_timeout_ms / 1000.0;
+	ret = kn__config_resolve(&cfg->coordinator, &coord, &clen);
+	if (!ret)
+		ret = kn__config_resolve(&cfg->listen, &self, &slen);
+	if (ret) {
+		kn__log(&s.node,
+			"cannot resolve the coordinator's or our own "
+			"address: %s",
+			strerror(-ret));
+		goto out;
+	}
+	if (kn__addr_is_any(&self) && kn__addr_is_loopback(&coord))
+		kn__addr_copy_ip(&self, &coord); /* a job on this machine */
+	ret = kn__node_listen(&s.node, (struct sockaddr *)&self, slen);
+	if (!ret)
+		ret = kn__tp_listener_addr(s.node.listener, &s.advertised);
+	if (!ret && kn__addr_is_any(&s.advertised))
+		ret = kn__addr_local(&s.advertised);
+	if (ret) {
+		kn__log(&s.node, "cannot listen on %s:%u: %s", cfg->listen.host,
+			cfg->listen.port, strerror(-ret));
+		goto out;
+	}
+	ret = kn__node_connect(&s.node, (struct sockaddr *)&coord, clen,
+			       KN__ROLE_COORDINATOR, 0, NULL, &s.coord);
+	if (ret) {
+		kn__log(&s.node, "cannot reach the coordinator at %s:%u: %s",
+			cfg->coordinator.host, cfg->coordinator.port,
+			strerror(-ret));
+		goto out;
+	}
+	while (!s.done) {
+		ret = kn__node_step(&s.node, 200, -1);
+		if (ret < 0) {
+			s.status = ret;
+			break;
+		}
+	}
+	ret = s.status;
+out:
+	kn__node_fini(&s.node);
+	server_free(&s);
+	return ret;
+}

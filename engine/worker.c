@@ -1,0 +1,898 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * worker.c - the worker library behind kn_worker_*: a progress thread
+ * that owns the transport context and runs the job's protocol, and the
+ * application's calls, which hand it requests under a lock and wait on a
+ * condition variable.
+ *
+ * Start-up (kn_worker_create, kn_worker_start): coordinator first (JOB,
+ * the servers' HELLOs), then our tensor table to it, then, once it says
+ * the servers are ready (READY TABLE), our buffers to every server
+ * (BUFFERS..., READY BUFFERS), their slot areas back (SLOTS).  Worker 0
+ * writes its initial values (INIT); every server answers every worker
+ * with the model (a PULL write per chunk).  With the model in hand we
+ * tell the coordinator (READY START) and wait for everyone (READY
+ * START back).
+ *
+ * Steps: a push of chunk c writes the gradient chunk into our slot of
+ * parity (push count mod 2) on its server, a PUSH immediate; the server
+ * answers each push with a PULL write of the new values.  A chunk has
+ * two slots, so at most two of its pushes are unanswered: a third waits
+ * (operations are carried out in order).  Counters per chunk: expect
+ * (answers due: the initial model plus one per push) and delivered.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "node.h"
+#include "roles.h"
+
+#define MAX_OPS 1024
+
+enum wk_state {
+	WK_JOINING, /* waiting for JOB and the servers */
+	WK_JOINED,  /* registering tensors */
+	WK_TABLE,   /* table sent, waiting for READY TABLE */
+	WK_SERVERS, /* connecting to servers, waiting for the model */
+	WK_MODEL,   /* model in hand, waiting for READY START */
+	WK_RUNNING,
+	WK_FAILED,
+};
+
+struct wk_tensor {
+	struct kn__tensor_desc d;
+	void *params, *grads;
+	struct kn__tp_mr *pmr, *gmr;
+};
+
+struct wk_server {
+	struct kn__chan *ch;
+	struct sockaddr_storage addr;
+	struct kn__tp_rdesc slots;
+	bool known, have_slots;
+};
+
+struct wk_chunk {
+	uint64_t pushed, expect, delivered;
+};
+
+struct wk_op {
+	uint64_t id;
+	uint32_t tensor; /* UINT32_MAX: every tensor */
+	bool push, pull, posted, done;
+	uint32_t next;	   /* the next chunk to push, relative */
+	uint32_t writes;   /* pushes in flight */
+	uint64_t *targets; /* per chunk of the op: deliveries it waits for */
+	int status;
+};
+
+struct kn_worker {
+	struct kn__node node;
+	struct kn__config cfg;
+	uint8_t secret[KN__SECRET_MAX];
+	size_t secret_len;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int wake; /* eventfd: the application has news for the thread */
+	bool stop, start_requested, done_sent;
+	enum wk_state state;
+	int error;
+	struct kn__chan *coord;
+	struct sockaddr_storage coord_addr;
+	socklen_t coord_len;
+	struct kn__msg job;
+	struct wk_server *servers;
+	uint32_t nservers_known, nslots;
+	struct wk_tensor *tensors; /* registration order, sorted at start */
+	uint32_t ntensors;
+	struct kn__layout *layout;
+	struct wk_chunk *chunks;
+	uint32_t delivered_once;
+	struct wk_op ops[MAX_OPS];
+	uint64_t next_id, first_unposted, first_undone;
+	uint64_t clock;
+	double last_beat;
+};
+
+/* ---- in the progress thread ---- */
+
+static struct kn_worker *wk_of(struct kn__node *n)
+{
+	return n->role;
+}
+
+/* Everything fails with @err: ops, waits, the state. */
+static void fail(struct kn_worker *w, int err)
+{
+	if (w->state == WK_FAILED)
+		return;
+	w->state = WK_FAILED;
+	w->error = err;
+	for (uint64_t id = w->first_undone; id < w->next_id; id++) {
+		struct wk_op *op = &w->ops[id % MAX_OPS];
+
+		if (!op->done) {
+			op->done = true;
+			op->status = err;
+		}
+	}
+	pthread_cond_broadcast(&w->cond);
+}
+
+static void chunk_range(const struct kn_worker *w, uint32_t tensor,
+			uint32_t *first, uint32_t *end)
+{
+	const struct kn__layout *l = w->layout;
+
+	if (tensor == UINT32_MAX) {
+		*first = 0;
+		*end = l->nchunks;
+	} else {
+		*first = l->first_chunk[tensor];
+		*end = l->first_chunk[tensor + 1];
+	}
+}
+
+static bool op_finished(const struct kn_worker *w, const struct wk_op *op)
+{
+	uint32_t first, end;
+
+	if (!op->posted || op->writes)
+		return false;
+	if (!op->pull)
+		return true;
+	chunk_range(w, op->tensor, &first, &end);
+	for (uint32_t c = first; c < end; c++)
+		if (w->chunks[c].delivered < op->targets[c - first])
+			return false;
+	return true;
+}
+
+static void check_ops(struct kn_worker *w)
+{
+	bool any = false;
+
+	for (uint64_t id = w->first_undone; id < w->first_unposted; id++) {
+		struct wk_op *op = &w->ops[id % MAX_OPS];
+
+		if (!op->done && op_finished(w, op)) {
+			op->done = true;
+			any = true;
+		}
+	}
+	while (w->first_undone < w->first_unposted &&
+	       w->ops[w->first_undone % MAX_OPS].done)
+		w->first_undone++;
+	if (any)
+		pthread_cond_broadcast(&w->cond);
+}
+
+/* Post the pushes of the waiting operations, in order, while chunks have
+ * free slots. */
+static void advance(struct kn_worker *w)
+{
+	const struct kn__layout *l = w->layout;
+
+	while (w->state == WK_RUNNING && w->first_unposted < w->next_id) {
+		struct wk_op *op = &w->ops[w->first_unposted % MAX_OPS];
+		uint32_t first, end;
+
+		chunk_range(w, op->tensor, &first, &end);
+		for (; op->push && first + op->next < end; op->next++) {
+			uint32_t c = first + op->next;
+			struct wk_chunk *wc = &w->chunks[c];
+			const struct kn__chunk *kc = &l->chunks[c];
+			const struct wk_tensor *t = &w->tensors[kc->tensor];
+			struct wk_server *s = &w->servers[kc->server];
+			uint32_t parity = (uint32_t)(wc->pushed & 1);
+			int ret;
+
+			if (wc->expect - wc->delivered >= 2)
+				return; /* both slots taken: wait */
+			ret = kn__tp_post_write_imm(
+				s->ch->ep, t->gmr,
+				kc->first * kn_dtype_size(t->d.dtype),
+				kc->bytes, &s->slots,
+				kn__layout_slot(l, c, w->cfg.rank, parity),
+				kn__imm(KN__IMM_PUSH, parity, c), op);
+			if (ret) {
+				kn__log(&w->node, "push to server %u: %s",
+					kc->server, strerror(-ret));
+				fail(w, ret);
+				return;
+			}
+			wc->pushed++;
+			wc->expect++;
+			op->writes++;
+		}
+		if (op->pull) {
+			op->targets = malloc((end - first + 1) *
+					     sizeof(*op->targets));
+			if (!op->targets) {
+				fail(w, -ENOMEM);
+				return;
+			}
+			for (uint32_t c = first; c < end; c++)
+				op->targets[c - first] = w->chunks[c].expect;
+		}
+		op->posted = true;
+		w->first_unposted++;
+	}
+	check_ops(w);
+}
+
+static int send_table(struct kn_worker *w)
+{
+	struct kn__msg m = { .type = KN__MSG_TENSOR };
+
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		m.u.tensor.index = i;
+		m.u.tensor.dtype = w->tensors[i].d.dtype;
+		m.u.tensor.len = w->tensors[i].d.len;
+		memcpy(m.u.tensor.key, w->tensors[i].d.key, KN__KEY_MAX);
+		if (kn__chan_send(w->coord, &m))
+			return -ENOTCONN;
+	}
+	m = (struct kn__msg){ .type = KN__MSG_TENSORS_END };
+	m.u.tensors_end.count = w->ntensors;
+	return kn__chan_send(w->coord, &m);
+}
+
+static int by_key(const void *a, const void *b)
+{
+	const struct wk_tensor *x = a, *y = b;
+
+	return strcmp(x->d.key, y->d.key);
+}
+
+/* READY TABLE: build the layout, register buffers, go to the servers. */
+static void go_to_servers(struct kn_worker *w)
+{
+	struct kn__tensor_desc *d = calloc(w->ntensors + 1, sizeof(*d));
+	bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+	int ret;
+
+	if (!d) {
+		fail(w, -ENOMEM);
+		return;
+	}
+	for (uint32_t i = 0; i < w->ntensors; i++)
+		d[i] = w->tensors[i].d;
+	ret = kn__layout_build(d, w->ntensors, w->job.u.job.servers,
+			       w->job.u.job.workers, w->job.u.job.chunk_bytes,
+			       &w->layout);
+	free(d);
+	if (!ret) {
+		w->chunks = calloc(w->layout->nchunks + 1, sizeof(*w->chunks));
+		ret = w->chunks ? 0 : -ENOMEM;
+	}
+	for (uint32_t i = 0; !ret && i < w->ntensors; i++) {
+		struct wk_tensor *t = &w->tensors[i];
+		size_t bytes = t->d.len * kn_dtype_size(t->d.dtype);
+
+		/* pulls land in params (or, summing, in grads) */
+		ret = kn__tp_mr_reg(w->node.ctx, t->params, bytes,
+				    sum ? 0 : KN_TP_REMOTE_WRITE, &t->pmr);
+		if (!ret)
+			ret = kn__tp_mr_reg(w->node.ctx, t->grads, bytes,
+					    sum ? KN_TP_REMOTE_WRITE : 0,
+					    &t->gmr);
+	}
+	for (uint32_t s = 0; !ret && s < w->job.u.job.servers; s++) {
+		struct wk_server *ws = &w->servers[s];
+
+		ret = kn__node_connect(&w->node, (struct sockaddr *)&ws->addr,
+				       kn__addr_len(&ws->addr), KN__ROLE_SERVER,
+				       s, ws, &ws->ch);
+	}
+	if (ret) {
+		kn__log(&w->node, "going to the servers: %s", strerror(-ret));
+		fail(w, ret);
+		return;
+	}
+	for (uint32_t c = 0; c < w->layout->nchunks; c++)
+		w->chunks[c].expect = 1; /* the initial model */
+	w->state = WK_SERVERS;
+}
+
+static void send_buffers(struct kn_worker *w, struct wk_server *ws)
+{
+	struct kn__msg m = { .type = KN__MSG_BUFFERS };
+
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		m.u.buffers.index = i;
+		kn__tp_mr_rdesc(w->tensors[i].pmr, &m.u.buffers.params);
+		kn__tp_mr_rdesc(w->tensors[i].gmr, &m.u.buffers.grads);
+		kn__chan_send(ws->ch, &m);
+	}
+	m = (struct kn__msg){ .type = KN__MSG_READY };
+	m.u.ready.what = KN__READY_BUFFERS;
+	kn__chan_send(ws->ch, &m);
+}
+
+/* Every server has our buffers: worker 0 writes the initial model. */
+static void send_init(struct kn_worker *w)
+{
+	const struct kn__layout *l = w->layout;
+
+	if (w->cfg.rank != 0)
+		return;
+	for (uint32_t c = 0; c < l->nchunks; c++) {
+		const struct kn__chunk *kc = &l->chunks[c];
+		const struct wk_tensor *t = &w->tensors[kc->tensor];
+		struct wk_server *s = &w->servers[kc->server];
+		int ret = kn__tp_post_write_imm(
+			s->ch->ep, t->pmr,
+			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
+			&s->slots, kn__layout_slot(l, c, 0, 0),
+			kn__imm(KN__IMM_INIT, 0, c), NULL);
+
+		if (ret) {
+			fail(w, ret);
+			return;
+		}
+	}
+}
+
+static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
+		   uint64_t bytes)
+{
+	struct kn_worker *w = wk_of(n);
+	uint32_t c = kn__imm_chunk(imm);
+	struct kn__msg m = { .type = KN__MSG_READY };
+
+	if (!w->layout || kn__imm_op(imm) != KN__IMM_PULL ||
+	    c >= w->layout->nchunks || ch->peer_role != KN__ROLE_SERVER ||
+	    w->layout->chunks[c].server != ch->peer_rank ||
+	    bytes != w->layout->chunks[c].bytes) {
+		kn__log(n, "%s: a write that is no answer of ours", ch->name);
+		fail(w, -EPROTO);
+		return;
+	}
+	if (w->chunks[c].delivered++ == 0 &&
+	    ++w->delivered_once == w->layout->nchunks) {
+		w->state = WK_MODEL;
+		m.u.ready.what = KN__READY_START;
+		kn__chan_send(w->coord, &m);
+	}
+	check_ops(w);
+	advance(w);
+}
+
+static void on_written(struct kn__node *n, void *user, int status)
+{
+	struct kn_worker *w = wk_of(n);
+	struct wk_op *op = user;
+
+	if (!op)
+		return; /* an INIT write */
+	if (status)
+		fail(w, status);
+	op->writes--;
+	check_ops(w);
+}
+
+static void on_message(struct kn__node *n, struct kn__chan *ch,
+		       const struct kn__msg *m)
+{
+	struct kn_worker *w = wk_of(n);
+
+	if (m->type == KN__MSG_ERROR) {
+		kn__log(n, "%s: %s", ch->name, m->u.error.text);
+		fail(w, m->u.error.code);
+		return;
+	}
+	if (m->type == KN__MSG_SHUTDOWN) {
+		if (w->state != WK_RUNNING || w->first_undone < w->next_id)
+			kn__log(n, "the job ended");
+		fail(w, -ESHUTDOWN);
+		return;
+	}
+	if (ch == w->coord) {
+		if (m->type == KN__MSG_JOB && w->state == WK_JOINING) {
+			w->job = *m;
+			w->servers =
+				calloc(m->u.job.servers, sizeof(*w->servers));
+			if (!w->servers || m->u.job.rank != w->cfg.rank)
+				fail(w, -EPROTO);
+			return;
+		}
+		if (m->type == KN__MSG_HELLO && w->servers &&
+		    m->u.hello.role == KN__ROLE_SERVER &&
+		    m->u.hello.rank < w->job.u.job.servers &&
+		    !w->servers[m->u.hello.rank].known) {
+			w->servers[m->u.hello.rank].addr = m->u.hello.addr;
+			w->servers[m->u.hello.rank].known = true;
+			if (++w->nservers_known == w->job.u.job.servers) {
+				w->state = WK_JOINED;
+				pthread_cond_broadcast(&w->cond);
+			}
+			return;
+		}
+		if (m->type == KN__MSG_READY &&
+		    m->u.ready.what == KN__READY_TABLE &&
+		    w->state == WK_TABLE) {
+			go_to_servers(w);
+			return;
+		}
+		if (m->type == KN__MSG_READY &&
+		    m->u.ready.what == KN__READY_START &&
+		    w->state == WK_MODEL) {
+			w->state = WK_RUNNING;
+			pthread_cond_broadcast(&w->cond);
+			advance(w);
+			return;
+		}
+	} else if (m->type == KN__MSG_SLOTS && ch->user) {
+		struct wk_server *ws = ch->user;
+
+		if (!ws->have_slots) {
+			ws->slots = m->u.slots.slots;
+			ws->have_slots = true;
+			if (++w->nslots == w->job.u.job.servers)
+				send_init(w);
+			return;
+		}
+	}
+	kn__log(n, "%s: %s out of place", ch->name, kn__msg_name(m->type));
+	fail(w, -EPROTO);
+}
+
+static void on_open(struct kn__node *n, struct kn__chan *ch)
+{
+	struct kn_worker *w = wk_of(n);
+
+	if (ch != w->coord)
+		send_buffers(w, ch->user);
+}
+
+static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
+{
+	struct kn_worker *w = wk_of(n);
+
+	if (ch == w->coord)
+		w->coord = NULL;
+	else if (ch->user)
+		((struct wk_server *)ch->user)->ch = NULL;
+	if (w->state != WK_FAILED && !w->stop) {
+		kn__log(n, "lost %s%s%s", ch->name, status ? ": " : "",
+			status ? strerror(-status) : "");
+		fail(w, status ? status : -ECONNRESET);
+	}
+}
+
+static const struct kn__node_ops worker_ops = {
+	.open = on_open,
+	.message = on_message,
+	.closed = on_closed,
+	.imm = on_imm,
+	.written = on_written,
+};
+
+static void heartbeat(struct kn_worker *w)
+{
+	struct kn__msg m = { .type = KN__MSG_HEARTBEAT };
+	double t = kn__now();
+
+	if (!w->coord || !kn__chan_open(w->coord) ||
+	    t - w->last_beat < w->cfg.heartbeat_timeout_ms / 4000.0)
+		return;
+	w->last_beat = t;
+	kn__chan_send(w->coord, &m);
+}
+
+static void *progress(void *arg)
+{
+	struct kn_worker *w = arg;
+	struct kn__tp_completion c[64];
+	uint64_t v;
+	int got;
+
+	pthread_mutex_lock(&w->lock);
+	/* the context's first post is ours: it is this thread's */
+	got = kn__node_connect(&w->node, (struct sockaddr *)&w->coord_addr,
+			       w->coord_len, KN__ROLE_COORDINATOR, 0, NULL,
+			       &w->coord);
+	if (got) {
+		kn__log(&w->node, "cannot reach the coordinator at %s:%u: %s",
+			w->cfg.coordinator.host, w->cfg.coordinator.port,
+			strerror(-got));
+		fail(w, got);
+	}
+	while (!w->stop) {
+		if (w->start_requested && w->state == WK_JOINED) {
+			w->start_requested = false;
+			w->state = WK_TABLE;
+			if (send_table(w))
+				fail(w, -ENOTCONN);
+		}
+		advance(w);
+		heartbeat(w);
+		pthread_mutex_unlock(&w->lock);
+		/* the lock is free while the thread sleeps */
+		got = kn__node_wait(&w->node, 100, w->wake, c, 64);
+		pthread_mutex_lock(&w->lock);
+		if (read(w->wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			break;
+		if (got < 0)
+			fail(w, got);
+		else
+			kn__node_dispatch(&w->node, c, got);
+	}
+	if (w->coord && !w->done_sent) {
+		struct kn__msg m = { .type = KN__MSG_DONE };
+
+		kn__chan_send(w->coord, &m);
+		w->done_sent = true;
+		pthread_mutex_unlock(&w->lock);
+		/* a moment for DONE to leave */
+		for (double end = kn__now() + 0.2; kn__now() < end;) {
+			got = kn__node_wait(&w->node, 20, -1, c, 64);
+			pthread_mutex_lock(&w->lock);
+			if (got > 0)
+				kn__node_dispatch(&w->node, c, got);
+			pthread_mutex_unlock(&w->lock);
+		}
+		pthread_mutex_lock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+/* ---- the application's side ---- */
+
+static void wake(struct kn_worker *w)
+{
+	uint64_t one = 1;
+
+	if (write(w->wake, &one, sizeof(one)) < 0)
+		kn__log(&w->node, "eventfd: %s", strerror(errno));
+}
+
+/* Wait under the lock until @cond(w, arg) or failure or the deadline. */
+static int wait_for(struct kn_worker *w,
+		    bool (*cond)(struct kn_worker *, uint64_t), uint64_t arg,
+		    int timeout_ms, const char *what)
+{
+	struct timespec dl;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	while (!cond(w, arg) && w->state != WK_FAILED && ret != ETIMEDOUT)
+		ret = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+	if (cond(w, arg))
+		return 0;
+	if (w->state == WK_FAILED)
+		return w->error;
+	kn__log(&w->node, "timed out after %.1f s %s", timeout_ms / 1000.0,
+		what);
+	return -ETIMEDOUT;
+}
+
+static bool joined(struct kn_worker *w, uint64_t unused)
+{
+	(void)unused;
+	return w->state >= WK_JOINED && w->state != WK_FAILED;
+}
+
+static bool running(struct kn_worker *w, uint64_t unused)
+{
+	(void)unused;
+	return w->state == WK_RUNNING;
+}
+
+static int options(const struct kn_worker_options *opt, struct kn__config *cfg)
+{
+	char rank[16], timeout[16], err[256];
+	char *argv[16] = { "kanel-worker", "--role", "worker" };
+	int argc = 3, ret;
+
+	if (opt && opt->coordinator) {
+		argv[argc++] = "--coordinator";
+		argv[argc++] = (char *)opt->coordinator;
+	}
+	if (opt && opt->transport) {
+		argv[argc++] = "--transport";
+		argv[argc++] = (char *)opt->transport;
+	}
+	if (opt && opt->secret_file) {
+		argv[argc++] = "--secret-file";
+		argv[argc++] = (char *)opt->secret_file;
+	}
+	if (opt && opt->rank >= 0) {
+		snprintf(rank, sizeof(rank), "%d", opt->rank);
+		argv[argc++] = "--rank";
+		argv[argc++] = rank;
+	}
+	if (opt && opt->timeout_ms) {
+		snprintf(timeout, sizeof(timeout), "%ums", opt->timeout_ms);
+		argv[argc++] = "--startup-timeout";
+		argv[argc++] = timeout;
+	}
+	ret = kn__config_parse(argc, argv, NULL, cfg, err, sizeof(err));
+	if (ret)
+		fprintf(stderr, "kanel: worker: %s\n", err);
+	return ret;
+}
+
+int kn_worker_create(const struct kn_worker_options *opt,
+		     struct kn_worker **out)
+{
+	struct kn_worker *w = calloc(1, sizeof(*w));
+	int ret;
+
+	if (!w)
+		return -ENOMEM;
+	w->wake = -1;
+	ret = options(opt, &w->cfg);
+	if (!ret) {
+		char err[512];
+
+		ret = kn__auth_load_secret(
+			w->cfg.secret_file[0] ? w->cfg.secret_file : NULL, NULL,
+			w->secret, sizeof(w->secret), &w->secret_len, err,
+			sizeof(err));
+		if (ret)
+			fprintf(stderr, "kanel: worker: %s\n", err);
+	}
+	if (!ret)
+		ret = kn__config_resolve(&w->cfg.coordinator, &w->coord_addr,
+					 &w->coord_len);
+	if (ret) {
+		free(w);
+		return ret;
+	}
+	ret = kn__node_init(&w->node,
+			    kn__config_transport_name(w->cfg.transport),
+			    KN__ROLE_WORKER, w->cfg.rank, w->secret,
+			    w->secret_len, &worker_ops, w);
+	if (ret) {
+		free(w);
+		return ret;
+	}
+	w->node.verbose = w->cfg.verbose;
+	w->node.retry_until = kn__now() + w->cfg.startup_timeout_ms / 1000.0;
+	w->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	ret = w->wake < 0 ? -errno : 0;
+	if (!ret)
+		ret = -pthread_create(&w->thread, NULL, progress, w);
+	if (ret) {
+		kn__node_fini(&w->node);
+		if (w->wake >= 0)
+			close(w->wake);
+		free(w);
+		return ret;
+	}
+	pthread_mutex_lock(&w->lock);
+	ret = wait_for(w, joined, 0, (int)w->cfg.startup_timeout_ms,
+		       "waiting for the coordinator and the servers");
+	pthread_mutex_unlock(&w->lock);
+	if (ret) {
+		kn_worker_destroy(w);
+		return ret;
+	}
+	*out = w;
+	return 0;
+}
+
+int kn_worker_register(struct kn_worker *w, const char *key,
+		       enum kn_dtype dtype, size_t count, void *params,
+		       void *grads)
+{
+	struct wk_tensor *t;
+	int ret = 0;
+
+	if (!w || !key || !params || !grads || !count ||
+	    !kn_dtype_size(dtype) || strlen(key) >= KN__KEY_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	for (uint32_t i = 0; i < w->ntensors; i++)
+		if (strcmp(w->tensors[i].d.key, key) == 0)
+			ret = -EEXIST;
+	if (!ret && w->state != WK_JOINED)
+		ret = w->state == WK_FAILED ? w->error : -EBUSY;
+	if (!ret) {
+		t = realloc(w->tensors, (w->ntensors + 1) * sizeof(*t));
+		if (!t) {
+			ret = -ENOMEM;
+		} else {
+			w->tensors = t;
+			t += w->ntensors++;
+			memset(t, 0, sizeof(*t));
+			strcpy(t->d.key, key);
+			t->d.dtype = dtype;
+			t->d.len = count;
+			t->params = params;
+			t->grads = grads;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int kn_worker_start(struct kn_worker *w)
+{
+	int ret;
+
+	pthread_mutex_lock(&w->lock);
+	if (w->state != WK_JOINED || !w->ntensors) {
+		ret = w->state == WK_FAILED ? w->error : -EINVAL;
+		pthread_mutex_unlock(&w->lock);
+		return ret;
+	}
+	qsort(w->tensors, w->ntensors, sizeof(*w->tensors), by_key);
+	w->start_requested = true;
+	wake(w);
+	ret = wait_for(w, running, 0, (int)w->cfg.startup_timeout_ms,
+		       "starting: waiting for the servers, the model and "
+		       "the other workers");
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
+{
+	if (!key) {
+		*idx = UINT32_MAX;
+		return 0;
+	}
+	for (uint32_t i = 0; i < w->ntensors; i++)
+		if (strcmp(w->tensors[i].d.key, key) == 0) {
+			*idx = i;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+static int post(struct kn_worker *w, const char *key, bool push, bool pull,
+		uint64_t *handle)
+{
+	struct wk_op *op;
+	uint32_t idx = UINT32_MAX;
+	int ret;
+
+	if (!w || !handle)
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	ret = w->state == WK_RUNNING  ? tensor_index(w, key, &idx)
+	      : w->state == WK_FAILED ? w->error
+				      : -EBUSY;
+	if (!ret && w->next_id - w->first_undone >= MAX_OPS)
+		ret = -EAGAIN;
+	if (ret) {
+		pthread_mutex_unlock(&w->lock);
+		return ret;
+	}
+	op = &w->ops[w->next_id % MAX_OPS];
+	free(op->targets);
+	*op = (struct wk_op){
+		.id = w->next_id, .tensor = idx, .push = push, .pull = pull
+	};
+	*handle = w->next_id++;
+	if (push && !key)
+		w->clock++;
+	wake(w);
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+int kn_worker_push(struct kn_worker *w, const char *key, uint64_t *handle)
+{
+	return post(w, key, true, false, handle);
+}
+
+int kn_worker_pull(struct kn_worker *w, const char *key, uint64_t *handle)
+{
+	return post(w, key, false, true, handle);
+}
+
+int kn_worker_pushpull(struct kn_worker *w, const char *key, uint64_t *handle)
+{
+	return post(w, key, true, true, handle);
+}
+
+/* Under the lock: 1 done, 0 pending, or the op's error. */
+static int op_state(struct kn_worker *w, uint64_t h)
+{
+	const struct wk_op *op = &w->ops[h % MAX_OPS];
+
+	if (h >= w->next_id)
+		return -EINVAL;
+	if (op->id != h)
+		return 1; /* long done: its slot was reused */
+	if (!op->done)
+		return w->state == WK_FAILED ? w->error : 0;
+	return op->status ? op->status : 1;
+}
+
+int kn_worker_test(struct kn_worker *w, uint64_t handle)
+{
+	int ret;
+
+	pthread_mutex_lock(&w->lock);
+	ret = op_state(w, handle);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+static bool handle_done(struct kn_worker *w, uint64_t handle)
+{
+	return op_state(w, handle) != 0;
+}
+
+int kn_worker_wait(struct kn_worker *w, uint64_t handle, int timeout_ms)
+{
+	int ret;
+
+	pthread_mutex_lock(&w->lock);
+	ret = wait_for(w, handle_done, handle,
+		       timeout_ms < 0 ? (int)w->cfg.startup_timeout_ms
+				      : timeout_ms,
+		       "waiting for an operation");
+	if (!ret)
+		ret = op_state(w, handle);
+	pthread_mutex_unlock(&w->lock);
+	return ret < 0 ? ret : 0;
+}
+
+int kn_worker_step(struct kn_worker *w, const char *key)
+{
+	uint64_t h;
+	int ret = kn_worker_pushpull(w, key, &h);
+
+	return ret ? ret : kn_worker_wait(w, h, -1);
+}
+
+uint64_t kn_worker_clock(const struct kn_worker *w)
+{
+	return w->clock;
+}
+
+unsigned int kn_worker_rank(const struct kn_worker *w)
+{
+	return w->cfg.rank;
+}
+
+unsigned int kn_worker_size(const struct kn_worker *w)
+{
+	return w->job.u.job.workers;
+}
+
+void kn_worker_destroy(struct kn_worker *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stop = true;
+	wake(w);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	kn__node_fini(&w->node);
+	for (uint32_t i = 0; i < MAX_OPS; i++)
+		free(w->ops[i].targets);
+	free(w->tensors);
+	free(w->servers);
+	free(w->chunks);
+	kn__layout_free(w->layout);
+	close(w->wake);
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	kn__auth_wipe(w->secret, sizeof(w->secret));
+	free(w);
+}

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * asp.c - Asynchronous Parallel, the chunk rule (docs/protocols.md).
+ *
+ * Every push is applied the moment it arrives, alone, with the learning
+ * rate damped by its staleness: lr_scale = 1 / max(1, tau), tau being
+ * the versions made since the one the worker computed from.  The pusher
+ * is then released with the version its push made.  No rounds, so
+ * joins and leaves change nothing but who may push.
+ */
+#include "sync_priv.h"
+
+static int asp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	/* sync.c refused versions from the future: tau >= 0 */
+	uint64_t tau = rule->version - ev->version;
+
+	rule->contrib[0] = (struct kn__sync_contrib){
+		.worker = ev->worker,
+		.slot = ev->slot,
+		.weight = 1.0f,
+	};
+	rule->version++;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_APPLY,
+		.version = rule->version,
+		.lr_scale = tau > 1 ? 1.0f / (float)tau : 1.0f,
+		.ncontrib = 1,
+		.contrib = rule->contrib,
+	};
+	kn__sync_release(&out[1], ev->worker, rule->version);
+	return 2;
+}
+
+/* Bring the joiner up to date; it pushes from there. */
+static int asp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	kn__sync_release(&out[0], ev->worker, rule->version);
+	return 1;
+}
+
+static uint32_t asp_max_actions(const struct kn__sync_params *params)
+{
+	(void)params;
+	return 2;
+}
+
+const struct kn__sync_ops kn__sync_asp_ops = {
+	.name = "asp",
+	.max_actions = asp_max_actions,
+	.push = asp_push,
+	.join = asp_join,
+};

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sync.c - the generic half of the protocols: protocol names, creation
+ * of the three kinds of machine, and the checks every event goes
+ * through before the protocol's own hook (sync_priv.h) sees it.
+ *
+ * Keeping the checks and the membership here means that every protocol
+ * refuses the same bad events in the same way, and that a protocol file
+ * holds only the rule that makes it what it is.  Nothing here does I/O
+ * or reads a clock; the only allocations are in the create functions.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sync_priv.h"
+
+/* Indexed by enum kn__sync_protocol. */
+static const struct kn__sync_ops *const protocols[] = {
+	[KN__SYNC_BSP] = &kn__sync_bsp_ops,
+	[KN__SYNC_ASP] = &kn__sync_asp_ops,
+};
+
+#define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
+
+static const struct kn__sync_ops *ops_of(uint32_t protocol)
+{
+	return protocol < NPROTOCOLS ? protocols[protocol] : NULL;
+}
+
+const char *kn__sync_protocol_name(uint32_t protocol)
+{
+	const struct kn__sync_ops *ops = ops_of(protocol);
+
+	return ops ? ops->name : NULL;
+}
+
+int kn__sync_protocol_parse(const char *name)
+{
+	if (!name)
+		return -EINVAL;
+	for (uint32_t p = 0; p < NPROTOCOLS; p++)
+		if (protocols[p] && strcmp(protocols[p]->name, name) == 0)
+			return (int)p;
+	return -EINVAL;
+}
+
+/* The protocol's ops if @params describe a machine we can build. */
+static const struct kn__sync_ops *
+check_params(const struct kn__sync_params *params)
+{
+	if (!params || params->max_workers == 0 ||
+	    params->max_workers > KN__SYNC_MAX_WORKERS ||
+	    params->members > params->max_workers)
+		return NULL;
+	return ops_of(params->protocol);
+}
+
+uint32_t kn__sync_max_actions(const struct kn__sync_params *params)
+{
+	const struct kn__sync_ops *ops = check_params(params);
+
+	return ops ? ops->max_actions(params) : 0;
+}
+
+/*
+ * The checks every machine makes on a chunk-rule or planner event:
+ * a known type, a worker id in range where the type has one, and a
+ * TIMING value that is a duration.
+ */
+static int check_event(const struct kn__sync_params *params,
+		       const struct kn__sync_event *ev)
+{
+	switch (ev->type) {
+	case KN__SYNC_EV_TIMER:
+		return 0;
+	case KN__SYNC_EV_TIMING:
+		if (!isfinite(ev->value) || ev->value < 0)
+			return -EINVAL;
+		break;
+	case KN__SYNC_EV_PUSH:
+	case KN__SYNC_EV_JOIN:
+	case KN__SYNC_EV_LEAVE:
+		break;
+	default:
+		return -EINVAL;
+	}
+	return ev->worker < params->max_workers ? 0 : -EINVAL;
+}
+
+/* --- the chunk rule --------------------------------------------------- */
+
+int kn__sync_rule_create(const struct kn__sync_params *params,
+			 struct kn__sync_rule **rule)
+{
+	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_rule *r;
+
+	if (!ops || !rule)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto err_rule;
+	r->w = calloc(params->max_workers, sizeof(*r->w));
+	if (!r->w)
+		goto err_wstate;
+	r->contrib = calloc(params->max_workers, sizeof(*r->contrib));
+	if (!r->contrib)
+		goto err_contrib;
+	r->ops = ops;
+	r->params = *params;
+	for (uint32_t i = 0; i < params->members; i++)
+		r->w[i].member = true;
+	r->nmembers = params->members;
+	*rule = r;
+	return 0;
+
+err_contrib:
+	free(r->w);
+err_wstate:
+	free(r);
+err_rule:
+	return -ENOMEM;
+}
+
+void kn__sync_rule_destroy(struct kn__sync_rule *rule)
+{
+	if (!rule)
+		return;
+	free(rule->contrib);
+	free(rule->w);
+	free(rule);
+}
+
+uint64_t kn__sync_rule_version(const struct kn__sync_rule *rule)
+{
+	return rule ? rule->version : 0;
+}
+
+static int rule_push(struct kn__sync_rule *rule,
+		     const struct kn__sync_event *ev,
+		     struct kn__sync_action *out)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	int ret;
+
+	/*
+	 * A version the rule has not made yet cannot have been read, and a
+	 * clock not above the last one is a push seen before: applying it
+	 * again would count one gradient twice.
+	 */
+	if (!w->member || ev->version > rule->version ||
+	    (w->clocked && ev->clock <= w->clock))
+		return -EINVAL;
+	ret = rule->ops->push(rule, ev, out);
+	if (ret < 0)
+		return ret;
+	w->clocked = true;
+	w->clock = ev->clock;
+	return ret;
+}
+
+int kn__sync_rule_event(struct kn__sync_rule *rule,
+			const struct kn__sync_event *ev,
+			struct kn__sync_action *out)
+{
+	struct kn__sync_wstate *w;
+	int ret;
+
+	if (!rule || !ev || !out)
+		return -EINVAL;
+	ret = check_event(&rule->params, ev);
+	if (ret < 0)
+		return ret;
+
+	switch (ev->type) {
+	case KN__SYNC_EV_PUSH:
+		return rule_push(rule, ev, out);
+	case KN__SYNC_EV_JOIN:
+		w = &rule->w[ev->worker];
+		if (w->member)
+			return -EINVAL;
+		/* a joiner starts afresh: a restarted worker counts from 0 */
+		*w = (struct kn__sync_wstate){ .member = true };
+		rule->nmembers++;
+		return rule->ops->join ? rule->ops->join(rule, ev, out) : 0;
+	case KN__SYNC_EV_LEAVE:
+		w = &rule->w[ev->worker];
+		if (!w->member)
+			return -EINVAL;
+		w->member = false;
+		w->clocked = false;
+		rule->nmembers--;
+		return rule->ops->leave ? rule->ops->leave(rule, ev, out) : 0;
+	case KN__SYNC_EV_TIMING:
+		return rule->ops->timing ? rule->ops->timing(rule, ev, out) : 0;
+	default: /* KN__SYNC_EV_TIMER */
+		return rule->ops->timer ? rule->ops->timer(rule, ev, out) : 0;
+	}
+}
+
+/* --- the planner ------------------------------------------------------ */
+
+int kn__sync_planner_create(const struct kn__sync_params *params,
+			    struct kn__sync_planner **planner)
+{
+	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_planner *p;
+
+	if (!ops || !planner)
+		return -EINVAL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		goto err_planner;
+	p->member = calloc(params->max_workers, sizeof(*p->member));
+	if (!p->member)
+		goto err_member;
+	p->ops = ops;
+	p->params = *params;
+	for (uint32_t i = 0; i < params->members; i++)
+		p->member[i] = true;
+	p->nmembers = params->members;
+	*planner = p;
+	return 0;
+
+err_member:
+	free(p);
+err_planner:
+	return -ENOMEM;
+}
+
+void kn__sync_planner_destroy(struct kn__sync_planner *planner)
+{
+	if (!planner)
+		return;
+	free(planner->member);
+	free(planner);
+}
+
+uint64_t kn__sync_planner_epoch(const struct kn__sync_planner *planner)
+{
+	return planner ? planner->epoch : 0;
+}
+
+int kn__sync_planner_event(struct kn__sync_planner *planner,
+			   const struct kn__sync_event *ev,
+			   struct kn__sync_action *out)
+{
+	int ret;
+
+	if (!planner || !ev || !out)
+		return -EINVAL;
+	ret = check_event(&planner->params, ev);
+	if (ret < 0)
+		return ret;
+
+	switch (ev->type) {
+	case KN__SYNC_EV_PUSH: /* pushes go to the chunk rules */
+		return -EINVAL;
+	case KN__SYNC_EV_JOIN:
+		if (planner->member[ev->worker])
+			return -EINVAL;
+		planner->member[ev->worker] = true;
+		planner->nmembers++;
+		break;
+	case KN__SYNC_EV_LEAVE:
+		if (!planner->member[ev->worker])
+			return -EINVAL;
+		planner->member[ev->worker] = false;
+		planner->nmembers--;
+		break;
+	default:
+		break;
+	}
+	return planner->ops->planner_event
+		       ? planner->ops->planner_event(planner, ev, out)
+		       : 0;
+}
+
+/* --- the worker rule -------------------------------------------------- */
+
+int kn__sync_worker_create(const struct kn__sync_params *params,
+			   uint32_t worker, struct kn__sync_worker **rule)
+{
+	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_worker *r;
+
+	if (!ops || !rule || worker >= params->max_workers)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->ops = ops;
+	r->params = *params;
+	r->worker = worker;
+	r->state = KN__SYNC_WS_RUN;
+	*rule = r;
+	return 0;
+}
+
+void kn__sync_worker_destroy(struct kn__sync_worker *rule)
+{
+	free(rule);
+}
+
+/* BSP and ASP: push after every step, wait for every release. */
+static int worker_every_step(struct kn__sync_worker *rule,
+			     const struct kn__sync_worker_event *ev,
+			     uint32_t *next)
+{
+	switch (ev->type) {
+	case KN__SYNC_WEV_STEP:
+		if (rule->state != KN__SYNC_WS_RUN)
+			return -EINVAL;
+		rule->state = KN__SYNC_WS_PUSH;
+		*next = KN__SYNC_NEXT_PUSH;
+		return 0;
+	case KN__SYNC_WEV_PUSHED:
+		if (rule->state != KN__SYNC_WS_PUSH)
+			return -EINVAL;
+		rule->state = KN__SYNC_WS_WAIT;
+		*next = KN__SYNC_NEXT_WAIT;
+		return 0;
+	default: /* KN__SYNC_WEV_RELEASE */
+		/* in RUN only as a joiner's first release */
+		if (rule->state == KN__SYNC_WS_PUSH)
+			return -EINVAL;
+		rule->state = KN__SYNC_WS_RUN;
+		*next = KN__SYNC_NEXT_STEP;
+		return 0;
+	}
+}
+
+int kn__sync_worker_event(struct kn__sync_worker *rule,
+			  const struct kn__sync_worker_event *ev,
+			  uint32_t *next)
+{
+	if (!rule || !ev || !next)
+		return -EINVAL;
+	switch (ev->type) {
+	case KN__SYNC_WEV_STEP:
+		if (!isfinite(ev->seconds) || ev->seconds < 0)
+			return -EINVAL;
+		break;
+	case KN__SYNC_WEV_PUSHED:
+	case KN__SYNC_WEV_RELEASE:
+		break;
+	default:
+		return -EINVAL;
+	}
+	return rule->ops->worker_event ? rule->ops->worker_event(rule, ev, next)
+				       : worker_every_step(rule, ev, next);
+}

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sync.h - the synchronization protocols as pure state machines
+ * (DESIGN.md section 4): events in, actions out, no I/O, no clock reads;
+ * time comes in with the event.  The engine executes the actions; the
+ * simulator drives the same code with simulated time.
+ *
+ * Three kinds of machine, so that several servers never disagree:
+ * - the chunk rule (one per parameter chunk, on the server that owns it):
+ *   decides when contributions are applied, with which weights, and when
+ *   each worker is released with which version;
+ * - the planner (one, on the coordinator): global plans from timing
+ *   reports (PSP step counts, CGP partitions), each with an epoch;
+ * - the worker rule (one per worker): communicate now or take another
+ *   local step (ESP), local steps while waiting (PSP).
+ * BSP and ASP need only the chunk rule; their planner and worker rule
+ * are the trivial ones (no plans; communicate after every step).
+ *
+ * Calls return the number of actions written (0 or more) or a negative
+ * errno: -EINVAL for an event that breaks the protocol (a push from a
+ * worker that is not a member, a second push for the same round), which
+ * the engine treats as the sender's fault.  @out must hold at least
+ * kn__sync_max_actions(); action arrays point into the machine's own
+ * storage and stay valid until its next call.
+ */
+#ifndef KN_SYNC_H
+#define KN_SYNC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The protocols; the numbers are kn_sync values in kanel.h. */
+enum kn__sync_protocol {
+	KN__SYNC_BSP = 0,
+	KN__SYNC_ASP = 1,
+};
+
+struct kn__sync_params {
+	uint32_t protocol;    /* enum kn__sync_protocol */
+	uint32_t max_workers; /* worker ids are 0 .. max_workers - 1 */
+	uint32_t members;     /* workers 0 .. members - 1 start as members */
+};
+
+enum kn__sync_event_type {
+	KN__SYNC_EV_PUSH = 1, /* worker's contribution is in slot @slot */
+	KN__SYNC_EV_JOIN,     /* worker (re)joins the membership */
+	KN__SYNC_EV_LEAVE,    /* worker left (died, timed out, finished) */
+	KN__SYNC_EV_TIMING,   /* worker reports an iteration time @value */
+	KN__SYNC_EV_TIMER,    /* the time is @t: deadlines may have passed */
+};
+
+struct kn__sync_event {
+	uint32_t type;	  /* enum kn__sync_event_type */
+	uint32_t worker;  /* PUSH, JOIN, LEAVE, TIMING */
+	uint32_t slot;	  /* PUSH: where the contribution lies (parity) */
+	uint64_t clock;	  /* PUSH: the worker's push count, from 0 */
+	uint64_t version; /* PUSH: the model version it was computed from */
+	double t;	  /* seconds on the caller's clock */
+	double value;	  /* TIMING: seconds per iteration */
+};
+
+/* One contribution to apply: worker @worker's data in slot @slot. */
+struct kn__sync_contrib {
+	uint32_t worker;
+	uint32_t slot;
+	float weight; /* its factor in the weighted sum */
+};
+
+enum kn__sync_action_type {
+	KN__SYNC_ACT_APPLY = 1, /* sum contrib[] with weights, update */
+	KN__SYNC_ACT_RELEASE,	/* deliver @version to @worker */
+	KN__SYNC_ACT_REGROUP,	/* a new plan (CGP, PSP) from @epoch */
+};
+
+struct kn__sync_action {
+	uint32_t type;	   /* enum kn__sync_action_type */
+	uint32_t worker;   /* RELEASE */
+	uint64_t version;  /* APPLY: the version it makes; RELEASE: to send */
+	uint64_t epoch;	   /* RELEASE, REGROUP: the plan in force */
+	uint32_t steps;	   /* RELEASE: local steps before the next push */
+	float lr_scale;	   /* APPLY: factor on the optimizer's rate */
+	uint32_t ncontrib; /* APPLY */
+	const struct kn__sync_contrib *contrib; /* APPLY */
+};
+
+struct kn__sync_rule;
+
+/* A chunk rule for @params; 0 and the rule, or -EINVAL / -ENOMEM. */
+int kn__sync_rule_create(const struct kn__sync_params *params,
+			 struct kn__sync_rule **rule);
+void kn__sync_rule_destroy(struct kn__sync_rule *rule);
+
+/* Feed one event; up to kn__sync_max_actions() actions into @out. */
+int kn__sync_rule_event(struct kn__sync_rule *rule,
+			const struct kn__sync_event *ev,
+			struct kn__sync_action *out);
+
+/* The model version the rule has made so far (0 before any apply). */
+uint64_t kn__sync_rule_version(const struct kn__sync_rule *rule);
+
+/* Room @out needs for one call with @params. */
+uint32_t kn__sync_max_actions(const struct kn__sync_params *params);
+
+/* "bsp", "asp", ...; NULL for an unknown protocol. */
+const char *kn__sync_protocol_name(uint32_t protocol);
+/* The protocol named @name, or -EINVAL. */
+int kn__sync_protocol_parse(const char *name);
+
+/* The largest max_workers any machine accepts; above it is -EINVAL. */
+#define KN__SYNC_MAX_WORKERS (1u << 20)
+
+/*
+ * The planner (one, on the coordinator).  It sees JOIN, LEAVE, TIMING
+ * and TIMER events (a PUSH is -EINVAL: pushes go to the chunk rules) and
+ * answers with REGROUP actions, each naming the @epoch of the plan that
+ * it starts; what else a REGROUP carries is defined by the protocol that
+ * emits it.  Membership is checked as by the chunk rule: workers
+ * 0 .. members - 1 start as members, a JOIN of a member or a LEAVE of a
+ * non-member is -EINVAL.  BSP and ASP have no plans: their planner
+ * checks the events and never emits an action.  @out must hold
+ * kn__sync_max_actions(); the return value is as for the chunk rule.
+ */
+struct kn__sync_planner;
+
+/* A planner for @params; 0 and the planner, or -EINVAL / -ENOMEM. */
+int kn__sync_planner_create(const struct kn__sync_params *params,
+			    struct kn__sync_planner **planner);
+void kn__sync_planner_destroy(struct kn__sync_planner *planner);
+
+/* Feed one event; up to kn__sync_max_actions() actions into @out. */
+int kn__sync_planner_event(struct kn__sync_planner *planner,
+			   const struct kn__sync_event *ev,
+			   struct kn__sync_action *out);
+
+/* The epoch of the plan in force (0 before the first REGROUP). */
+uint64_t kn__sync_planner_epoch(const struct kn__sync_planner *planner);
+
+/*
+ * The worker rule (one per worker, in the worker).  The worker tells it
+ * what just happened and it answers what to do next:
+ *
+ *   STEP    a local step ended (@t, @seconds)  -> PUSH or STEP
+ *   PUSHED  the worker pushed (after a PUSH)   -> WAIT or STEP
+ *   RELEASE a release arrived (@version, @epoch, @steps)  -> STEP
+ *
+ * PUSH: push now, then report PUSHED.  STEP: take one more local step
+ * (before a push: ESP skipping a round, PSP's k_i not reached yet; after
+ * a push: PSP training on its local copy while it waits).  WAIT: block
+ * until the release.  A worker starts as if just released: it trains
+ * from version 0, or, when it joined, from the version its first
+ * RELEASE brings.  An event that does not fit (a STEP after being told
+ * to PUSH or WAIT, a PUSHED that was not asked for, a RELEASE while a
+ * push is due) is -EINVAL and changes nothing.  BSP and ASP communicate
+ * after every step: STEP -> PUSH, PUSHED -> WAIT, RELEASE -> STEP.
+ */
+enum kn__sync_worker_event_type {
+	KN__SYNC_WEV_STEP = 1, /* a local step ended at @t, took @seconds */
+	KN__SYNC_WEV_PUSHED,   /* the worker pushed at @t */
+	KN__SYNC_WEV_RELEASE,  /* a RELEASE action reached the worker */
+};
+
+struct kn__sync_worker_event {
+	uint32_t type;	  /* enum kn__sync_worker_event_type */
+	uint32_t steps;	  /* RELEASE: local steps before the next push */
+	uint64_t version; /* RELEASE: the version delivered */
+	uint64_t epoch;	  /* RELEASE: the plan in force */
+	double t;	  /* seconds on the caller's clock */
+	double seconds;	  /* STEP: how long the local step took */
+};
+
+enum kn__sync_worker_next {
+	KN__SYNC_NEXT_PUSH = 1, /* push now, then report PUSHED */
+	KN__SYNC_NEXT_STEP,	/* take one more local step */
+	KN__SYNC_NEXT_WAIT,	/* wait for the release */
+};
+
+struct kn__sync_worker;
+
+/* The rule of worker @worker under @params; -EINVAL / -ENOMEM. */
+int kn__sync_worker_create(const struct kn__sync_params *params,
+			   uint32_t worker, struct kn__sync_worker **rule);
+void kn__sync_worker_destroy(struct kn__sync_worker *rule);
+
+/* Feed one event; 0 and the next thing to do in @next, or -EINVAL. */
+int kn__sync_worker_event(struct kn__sync_worker *rule,
+			  const struct kn__sync_worker_event *ev,
+			  uint32_t *next);
+
+#endif /* KN_SYNC_H */

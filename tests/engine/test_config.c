@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_config.c - the job configuration of engine/config.h: defaults,
+ * flags, KANEL_* variables, flag over variable over launcher, the Slurm
+ * and Open MPI rank mapping, chunk sizes and durations, every error with
+ * a message naming what is wrong, the usage text, name resolution.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+#define ERRLEN 512
+
+/* A valid command line, so that each test changes only what it tests. */
+#define BASE \
+	"--role", "coordinator", "--coordinator", "head:5000", "--workers", "2"
+
+#define ARGV(...) ((char *[]){ "kanel", __VA_ARGS__, NULL })
+#define ARGV0	  ((char *[]){ "kanel", NULL })
+#define ENV(...)  ((char *[]){ __VA_ARGS__, NULL })
+
+static char *no_env[] = { NULL };
+static char err[ERRLEN];
+
+static int parse(char **argv, char **env, struct kn__config *cfg)
+{
+	int argc = 0;
+
+	while (argv[argc])
+		argc++;
+	memset(err, 0, sizeof(err));
+	return kn__config_parse(argc, argv, env ? env : no_env, cfg, err,
+				sizeof(err));
+}
+
+static void parse_ok(char **argv, char **env, struct kn__config *cfg)
+{
+	cr_assert_eq(parse(argv, env, cfg), 0, "unexpected error: %s", err);
+	cr_assert_eq(err[0], '\0');
+}
+
+Test(config, defaults)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE), NULL, &c);
+	cr_assert_eq(c.role, KN__ROLE_COORDINATOR);
+	cr_assert_eq(c.rank, 0);
+	cr_assert_eq(c.servers, 1);
+	cr_assert_eq(c.workers, 2);
+	cr_assert_str_eq(c.role_source, "--role");
+	cr_assert_str_eq(c.coordinator.host, "head");
+	cr_assert_eq(c.coordinator.port, 5000);
+	cr_assert_str_eq(c.listen.host, "0.0.0.0");
+	cr_assert_eq(c.listen.port, 0);
+	cr_assert_eq(c.transport, KN__CONFIG_TCP);
+	cr_assert_eq(c.sync, KN__CONFIG_BSP);
+	cr_assert_eq(c.optimizer, KN__CONFIG_SGD);
+	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
+	cr_assert_float_eq(c.lr, 0.01f, 1e-9);
+	cr_assert_float_eq(c.momentum, 0.9f, 1e-9);
+	cr_assert_eq(c.heartbeat_timeout_ms, 3000);
+	cr_assert_eq(c.startup_timeout_ms, 30000);
+	cr_assert_str_eq(c.secret_file, "");
+	cr_assert(!c.verbose);
+	cr_assert(!c.help);
+}
+
+Test(config, every_flag)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV("--role", "worker", "--rank", "3", "--workers", "4",
+		      "--servers=2", "--coordinator", "10.0.0.1:7000",
+		      "--listen", "10.0.0.9:7001", "--transport", "verbs",
+		      "--sync=asp", "--optimizer", "adam", "--lr", "0.5",
+		      "--momentum", "0", "--chunk-bytes", "64K",
+		      "--heartbeat-timeout", "250", "--startup-timeout", "5",
+		      "--secret-file", "/run/job.secret", "--verbose"),
+		 NULL, &c);
+	cr_assert_eq(c.role, KN__ROLE_WORKER);
+	cr_assert_eq(c.rank, 3);
+	cr_assert_eq(c.workers, 4);
+	cr_assert_eq(c.servers, 2);
+	cr_assert_str_eq(c.coordinator.host, "10.0.0.1");
+	cr_assert_eq(c.coordinator.port, 7000);
+	cr_assert_str_eq(c.listen.host, "10.0.0.9");
+	cr_assert_eq(c.listen.port, 7001);
+	cr_assert_eq(c.transport, KN__CONFIG_VERBS);
+	cr_assert_eq(c.sync, KN__CONFIG_ASP);
+	cr_assert_eq(c.optimizer, KN__CONFIG_ADAM);
+	cr_assert_float_eq(c.lr, 0.5f, 1e-9);
+	cr_assert_float_eq(c.momentum, 0.0f, 1e-9);
+	cr_assert_eq(c.chunk_bytes, 64 * 1024);
+	cr_assert_eq(c.heartbeat_timeout_ms, 250);
+	cr_assert_eq(c.startup_timeout_ms, 5000);
+	cr_assert_str_eq(c.secret_file, "/run/job.secret");
+	cr_assert(c.verbose);
+}
+
+Test(config, every_variable)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV0,
+		 ENV("KANEL_ROLE=server", "KANEL_RANK=1", "KANEL_WORKERS=8",
+		     "KANEL_SERVERS=2", "KANEL_COORDINATOR=head.example:1",
+		     "KANEL_LISTEN=:9000", "KANEL_TRANSPORT=verbs",
+		     "KANEL_SYNC=asp", "KANEL_OPTIMIZER=sum", "KANEL_LR=2e-3",
+		     "KANEL_MOMENTUM=0.95", "KANEL_CHUNK_BYTES=2M",
+		     "KANEL_HEARTBEAT_TIMEOUT=2s",
+		     "KANEL_STARTUP_TIMEOUT=1500ms",
+		     "KANEL_SECRET_FILE=job.secret", "KANEL_VERBOSE=yes"),
+		 &c);
+	cr_assert_eq(c.role, KN__ROLE_SERVER);
+	cr_assert_eq(c.rank, 1);
+	cr_assert_str_eq(c.role_source, "KANEL_ROLE");
+	cr_assert_eq(c.workers, 8);
+	cr_assert_eq(c.servers, 2);
+	cr_assert_str_eq(c.coordinator.host, "head.example");
+	cr_assert_eq(c.coordinator.port, 1);
+	cr_assert_str_eq(c.listen.host, "0.0.0.0");
+	cr_assert_eq(c.listen.port, 9000);
+	cr_assert_eq(c.transport, KN__CONFIG_VERBS);
+	cr_assert_eq(c.sync, KN__CONFIG_ASP);
+	cr_assert_eq(c.optimizer, KN__CONFIG_SUM);
+	cr_assert_float_eq(c.lr, 2e-3f, 1e-9);
+	cr_assert_float_eq(c.momentum, 0.95f, 1e-7);
+	cr_assert_eq(c.chunk_bytes, 2 * 1024 * 1024);
+	cr_assert_eq(c.heartbeat_timeout_ms, 2000);
+	cr_assert_eq(c.startup_timeout_ms, 1500);
+	cr_assert_str_eq(c.secret_file, "job.secret");
+	cr_assert(c.verbose);
+}
+
+Test(config, a_flag_wins_over_its_variable)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV("--role", "worker", "--rank", "0", "--workers", "3",
+		      "--servers", "1", "--coordinator", "flag:1", "--listen",
+		      "flag:2", "--transport", "tcp", "--sync", "bsp",
+		      "--optimizer", "momentum", "--lr", "0.1", "--momentum",
+		      "0.5", "--chunk-bytes", "8K", "--heartbeat-timeout", "7",
+		      "--startup-timeout", "8", "--secret-file", "flag.secret",
+		      "--verbose"),
+		 ENV("KANEL_ROLE=server", "KANEL_RANK=1", "KANEL_WORKERS=8",
+		     "KANEL_SERVERS=2", "KANEL_COORDINATOR=env:1",
+		     "KANEL_LISTEN=env:2", "KANEL_TRANSPORT=verbs",
+		     "KANEL_SYNC=asp", "KANEL_OPTIMIZER=sum", "KANEL_LR=9",
+		     "KANEL_MOMENTUM=0.9", "KANEL_CHUNK_BYTES=2M",
+		     "KANEL_HEARTBEAT_TIMEOUT=9", "KANEL_STARTUP_TIMEOUT=9",
+		     "KANEL_SECRET_FILE=env.secret", "KANEL_VERBOSE=0"),
+		 &c);
+	cr_assert_eq(c.role, KN__ROLE_WORKER);
+	cr_assert_eq(c.rank, 0);
+	cr_assert_str_eq(c.role_source, "--role");
+	cr_assert_eq(c.workers, 3);
+	cr_assert_eq(c.servers, 1);
+	cr_assert_str_eq(c.coordinator.host, "flag");
+	cr_assert_str_eq(c.listen.host, "flag");
+	cr_assert_eq(c.transport, KN__CONFIG_TCP);
+	cr_assert_eq(c.sync, KN__CONFIG_BSP);
+	cr_assert_eq(c.optimizer, KN__CONFIG_MOMENTUM);
+	cr_assert_float_eq(c.lr, 0.1f, 1e-9);
+	cr_assert_float_eq(c.momentum, 0.5f, 1e-9);
+	cr_assert_eq(c.chunk_bytes, 8192);
+	cr_assert_eq(c.heartbeat_timeout_ms, 7);
+	cr_assert_eq(c.startup_timeout_ms, 8000);
+	cr_assert_str_eq(c.secret_file, "flag.secret");
+	cr_assert(c.verbose);
+}
+
+/* A variable under a flag is not even read: a bad one is no error. */
+Test(config, a_variable_under_a_flag_is_ignored)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE, "--sync", "asp"),
+		 ENV("KANEL_ROLE=boss", "KANEL_SYNC=bogus"), &c);
+	cr_assert_eq(c.role, KN__ROLE_COORDINATOR);
+	cr_assert_eq(c.sync, KN__CONFIG_ASP);
+}
+
+Test(config, an_empty_variable_counts_as_unset)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE), ENV("KANEL_SYNC=", "KANEL_CHUNK_BYTES="), &c);
+	cr_assert_eq(c.sync, KN__CONFIG_BSP);
+	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
+}
+
+/* Slurm, 1 coordinator + 2 servers + 3 workers. */
+Test(config, slurm_ranks_map_to_roles)
+{
+	static const struct {
+		enum kn__role role;
+		uint32_t rank;
+	} want[6] = {
+		{ KN__ROLE_COORDINATOR, 0 }, { KN__ROLE_SERVER, 0 },
+		{ KN__ROLE_SERVER, 1 },	     { KN__ROLE_WORKER, 0 },
+		{ KN__ROLE_WORKER, 1 },	     { KN__ROLE_WORKER, 2 },
+	};
+
+	for (int r = 0; r < 6; r++) {
+		char procid[32];
+		struct kn__config c;
+
+		snprintf(procid, sizeof(procid), "SLURM_PROCID=%d", r);
+		parse_ok(ARGV("--servers", "2", "--coordinator", "n1:1"),
+			 ENV(procid, "SLURM_NTASKS=6"), &c);
+		cr_assert_eq(c.role, want[r].role, "rank %d", r);
+		cr_assert_eq(c.rank, want[r].rank, "rank %d", r);
+		cr_assert_eq(c.servers, 2);
+		cr_assert_eq(c.workers, 3);
+		cr_assert_str_eq(c.role_source, "SLURM_PROCID");
+	}
+}
+
+/* Open MPI, 1 + 1 (the default) + 2; MPI wins over a stale Slurm rank. */
+Test(config, mpi_ranks_map_to_roles)
+{
+	static const enum kn__role role[4] = { KN__ROLE_COORDINATOR,
+					       KN__ROLE_SERVER, KN__ROLE_WORKER,
+					       KN__ROLE_WORKER };
+	static const uint32_t rank[4] = { 0, 0, 0, 1 };
+
+	for (int r = 0; r < 4; r++) {
+		char ompi[40];
+		struct kn__config c;
+
+		snprintf(ompi, sizeof(ompi), "OMPI_COMM_WORLD_RANK=%d", r);
+		parse_ok(ARGV("--coordinator", "n1:1"),
+			 ENV("SLURM_PROCID=0", "SLURM_NTASKS=1", ompi,
+			     "OMPI_COMM_WORLD_SIZE=4"),
+			 &c);
+		cr_assert_eq(c.role, role[r], "rank %d", r);
+		cr_assert_eq(c.rank, rank[r], "rank %d", r);
+		cr_assert_eq(c.servers, 1);
+		cr_assert_eq(c.workers, 2);
+		cr_assert_str_eq(c.role_source, "OMPI_COMM_WORLD_RANK");
+	}
+}
+
+Test(config, launcher_counts_are_derived_from_the_size)
+{
+	struct kn__config c;
+
+	/* workers given: the servers are the rest */
+	parse_ok(ARGV("--workers", "5", "--coordinator", "n1:1"),
+		 ENV("SLURM_PROCID=3", "SLURM_NTASKS=9"), &c);
+	cr_assert_eq(c.servers, 3);
+	cr_assert_eq(c.workers, 5);
+	cr_assert_eq(c.role, KN__ROLE_SERVER);
+	cr_assert_eq(c.rank, 2);
+	/* both given and consistent */
+	parse_ok(ARGV("--workers", "5", "--servers", "3", "--coordinator",
+		      "n1:1"),
+		 ENV("SLURM_PROCID=8", "SLURM_NTASKS=9"), &c);
+	cr_assert_eq(c.role, KN__ROLE_WORKER);
+	cr_assert_eq(c.rank, 4);
+	/* the counts from the environment, the size from the launcher */
+	parse_ok(ARGV("--coordinator", "n1:1"),
+		 ENV("KANEL_SERVERS=2", "SLURM_PROCID=2", "SLURM_NTASKS=4"),
+		 &c);
+	cr_assert_eq(c.role, KN__ROLE_SERVER);
+	cr_assert_eq(c.rank, 1);
+	cr_assert_eq(c.workers, 1);
+}
+
+Test(config, a_variable_wins_over_the_launcher)
+{
+	struct kn__config c;
+
+	/* an explicit role means the launcher's variables are not used */
+	parse_ok(ARGV("--coordinator", "n1:1"),
+		 ENV("KANEL_ROLE=worker", "KANEL_RANK=1", "KANEL_WORKERS=2",
+		     "SLURM_PROCID=0", "SLURM_NTASKS=99"),
+		 &c);
+	cr_assert_eq(c.role, KN__ROLE_WORKER);
+	cr_assert_eq(c.rank, 1);
+	cr_assert_eq(c.workers, 2);
+	cr_assert_str_eq(c.role_source, "KANEL_ROLE");
+	/* a count from a variable beats the derived one */
+	parse_ok(ARGV("--coordinator", "n1:1"),
+		 ENV("KANEL_WORKERS=2", "KANEL_SERVERS=1", "SLURM_PROCID=3",
+		     "SLURM_NTASKS=4"),
+		 &c);
+	cr_assert_eq(c.role, KN__ROLE_WORKER);
+	cr_assert_eq(c.rank, 1);
+}
+
+Test(config, a_flag_wins_over_variable_and_launcher)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV("--role", "server", "--rank", "0", "--workers", "1",
+		      "--coordinator", "n1:1"),
+		 ENV("KANEL_ROLE=worker", "KANEL_RANK=1", "KANEL_WORKERS=2",
+		     "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=4"),
+		 &c);
+	cr_assert_eq(c.role, KN__ROLE_SERVER);
+	cr_assert_eq(c.rank, 0);
+	cr_assert_eq(c.workers, 1);
+	cr_assert_str_eq(c.role_source, "--role");
+}
+
+/* A single server or worker needs no rank; the coordinator's is 0. */
+Test(config, rank_defaults_to_zero_when_there_is_one)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV("--role", "server", "--workers", "3", "--coordinator",
+		      "n1:1"),
+		 NULL, &c);
+	cr_assert_eq(c.role, KN__ROLE_SERVER);
+	cr_assert_eq(c.rank, 0);
+	parse_ok(ARGV("--role", "worker", "--workers", "1", "--coordinator",
+		      "n1:1"),
+		 NULL, &c);
+	cr_assert_eq(c.rank, 0);
+	parse_ok(ARGV(BASE, "--rank", "0"), NULL, &c);
+	cr_assert_eq(c.role, KN__ROLE_COORDINATOR);
+}
+
+Test(config, addresses)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE, "--coordinator", "[::1]:65535", "--listen",
+		      "node-7.cluster_a.local:0"),
+		 NULL, &c);
+	cr_assert_str_eq(c.coordinator.host, "::1");
+	cr_assert_eq(c.coordinator.port, 65535);
+	cr_assert_str_eq(c.listen.host, "node-7.cluster_a.local");
+	cr_assert_eq(c.listen.port, 0);
+}
+
+Test(config, chunk_sizes_take_suffixes_and_limits)
+{
+	static const struct {
+		const char *val;
+		uint32_t bytes; /* 0: refused */
+	} cases[] = {
+		{ "4096", 4096 },
+		{ "4K", 4096 },
+		{ "4k", 4096 },
+		{ "4KiB", 4096 },
+		{ "1M", 1u << 20 },
+		{ "8m", 8u << 20 },
+		{ "3MiB", 3u << 20 },
+		{ "1024M", 1u << 30 },
+		{ "1048576", 1u << 20 },
+		{ "5000", 5000 },
+		{ "4092", 0 },	   /* below 4 KiB */
+		{ "3K", 0 },	   /* below 4 KiB */
+		{ "4098", 0 },	   /* not a multiple of 4 */
+		{ "1025M", 0 },	   /* above 1 GiB */
+		{ "4194304K", 0 }, /* above 1 GiB */
+		{ "99999999999", 0 },
+		{ "4G", 0 },
+		{ "4 K", 0 },
+		{ "4KB", 0 },
+		{ "K", 0 },
+		{ "-4K", 0 },
+		{ "+4K", 0 },
+		{ "", 0 },
+		{ "0x1000", 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kn__config c;
+		char *v = (char *)cases[i].val;
+		int ret = parse(ARGV(BASE, "--chunk-bytes", v), NULL, &c);
+
+		if (cases[i].bytes) {
+			cr_assert_eq(ret, 0, "%s: %s", v, err);
+			cr_assert_eq(c.chunk_bytes, cases[i].bytes, "%s", v);
+		} else {
+			cr_assert_eq(ret, -EINVAL, "%s accepted", v);
+			cr_assert_not_null(strstr(err, "--chunk-bytes"), "%s",
+					   err);
+		}
+	}
+}
+
+Test(config, durations_take_units)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE, "--heartbeat-timeout", "2s", "--startup-timeout",
+		      "250ms"),
+		 NULL, &c);
+	cr_assert_eq(c.heartbeat_timeout_ms, 2000);
+	cr_assert_eq(c.startup_timeout_ms, 250);
+	parse_ok(ARGV(BASE, "--startup-timeout", "86400"), NULL, &c);
+	cr_assert_eq(c.startup_timeout_ms, 86400000);
+}
+
+/* Every error: -EINVAL, a message naming the culprit, @cfg untouched. */
+Test(config, every_error_names_the_culprit)
+{
+	static const struct {
+		char *argv[16];
+		char *env[6];
+		const char *needle, *needle2;
+	} cases[] = {
+		{ { "--bogus", BASE }, { NULL }, "'--bogus'" },
+		{ { BASE, "--workers" }, { NULL }, "--workers needs a value" },
+		{ { BASE, "--verbose=1" },
+		  { NULL },
+		  "--verbose takes no value" },
+		{ { BASE, "-v" }, { NULL }, "'-v'" },
+		{ { BASE, "stray" }, { NULL }, "'stray'" },
+		{ { BASE, "--", "stray" }, { NULL }, "'stray'" },
+		{ { "--s", BASE }, { NULL }, "'--s'" },
+		{ { "--role", "boss", "--coordinator", "h:1", "--workers",
+		    "2" },
+		  { NULL },
+		  "--role='boss'",
+		  "coordinator, server, worker" },
+		{ { "--coordinator", "h:1", "--workers", "2" },
+		  { "KANEL_ROLE=boss" },
+		  "KANEL_ROLE='boss'" },
+		{ { BASE, "--workers", "abc" }, { NULL }, "--workers='abc'" },
+		{ { BASE, "--workers", "0" }, { NULL }, "--workers=0" },
+		{ { BASE, "--workers", "65537" }, { NULL }, "--workers=65537" },
+		{ { BASE, "--workers", "4294967296" },
+		  { NULL },
+		  "--workers='4294967296': too large" },
+		{ { BASE, "--servers", "-1" }, { NULL }, "--servers='-1'" },
+		{ { "--role", "coordinator", "--coordinator", "h:1" },
+		  { "KANEL_WORKERS=two" },
+		  "KANEL_WORKERS='two'" },
+		{ { BASE, "--rank", "x" }, { NULL }, "--rank='x'" },
+		{ { BASE, "--transport", "udp" },
+		  { NULL },
+		  "--transport='udp'" },
+		{ { BASE, "--sync", "ssp" },
+		  { NULL },
+		  "--sync='ssp'",
+		  "bsp, asp" },
+		{ { BASE }, { "KANEL_SYNC=BSP" }, "KANEL_SYNC='BSP'" },
+		{ { BASE, "--optimizer", "lamb" },
+		  { NULL },
+		  "--optimizer='lamb'" },
+		{ { BASE, "--lr", "0" }, { NULL }, "--lr='0'" },
+		{ { BASE, "--lr", "-1" }, { NULL }, "--lr='-1'" },
+		{ { BASE, "--lr", "fast" }, { NULL }, "--lr='fast'" },
+		{ { BASE, "--lr", "nan" }, { NULL }, "--lr='nan'" },
+		{ { BASE, "--lr", "inf" }, { NULL }, "--lr='inf'" },
+		{ { BASE, "--lr", "1e999" }, { NULL }, "--lr='1e999'" },
+		{ { BASE, "--momentum", "1" }, { NULL }, "--momentum='1'" },
+		{ { BASE, "--momentum", "0.999999999" },
+		  { NULL },
+		  "--momentum='0.999999999'" }, /* 1 as a float */
+		{ { BASE, "--lr", "1e-50" }, { NULL }, "--lr='1e-50'" },
+		{ { BASE, "--lr", "1e39" }, { NULL }, "--lr='1e39'" },
+		{ { BASE, "--momentum", "-0.1" },
+		  { NULL },
+		  "--momentum='-0.1'" },
+		{ { BASE, "--heartbeat-timeout", "0" },
+		  { NULL },
+		  "--heartbeat-timeout='0'" },
+		{ { BASE, "--heartbeat-timeout", "5h" },
+		  { NULL },
+		  "--heartbeat-timeout='5h'" },
+		{ { BASE, "--startup-timeout", "86401" },
+		  { NULL },
+		  "--startup-timeout='86401'" },
+		{ { BASE, "--startup-timeout", "4294967295" },
+		  { NULL },
+		  "--startup-timeout" },
+		{ { BASE, "--secret-file", "" }, { NULL }, "--secret-file" },
+		{ { BASE },
+		  { "KANEL_VERBOSE=maybe" },
+		  "KANEL_VERBOSE='maybe'" },
+		{ { "--role", "coordinator", "--workers", "2" },
+		  { NULL },
+		  "--coordinator",
+		  "KANEL_COORDINATOR" },
+		{ { BASE, "--coordinator", "head" },
+		  { NULL },
+		  "--coordinator='head'" },
+		{ { BASE, "--coordinator", "head:" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", ":5000" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", "head:0" },
+		  { NULL },
+		  "must not be 0" },
+		{ { BASE, "--coordinator", "head:65536" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", "head:5x" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", "he ad:1" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", "-head:1" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", "::1:5" }, { NULL }, "brackets" },
+		{ { BASE, "--coordinator", "[::1]5" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE, "--coordinator", "[zz]:5" }, { NULL }, "IPv6" },
+		{ { BASE, "--coordinator", "[]:5" },
+		  { NULL },
+		  "--coordinator" },
+		{ { BASE }, { "KANEL_LISTEN=x y:1" }, "KANEL_LISTEN" },
+		{ { BASE, "--listen", "[::1]:" }, { NULL }, "--listen" },
+		{ { "--rank", "1", "--coordinator", "h:1", "--workers", "2" },
+		  { NULL },
+		  "--rank needs a role" },
+		{ { "--coordinator", "h:1", "--workers", "2" },
+		  { "KANEL_RANK=1", "SLURM_PROCID=0", "SLURM_NTASKS=4" },
+		  "KANEL_RANK needs a role" },
+		{ { "--role", "worker", "--workers", "4", "--coordinator",
+		    "h:1" },
+		  { NULL },
+		  "--rank missing",
+		  "4 workers" },
+		{ { "--role", "worker", "--rank", "4", "--workers", "4",
+		    "--coordinator", "h:1" },
+		  { NULL },
+		  "--rank=4",
+		  "4 workers" },
+		{ { "--role", "server", "--workers", "4", "--coordinator",
+		    "h:1" },
+		  { "KANEL_RANK=1" },
+		  "KANEL_RANK=1",
+		  "1 server," },
+		{ { BASE, "--rank", "1" },
+		  { NULL },
+		  "--rank=1",
+		  "coordinator" },
+		{ { "--role", "worker", "--coordinator", "h:1" },
+		  { NULL },
+		  "--workers",
+		  "KANEL_WORKERS" },
+		{ { "--coordinator", "h:1", "--workers", "2" },
+		  { NULL },
+		  "--role",
+		  "KANEL_ROLE" },
+		{ { "--coordinator", "h:1" },
+		  { "SLURM_PROCID=1" },
+		  "SLURM_PROCID is set but SLURM_NTASKS is not" },
+		{ { "--coordinator", "h:1" },
+		  { "OMPI_COMM_WORLD_SIZE=4", "SLURM_PROCID=1",
+		    "SLURM_NTASKS=4" },
+		  "OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK" },
+		{ { "--coordinator", "h:1" },
+		  { "SLURM_PROCID=one", "SLURM_NTASKS=4" },
+		  "SLURM_PROCID='one'" },
+		{ { "--coordinator", "h:1" },
+		  { "SLURM_PROCID=1", "SLURM_NTASKS=" },
+		  "SLURM_NTASKS=''" },
+		{ { "--coordinator", "h:1" },
+		  { "SLURM_PROCID=4", "SLURM_NTASKS=4" },
+		  "SLURM_PROCID=4 is not below SLURM_NTASKS=4" },
+		{ { "--coordinator", "h:1" },
+		  { "SLURM_PROCID=0", "SLURM_NTASKS=2" },
+		  "SLURM_NTASKS=2 leaves no worker" },
+		{ { "--coordinator", "h:1", "--workers", "3" },
+		  { "SLURM_PROCID=0", "SLURM_NTASKS=4" },
+		  "SLURM_NTASKS=4 leaves no server" },
+		{ { "--coordinator", "h:1", "--workers", "3", "--servers",
+		    "2" },
+		  { "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=7" },
+		  "OMPI_COMM_WORLD_SIZE=7",
+		  "2 servers (--servers) + 3 workers (--workers) = 6" },
+		{ { "--coordinator", "h:1" },
+		  { "KANEL_WORKERS=3", "KANEL_SERVERS=2", "SLURM_PROCID=0",
+		    "SLURM_NTASKS=5" },
+		  "SLURM_NTASKS=5",
+		  "(KANEL_SERVERS) + 3 workers (KANEL_WORKERS) = 6" },
+		{ { "--coordinator", "h:1" },
+		  { "SLURM_PROCID=0", "SLURM_NTASKS=100000" },
+		  "SLURM_NTASKS=100000",
+		  "65536 workers" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[17] = { "kanel" };
+		struct kn__config c, before;
+		int ret;
+
+		memcpy(argv + 1, cases[i].argv, sizeof(cases[i].argv));
+		memset(&c, 0x5a, sizeof(c));
+		before = c;
+		ret = parse(argv, (char **)cases[i].env, &c);
+		cr_assert_eq(ret, -EINVAL, "case %zu (%s) accepted", i,
+			     cases[i].needle);
+		cr_assert_not_null(strstr(err, cases[i].needle),
+				   "case %zu: '%s' not in '%s'", i,
+				   cases[i].needle, err);
+		if (cases[i].needle2)
+			cr_assert_not_null(strstr(err, cases[i].needle2),
+					   "case %zu: '%s' not in '%s'", i,
+					   cases[i].needle2, err);
+		cr_assert_eq(memcmp(&c, &before, sizeof(c)), 0,
+			     "case %zu wrote the configuration", i);
+		cr_assert_null(strchr(err, '\n'), "one line: %s", err);
+	}
+}
+
+Test(config, a_long_host_or_path_is_refused)
+{
+	char host[KN_CONFIG_HOST_MAX + 8], path[KN_CONFIG_PATH_MAX + 1];
+	struct kn__config c;
+
+	memset(host, 'h', sizeof(host));
+	strcpy(host + KN_CONFIG_HOST_MAX, ":1");
+	cr_assert_eq(parse(ARGV(BASE, "--coordinator", host), NULL, &c),
+		     -EINVAL);
+	cr_assert_not_null(strstr(err, "--coordinator"), "%s", err);
+	/* the longest that fits is fine */
+	strcpy(host + KN_CONFIG_HOST_MAX - 1, ":1");
+	parse_ok(ARGV(BASE, "--coordinator", host), NULL, &c);
+	cr_assert_eq(strlen(c.coordinator.host), KN_CONFIG_HOST_MAX - 1);
+
+	memset(path, 'p', sizeof(path) - 1);
+	path[sizeof(path) - 1] = '\0';
+	cr_assert_eq(parse(ARGV(BASE, "--secret-file", path), NULL, &c),
+		     -EINVAL);
+	cr_assert_not_null(strstr(err, "--secret-file"), "%s", err);
+}
+
+/* Parsing again starts afresh (optind is reset), and argv stays as is. */
+Test(config, parse_is_repeatable_and_leaves_argv_alone)
+{
+	char **a = ARGV(BASE, "--sync", "asp");
+	char *copy[8];
+	struct kn__config c;
+
+	memcpy(copy, a, sizeof(copy));
+	parse_ok(a, NULL, &c);
+	cr_assert_eq(c.sync, KN__CONFIG_ASP);
+	cr_assert_eq(memcmp(copy, a, sizeof(copy)), 0);
+	cr_assert_eq(parse(ARGV(BASE, "--nope"), NULL, &c), -EINVAL);
+	/* an operand stops the scan: nothing is moved behind it */
+	a = ARGV("--sync", "asp", "stray", BASE);
+	memcpy(copy, a, sizeof(copy));
+	cr_assert_eq(parse(a, NULL, &c), -EINVAL);
+	cr_assert_not_null(strstr(err, "'stray'"), "%s", err);
+	cr_assert_eq(memcmp(copy, a, sizeof(copy)), 0);
+	parse_ok(ARGV(BASE), NULL, &c);
+	cr_assert_eq(c.sync, KN__CONFIG_BSP);
+	/* no flags at all (argc 1) and no argv at all */
+	parse_ok(ARGV0,
+		 ENV("KANEL_ROLE=coordinator", "KANEL_WORKERS=1",
+		     "KANEL_COORDINATOR=h:1"),
+		 &c);
+	cr_assert_eq(kn__config_parse(0, NULL,
+				      ENV("KANEL_ROLE=coordinator",
+					  "KANEL_WORKERS=1",
+					  "KANEL_COORDINATOR=h:1"),
+				      &c, NULL, 0),
+		     0);
+	cr_assert_eq(
+		kn__config_parse(1, ARGV(BASE), no_env, NULL, err, sizeof(err)),
+		-EINVAL);
+}
+
+Test(config, help_needs_nothing_else)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV("--help"), NULL, &c);
+	cr_assert(c.help);
+	parse_ok(ARGV("--sync", "asp", "--help"), ENV("KANEL_SYNC=bogus"), &c);
+	cr_assert(c.help);
+	cr_assert_eq(parse(ARGV("--bogus", "--help"), NULL, &c), -EINVAL);
+}
+
+Test(config, usage_lists_every_option_variable_and_default)
+{
+	static const char *const want[] = {
+		"--role coordinator|server|worker",
+		"KANEL_ROLE",
+		"--rank R",
+		"KANEL_RANK",
+		"--servers M",
+		"KANEL_SERVERS",
+		"--workers N",
+		"KANEL_WORKERS",
+		"--coordinator HOST:PORT",
+		"KANEL_COORDINATOR",
+		"--listen HOST:PORT",
+		"KANEL_LISTEN",
+		"default 0.0.0.0:0]",
+		"--transport tcp|verbs",
+		"KANEL_TRANSPORT",
+		"default tcp]",
+		"--sync bsp|asp",
+		"KANEL_SYNC",
+		"default bsp]",
+		"--optimizer sgd|momentum|adam|sum",
+		"KANEL_OPTIMIZER",
+		"--lr RATE",
+		"KANEL_LR",
+		"--momentum MU",
+		"KANEL_MOMENTUM",
+		"--chunk-bytes BYTES",
+		"KANEL_CHUNK_BYTES",
+		"default 1M]",
+		"--heartbeat-timeout MS",
+		"KANEL_HEARTBEAT_TIMEOUT",
+		"default 3000]",
+		"--startup-timeout S",
+		"KANEL_STARTUP_TIMEOUT",
+		"default 30]",
+		"--secret-file PATH",
+		"KANEL_SECRET_FILE",
+		"KANEL_SECRET",
+		"--verbose",
+		"KANEL_VERBOSE",
+		"--help",
+	};
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	char *line;
+
+	cr_assert_not_null(f);
+	kn__config_usage(f);
+	fclose(f);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cr_assert_not_null(strstr(text, want[i]), "'%s' missing",
+				   want[i]);
+	for (line = text; *line;) {
+		char *nl = strchr(line, '\n');
+		size_t n = nl ? (size_t)(nl - line) : strlen(line);
+
+		cr_assert_leq(n, 79, "line too long: %.*s", (int)n, line);
+		line += n + (nl != NULL);
+	}
+	free(text);
+}
+
+Test(config, names)
+{
+	cr_assert_str_eq(kn__role_name(KN__ROLE_COORDINATOR), "coordinator");
+	cr_assert_str_eq(kn__role_name(KN__ROLE_SERVER), "server");
+	cr_assert_str_eq(kn__role_name(KN__ROLE_WORKER), "worker");
+	cr_assert_null(kn__role_name((enum kn__role)0));
+	cr_assert_str_eq(kn__config_transport_name(KN__CONFIG_VERBS), "verbs");
+	cr_assert_str_eq(kn__config_sync_name(KN__CONFIG_ASP), "asp");
+	cr_assert_str_eq(kn__config_optimizer_name(KN__CONFIG_SUM), "sum");
+	cr_assert_null(kn__config_optimizer_name((enum kn__config_optimizer)9));
+}
+
+Test(config, resolve)
+{
+	struct kn__config_addr v4 = { "127.0.0.1", 5000 };
+	struct kn__config_addr v6 = { "::1", 7 };
+	struct kn__config_addr any = { "0.0.0.0", 0 };
+	struct kn__config_addr local = { "localhost", 80 };
+	struct kn__config_addr empty = { "", 1 };
+	struct sockaddr_storage ss;
+	struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len;
+
+	cr_assert_eq(kn__config_resolve(&v4, &ss, &len), 0);
+	cr_assert_eq(ss.ss_family, AF_INET);
+	cr_assert_eq(len, sizeof(*in));
+	cr_assert_eq(ntohs(in->sin_port), 5000);
+	cr_assert_eq(ntohl(in->sin_addr.s_addr), INADDR_LOOPBACK);
+
+	cr_assert_eq(kn__config_resolve(&any, &ss, &len), 0);
+	cr_assert_eq(in->sin_addr.s_addr, htonl(INADDR_ANY));
+	cr_assert_eq(in->sin_port, 0);
+
+	cr_assert_eq(kn__config_resolve(&v6, &ss, &len), 0);
+	cr_assert_eq(ss.ss_family, AF_INET6);
+	cr_assert_eq(ntohs(in6->sin6_port), 7);
+	cr_assert(IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr));
+
+	/* a name gives IPv4, whatever the resolver lists first */
+	cr_assert_eq(kn__config_resolve(&local, &ss, &len), 0);
+	cr_assert_eq(ss.ss_family, AF_INET);
+	cr_assert_eq(ntohl(in->sin_addr.s_addr) >> 24, 127);
+
+	cr_assert_eq(kn__config_resolve(&empty, &ss, &len), -EINVAL);
+}

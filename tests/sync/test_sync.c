@@ -1,0 +1,870 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_sync.c - the BSP and ASP chunk rules, planners and worker rules of
+ * sync/ (docs/protocols.md): when a round completes, the exact actions
+ * and their order, weights, versions and staleness factors, membership
+ * changes inside a round, refusal of events that break the protocol
+ * (and that a refusal changes nothing), and randomized event sequences
+ * checked against a reference model.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "sync.h"
+
+#define MAXW   8
+#define MAXACT (1 + MAXW)
+
+/* --- helpers ---------------------------------------------------------- */
+
+static struct kn__sync_rule *rule_new(uint32_t protocol, uint32_t max_workers,
+				      uint32_t members)
+{
+	struct kn__sync_params p = {
+		.protocol = protocol,
+		.max_workers = max_workers,
+		.members = members,
+	};
+	struct kn__sync_rule *rule = NULL;
+
+	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
+	cr_assert_not_null(rule);
+	cr_assert_leq(kn__sync_max_actions(&p), MAXACT);
+	return rule;
+}
+
+static int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
+		uint64_t version, uint32_t slot, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_PUSH,
+		.worker = worker,
+		.slot = slot,
+		.clock = clock,
+		.version = version,
+	};
+
+	return kn__sync_rule_event(rule, &ev, out);
+}
+
+static int member_event(struct kn__sync_rule *rule, uint32_t type,
+			uint32_t worker, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = { .type = type, .worker = worker };
+
+	return kn__sync_rule_event(rule, &ev, out);
+}
+
+static void assert_release(const struct kn__sync_action *a, uint32_t worker,
+			   uint64_t version)
+{
+	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
+	cr_assert_eq(a->worker, worker, "release of %u, expected %u", a->worker,
+		     worker);
+	cr_assert_eq(a->version, version);
+	cr_assert_eq(a->epoch, 0);
+	cr_assert_eq(a->steps, 1);
+}
+
+/* A BSP round of every worker in @ws (ascending), all from @version. */
+static void assert_bsp_round(const struct kn__sync_action *a, int n,
+			     const uint32_t *ws, uint32_t count,
+			     uint64_t version)
+{
+	cr_assert_eq(n, (int)(1 + count));
+	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(a[0].version, version + 1);
+	cr_assert_eq(a[0].lr_scale, 1.0f);
+	cr_assert_eq(a[0].ncontrib, count);
+	for (uint32_t k = 0; k < count; k++) {
+		cr_assert_eq(a[0].contrib[k].worker, ws[k]);
+		cr_assert_eq(a[0].contrib[k].weight, 1.0f / (float)count);
+		assert_release(&a[1 + k], ws[k], version + 1);
+	}
+}
+
+/* --- names, parameters ------------------------------------------------ */
+
+Test(rules, protocol_names_round_trip)
+{
+	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_BSP), "bsp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_ASP), "asp");
+	cr_assert_null(kn__sync_protocol_name(2));
+	cr_assert_null(kn__sync_protocol_name(UINT32_MAX));
+	cr_assert_eq(kn__sync_protocol_parse("bsp"), KN__SYNC_BSP);
+	cr_assert_eq(kn__sync_protocol_parse("asp"), KN__SYNC_ASP);
+	cr_assert_eq(kn__sync_protocol_parse("BSP"), -EINVAL);
+	cr_assert_eq(kn__sync_protocol_parse("ssp"), -EINVAL);
+	cr_assert_eq(kn__sync_protocol_parse(""), -EINVAL);
+	cr_assert_eq(kn__sync_protocol_parse(NULL), -EINVAL);
+}
+
+Test(rules, max_actions_per_protocol)
+{
+	struct kn__sync_params p = { KN__SYNC_BSP, 8, 8 };
+
+	cr_assert_eq(kn__sync_max_actions(&p), 9);
+	p.max_workers = 1000;
+	cr_assert_eq(kn__sync_max_actions(&p), 1001);
+	p.protocol = KN__SYNC_ASP;
+	cr_assert_eq(kn__sync_max_actions(&p), 2);
+	p.protocol = 7;
+	cr_assert_eq(kn__sync_max_actions(&p), 0);
+	cr_assert_eq(kn__sync_max_actions(NULL), 0);
+}
+
+Test(rules, create_refuses_bad_params_and_leaves_out_alone)
+{
+	struct kn__sync_params bad[] = {
+		{ KN__SYNC_BSP, 0, 0 },
+		{ KN__SYNC_BSP, 4, 5 },
+		{ 2, 4, 4 },
+		{ KN__SYNC_ASP, KN__SYNC_MAX_WORKERS + 1, 0 },
+	};
+	struct kn__sync_rule *sentinel = (struct kn__sync_rule *)&bad;
+	struct kn__sync_rule *rule = sentinel;
+	struct kn__sync_planner *planner = (struct kn__sync_planner *)&bad;
+	struct kn__sync_worker *worker = (struct kn__sync_worker *)&bad;
+	struct kn__sync_params ok = { KN__SYNC_BSP, 4, 0 };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_assert_eq(kn__sync_rule_create(&bad[i], &rule), -EINVAL,
+			     "params %zu", i);
+		cr_assert_eq(kn__sync_planner_create(&bad[i], &planner),
+			     -EINVAL);
+		cr_assert_eq(kn__sync_worker_create(&bad[i], 0, &worker),
+			     -EINVAL);
+	}
+	cr_assert_eq(kn__sync_rule_create(NULL, &rule), -EINVAL);
+	cr_assert_eq(kn__sync_rule_create(&ok, NULL), -EINVAL);
+	cr_assert_eq(kn__sync_worker_create(&ok, 4, &worker), -EINVAL);
+	cr_assert_eq(rule, sentinel);
+	cr_assert_eq((void *)planner, (void *)&bad);
+	cr_assert_eq((void *)worker, (void *)&bad);
+
+	/* no members at all is a valid start: workers join later */
+	cr_assert_eq(kn__sync_rule_create(&ok, &rule), 0);
+	cr_assert_eq(kn__sync_rule_version(rule), 0);
+	kn__sync_rule_destroy(rule);
+	kn__sync_rule_destroy(NULL);
+	kn__sync_planner_destroy(NULL);
+	kn__sync_worker_destroy(NULL);
+}
+
+/* --- BSP ---------------------------------------------------------------- */
+
+Test(bsp, completes_only_when_every_member_pushed)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 4);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t all[] = { 0, 1, 2, 3 };
+
+	cr_assert_eq(push(rule, 2, 0, 0, 0, out), 0);
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(push(rule, 3, 0, 0, 0, out), 0);
+	cr_assert_eq(kn__sync_rule_version(rule), 0);
+	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 4, 0);
+	cr_assert_eq(kn__sync_rule_version(rule), 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, actions_in_worker_id_order_whatever_the_arrival_order)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 4);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t order[] = { 3, 1, 0, 2 };
+	const uint32_t slot[] = { 1, 0, 1, 0 }; /* by worker id */
+	int n = 0;
+
+	for (int i = 0; i < 4; i++)
+		n = push(rule, order[i], 5, 0, slot[order[i]], out);
+	cr_assert_eq(n, 5);
+	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(out[0].version, 1);
+	cr_assert_eq(out[0].lr_scale, 1.0f);
+	cr_assert_eq(out[0].ncontrib, 4);
+	for (uint32_t k = 0; k < 4; k++) {
+		cr_assert_eq(out[0].contrib[k].worker, k);
+		cr_assert_eq(out[0].contrib[k].slot, slot[k]);
+		cr_assert_eq(out[0].contrib[k].weight, 0.25f);
+		assert_release(&out[1 + k], k, 1);
+	}
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, weights_are_the_mean_and_sum_to_one)
+{
+	for (uint32_t m = 1; m <= MAXW; m++) {
+		struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, m);
+		struct kn__sync_action out[MAXACT];
+		double sum = 0;
+		int n = 0;
+
+		for (uint32_t w = 0; w < m; w++)
+			n = push(rule, w, 0, 0, 0, out);
+		cr_assert_eq(n, (int)(1 + m));
+		cr_assert_eq(out[0].ncontrib, m);
+		for (uint32_t k = 0; k < m; k++) {
+			cr_assert_eq(out[0].contrib[k].weight, 1.0f / (float)m);
+			sum += out[0].contrib[k].weight;
+		}
+		cr_assert(fabs(sum - 1.0) < 1e-6, "m %u: sum %.9g", m, sum);
+		kn__sync_rule_destroy(rule);
+	}
+}
+
+Test(bsp, versions_increase_by_one_per_round)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t all[] = { 0, 1, 2 };
+
+	for (uint64_t v = 0; v < 6; v++) {
+		cr_assert_eq(push(rule, 1, v, v, v & 1, out), 0);
+		cr_assert_eq(push(rule, 0, v, v, v & 1, out), 0);
+		assert_bsp_round(out, push(rule, 2, v, v, v & 1, out), all, 3,
+				 v);
+		cr_assert_eq(out[0].contrib[1].slot, v & 1);
+		cr_assert_eq(kn__sync_rule_version(rule), v + 1);
+	}
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, second_push_in_a_round_is_refused_and_changes_nothing)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t all[] = { 0, 1 };
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	/* a new clock, a new slot: still the same round */
+	cr_assert_eq(push(rule, 0, 1, 0, 1, out), -EINVAL);
+	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0);
+	cr_assert_eq(out[0].contrib[0].slot, 0, "the refused push's slot");
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, replayed_or_off_version_push_is_refused)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t all[] = { 0, 1 };
+
+	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL); /* future */
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0);
+	/* the round-0 push seen again, as it was or with the new version */
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), -EINVAL);
+	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
+	/* computed from an old version: not a push of this round */
+	cr_assert_eq(push(rule, 0, 1, 0, 1, out), -EINVAL);
+	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
+	assert_bsp_round(out, push(rule, 1, 1, 1, 1, out), all, 2, 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, leave_of_the_last_waited_for_member_completes_the_round)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t rest[] = { 0, 2 };
+
+	cr_assert_eq(push(rule, 2, 0, 0, 1, out), 0);
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	assert_bsp_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 1, out),
+			 rest, 2, 0);
+	cr_assert_eq(out[0].contrib[0].slot, 0);
+	cr_assert_eq(out[0].contrib[1].slot, 1);
+	/* and the next round needs only the two left */
+	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
+	assert_bsp_round(out, push(rule, 2, 1, 1, 0, out), rest, 2, 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, leave_after_push_drops_the_contribution)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t rest[] = { 1, 2 };
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(push(rule, 1, 0, 0, 0, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 0, out), 0);
+	assert_bsp_round(out, push(rule, 2, 0, 0, 0, out), rest, 2, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, a_round_without_members_never_completes)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t five[] = { 5 };
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 0, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 1, out), 0);
+	cr_assert_eq(kn__sync_rule_version(rule), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
+	assert_release(&out[0], 5, 0);
+	/* worker 0's dropped push is not applied with 5's */
+	assert_bsp_round(out, push(rule, 5, 0, 0, 0, out), five, 1, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, join_releases_the_current_version_and_joins_the_round)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t three[] = { 0, 1, 5 };
+
+	for (uint64_t v = 0; v < 2; v++) {
+		cr_assert_eq(push(rule, 0, v, v, 0, out), 0);
+		cr_assert_eq(push(rule, 1, v, v, 0, out), 3);
+	}
+	cr_assert_eq(push(rule, 0, 2, 2, 0, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
+	assert_release(&out[0], 5, 2);
+	cr_assert_eq(push(rule, 1, 2, 2, 0, out), 0, "waits for the joiner");
+	assert_bsp_round(out, push(rule, 5, 0, 2, 1, out), three, 3, 2);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, rejoin_after_leave_starts_its_clock_afresh)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t all[] = { 0, 1 };
+
+	cr_assert_eq(push(rule, 0, 7, 0, 1, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 0, out), 0);
+	cr_assert_eq(push(rule, 0, 8, 0, 0, out), -EINVAL, "not a member");
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 0, out), 1);
+	assert_release(&out[0], 0, 0);
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+/* --- both protocols --------------------------------------------------- */
+
+static void refusals(uint32_t protocol)
+{
+	struct kn__sync_rule *rule = rule_new(protocol, MAXW, 3);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t bad_ids[] = { MAXW, MAXW + 1, UINT32_MAX };
+	const uint32_t types[] = { KN__SYNC_EV_PUSH, KN__SYNC_EV_JOIN,
+				   KN__SYNC_EV_LEAVE, KN__SYNC_EV_TIMING };
+	struct kn__sync_event ev = { 0 };
+
+	for (int i = 0; i < 3; i++)
+		for (int t = 0; t < 4; t++)
+			cr_assert_eq(
+				member_event(rule, types[t], bad_ids[i], out),
+				-EINVAL, "type %u worker %u", types[t],
+				bad_ids[i]);
+	cr_assert_eq(push(rule, 3, 0, 0, 0, out), -EINVAL, "non-member");
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 1, out), -EINVAL);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 4, out), -EINVAL);
+	cr_assert_eq(member_event(rule, 0, 0, out), -EINVAL);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_TIMER + 1, 0, out),
+		     -EINVAL);
+	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_TIMING, .value = -1 };
+	cr_assert_eq(kn__sync_rule_event(rule, &ev, out), -EINVAL);
+	ev.value = NAN;
+	cr_assert_eq(kn__sync_rule_event(rule, &ev, out), -EINVAL);
+	cr_assert_eq(kn__sync_rule_event(NULL, &ev, out), -EINVAL);
+	cr_assert_eq(kn__sync_rule_event(rule, NULL, out), -EINVAL);
+	ev.value = 0.5;
+	cr_assert_eq(kn__sync_rule_event(rule, &ev, NULL), -EINVAL);
+
+	/* none of it changed the membership or the version */
+	cr_assert_eq(kn__sync_rule_version(rule), 0);
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out),
+		     protocol == KN__SYNC_BSP ? 0 : 2);
+	cr_assert_eq(push(rule, 1, 0, 0, 0, out),
+		     protocol == KN__SYNC_BSP ? 0 : 2);
+	cr_assert_eq(push(rule, 2, 0, 0, 0, out),
+		     protocol == KN__SYNC_BSP ? 4 : 2);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, refuses_bad_worker_ids_and_membership_errors)
+{
+	refusals(KN__SYNC_BSP);
+}
+
+Test(asp, refuses_bad_worker_ids_and_membership_errors)
+{
+	refusals(KN__SYNC_ASP);
+}
+
+static void timing_and_timer_do_nothing(uint32_t protocol)
+{
+	struct kn__sync_rule *rule = rule_new(protocol, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	struct kn__sync_event timing = {
+		.type = KN__SYNC_EV_TIMING,
+		.worker = 1,
+		.t = 3.5,
+		.value = 0.25,
+	};
+	/* a timer names no worker: whatever is in the field is ignored */
+	struct kn__sync_event timer = {
+		.type = KN__SYNC_EV_TIMER,
+		.worker = UINT32_MAX,
+		.t = 4.0,
+	};
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out),
+		     protocol == KN__SYNC_BSP ? 0 : 2);
+	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
+	cr_assert_eq(kn__sync_rule_event(rule, &timer, out), 0);
+	timing.worker = 6; /* not a member, but a valid id */
+	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
+	cr_assert_eq(kn__sync_rule_version(rule),
+		     protocol == KN__SYNC_BSP ? 0 : 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, timing_and_timer_do_nothing)
+{
+	timing_and_timer_do_nothing(KN__SYNC_BSP);
+}
+
+Test(asp, timing_and_timer_do_nothing)
+{
+	timing_and_timer_do_nothing(KN__SYNC_ASP);
+}
+
+/* --- ASP ---------------------------------------------------------------- */
+
+static void assert_asp_apply(const struct kn__sync_action *a, int n,
+			     uint32_t worker, uint32_t slot, uint64_t version,
+			     float lr_scale)
+{
+	cr_assert_eq(n, 2);
+	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(a[0].version, version);
+	cr_assert_eq(a[0].lr_scale, lr_scale, "lr_scale %.9g, expected %.9g",
+		     a[0].lr_scale, lr_scale);
+	cr_assert_eq(a[0].ncontrib, 1);
+	cr_assert_eq(a[0].contrib[0].worker, worker);
+	cr_assert_eq(a[0].contrib[0].slot, slot);
+	cr_assert_eq(a[0].contrib[0].weight, 1.0f);
+	assert_release(&a[1], worker, version);
+}
+
+Test(asp, every_push_is_applied_at_once)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 3);
+	struct kn__sync_action out[MAXACT];
+
+	assert_asp_apply(out, push(rule, 2, 0, 0, 1, out), 2, 1, 1, 1.0f);
+	cr_assert_eq(kn__sync_rule_version(rule), 1);
+	assert_asp_apply(out, push(rule, 2, 1, 1, 0, out), 2, 0, 2, 1.0f);
+	cr_assert_eq(kn__sync_rule_version(rule), 2);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(asp, staleness_damps_the_learning_rate)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 4);
+	struct kn__sync_action out[MAXACT];
+
+	/* worker 0 alone makes versions 1, 2, 3 (staleness 0 each) */
+	for (uint64_t v = 0; v < 3; v++)
+		assert_asp_apply(out, push(rule, 0, v, v, 0, out), 0, 0, v + 1,
+				 1.0f);
+	/* tau = 0, 1, 2, 3 */
+	assert_asp_apply(out, push(rule, 1, 0, 3, 0, out), 1, 0, 4, 1.0f);
+	assert_asp_apply(out, push(rule, 2, 0, 3, 0, out), 2, 0, 5, 1.0f);
+	assert_asp_apply(out, push(rule, 3, 0, 3, 0, out), 3, 0, 6, 0.5f);
+	assert_asp_apply(out, push(rule, 1, 1, 3, 1, out), 1, 1, 7,
+			 1.0f / 3.0f);
+	/* a large staleness, from the initial model */
+	assert_asp_apply(out, push(rule, 2, 1, 0, 1, out), 2, 1, 8,
+			 1.0f / 7.0f);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(asp, push_from_the_future_or_seen_before_is_refused)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+
+	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
+	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 1.0f);
+	/* the same push again: it was applied already */
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), -EINVAL);
+	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
+	cr_assert_eq(kn__sync_rule_version(rule), 1);
+	/* clocks only have to grow, not step by one */
+	assert_asp_apply(out, push(rule, 0, 4, 1, 0, out), 0, 0, 2, 1.0f);
+	cr_assert_eq(push(rule, 0, 3, 2, 1, out), -EINVAL);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(asp, join_releases_the_current_version_leave_stops_pushes)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 1);
+	struct kn__sync_action out[MAXACT];
+
+	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 1.0f);
+	assert_asp_apply(out, push(rule, 0, 1, 1, 1, out), 0, 1, 2, 1.0f);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 7, out), 1);
+	assert_release(&out[0], 7, 2);
+	assert_asp_apply(out, push(rule, 7, 0, 2, 0, out), 7, 0, 3, 1.0f);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 7, out), 0);
+	cr_assert_eq(push(rule, 7, 1, 3, 1, out), -EINVAL);
+	cr_assert_eq(kn__sync_rule_version(rule), 3);
+	kn__sync_rule_destroy(rule);
+}
+
+/* --- planner and worker rule ------------------------------------------ */
+
+static void planner_has_no_plans(uint32_t protocol)
+{
+	struct kn__sync_params p = { protocol, MAXW, 2 };
+	struct kn__sync_planner *planner;
+	struct kn__sync_action out[MAXACT];
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_TIMING, .value = 1 };
+
+	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
+	for (uint32_t w = 0; w < MAXW; w++) {
+		ev.worker = w;
+		ev.t = w;
+		cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
+	}
+	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_JOIN, .worker = 4 };
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
+	ev.type = KN__SYNC_EV_LEAVE;
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
+	ev.worker = 0;
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
+	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_TIMER, .t = 9 };
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
+	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_PUSH, .worker = 1 };
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
+	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_JOIN,
+				      .worker = MAXW };
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
+	ev.type = 0;
+	ev.worker = 0;
+	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
+	kn__sync_planner_destroy(planner);
+}
+
+Test(planner, bsp_emits_nothing)
+{
+	planner_has_no_plans(KN__SYNC_BSP);
+}
+
+Test(planner, asp_emits_nothing)
+{
+	planner_has_no_plans(KN__SYNC_ASP);
+}
+
+static int wev(struct kn__sync_worker *w, uint32_t type, uint32_t *next)
+{
+	struct kn__sync_worker_event ev = {
+		.type = type,
+		.steps = 1,
+		.seconds = 0.1,
+	};
+
+	return kn__sync_worker_event(w, &ev, next);
+}
+
+static void worker_communicates_every_step(uint32_t protocol)
+{
+	struct kn__sync_params p = { protocol, MAXW, MAXW };
+	struct kn__sync_worker *w;
+	uint32_t next;
+
+	cr_assert_eq(kn__sync_worker_create(&p, MAXW - 1, &w), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(wev(w, KN__SYNC_WEV_STEP, &next), 0);
+		cr_assert_eq(next, KN__SYNC_NEXT_PUSH);
+		/* told to push: neither a step nor a release fits now */
+		next = 0;
+		cr_assert_eq(wev(w, KN__SYNC_WEV_STEP, &next), -EINVAL);
+		cr_assert_eq(wev(w, KN__SYNC_WEV_RELEASE, &next), -EINVAL);
+		cr_assert_eq(next, 0);
+		cr_assert_eq(wev(w, KN__SYNC_WEV_PUSHED, &next), 0);
+		cr_assert_eq(next, KN__SYNC_NEXT_WAIT);
+		/* waiting: no local steps under BSP/ASP */
+		cr_assert_eq(wev(w, KN__SYNC_WEV_STEP, &next), -EINVAL);
+		cr_assert_eq(wev(w, KN__SYNC_WEV_PUSHED, &next), -EINVAL);
+		cr_assert_eq(wev(w, KN__SYNC_WEV_RELEASE, &next), 0);
+		cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	}
+	cr_assert_eq(wev(w, KN__SYNC_WEV_PUSHED, &next), -EINVAL);
+	cr_assert_eq(wev(w, 0, &next), -EINVAL);
+	cr_assert_eq(wev(w, KN__SYNC_WEV_RELEASE + 1, &next), -EINVAL);
+	kn__sync_worker_destroy(w);
+
+	/* a joiner's first event is its release */
+	cr_assert_eq(kn__sync_worker_create(&p, 0, &w), 0);
+	cr_assert_eq(wev(w, KN__SYNC_WEV_RELEASE, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	cr_assert_eq(wev(w, KN__SYNC_WEV_STEP, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_PUSH);
+	kn__sync_worker_destroy(w);
+}
+
+Test(worker, bsp_communicates_after_every_step)
+{
+	worker_communicates_every_step(KN__SYNC_BSP);
+}
+
+Test(worker, asp_communicates_after_every_step)
+{
+	worker_communicates_every_step(KN__SYNC_ASP);
+}
+
+/* --- randomized, against a reference model ---------------------------- */
+
+static uint64_t rng_state;
+
+static uint32_t rnd(uint32_t n)
+{
+	/* xorshift64*: fixed seed, same sequence on every machine */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32) % n;
+}
+
+#define NEVENTS 50000
+
+/* What the model knows of a worker. */
+struct model_worker {
+	bool member;
+	bool pending;	  /* BSP: pushed this round */
+	bool clocked;	  /* pushed since it joined */
+	uint64_t clock;	  /* last accepted clock */
+	uint64_t held;	  /* the version it was last released with */
+	uint32_t slot;	  /* of the pending push */
+	uint32_t push_id; /* of the pending push */
+};
+
+struct model {
+	struct model_worker w[MAXW];
+	uint64_t version;
+	uint32_t npush;		  /* pushes accepted so far */
+	uint8_t applied[NEVENTS]; /* per push id: times applied */
+};
+
+/* A push the model would accept or refuse, with plausible mistakes. */
+static struct kn__sync_event random_push(const struct model *m)
+{
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_PUSH };
+	const struct model_worker *w;
+	uint32_t due[MAXW], ndue = 0;
+
+	/* mostly a member that has yet to push, or any id (MAXW: too big) */
+	for (uint32_t k = 0; k < MAXW; k++)
+		if (m->w[k].member && !m->w[k].pending)
+			due[ndue++] = k;
+	ev.worker = ndue && rnd(2) ? due[rnd(ndue)] : rnd(MAXW + 1);
+	w = &m->w[ev.worker < MAXW ? ev.worker : 0];
+	ev.slot = rnd(2);
+	ev.version = w->held;
+	ev.clock = w->clocked ? w->clock + 1 + rnd(2) : rnd(3);
+	switch (rnd(12)) {
+	case 0:
+		ev.version = m->version + 1;
+		break;
+	case 1:
+		ev.version = w->held ? w->held - 1 : 0;
+		break;
+	case 2:
+		ev.clock = w->clock; /* a replay, if it had pushed */
+		break;
+	}
+	return ev;
+}
+
+static void randomized(uint32_t protocol, uint64_t seed)
+{
+	struct kn__sync_rule *rule = rule_new(protocol, MAXW, MAXW / 2);
+	struct kn__sync_action out[MAXACT];
+	struct model *m = calloc(1, sizeof(*m));
+	uint32_t rounds = 0, refused = 0, dropped = 0;
+
+	cr_assert_not_null(m);
+	rng_state = seed;
+	for (uint32_t i = 0; i < MAXW / 2; i++)
+		m->w[i].member = true;
+
+	for (uint32_t i = 0; i < NEVENTS; i++) {
+		struct kn__sync_event ev = { 0 };
+		struct model_worker *w;
+		uint32_t nmembers = 0, npending = 0;
+		uint64_t before = kn__sync_rule_version(rule);
+		bool valid, complete = false;
+		int expect = 0, n;
+		uint32_t r = rnd(100);
+
+		if (r < 70) {
+			ev = random_push(m);
+		} else {
+			ev.type = r < 82   ? KN__SYNC_EV_LEAVE
+				  : r < 94 ? KN__SYNC_EV_JOIN
+				  : r < 97 ? KN__SYNC_EV_TIMING
+					   : KN__SYNC_EV_TIMER;
+			ev.worker = rnd(MAXW + 1);
+			ev.value = 0.5;
+			ev.t = i;
+		}
+		w = &m->w[ev.worker < MAXW ? ev.worker : 0];
+
+		/* what the rules in docs/protocols.md say happens */
+		switch (ev.type) {
+		case KN__SYNC_EV_PUSH:
+			valid = ev.worker < MAXW && w->member &&
+				ev.version <= m->version &&
+				!(w->clocked && ev.clock <= w->clock);
+			if (protocol == KN__SYNC_BSP)
+				valid = valid && !w->pending &&
+					ev.version == m->version;
+			expect = protocol == KN__SYNC_BSP ? 0 : 2;
+			break;
+		case KN__SYNC_EV_JOIN:
+			valid = ev.worker < MAXW && !w->member;
+			expect = 1;
+			break;
+		case KN__SYNC_EV_LEAVE:
+			valid = ev.worker < MAXW && w->member;
+			break;
+		case KN__SYNC_EV_TIMING:
+			valid = ev.worker < MAXW;
+			break;
+		default:
+			valid = true;
+			break;
+		}
+
+		n = kn__sync_rule_event(rule, &ev, out);
+		if (!valid) {
+			cr_assert_eq(n, -EINVAL, "event %u type %u worker %u",
+				     i, ev.type, ev.worker);
+			cr_assert_eq(kn__sync_rule_version(rule), before);
+			refused++;
+			continue;
+		}
+
+		/* the model's state after the event */
+		if (ev.type == KN__SYNC_EV_PUSH) {
+			w->clocked = true;
+			w->clock = ev.clock;
+			w->slot = ev.slot;
+			w->push_id = m->npush++;
+			w->pending = true;
+		} else if (ev.type == KN__SYNC_EV_JOIN) {
+			*w = (struct model_worker){ .member = true,
+						    .held = m->version };
+		} else if (ev.type == KN__SYNC_EV_LEAVE) {
+			dropped += w->pending;
+			w->member = false;
+			w->pending = false;
+		}
+		for (uint32_t k = 0; k < MAXW; k++) {
+			nmembers += m->w[k].member;
+			npending += m->w[k].member && m->w[k].pending;
+		}
+		if (protocol == KN__SYNC_BSP &&
+		    (ev.type == KN__SYNC_EV_PUSH ||
+		     ev.type == KN__SYNC_EV_LEAVE) &&
+		    nmembers > 0 && npending == nmembers) {
+			complete = true;
+			expect = (int)(1 + nmembers);
+		}
+		cr_assert_eq(n, expect, "event %u type %u worker %u: %d", i,
+			     ev.type, ev.worker, n);
+		if (n == 0)
+			continue;
+
+		if (ev.type == KN__SYNC_EV_JOIN) {
+			assert_release(&out[0], ev.worker, m->version);
+			continue;
+		}
+
+		/* an APPLY: which pushes, each at most once */
+		cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
+		cr_assert_eq(out[0].version, m->version + 1, "monotonic");
+		cr_assert_eq(kn__sync_rule_version(rule), m->version + 1);
+		cr_assert_eq(out[0].ncontrib, (uint32_t)(n - 1));
+		for (uint32_t k = 0; k < out[0].ncontrib; k++) {
+			const struct kn__sync_contrib *c = &out[0].contrib[k];
+			struct model_worker *cw;
+
+			cr_assert_lt(c->worker, MAXW);
+			cw = &m->w[c->worker];
+			if (k > 0)
+				cr_assert_gt(c->worker,
+					     out[0].contrib[k - 1].worker);
+			cr_assert(cw->member && cw->pending,
+				  "event %u: worker %u applied without a push",
+				  i, c->worker);
+			cr_assert_eq(c->slot, cw->slot);
+			cr_assert_eq(m->applied[cw->push_id]++, 0,
+				     "push %u applied twice", cw->push_id);
+			cw->pending = false;
+			assert_release(&out[1 + k], c->worker, m->version + 1);
+			cw->held = m->version + 1;
+			if (protocol == KN__SYNC_BSP) {
+				cr_assert_eq(c->weight,
+					     1.0f / (float)out[0].ncontrib);
+				cr_assert_eq(out[0].lr_scale, 1.0f);
+			} else {
+				uint64_t tau = m->version - ev.version;
+
+				cr_assert_eq(c->weight, 1.0f);
+				cr_assert_eq(out[0].lr_scale,
+					     tau > 1 ? 1.0f / (float)tau
+						     : 1.0f);
+			}
+		}
+		if (complete)
+			cr_assert_eq(out[0].ncontrib, nmembers,
+				     "BSP applies every member's push");
+		m->version++;
+		rounds++;
+	}
+
+	/* every accepted push was applied once, or dropped, or is pending */
+	for (uint32_t id = 0; id < m->npush; id++)
+		cr_assert_leq(m->applied[id], 1);
+	if (protocol == KN__SYNC_ASP)
+		for (uint32_t id = 0; id < m->npush; id++)
+			cr_assert_eq(m->applied[id], 1, "push %u", id);
+	cr_log_info("%s: %u applies, %u refusals, %u dropped, %u pushes",
+		    kn__sync_protocol_name(protocol), rounds, refused, dropped,
+		    m->npush);
+	/* the sequence exercised what it is meant to */
+	cr_assert_gt(rounds, 3000, "only %u applies", rounds);
+	cr_assert_gt(refused, 3000, "only %u refusals", refused);
+	if (protocol == KN__SYNC_BSP)
+		cr_assert_gt(dropped, 300, "only %u dropped pushes", dropped);
+	cr_assert_eq(kn__sync_rule_version(rule), rounds);
+	free(m);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, randomized_sequences_match_the_model)
+{
+	randomized(KN__SYNC_BSP, 0x6b616e656cULL);
+}
+
+Test(asp, randomized_sequences_match_the_model)
+{
+	randomized(KN__SYNC_ASP, 0x73796e63ULL);
+}
