@@ -38,7 +38,7 @@ struct crd_worker {
 	struct kn__tensor_desc *table; /* as it arrives */
 	uint32_t ntable;
 	double last_seen;
-	bool table_ok, started, done, removed;
+	bool table_done, table_ok, started, done, removed;
 };
 
 struct coordinator {
@@ -203,36 +203,58 @@ static bool table_matches(struct coordinator *c, uint32_t w)
 	return true;
 }
 
-static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
+/* Worker @w's complete table against the job's: go on, or an error. */
+static void check_table(struct coordinator *c, uint32_t w)
 {
 	struct crd_worker *cw = &c->workers[w];
 
-	if (count != cw->ntable) {
-		kn__chan_send_error(cw->ch, -EPROTO, "a torn tensor table");
-		kn__chan_close(cw->ch);
-		return;
-	}
-	if (!c->table) {
-		/* the first complete table is the job's */
-		c->table = cw->table;
-		c->ntable = cw->ntable;
-		cw->table = NULL;
-		cw->ntable = 0;
-		for (uint32_t s = 0; s < c->cfg->servers; s++)
-			send_table(c, c->servers[s].ch);
-		c->table_sent = true;
-		cw->table_ok = true;
-	} else if (table_matches(c, w)) {
-		cw->table_ok = true;
-	} else {
+	if (!table_matches(c, w)) {
 		struct kn__chan *ch = cw->ch;
 
 		cw->ch = NULL;
 		kn__chan_close(ch);
 		return;
 	}
+	cw->table_ok = true;
 	if (c->layouts == c->cfg->servers)
 		send_ready(cw->ch, KN__READY_TABLE);
+}
+
+/*
+ * Worker 0's table is the job's (its values are the initial model);
+ * the others' wait for it and must match it.
+ */
+static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
+{
+	struct crd_worker *cw = &c->workers[w];
+
+	if (count != cw->ntable || cw->table_done) {
+		kn__chan_send_error(cw->ch, -EPROTO, "a torn tensor table");
+		kn__chan_close(cw->ch);
+		return;
+	}
+	cw->table_done = true;
+	if (c->table) {
+		check_table(c, w);
+		return;
+	}
+	if (w != 0)
+		return;
+	c->table = cw->table;
+	c->ntable = cw->ntable;
+	cw->table = NULL;
+	cw->ntable = 0;
+	for (uint32_t s = 0; s < c->cfg->servers; s++)
+		if (c->servers[s].ch && c->servers[s].hello)
+			send_table(c, c->servers[s].ch);
+	c->table_sent = true;
+	cw->table_ok = true;
+	if (c->layouts == c->cfg->servers)
+		send_ready(cw->ch, KN__READY_TABLE);
+	for (uint32_t k = 1; k < c->cfg->workers; k++)
+		if (c->workers[k].ch && c->workers[k].table_done &&
+		    !c->workers[k].table_ok)
+			check_table(c, k);
 }
 
 static void on_worker_msg(struct coordinator *c, uint32_t w,

@@ -28,6 +28,16 @@ enum chan_state {
 	CH_OPEN,
 };
 
+/*
+ * Messages beyond the send buffers wait in a list, in order, and leave
+ * as buffers come back (a start-up sends one message per tensor).
+ */
+struct kn__chan_backlog {
+	struct kn__chan_backlog *next;
+	size_t len;
+	uint8_t data[];
+};
+
 /* A posted message buffer; the post's user pointer. */
 struct kn__chan_post {
 	struct kn__chan *ch;
@@ -91,6 +101,12 @@ int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,
 
 static void chan_free(struct kn__chan *ch)
 {
+	while (ch->backlog) {
+		struct kn__chan_backlog *b = ch->backlog;
+
+		ch->backlog = b->next;
+		free(b);
+	}
 	kn__tp_mr_dereg(ch->mr);
 	free(ch->buf);
 	free(ch->posts);
@@ -162,34 +178,68 @@ static struct kn__chan *chan_new(struct kn__node *n, struct kn__tp_ep *ep,
 	return ch;
 }
 
-int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
+/* Post the encoded message in send buffer @idx. */
+static int post_send(struct kn__chan *ch, uint32_t idx, size_t len)
 {
-	uint32_t idx;
-	int len, ret;
+	int ret = kn__tp_post_send(ch->ep, ch->mr, (size_t)idx * KN__MSG_MAX,
+				   len, &ch->posts[idx]);
 
-	if (ch->closed)
-		return -ENOTCONN;
-	if (!ch->nfree) {
-		kn__log(ch->node,
-			"%s: %d control messages unanswered; "
-			"closing",
-			ch->name, SENDS);
-		kn__chan_close(ch);
-		return -ENOBUFS;
-	}
-	idx = ch->free_sends[--ch->nfree];
-	len = kn__msg_encode(m, slot(ch, idx), KN__MSG_MAX);
-	if (len < 0) {
-		ch->free_sends[ch->nfree++] = idx;
-		return len;
-	}
-	ret = kn__tp_post_send(ch->ep, ch->mr, (size_t)idx * KN__MSG_MAX,
-			       (size_t)len, &ch->posts[idx]);
 	if (ret) {
 		ch->free_sends[ch->nfree++] = idx;
 		return ret;
 	}
 	ch->outstanding++;
+	return 0;
+}
+
+static void flush_backlog(struct kn__chan *ch)
+{
+	while (ch->backlog && ch->nfree && !ch->closed) {
+		struct kn__chan_backlog *b = ch->backlog;
+		uint32_t idx = ch->free_sends[--ch->nfree];
+
+		memcpy(slot(ch, idx), b->data, b->len);
+		ch->backlog = b->next;
+		if (!ch->backlog)
+			ch->backlog_tail = NULL;
+		if (post_send(ch, idx, b->len))
+			kn__chan_close(ch);
+		free(b);
+	}
+}
+
+int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
+{
+	struct kn__chan_backlog *b;
+	uint32_t idx;
+	int len;
+
+	if (ch->closed)
+		return -ENOTCONN;
+	if (ch->nfree && !ch->backlog) {
+		idx = ch->free_sends[--ch->nfree];
+		len = kn__msg_encode(m, slot(ch, idx), KN__MSG_MAX);
+		if (len < 0) {
+			ch->free_sends[ch->nfree++] = idx;
+			return len;
+		}
+		return post_send(ch, idx, (size_t)len);
+	}
+	b = malloc(sizeof(*b) + KN__MSG_MAX);
+	if (!b)
+		return -ENOMEM;
+	len = kn__msg_encode(m, b->data, KN__MSG_MAX);
+	if (len < 0) {
+		free(b);
+		return len;
+	}
+	b->len = (size_t)len;
+	b->next = NULL;
+	if (ch->backlog_tail)
+		ch->backlog_tail->next = b;
+	else
+		ch->backlog = b;
+	ch->backlog_tail = b;
 	return 0;
 }
 
@@ -457,8 +507,10 @@ static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 		p = c->user;
 		ch = p->ch;
 		ch->outstanding--;
-		if (p->send && !ch->closed)
+		if (p->send && !ch->closed) {
 			ch->free_sends[ch->nfree++] = p->idx;
+			flush_backlog(ch);
+		}
 		if (ch->closed)
 			return;
 		if (c->status)

@@ -76,6 +76,7 @@ struct kn__chan {
 	struct sockaddr_storage addr; /* a connector's peer */
 	socklen_t addrlen;
 	double retry_at; /* 0, or when to connect again */
+	struct kn__chan_backlog *backlog, *backlog_tail;
 };
 
 int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,

@@ -1,0 +1,631 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_e2e.c - whole jobs on this machine: a coordinator and servers as
+ * child processes (the roles' entry points), workers as child processes
+ * on the public kn_worker_* API, over the transport named by
+ * KANEL_TEST_TRANSPORT (tcp on loopback by default; tests/rxe runs it
+ * with verbs).  Values are chosen so that every sum and update is exact
+ * in fp32 (small integers, powers of two), so results are compared for
+ * equality: the documented summation order gives one answer.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "kanel.h"
+#include "roles.h"
+
+#define MAXW   8
+#define WAIT_S 60
+
+struct job {
+	pid_t coord, servers[4], workers[MAXW];
+	unsigned int nservers, nworkers;
+	char secret[64];
+	char coordinator[64];
+};
+
+/* What the workers report back: shared with the test's process. */
+struct shared {
+	int status[MAXW];
+	double seconds[MAXW];
+	float values[MAXW][64];
+};
+
+static struct shared *sh;
+
+static const char *transport(void)
+{
+	const char *t = getenv("KANEL_TEST_TRANSPORT");
+
+	return t ? t : "tcp";
+}
+
+static const char *host(void)
+{
+	const char *a = getenv("KANEL_RDMA_ADDR");
+
+	return strcmp(transport(), "verbs") == 0 && a ? a : "127.0.0.1";
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static void write_secret(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert(f);
+	fputs(text, f);
+	fclose(f);
+	cr_assert_eq(chmod(path, 0600), 0);
+}
+
+/* The job's settings, as every process reads them. */
+static void job_env(struct job *j, unsigned int workers, unsigned int servers,
+		    const char *sync, const char *opt, const char *lr)
+{
+	char n[16];
+
+	snprintf(j->secret, sizeof(j->secret), "/tmp/kanel-test-%d.secret",
+		 getpid());
+	write_secret(j->secret, "the job's secret");
+	snprintf(j->coordinator, sizeof(j->coordinator), "%s:%d", host(),
+		 free_port());
+	setenv("KANEL_COORDINATOR", j->coordinator, 1);
+	setenv("KANEL_SECRET_FILE", j->secret, 1);
+	snprintf(n, sizeof(n), "%u", workers);
+	setenv("KANEL_WORKERS", n, 1);
+	snprintf(n, sizeof(n), "%u", servers);
+	setenv("KANEL_SERVERS", n, 1);
+	setenv("KANEL_SYNC", sync, 1);
+	setenv("KANEL_OPTIMIZER", opt, 1);
+	setenv("KANEL_LR", lr, 1);
+	setenv("KANEL_TRANSPORT", transport(), 1);
+	setenv("KANEL_CHUNK_BYTES", "4096", 1); /* many chunks per tensor */
+	setenv("KANEL_HEARTBEAT_TIMEOUT", "1000ms", 1);
+	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
+	if (strcmp(transport(), "verbs") == 0)
+		setenv("KANEL_LISTEN", host(), 1);
+	j->nworkers = workers;
+	j->nservers = servers;
+}
+
+/* Run a coordinator or server in a child process. */
+static pid_t spawn_role(const char *role, unsigned int rank)
+{
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char r[16], err[256];
+		char *argv[] = { "kanel",  "--role", (char *)role,
+				 "--rank", r,	     NULL };
+		struct kn__config cfg;
+		uint8_t secret[64];
+		size_t len;
+		int ret;
+
+		snprintf(r, sizeof(r), "%u", rank);
+		if (kn__config_parse(5, argv, NULL, &cfg, err, sizeof(err))) {
+			fprintf(stderr, "test: %s\n", err);
+			_exit(2);
+		}
+		memcpy(secret, "the job's secret", 16);
+		len = 16;
+		ret = strcmp(role, "coordinator") == 0
+			      ? kn__coordinator_run(&cfg, secret, len)
+			      : kn__server_run(&cfg, secret, len);
+		_exit(ret ? 1 : 0);
+	}
+	return pid;
+}
+
+static void start_job(struct job *j)
+{
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(sh, MAP_FAILED);
+	memset(sh, 0, sizeof(*sh));
+	for (unsigned int w = 0; w < MAXW; w++)
+		sh->status[w] = 999; /* not reported */
+	j->coord = spawn_role("coordinator", 0);
+	for (unsigned int s = 0; s < j->nservers; s++)
+		j->servers[s] = spawn_role("server", s);
+}
+
+typedef int worker_fn(unsigned int rank);
+
+static void spawn_worker(struct job *j, unsigned int rank, worker_fn *fn)
+{
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct timespec t0, t1;
+		int ret;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		ret = fn(rank);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		sh->seconds[rank] = (double)(t1.tv_sec - t0.tv_sec) +
+				    (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+		sh->status[rank] = ret;
+		_exit(0);
+	}
+	j->workers[rank] = pid;
+}
+
+/* Wait for @pid up to the deadline; its exit status, or -1. */
+static int reap(pid_t pid, double deadline)
+{
+	int st;
+
+	while (time(NULL) < deadline) {
+		pid_t got = waitpid(pid, &st, WNOHANG);
+
+		if (got == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+		usleep(20000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+/* Every process of the job ends by itself once the workers are done. */
+static void end_job(struct job *j, bool expect_clean)
+{
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	for (unsigned int w = 0; w < j->nworkers; w++)
+		if (j->workers[w] > 0)
+			cr_assert_eq(reap(j->workers[w], deadline), 0,
+				     "worker %u did not finish", w);
+	for (unsigned int s = 0; s < j->nservers; s++) {
+		int st = reap(j->servers[s], deadline);
+
+		cr_assert_neq(st, -1, "server %u did not exit", s);
+		if (expect_clean)
+			cr_assert_eq(st, 0, "server %u failed", s);
+	}
+	cr_assert_neq(reap(j->coord, deadline), -1,
+		      "the coordinator did not exit");
+	unlink(j->secret);
+}
+
+static struct kn_worker *join(unsigned int rank)
+{
+	struct kn_worker_options o = { .rank = (int)rank };
+	struct kn_worker *w = NULL;
+	int ret = kn_worker_create(&o, &w);
+
+	if (ret) {
+		fprintf(stderr, "worker %u: kn_worker_create: %s\n", rank,
+			strerror(-ret));
+		return NULL;
+	}
+	return w;
+}
+
+/* ---- BSP, exact ---- */
+
+#define LEN_A  5000 /* 5 chunks of 1024 floats: not a multiple */
+#define LEN_B  3
+#define ROUNDS 4
+#define LR     "0.5"
+
+static float grad_value(unsigned int rank, unsigned int round, size_t i)
+{
+	return (float)((rank + 1) * (round + 1)) + (float)(i % 4);
+}
+
+static float init_value(size_t i)
+{
+	return (float)(i % 16) * 0.125f;
+}
+
+/* What BSP with SGD makes of it: w -= lr * (sum over ranks) / n. */
+static float expected(size_t i, unsigned int nworkers, unsigned int rounds,
+		      const unsigned int *alive_until)
+{
+	float w = init_value(i);
+
+	for (unsigned int r = 0; r < rounds; r++) {
+		float sum = 0;
+		unsigned int n = 0;
+
+		for (unsigned int k = 0; k < nworkers; k++) {
+			if (alive_until && r >= alive_until[k])
+				continue;
+			sum += grad_value(k, r, i);
+			n++;
+		}
+		w -= 0.5f * (sum * (1.0f / (float)n));
+	}
+	return w;
+}
+
+static unsigned int bsp_workers;
+
+static int bsp_worker(unsigned int rank)
+{
+	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
+	float pb[LEN_B], gb[LEN_B];
+	struct kn_worker *w = join(rank);
+	int ret;
+
+	if (!w || !pa || !ga)
+		return -ENOMEM;
+	for (size_t i = 0; i < LEN_A; i++)
+		pa[i] = rank == 0 ? init_value(i) : -1;
+	for (size_t i = 0; i < LEN_B; i++)
+		pb[i] = rank == 0 ? init_value(i) : -1;
+	ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
+	if (!ret)
+		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
+	if (!ret)
+		ret = kn_worker_start(w);
+	/* the initial model is rank 0's everywhere */
+	for (size_t i = 0; !ret && i < LEN_A; i++)
+		if (pa[i] != init_value(i))
+			ret = -EBADMSG;
+	for (unsigned int r = 0; !ret && r < ROUNDS; r++) {
+		for (size_t i = 0; i < LEN_A; i++)
+			ga[i] = grad_value(rank, r, i);
+		for (size_t i = 0; i < LEN_B; i++)
+			gb[i] = grad_value(rank, r, i);
+		ret = kn_worker_step(w, NULL);
+	}
+	for (size_t i = 0; !ret && i < LEN_A; i++)
+		if (pa[i] != expected(i, bsp_workers, ROUNDS, NULL)) {
+			fprintf(stderr, "worker %u: a[%zu] = %g, expected %g\n",
+				rank, i, (double)pa[i],
+				(double)expected(i, bsp_workers, ROUNDS, NULL));
+			ret = -EBADMSG;
+		}
+	for (size_t i = 0; !ret && i < LEN_B; i++)
+		if (pb[i] != expected(i, bsp_workers, ROUNDS, NULL))
+			ret = -EBADMSG;
+	kn_worker_destroy(w);
+	free(pa);
+	free(ga);
+	return ret;
+}
+
+Test(e2e, bsp_sgd_exact_4_workers_2_servers, .timeout = 120)
+{
+	struct job j = { 0 };
+
+	bsp_workers = 4;
+	job_env(&j, 4, 2, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 4; w++)
+		spawn_worker(&j, w, bsp_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 4; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+/* ---- fp16 and bf16 tensors, 100 tensors ---- */
+
+#define NT    100
+#define LEN_T 300
+static enum kn_dtype half_type;
+
+static int many_worker(unsigned int rank)
+{
+	size_t es = kn_dtype_size(half_type);
+	char *p = malloc(NT * LEN_T * es), *g = malloc(NT * LEN_T * es);
+	float *tmp = malloc(LEN_T * 4);
+	struct kn_worker *w = join(rank);
+	int ret = w && p && g && tmp ? 0 : -ENOMEM;
+
+	for (unsigned int t = 0; !ret && t < NT; t++) {
+		char key[16];
+
+		for (size_t i = 0; i < LEN_T; i++)
+			tmp[i] = rank == 0 ? init_value(i + t) : -1;
+		kn_convert(p + t * LEN_T * es, half_type, tmp, KN_DTYPE_FP32,
+			   LEN_T);
+		snprintf(key, sizeof(key), "layer%03u", t);
+		ret = kn_worker_register(w, key, half_type, LEN_T,
+					 p + t * LEN_T * es,
+					 g + t * LEN_T * es);
+	}
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && r < 2; r++) {
+		for (unsigned int t = 0; t < NT; t++) {
+			for (size_t i = 0; i < LEN_T; i++)
+				tmp[i] = grad_value(rank, r, i + t);
+			kn_convert(g + t * LEN_T * es, half_type, tmp,
+				   KN_DTYPE_FP32, LEN_T);
+		}
+		ret = kn_worker_step(w, NULL);
+	}
+	for (unsigned int t = 0; !ret && t < NT; t++) {
+		kn_convert(tmp, KN_DTYPE_FP32, p + t * LEN_T * es, half_type,
+			   LEN_T);
+		for (size_t i = 0; !ret && i < LEN_T; i++) {
+			float want = expected(i + t, 2, 2, NULL);
+
+			/* the master copy is fp32; the tensor rounds it */
+			if (fabsf(tmp[i] - want) > fabsf(want) * 0.01f) {
+				fprintf(stderr,
+					"worker %u: %u[%zu] = %g, want "
+					"%g\n",
+					rank, t, i, (double)tmp[i],
+					(double)want);
+				ret = -EBADMSG;
+			}
+		}
+	}
+	kn_worker_destroy(w);
+	free(p);
+	free(g);
+	free(tmp);
+	return ret;
+}
+
+static void many_tensors(enum kn_dtype dt)
+{
+	struct job j = { 0 };
+
+	half_type = dt;
+	job_env(&j, 2, 2, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, many_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 2; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+Test(e2e, hundred_fp16_tensors, .timeout = 120)
+{
+	many_tensors(KN_DTYPE_FP16);
+}
+
+Test(e2e, hundred_bf16_tensors, .timeout = 120)
+{
+	many_tensors(KN_DTYPE_BF16);
+}
+
+/* ---- ASP ---- */
+
+#define ASP_STEPS 20
+
+static int asp_worker(unsigned int rank)
+{
+	float p[64], g[64];
+	struct kn_worker *w = join(rank);
+	int ret = w ? 0 : -ENOTCONN;
+
+	for (size_t i = 0; i < 64; i++) {
+		p[i] = rank == 0 ? 1000.0f : -1;
+		g[i] = 1.0f;
+	}
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int s = 0; !ret && s < ASP_STEPS; s++)
+		ret = kn_worker_step(w, NULL);
+	memcpy(sh->values[rank], p, sizeof(p));
+	kn_worker_destroy(w);
+	return ret;
+}
+
+/*
+ * One worker: every push applied exactly once at staleness 0, so the
+ * value is exact.  Three workers: each push applied once with a rate of
+ * lr / max(1, staleness), so the total lies between one full-rate and
+ * every-push-full-rate application, and each worker's last view is
+ * within that range.
+ */
+Test(e2e, asp_applies_every_push_once, .timeout = 120)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 1, 1, "asp", "sgd", "1");
+	start_job(&j);
+	spawn_worker(&j, 0, asp_worker);
+	end_job(&j, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	cr_assert_eq(sh->values[0][0], 1000.0f - ASP_STEPS);
+	cr_assert_eq(sh->values[0][63], 1000.0f - ASP_STEPS);
+
+	job_env(&j, 3, 2, "asp", "sgd", "1");
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, asp_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 3; w++) {
+		float v = sh->values[w][0];
+
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+		cr_assert_leq(v, 1000.0f - ASP_STEPS, "worker %u: %g", w,
+			      (double)v);
+		cr_assert_geq(v, 1000.0f - 3 * ASP_STEPS, "worker %u: %g", w,
+			      (double)v);
+	}
+}
+
+/* ---- faults ---- */
+
+/* Worker 2 dies (kill -9) before its third push; the others go on. */
+static int dying_worker(unsigned int rank)
+{
+	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
+	struct kn_worker *w = join(rank);
+	unsigned int alive_until[3] = { 99, 99, 2 };
+	int ret = w && pa && ga ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < LEN_A; i++)
+		pa[i] = rank == 0 ? init_value(i) : -1;
+	if (!ret)
+		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && r < ROUNDS + 2; r++) {
+		if (rank == 2 && r == 2)
+			raise(SIGKILL);
+		for (size_t i = 0; i < LEN_A; i++)
+			ga[i] = grad_value(rank, r, i);
+		ret = kn_worker_step(w, NULL);
+	}
+	for (size_t i = 0; !ret && i < LEN_A; i++)
+		if (pa[i] != expected(i, 3, ROUNDS + 2, alive_until)) {
+			fprintf(stderr, "worker %u: a[%zu] = %g, want %g\n",
+				rank, i, (double)pa[i],
+				(double)expected(i, 3, ROUNDS + 2,
+						 alive_until));
+			ret = -EBADMSG;
+		}
+	kn_worker_destroy(w);
+	free(pa);
+	free(ga);
+	return ret;
+}
+
+Test(e2e, killed_worker_is_removed_and_the_rest_go_on, .timeout = 120)
+{
+	struct job j = { 0 };
+	int st;
+
+	job_env(&j, 3, 2, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, dying_worker);
+	cr_assert_eq(waitpid(j.workers[2], &st, 0), j.workers[2]);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	j.workers[2] = 0;
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 2; w++) {
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+		/* within the heartbeat timeout, not a start-up timeout */
+		cr_assert_lt(sh->seconds[w], 15.0, "worker %u: %.1f s", w,
+			     sh->seconds[w]);
+	}
+}
+
+/* A process with the wrong secret is refused; the job is unharmed. */
+static int intruder(unsigned int rank)
+{
+	struct kn_worker_options o = { .rank = (int)rank,
+				       .secret_file = "/tmp/kanel-test-wrong",
+				       .timeout_ms = 5000 };
+	struct kn_worker *w = NULL;
+	int ret = kn_worker_create(&o, &w);
+
+	if (!ret)
+		kn_worker_destroy(w);
+	return ret;
+}
+
+static int one_step_worker(unsigned int rank)
+{
+	float p[16] = { 0 }, g[16] = { 0 };
+	struct kn_worker *w;
+	int ret;
+
+	usleep(300000); /* after the intruder */
+	w = join(rank);
+	ret = w ? 0 : -ENOTCONN;
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 16, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret)
+		ret = kn_worker_step(w, NULL);
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, wrong_secret_is_refused, .timeout = 120)
+{
+	struct job j = { 0 };
+	pid_t pid;
+	int st;
+
+	write_secret("/tmp/kanel-test-wrong", "not the job's secret");
+	job_env(&j, 1, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	/* it claims to be worker 0, and comes first */
+	pid = fork();
+	if (pid == 0) {
+		sh->status[7] = intruder(0);
+		_exit(0);
+	}
+	spawn_worker(&j, 0, one_step_worker);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	end_job(&j, true);
+	unlink("/tmp/kanel-test-wrong");
+	cr_assert_neq(sh->status[7], 0, "the intruder got in");
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+}
+
+/* A worker whose tensor differs from the job's gets -EINVAL at start. */
+static int odd_worker(unsigned int rank)
+{
+	float p[32] = { 0 }, g[32] = { 0 };
+	struct kn_worker *w;
+	int ret;
+
+	if (rank == 1)
+		usleep(300000); /* worker 0's table is the job's */
+	w = join(rank);
+	ret = w ? 0 : -ENOTCONN;
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32,
+					 rank == 1 ? 31 : 32, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	setenv("KANEL_STARTUP_TIMEOUT", "4", 1);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, odd_worker);
+	end_job(&j, false);
+	cr_assert_eq(sh->status[1], -EINVAL, "%s", strerror(-sh->status[1]));
+	cr_assert_lt(sh->seconds[1], 3.0, "the error came late");
+	/* worker 0 waited for a partner that never came */
+	cr_assert_neq(sh->status[0], 0);
+}
