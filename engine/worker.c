@@ -543,6 +543,11 @@ static void *progress(void *arg)
 		}
 		pthread_mutex_lock(&w->lock);
 	}
+	/*
+	 * The context is this thread's (the io_uring ring has one issuer):
+	 * it goes with the thread.
+	 */
+	kn__node_fini(&w->node);
 	pthread_mutex_unlock(&w->lock);
 	return NULL;
 }
@@ -883,7 +888,6 @@ void kn_worker_destroy(struct kn_worker *w)
 	wake(w);
 	pthread_mutex_unlock(&w->lock);
 	pthread_join(w->thread, NULL);
-	kn__node_fini(&w->node);
 	for (uint32_t i = 0; i < MAX_OPS; i++)
 		free(w->ops[i].targets);
 	free(w->tensors);

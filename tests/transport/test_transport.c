@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <linux/capability.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1135,3 +1136,111 @@ Test(transport_rxe_alone, port_down_fails_every_endpoint)
 	set_link(dev, "up");
 }
 #endif
+
+/*
+ * Two threads, each sleeping on its own context's fd between messages
+ * (kn__tp_poll_wait with no busy-poll budget): 50 round trips must not
+ * wait for timeouts.  A provider whose fd stays quiet while a completion
+ * is pending (or that sleeps with requests not yet given to the kernel)
+ * takes the 1 s timeout for every message and fails.
+ */
+struct echo {
+	struct kn__tp_ctx *ctx;
+	struct sockaddr_in addr;
+	pthread_barrier_t *bar;
+	struct echo *peer; /* the pinging side: the one it connects to */
+	int rounds, status;
+};
+
+static int wait_op(struct kn__tp_ctx *ctx, uint32_t op,
+		   struct kn__tp_completion *out)
+{
+	double end = now() + WAIT_S;
+
+	while (now() < end) {
+		int n = kn__tp_poll_wait(ctx, out, 1, 1000);
+
+		if (n < 0)
+			return n;
+		if (n == 1 && out->op == op)
+			return out->status;
+		if (n == 1 && out->op != KN_TP_OP_SEND &&
+		    out->op != KN_TP_OP_WRITE_IMM)
+			return -EPROTO;
+	}
+	return -ETIMEDOUT;
+}
+
+static void *echo_side(void *arg)
+{
+	struct echo *e = arg;
+	struct kn__tp_ctx_attr attr = { .provider = provider,
+					.flags = backend_flags,
+					.busy_poll_us = UINT32_MAX };
+	struct kn__tp_listener *l = NULL;
+	struct kn__tp_completion c;
+	struct kn__tp_mr *mr = NULL;
+	struct kn__tp_ep *ep = NULL;
+	static __thread char buf[2][64];
+	int ret = kn__tp_ctx_create(&attr, &e->ctx);
+
+	if (!ret)
+		ret = kn__tp_mr_reg(e->ctx, buf, sizeof(buf), 0, &mr);
+	if (!ret && e->rounds < 0) { /* the echoing side listens */
+		struct sockaddr_storage ss;
+
+		ret = kn__tp_listen(e->ctx, (struct sockaddr *)&e->addr,
+				    sizeof(e->addr), NULL, &l);
+		if (!ret)
+			ret = kn__tp_listener_addr(l, &ss);
+		memcpy(&e->addr, &ss, sizeof(e->addr));
+	}
+	pthread_barrier_wait(e->bar);
+	if (!ret && e->rounds < 0) {
+		ret = wait_op(e->ctx, KN_TP_OP_ACCEPT, &c);
+		ep = c.ep;
+	} else if (!ret) {
+		e->addr = e->peer->addr; /* out since the barrier */
+		ret = kn__tp_connect(e->ctx, (struct sockaddr *)&e->addr,
+				     sizeof(e->addr), NULL, &ep);
+		if (!ret)
+			ret = wait_op(e->ctx, KN_TP_OP_CONNECT, &c);
+	}
+	for (int i = 0; !ret && i < (e->rounds < 0 ? -e->rounds : e->rounds);
+	     i++) {
+		ret = kn__tp_post_recv(ep, mr, 64, 64, NULL);
+		if (!ret && e->rounds > 0) /* the pinging side speaks first */
+			ret = kn__tp_post_send(ep, mr, 0, 8, NULL);
+		if (!ret)
+			ret = wait_op(e->ctx, KN_TP_OP_RECV, &c);
+		if (!ret && e->rounds < 0)
+			ret = kn__tp_post_send(ep, mr, 0, 8, NULL);
+	}
+	/* the last answer leaves before the context goes */
+	for (double end = now() + 0.2; now() < end;)
+		kn__tp_poll_wait(e->ctx, &c, 1, 10);
+	e->status = ret;
+	kn__tp_ctx_destroy(e->ctx);
+	return NULL;
+}
+
+BACKEND_TEST(transport, sleeping_sides_wake_for_every_message)
+{
+	pthread_barrier_t bar;
+	struct echo a = { .addr = test_addr(0), .bar = &bar, .rounds = -50 };
+	struct echo b = { .bar = &bar, .peer = &a, .rounds = 50 };
+	pthread_t ta, tb;
+	double t0;
+
+	pthread_barrier_init(&bar, NULL, 2);
+	t0 = now();
+	cr_assert_eq(pthread_create(&ta, NULL, echo_side, &a), 0);
+	cr_assert_eq(pthread_create(&tb, NULL, echo_side, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	pthread_barrier_destroy(&bar);
+	cr_assert_eq(a.status, 0, "echo side: %s", strerror(-a.status));
+	cr_assert_eq(b.status, 0, "ping side: %s", strerror(-b.status));
+	cr_assert_lt(now() - t0, 10.0, "50 round trips took %.1f s",
+		     now() - t0);
+}

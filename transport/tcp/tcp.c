@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -184,6 +185,7 @@ struct tcp_ctx {
 	bool zc_loopback; /* KN_TP_CTX_ZC_LOOPBACK */
 	size_t zc_threshold;
 	struct io_uring ring;
+	int ring_evfd;		/* signalled on new completions: kn__tp_fd */
 	struct tcp_ep *zombies; /* closed, waiting for their completions */
 	struct tcp_listener *zombie_listeners;
 #endif
@@ -1497,9 +1499,12 @@ static int uring_progress(struct tcp_ctx *c)
 {
 	struct io_uring_cqe *cqe;
 	unsigned int head, n = 0;
+	uint64_t v;
 	int ret;
 
 	/* flush the submissions and run the deferred task work */
+	if (read(c->ring_evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return -errno;
 	ring_enable(c);
 	ret = io_uring_submit_and_get_events(&c->ring);
 	if (ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
@@ -1585,6 +1590,15 @@ static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 		ep_release(ep);
 	while (got < max && c->cq_head != c->cq_tail)
 		out[got++] = c->cq[c->cq_head++ & (c->cq_cap - 1)];
+#ifdef KN_HAVE_URING
+	/*
+	 * Completions handled above may have queued new requests (the next
+	 * recv of a stream): the kernel must have them before the caller
+	 * sleeps on the ring's fd, or nothing would wake it.
+	 */
+	if (USE_URING(c) && io_uring_sq_ready(&c->ring))
+		ring_submit(c);
+#endif
 	return got;
 }
 
@@ -1594,7 +1608,7 @@ static int tcp_fd(const struct kn__tp_ctx *ctx)
 
 #ifdef KN_HAVE_URING
 	if (USE_URING(c))
-		return c->ring.ring_fd;
+		return c->ring_evfd;
 #endif
 	return c->epfd;
 }
@@ -1681,6 +1695,7 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 	if (USE_URING(c)) {
 		/* exiting the ring cancels and waits for what is in flight */
 		io_uring_queue_exit(&c->ring);
+		close(c->ring_evfd);
 		while (c->zombies) {
 			struct tcp_ep *ep = c->zombies;
 
@@ -1729,6 +1744,19 @@ static bool uring_init(struct tcp_ctx *c, const struct kn__tp_ctx_attr *attr)
 	}
 	if (ret)
 		return false;
+	/*
+	 * The fd to sleep on.  With deferred task work the ring's own fd
+	 * does not wake a poll() when completions are pending (seen on
+	 * 6.18): an eventfd registered with the ring does.
+	 */
+	c->ring_evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->ring_evfd < 0 ||
+	    io_uring_register_eventfd(&c->ring, c->ring_evfd)) {
+		if (c->ring_evfd >= 0)
+			close(c->ring_evfd);
+		io_uring_queue_exit(&c->ring);
+		return false;
+	}
 	probe = io_uring_get_probe_ring(&c->ring);
 	c->zc_threshold = SIZE_MAX;
 	if (probe && io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) &&
