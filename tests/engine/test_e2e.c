@@ -46,6 +46,7 @@ struct shared {
 };
 
 static struct shared *sh;
+static char listen_buf[64];
 
 static const char *transport(void)
 {
@@ -110,7 +111,8 @@ static void job_env(struct job *j, unsigned int workers, unsigned int servers,
 	setenv("KANEL_HEARTBEAT_TIMEOUT", "1000ms", 1);
 	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
 	if (strcmp(transport(), "verbs") == 0)
-		setenv("KANEL_LISTEN", host(), 1);
+		setenv("KANEL_LISTEN", strcat(strcpy(listen_buf, host()), ":0"),
+		       1);
 	j->nworkers = workers;
 	j->nservers = servers;
 }

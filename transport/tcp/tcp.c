@@ -317,7 +317,10 @@ static void ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
 	va_start(ap, why);
 	vsnprintf(msg, sizeof(msg), why, ap);
 	va_end(ap);
-	ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
+	/* a peer that hangs up or is not there yet is no news: DISCONNECT
+	 * and CONNECT say so; what else goes wrong is logged */
+	if (err != -ECONNRESET && err != -ECONNREFUSED)
+		ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
 	if (ep->state == EP_CONNECTING) {
 		ep->connect_event = true;
 		ep->disc_event = false;

@@ -511,7 +511,8 @@ static void ep_fail(struct vep *ep, int err, const char *why, ...)
 	va_start(ap, why);
 	vsnprintf(msg, sizeof(msg), why, ap);
 	va_end(ap);
-	if (!ep->zombie)
+	/* as over tcp: a peer hanging up or not listening is no news */
+	if (!ep->zombie && err != -ECONNRESET && err != -ECONNREFUSED)
 		ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
 	if (ep->state == EP_RESOLVING) {
 		ep_ctx(ep)->resolving--;

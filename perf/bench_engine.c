@@ -1,0 +1,1205 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_engine.c - figures for the engine: the round time and throughput
+ * of BSP push-pull over loopback TCP, next to the transport's own stream
+ * bandwidth measured in the same run.
+ *
+ * For every (workers, servers, size) it starts a fresh job: a 32-byte
+ * random secret in a 0600 file, a free port on 127.0.0.1, and a
+ * coordinator and the servers as child processes of the `kanel` binary
+ * (their output goes to a log file, shown when one of them dies).  The
+ * workers are threads of this process, each with its own kn_worker, all
+ * registering one fp32 tensor of the size under the same key.  A sample
+ * is R rounds of kn_worker_step() by every worker at once (BSP keeps them
+ * in lockstep); a round's time runs from the moment the last worker
+ * finished the previous round to the moment the last worker finished
+ * this one, and a sample is the median round of its R.  R is calibrated
+ * so that a sample takes about 0.2 s.  gbps counts both directions of
+ * every worker: 2 * bytes * workers / round time.
+ *
+ * The baseline is the transport alone: two threads, one tcp context each,
+ * side 0 streaming write_imms of the same size into side 1 over
+ * 127.0.0.1 (as perf/bench_transport's stream test); its gbps is bytes /
+ * time per message.  Engine and transport samples of a job alternate, the
+ * order too, and the transport samples of all the jobs of a size make
+ * that size's baseline, so that ratio_vs_transport (engine gbps /
+ * transport gbps) compares the same stretch of time.  Every figure is a
+ * median over repeats with min and max.  The parameters are checked once
+ * per job against the SGD updates the rounds made.  Every wait has a
+ * deadline; a child that dies is named.  It prints figures and judges
+ * nothing: it is not a test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "kanel.h"
+#include "transport.h"
+
+#define MAX_REPS     5
+#define WAIT_S	     30 /* deadline of every wait */
+#define KIB	     ((size_t)1 << 10)
+#define MIB	     ((size_t)1 << 20)
+#define MIN_SIZE     (4 * KIB)
+#define MAX_SIZE     (256 * MIB)
+#define MAX_WORKERS  64
+#define MAX_SERVERS  16
+#define MAX_CHILDREN (1 + MAX_SERVERS)
+#define KEY	     "bench"
+#define LR	     0.001
+#define SAMPLE_NS    0.2e9 /* time a sample should take */
+#define CAL_ROUNDS   3	   /* the warm-up that sizes the engine's samples */
+#define MIN_ROUNDS   3
+#define MAX_ROUNDS   1000
+#define RING_BYTES   (64 * MIB) /* stream messages cycle through this much */
+#define WINDOW_BYTES (64 * MIB) /* stream: bytes in flight, as writes in: */
+#define MIN_WINDOW   64
+#define MAX_WINDOW   1024 /* the tcp provider's send queue: no -EAGAIN */
+#define CAL_BYTES    (16 * MIB)
+#define MAX_TOTAL    (1024 * MIB) /* stream bytes of a sample, at most */
+#define MIN_MSGS     8
+#define POLL_BATCH   64
+
+static struct {
+	bool quick, csv;
+	unsigned int reps;
+	char kanel[4096];   /* the kanel binary */
+	size_t chunk_bytes; /* KANEL_CHUNK_BYTES */
+	size_t sizes[BENCH_MAX_LIST], workers[BENCH_MAX_LIST],
+		servers[BENCH_MAX_LIST];
+	unsigned int nsizes, nworkers, nservers;
+	size_t buf_bytes; /* of each transport region */
+} cfg;
+
+static double now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void check(int ret, const char *call)
+{
+	if (ret < 0) {
+		fprintf(stderr, "bench_engine: %s: %s\n", call, strerror(-ret));
+		exit(1);
+	}
+}
+
+static const char *size_name(size_t bytes, char *buf, size_t cap)
+{
+	if (bytes % MIB == 0)
+		snprintf(buf, cap, "%zuM", bytes / MIB);
+	else if (bytes % KIB == 0)
+		snprintf(buf, cap, "%zuK", bytes / KIB);
+	else
+		snprintf(buf, cap, "%zu", bytes);
+	return buf;
+}
+
+/* ---- the baseline: a write_imm stream between two contexts ---- */
+
+/* One side; its thread runs side_main() on the stream of the moment. */
+struct side {
+	int id; /* 0 streams, 1 counts */
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_ep *ep;
+	struct kn__tp_mr *src_mr, *dst_mr;
+	struct kn__tp_rdesc mine, peer; /* dst regions */
+	char *src, *dst;
+	double deadline;
+	unsigned long posts, writes, imms; /* of this stream, so far */
+};
+
+/* One stream by both sides, and what it measured. */
+struct stream {
+	size_t bytes;
+	unsigned long count; /* messages */
+	unsigned int window; /* write_imms in flight */
+	double t0, t1;	     /* first post, last arrival (ns) */
+};
+
+static struct side sides[2];
+static pthread_t side_th[2];
+static pthread_barrier_t bar;	  /* main and both sides */
+static struct stream *stream_now; /* the stream after the next barrier */
+static struct sockaddr_storage listen_addr;
+static const char *tp_name; /* the contexts' provider */
+
+/* A side's stream cannot go on: say why. */
+static void __attribute__((noreturn, format(printf, 2, 3)))
+side_die(const struct side *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "bench_engine: transport baseline, side %d: ", s->id);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (stream_now)
+		fprintf(stderr, " (stream of %zu B)", stream_now->bytes);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+/* Where message @k of a stream goes: slots over RING_BYTES. */
+static size_t slot(const struct stream *st, unsigned long k)
+{
+	size_t n = st->bytes < RING_BYTES ? RING_BYTES / st->bytes : 1;
+
+	return k % n * st->bytes;
+}
+
+/*
+ * Poll once, counting the peer's write_imms (which must arrive whole and
+ * in order) and our own write_imm completions; anything else ends the run.
+ */
+static void side_progress(struct side *s, size_t bytes, const char *what)
+{
+	struct kn__tp_completion c[POLL_BATCH];
+	int n = kn__tp_poll(s->ctx, c, POLL_BATCH);
+
+	check(n, "kn__tp_poll");
+	if (n == 0 && now_ns() > s->deadline)
+		side_die(s, "waited %d s for %s", WAIT_S, what);
+	for (int i = 0; i < n; i++) {
+		if (c[i].status)
+			side_die(s, "completion of op %u: %s", c[i].op,
+				 strerror(-c[i].status));
+		if (c[i].op == KN_TP_OP_WRITE_IMM) {
+			s->writes++;
+		} else if (c[i].op == KN_TP_OP_RECV_IMM &&
+			   c[i].imm == (uint32_t)s->imms &&
+			   c[i].bytes == bytes) {
+			s->imms++;
+		} else {
+			side_die(s, "unexpected op %u (imm %u, %llu B)",
+				 c[i].op, c[i].imm,
+				 (unsigned long long)c[i].bytes);
+		}
+	}
+}
+
+/*
+ * Messages in flight may share a source range (the transport only reads
+ * it) and a destination range (the payload is not checked).
+ */
+static void side_stream(struct side *s, struct stream *st)
+{
+	if (s->id == 1) {
+		while (s->imms < st->count)
+			side_progress(s, st->bytes, "the stream's messages");
+		st->t1 = now_ns();
+		return;
+	}
+	st->t0 = now_ns();
+	while (s->writes < st->count) {
+		while (s->posts < st->count &&
+		       s->posts - s->writes < st->window) {
+			size_t off = slot(st, s->posts);
+
+			check(kn__tp_post_write_imm(s->ep, s->src_mr, off,
+						    st->bytes, &s->peer, off,
+						    (uint32_t)s->posts, NULL),
+			      "kn__tp_post_write_imm");
+			s->posts++;
+		}
+		side_progress(s, st->bytes, "write_imm completions");
+	}
+}
+
+/*
+ * The side's set-up, on its own thread (a context is the thread's for the
+ * whole run): regions, then side 1 listens on 127.0.0.1 and side 0
+ * connects; the barriers (with main) say when the address and the
+ * descriptors are out, then that both are up.
+ */
+static void side_open(struct side *s)
+{
+	struct kn__tp_ctx_attr attr = { .provider = "tcp" };
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct kn__tp_listener *l = NULL;
+	struct kn__tp_completion c;
+	int n;
+
+	check(kn__tp_ctx_create(&attr, &s->ctx), "kn__tp_ctx_create");
+	s->src = aligned_alloc(4096, cfg.buf_bytes);
+	s->dst = aligned_alloc(4096, cfg.buf_bytes);
+	if (!s->src || !s->dst)
+		check(-ENOMEM, "aligned_alloc");
+	memset(s->src, 0x5a + s->id, cfg.buf_bytes); /* pages in, now */
+	memset(s->dst, 0, cfg.buf_bytes);
+	check(kn__tp_mr_reg(s->ctx, s->src, cfg.buf_bytes, 0, &s->src_mr),
+	      "kn__tp_mr_reg");
+	check(kn__tp_mr_reg(s->ctx, s->dst, cfg.buf_bytes, KN_TP_REMOTE_WRITE,
+			    &s->dst_mr),
+	      "kn__tp_mr_reg");
+	kn__tp_mr_rdesc(s->dst_mr, &s->mine);
+	if (s->id == 1) {
+		check(kn__tp_listen(s->ctx, (struct sockaddr *)&a, sizeof(a),
+				    NULL, &l),
+		      "kn__tp_listen");
+		check(kn__tp_listener_addr(l, &listen_addr),
+		      "kn__tp_listener_addr");
+	}
+	pthread_barrier_wait(&bar);
+	s->peer = sides[!s->id].mine;
+	if (s->id == 0)
+		check(kn__tp_connect(s->ctx, (struct sockaddr *)&listen_addr,
+				     sizeof(a), NULL, &s->ep),
+		      "kn__tp_connect");
+	s->deadline = now_ns() + WAIT_S * 1e9;
+	while ((n = kn__tp_poll(s->ctx, &c, 1)) == 0)
+		if (now_ns() > s->deadline)
+			side_die(s, "waited %d s for the connection", WAIT_S);
+	check(n, "kn__tp_poll");
+	check(c.status, s->id ? "accept" : "connect");
+	if (c.op != (s->id ? KN_TP_OP_ACCEPT : KN_TP_OP_CONNECT))
+		check(-EPROTO, "connection set-up");
+	s->ep = c.ep;
+	kn__tp_listener_close(l);
+	if (s->id == 0)
+		tp_name = kn__tp_ctx_provider(s->ctx);
+	pthread_barrier_wait(&bar);
+}
+
+/* A side's thread: set-up, then the streams main hands out, until NULL. */
+static void *side_main(void *arg)
+{
+	struct side *s = arg;
+	struct stream *st;
+
+	side_open(s);
+	for (;;) {
+		pthread_barrier_wait(&bar);
+		st = stream_now;
+		if (!st)
+			break;
+		s->posts = s->writes = s->imms = 0;
+		s->deadline = now_ns() + WAIT_S * 1e9;
+		side_stream(s, st);
+		pthread_barrier_wait(&bar);
+	}
+	kn__tp_mr_dereg(s->src_mr);
+	kn__tp_mr_dereg(s->dst_mr);
+	kn__tp_ctx_destroy(s->ctx); /* closes the endpoint */
+	free(s->src);
+	free(s->dst);
+	return NULL;
+}
+
+static void sides_start(void)
+{
+	check(-pthread_barrier_init(&bar, NULL, 3), "pthread_barrier_init");
+	for (int s = 0; s < 2; s++) {
+		sides[s].id = s;
+		check(-pthread_create(&side_th[s], NULL, side_main, &sides[s]),
+		      "pthread_create");
+	}
+	pthread_barrier_wait(&bar); /* side 1 listens */
+	pthread_barrier_wait(&bar); /* both connected */
+}
+
+static void sides_stop(void)
+{
+	stream_now = NULL;
+	pthread_barrier_wait(&bar);
+	for (int s = 0; s < 2; s++)
+		check(-pthread_join(side_th[s], NULL), "pthread_join");
+	pthread_barrier_destroy(&bar);
+}
+
+/* One stream of @count messages of @bytes: ns per message. */
+static double stream_sample(size_t bytes, unsigned long count)
+{
+	struct stream st = {
+		.bytes = bytes,
+		.count = count,
+		.window = (unsigned int)fmin(
+			fmax((double)(WINDOW_BYTES / bytes), MIN_WINDOW),
+			MAX_WINDOW),
+	};
+
+	stream_now = &st;
+	pthread_barrier_wait(&bar); /* go */
+	pthread_barrier_wait(&bar); /* both done */
+	stream_now = NULL;
+	return (st.t1 - st.t0) / (double)count;
+}
+
+/* ---- the job's processes: coordinator and servers ---- */
+
+struct child {
+	pid_t pid; /* 0: reaped */
+	char name[32];
+	char log[300];
+};
+
+static struct child children[MAX_CHILDREN];
+static unsigned int nchildren;
+static char tmpdir[256], secret_path[300];
+
+/* On any exit: no child outlives us, no secret stays behind. */
+static void cleanup(void)
+{
+	for (unsigned int i = 0; i < nchildren; i++)
+		if (children[i].pid > 0) {
+			kill(children[i].pid, SIGKILL);
+			waitpid(children[i].pid, NULL, 0);
+			children[i].pid = 0;
+		}
+	for (unsigned int i = 0; i < nchildren; i++)
+		unlink(children[i].log);
+	nchildren = 0;
+	if (secret_path[0])
+		unlink(secret_path);
+	if (tmpdir[0])
+		rmdir(tmpdir);
+}
+
+/* The last lines of a child's log, to stderr. */
+static void show_log(const struct child *c)
+{
+	char buf[2048];
+	FILE *f = fopen(c->log, "r");
+	size_t n;
+	long end;
+
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	end = ftell(f);
+	fseek(f, end > (long)sizeof(buf) - 1 ? end - (long)sizeof(buf) + 1 : 0,
+	      SEEK_SET);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	fprintf(stderr, "bench_engine: --- the end of %s's output (%s) ---\n%s",
+		c->name, c->log, buf);
+	if (n && buf[n - 1] != '\n')
+		fputc('\n', stderr);
+}
+
+static void __attribute__((noreturn)) child_died(struct child *c, int st)
+{
+	if (WIFEXITED(st))
+		fprintf(stderr,
+			"bench_engine: %s (pid %d) exited with status %d\n",
+			c->name, (int)c->pid, WEXITSTATUS(st));
+	else
+		fprintf(stderr,
+			"bench_engine: %s (pid %d) was killed by signal "
+			"%d (%s)\n",
+			c->name, (int)c->pid, WTERMSIG(st),
+			strsignal(WTERMSIG(st)));
+	c->pid = 0;
+	show_log(c);
+	exit(1);
+}
+
+/* Every child still running?  One that is not ends the run. */
+static void children_check(void)
+{
+	for (unsigned int i = 0; i < nchildren; i++) {
+		struct child *c = &children[i];
+		int st;
+
+		if (c->pid > 0 && waitpid(c->pid, &st, WNOHANG) == c->pid)
+			child_died(c, st);
+	}
+}
+
+/* A 32-byte random secret in a 0600 file of a fresh temporary folder. */
+static void make_secret(void)
+{
+	uint8_t key[32];
+	int fd;
+
+	snprintf(tmpdir, sizeof(tmpdir), "%s/bench-engine-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(tmpdir)) {
+		tmpdir[0] = 0;
+		check(-errno, "mkdtemp");
+	}
+	snprintf(secret_path, sizeof(secret_path), "%s/secret", tmpdir);
+	fd = open(secret_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		check(-errno, "creating the secret file");
+	if (getentropy(key, sizeof(key)) ||
+	    write(fd, key, sizeof(key)) != (ssize_t)sizeof(key))
+		check(-EIO, "writing the secret file");
+	memset(key, 0, sizeof(key));
+	close(fd);
+}
+
+/* A free TCP port on 127.0.0.1 (the coordinator binds it right after). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    getsockname(fd, (struct sockaddr *)&a, &len))
+		check(-errno, "finding a free port");
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/*
+ * Wait until something listens on TCP @port (the coordinator), as
+ * /proc/net/tcp shows it, so that the workers' first connect does not
+ * meet a closed port (they would retry, but log it).  Without
+ * /proc/net/tcp the workers' retries do the waiting.
+ */
+static void wait_listening(int port)
+{
+	double deadline = now_ns() + WAIT_S * 1e9;
+	char line[256], want[16];
+
+	snprintf(want, sizeof(want), ":%04X ", port);
+	for (;;) {
+		FILE *f = fopen("/proc/net/tcp", "r");
+		bool up = false;
+
+		if (!f)
+			return;
+		while (!up && fgets(line, sizeof(line), f)) {
+			/* "sl local_address rem_address st ...", st 0A: LISTEN */
+			char local[64], remote[64], st[8];
+
+			if (sscanf(line, "%*s %63s %63s %7s", local, remote,
+				   st) == 3 &&
+			    strstr(strcat(local, " "), want) &&
+			    strcmp(st, "0A") == 0)
+				up = true;
+		}
+		fclose(f);
+		if (up)
+			return;
+		children_check();
+		if (now_ns() > deadline) {
+			fprintf(stderr,
+				"bench_engine: waited %d s for the coordinator "
+				"to listen on port %d\n",
+				WAIT_S, port);
+			show_log(&children[0]);
+			exit(1);
+		}
+		usleep(2000);
+	}
+}
+
+extern char **environ;
+
+/* Start `kanel ROLE` with KANEL_ROLE and KANEL_RANK, output to its log. */
+static void spawn(const char *role, unsigned int rank)
+{
+	struct child *c = &children[nchildren];
+	char env_role[64], env_rank[32], *argv[3], **envp;
+	posix_spawn_file_actions_t fa;
+	size_t n = 0, k = 0;
+	int ret;
+
+	while (environ[n])
+		n++;
+	envp = calloc(n + 3, sizeof(*envp));
+	if (!envp)
+		check(-ENOMEM, "calloc");
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "KANEL_ROLE=", 11) &&
+		    strncmp(environ[i], "KANEL_RANK=", 11))
+			envp[k++] = environ[i];
+	snprintf(env_role, sizeof(env_role), "KANEL_ROLE=%s", role);
+	snprintf(env_rank, sizeof(env_rank), "KANEL_RANK=%u", rank);
+	envp[k++] = env_role;
+	envp[k++] = env_rank;
+	if (strcmp(role, "server") == 0)
+		snprintf(c->name, sizeof(c->name), "server %u", rank);
+	else
+		snprintf(c->name, sizeof(c->name), "%s", role);
+	snprintf(c->log, sizeof(c->log), "%s/%s%u.log", tmpdir, role, rank);
+	argv[0] = cfg.kanel;
+	argv[1] = (char *)role;
+	argv[2] = NULL;
+	check(-posix_spawn_file_actions_init(&fa), "posix_spawn_file_actions");
+	check(-posix_spawn_file_actions_addopen(
+		      &fa, 1, c->log, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+	      "posix_spawn_file_actions_addopen");
+	check(-posix_spawn_file_actions_adddup2(&fa, 1, 2),
+	      "posix_spawn_file_actions_adddup2");
+	ret = posix_spawn(&c->pid, cfg.kanel, &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	free(envp);
+	if (ret) {
+		fprintf(stderr, "bench_engine: cannot start %s %s: %s\n",
+			cfg.kanel, role, strerror(ret));
+		exit(1);
+	}
+	nchildren++;
+}
+
+/*
+ * The job is over (every worker left): give the children a moment to
+ * end by themselves, then SIGTERM, then SIGKILL, reaping each.
+ */
+static void children_stop(void)
+{
+	double t = now_ns(), grace = t + 1e9, term = t + 6e9;
+	bool termed = false;
+
+	for (;;) {
+		unsigned int alive = 0;
+
+		for (unsigned int i = 0; i < nchildren; i++)
+			if (children[i].pid > 0 &&
+			    waitpid(children[i].pid, NULL, WNOHANG) ==
+				    children[i].pid)
+				children[i].pid = 0;
+			else if (children[i].pid > 0)
+				alive++;
+		if (!alive)
+			break;
+		t = now_ns();
+		if (!termed && t > grace) {
+			for (unsigned int i = 0; i < nchildren; i++)
+				if (children[i].pid > 0)
+					kill(children[i].pid, SIGTERM);
+			termed = true;
+		}
+		if (t > term) {
+			for (unsigned int i = 0; i < nchildren; i++)
+				if (children[i].pid > 0) {
+					fprintf(stderr,
+						"bench_engine: %s ignored "
+						"SIGTERM for 5 s: killed\n",
+						children[i].name);
+					kill(children[i].pid, SIGKILL);
+					waitpid(children[i].pid, NULL, 0);
+					children[i].pid = 0;
+				}
+			break;
+		}
+		usleep(10000);
+	}
+	for (unsigned int i = 0; i < nchildren; i++)
+		unlink(children[i].log);
+	nchildren = 0;
+}
+
+/* ---- the workers: threads of this process ---- */
+
+struct wk {
+	unsigned int rank;
+	pthread_t th;
+	struct kn_worker *w;
+	float *params, *grads;
+	double *ends;	   /* when each round of the current sample ended */
+	atomic_ulong done; /* rounds of the current sample done */
+	int err;	   /* the first failure, a negative errno */
+	char what[96];	   /* what failed */
+};
+
+/* What main and the workers share, under lock. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned long gen;    /* bumped by main for every sample */
+	unsigned long rounds; /* of the sample of gen; 0: leave */
+	unsigned int idle;    /* workers waiting for the next gen */
+	unsigned int failed;
+	double t0; /* when main released the sample */
+	unsigned int n;
+	size_t count; /* elements of the tensor */
+	struct wk wk[MAX_WORKERS];
+} eng = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static void wk_fail(struct wk *k, int err, const char *what)
+{
+	pthread_mutex_lock(&eng.lock);
+	k->err = err;
+	snprintf(k->what, sizeof(k->what), "%s", what);
+	eng.failed++;
+	pthread_cond_broadcast(&eng.cond);
+	pthread_mutex_unlock(&eng.lock);
+}
+
+/*
+ * A worker's thread: join the job and start, then run the samples main
+ * hands out, until it says leave.  Gradients are rank + 1 in every
+ * element and never change; the parameters start at 0 (rank 0's).
+ */
+static void *wk_main(void *arg)
+{
+	struct wk *k = arg;
+	struct kn_worker_options opt = { .coordinator =
+						 getenv("KANEL_COORDINATOR"),
+					 .secret_file = secret_path,
+					 .rank = (int)k->rank,
+					 .timeout_ms = WAIT_S * 1000 };
+	unsigned long gen = 0, rounds;
+	int ret;
+
+	ret = kn_worker_create(&opt, &k->w);
+	if (ret) {
+		wk_fail(k, ret, "kn_worker_create");
+		return NULL;
+	}
+	ret = kn_worker_register(k->w, KEY, KN_DTYPE_FP32, eng.count, k->params,
+				 k->grads);
+	if (ret) {
+		wk_fail(k, ret, "kn_worker_register");
+		return NULL;
+	}
+	ret = kn_worker_start(k->w);
+	if (ret) {
+		wk_fail(k, ret, "kn_worker_start");
+		return NULL;
+	}
+	for (;;) {
+		pthread_mutex_lock(&eng.lock);
+		eng.idle++;
+		pthread_cond_broadcast(&eng.cond);
+		while (eng.gen == gen)
+			pthread_cond_wait(&eng.cond, &eng.lock);
+		gen = eng.gen;
+		rounds = eng.rounds;
+		pthread_mutex_unlock(&eng.lock);
+		if (!rounds)
+			break;
+		for (unsigned long i = 0; i < rounds; i++) {
+			ret = kn_worker_step(k->w, KEY);
+			if (ret) {
+				char what[96];
+
+				snprintf(what, sizeof(what),
+					 "kn_worker_step, round %lu of %lu",
+					 i + 1, rounds);
+				wk_fail(k, ret, what);
+				return NULL;
+			}
+			k->ends[i] = now_ns();
+			atomic_store(&k->done, i + 1);
+		}
+	}
+	kn_worker_destroy(k->w); /* the coordinator hears we left */
+	k->w = NULL;
+	return NULL;
+}
+
+/*
+ * Wait until every worker is idle (done with its sample, or started).
+ * Every 50 ms: a failed worker or a dead child ends the run, and so does
+ * @stall_s without a round finished anywhere.
+ */
+static void workers_wait(const char *what, double stall_s)
+{
+	unsigned long last = 0, sum;
+	double stall = now_ns() + stall_s * 1e9;
+	struct timespec dl;
+
+	pthread_mutex_lock(&eng.lock);
+	while (eng.idle < eng.n && !eng.failed) {
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_nsec += 50000000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&eng.cond, &eng.lock, &dl);
+		pthread_mutex_unlock(&eng.lock);
+		children_check();
+		sum = 0;
+		for (unsigned int i = 0; i < eng.n; i++)
+			sum += atomic_load(&eng.wk[i].done);
+		if (sum != last) {
+			last = sum;
+			stall = now_ns() + stall_s * 1e9;
+		} else if (now_ns() > stall) {
+			fprintf(stderr,
+				"bench_engine: waited %.0f s for %s; rounds "
+				"done:",
+				stall_s, what);
+			for (unsigned int i = 0; i < eng.n; i++)
+				fprintf(stderr, " worker %u: %lu", i,
+					atomic_load(&eng.wk[i].done));
+			fputc('\n', stderr);
+			exit(1);
+		}
+		pthread_mutex_lock(&eng.lock);
+	}
+	pthread_mutex_unlock(&eng.lock);
+	for (unsigned int i = 0; eng.failed && i < eng.n; i++)
+		if (eng.wk[i].err) {
+			fprintf(stderr, "bench_engine: worker %u: %s: %s\n", i,
+				eng.wk[i].what, strerror(-eng.wk[i].err));
+			children_check();
+			for (unsigned int c = 0; c < nchildren; c++)
+				show_log(&children[c]);
+			exit(1);
+		}
+}
+
+/* Hand out the next generation: @rounds rounds, or 0 to leave. */
+static void workers_go(unsigned long rounds)
+{
+	pthread_mutex_lock(&eng.lock);
+	for (unsigned int i = 0; i < eng.n; i++)
+		atomic_store(&eng.wk[i].done, 0);
+	eng.idle = 0;
+	eng.rounds = rounds;
+	eng.t0 = now_ns();
+	eng.gen++;
+	pthread_cond_broadcast(&eng.cond);
+	pthread_mutex_unlock(&eng.lock);
+}
+
+/* One sample of @rounds rounds: the median round, in ns. */
+static double engine_sample(unsigned long rounds, double *round_ns)
+{
+	double prev;
+
+	workers_go(rounds);
+	workers_wait("the workers' rounds (no round finished)", WAIT_S + 5);
+	prev = eng.t0;
+	for (unsigned long i = 0; i < rounds; i++) {
+		double end = 0;
+
+		for (unsigned int k = 0; k < eng.n; k++)
+			end = fmax(end, eng.wk[k].ends[i]);
+		round_ns[i] = end - prev;
+		prev = end;
+	}
+	return summarize(round_ns, rounds).med;
+}
+
+/*
+ * After @rounds rounds of SGD with every worker's gradient rank + 1, the
+ * servers' mean gradient is (n + 1) / 2 and every parameter
+ * -LR * rounds * (n + 1) / 2.  Returns how many workers disagree.
+ */
+static unsigned int params_check(unsigned long rounds)
+{
+	double want = -LR * (double)rounds * (eng.n + 1) / 2.0;
+	double tol = 1e-3 * fabs(want) + 1e-6;
+	unsigned int bad = 0;
+
+	for (unsigned int k = 0; k < eng.n; k++) {
+		const float *p = eng.wk[k].params;
+		size_t i;
+
+		for (i = 0; i < eng.count; i++)
+			if (!(fabs(p[i] - want) <= tol))
+				break;
+		if (i < eng.count) {
+			fprintf(stderr,
+				"bench_engine: worker %u: parameter %zu is %g "
+				"after %lu rounds, %g expected\n",
+				k, i, (double)p[i], rounds, want);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+/* ---- measurement and output ---- */
+
+struct result {
+	size_t workers, servers, bytes;
+	struct stats eng; /* ns per round */
+	double gbps, tp_gbps, ratio;
+};
+
+static void emit(const struct result *r)
+{
+	char size[32];
+
+	if (cfg.csv) {
+		printf("%zu,%zu,%zu,%.3f,%.6g,%.6g\n", r->workers, r->servers,
+		       r->bytes, r->eng.med / 1e3, r->gbps, r->ratio);
+		fflush(stdout);
+		return;
+	}
+	printf("%7zu %7zu %6s %11.1f %11.1f %11.1f %8.3f %8.3f %6.3f\n",
+	       r->workers, r->servers, size_name(r->bytes, size, sizeof(size)),
+	       r->eng.med / 1e3, r->eng.min / 1e3, r->eng.max / 1e3, r->gbps,
+	       r->tp_gbps, r->ratio);
+	fflush(stdout);
+}
+
+/* Set the job's variables, which the children and the workers read. */
+static void job_env(size_t workers, size_t servers, int port)
+{
+	char v[64];
+
+	snprintf(v, sizeof(v), "127.0.0.1:%d", port);
+	setenv("KANEL_COORDINATOR", v, 1);
+	snprintf(v, sizeof(v), "%zu", workers);
+	setenv("KANEL_WORKERS", v, 1);
+	snprintf(v, sizeof(v), "%zu", servers);
+	setenv("KANEL_SERVERS", v, 1);
+	setenv("KANEL_SECRET_FILE", secret_path, 1);
+	setenv("KANEL_SYNC", "bsp", 1);
+	setenv("KANEL_OPTIMIZER", "sgd", 1);
+	snprintf(v, sizeof(v), "%g", LR);
+	setenv("KANEL_LR", v, 1);
+	snprintf(v, sizeof(v), "%zu", cfg.chunk_bytes);
+	setenv("KANEL_CHUNK_BYTES", v, 1);
+}
+
+/*
+ * One job: @workers worker threads and @servers servers exchanging one
+ * tensor of @bytes.  Engine and transport samples alternate; a warm-up
+ * of each sizes the samples.
+ */
+static void bench_job(size_t workers, size_t servers, size_t bytes,
+		      struct result *r, double *tp_s)
+{
+	double eng_s[MAX_REPS], cal, *round_ns;
+	unsigned long rounds, msgs, total = CAL_ROUNDS;
+	char size[32];
+	int port;
+
+	fprintf(stderr,
+		"bench_engine: %zu worker%s, %zu server%s, %s: ", workers,
+		workers > 1 ? "s" : "", servers, servers > 1 ? "s" : "",
+		size_name(bytes, size, sizeof(size)));
+	port = free_port();
+	job_env(workers, servers, port);
+	/* setenv is done: from here other threads may read the env */
+	spawn("coordinator", 0);
+	wait_listening(port);
+	for (unsigned int s = 0; s < servers; s++)
+		spawn("server", s);
+	eng.n = (unsigned int)workers;
+	eng.count = bytes / sizeof(float);
+	eng.idle = 0;
+	eng.failed = 0;
+	eng.gen = 0;
+	round_ns = malloc(MAX_ROUNDS * sizeof(*round_ns));
+	if (!round_ns)
+		check(-ENOMEM, "malloc");
+	for (unsigned int i = 0; i < workers; i++) {
+		struct wk *k = &eng.wk[i];
+
+		*k = (struct wk){ .rank = i };
+		k->params = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+		k->grads = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+		k->ends = malloc(MAX_ROUNDS * sizeof(*k->ends));
+		if (!k->params || !k->grads || !k->ends)
+			check(-ENOMEM, "aligned_alloc");
+		for (size_t e = 0; e < eng.count; e++) {
+			k->params[e] = 0;
+			k->grads[e] = (float)(i + 1);
+		}
+		check(-pthread_create(&k->th, NULL, wk_main, k),
+		      "pthread_create");
+	}
+	workers_wait("the job to start (kn_worker_create and "
+		     "kn_worker_start of every worker)",
+		     WAIT_S + 10);
+	fprintf(stderr, "started; ");
+
+	cal = engine_sample(CAL_ROUNDS, round_ns);
+	rounds = (unsigned long)fmin(fmax(SAMPLE_NS / cal, MIN_ROUNDS),
+				     MAX_ROUNDS);
+	cal = stream_sample(bytes,
+			    (unsigned long)fmax(CAL_BYTES / bytes, MIN_MSGS));
+	msgs = (unsigned long)fmax(
+		fmin(SAMPLE_NS / cal, (double)(MAX_TOTAL / bytes)), MIN_MSGS);
+	fprintf(stderr, "%u samples of %lu rounds ", cfg.reps, rounds);
+	for (unsigned int s = 0; s < cfg.reps; s++) {
+		for (int i = 0; i < 2; i++) {
+			if ((s + (unsigned int)i) % 2 == 0) {
+				eng_s[s] = engine_sample(rounds, round_ns);
+				total += rounds;
+			} else {
+				tp_s[s] = stream_sample(bytes, msgs);
+			}
+		}
+		fputc('.', stderr);
+	}
+	fputc('\n', stderr);
+	if (params_check(total)) {
+		fprintf(stderr, "bench_engine: wrong parameters: the figures "
+				"of this job mean nothing\n");
+		exit(1);
+	}
+
+	workers_go(0); /* leave */
+	for (unsigned int i = 0; i < workers; i++)
+		check(-pthread_join(eng.wk[i].th, NULL), "pthread_join");
+	children_stop();
+	for (unsigned int i = 0; i < workers; i++) {
+		free(eng.wk[i].params);
+		free(eng.wk[i].grads);
+		free(eng.wk[i].ends);
+	}
+	free(round_ns);
+
+	*r = (struct result){ .workers = workers,
+			      .servers = servers,
+			      .bytes = bytes,
+			      .eng = summarize(eng_s, cfg.reps) };
+	r->gbps = 2.0 * (double)bytes * (double)workers / r->eng.med;
+}
+
+/*
+ * Every job of one size, then their rows.  The transport samples of all
+ * these jobs make one baseline for the size: the median of many samples
+ * taken in the same stretch of time, which one job's few would not be.
+ * Returns the ratio of 1 worker and 1 server (NAN if not measured).
+ */
+static double bench_size(size_t bytes)
+{
+	unsigned int njobs = cfg.nworkers * cfg.nservers, n = 0;
+	struct result *r = calloc(njobs, sizeof(*r));
+	double *tp_s = calloc((size_t)njobs * cfg.reps, sizeof(*tp_s));
+	double tp_gbps, ratio1 = NAN;
+	struct stats tp;
+	char size[32];
+
+	if (!r || !tp_s)
+		check(-ENOMEM, "calloc");
+	for (unsigned int v = 0; v < cfg.nservers; v++)
+		for (unsigned int w = 0; w < cfg.nworkers; w++, n++)
+			bench_job(cfg.workers[w], cfg.servers[v], bytes, &r[n],
+				  tp_s + (size_t)n * cfg.reps);
+	tp = summarize(tp_s, (size_t)njobs * cfg.reps);
+	tp_gbps = (double)bytes / tp.med;
+	fprintf(cfg.csv ? stderr : stdout,
+		"# transport stream of %s: median %.3f GB/s, min %.3f, max "
+		"%.3f (%u samples)\n",
+		size_name(bytes, size, sizeof(size)), tp_gbps,
+		(double)bytes / tp.max, (double)bytes / tp.min,
+		njobs * cfg.reps);
+	for (unsigned int i = 0; i < njobs; i++) {
+		r[i].tp_gbps = tp_gbps;
+		r[i].ratio = r[i].gbps / tp_gbps;
+		emit(&r[i]);
+		if (r[i].workers == 1 && r[i].servers == 1)
+			ratio1 = r[i].ratio;
+	}
+	free(tp_s);
+	free(r);
+	return ratio1;
+}
+
+static void usage(void)
+{
+	printf("usage: bench_engine [options]\n"
+	       "  --quick             3 repeats; workers 1,2,4, servers 1,2,\n"
+	       "                      sizes 64K,1M,16M unless given\n"
+	       "  --csv               CSV on stdout, other text on stderr\n"
+	       "  --workers LIST      worker threads, e.g. 1,2,4,8 (the "
+	       "default)\n"
+	       "  --servers LIST      server processes, e.g. 1,2 (the "
+	       "default)\n"
+	       "  --sizes LIST        tensor bytes, e.g. 4K,64K,1M,16M,64M "
+	       "(the default)\n"
+	       "  --chunk-bytes N     KANEL_CHUNK_BYTES of the jobs (default "
+	       "1M)\n"
+	       "  --kanel PATH        the kanel binary (default: "
+	       "../tools/kanel from\n"
+	       "                      this program's folder)\n"
+	       "Sizes may end in K, M or G (binary), from 4 KiB to %zu MiB, "
+	       "multiples of 4.\n",
+	       MAX_SIZE / MIB);
+}
+
+/* ../tools/kanel next to this program's own folder (the build tree). */
+static void default_kanel(void)
+{
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n <= 0)
+		check(-errno, "readlink /proc/self/exe");
+	self[n] = 0;
+	snprintf(cfg.kanel, sizeof(cfg.kanel), "%s/../tools/kanel",
+		 dirname(self));
+	if (realpath(cfg.kanel, self))
+		snprintf(cfg.kanel, sizeof(cfg.kanel), "%s", self);
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "quick", no_argument, NULL, 'q' },
+		{ "csv", no_argument, NULL, 'c' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "servers", required_argument, NULL, 's' },
+		{ "sizes", required_argument, NULL, 'S' },
+		{ "chunk-bytes", required_argument, NULL, 'C' },
+		{ "kanel", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const size_t def_sizes[] = { 4 * KIB, 64 * KIB, MIB, 16 * MIB,
+					    64 * MIB };
+	static const size_t quick_sizes[] = { 64 * KIB, MIB, 16 * MIB };
+	static const size_t def_workers[] = { 1, 2, 4, 8 };
+	static const size_t def_servers[] = { 1, 2 };
+	size_t chunk[BENCH_MAX_LIST];
+	int c;
+
+	cfg.chunk_bytes = MIB;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'q':
+			cfg.quick = true;
+			break;
+		case 'c':
+			cfg.csv = true;
+			break;
+		case 'w':
+			cfg.nworkers =
+				parse_list("workers", optarg, NULL, 1,
+					   MAX_WORKERS, false, cfg.workers);
+			break;
+		case 's':
+			cfg.nservers =
+				parse_list("servers", optarg, NULL, 1,
+					   MAX_SERVERS, false, cfg.servers);
+			break;
+		case 'S':
+			cfg.nsizes = parse_list("sizes", optarg, NULL, MIN_SIZE,
+						MAX_SIZE, true, cfg.sizes);
+			for (unsigned int i = 0; i < cfg.nsizes; i++)
+				if (cfg.sizes[i] % 4)
+					bad_value("sizes", optarg,
+						  "fp32: a multiple of 4");
+			break;
+		case 'C':
+			if (parse_list("chunk-bytes", optarg, NULL, 4 * KIB,
+				       1024 * MIB, true, chunk) != 1 ||
+			    chunk[0] % 4)
+				bad_value("chunk-bytes", optarg,
+					  "one size, a multiple of 4");
+			cfg.chunk_bytes = chunk[0];
+			break;
+		case 'k':
+			snprintf(cfg.kanel, sizeof(cfg.kanel), "%s", optarg);
+			break;
+		case 'h':
+			usage();
+			exit(0);
+		default:
+			fprintf(stderr, "try 'bench_engine --help'\n");
+			exit(2);
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "bench_engine: unexpected argument '%s'\n",
+			argv[optind]);
+		exit(2);
+	}
+	if (!cfg.kanel[0])
+		default_kanel();
+	if (access(cfg.kanel, X_OK)) {
+		fprintf(stderr,
+			"bench_engine: no kanel binary at %s (%s); build it "
+			"(ninja -C BUILD-DIR) or pass --kanel PATH\n",
+			cfg.kanel, strerror(errno));
+		exit(2);
+	}
+	if (!cfg.nsizes && cfg.quick) {
+		cfg.nsizes = 3;
+		memcpy(cfg.sizes, quick_sizes, sizeof(quick_sizes));
+	} else if (!cfg.nsizes) {
+		cfg.nsizes = 5;
+		memcpy(cfg.sizes, def_sizes, sizeof(def_sizes));
+	}
+	if (!cfg.nworkers) {
+		cfg.nworkers = cfg.quick ? 3 : 4;
+		memcpy(cfg.workers, def_workers,
+		       cfg.nworkers * sizeof(def_workers[0]));
+	}
+	if (!cfg.nservers) {
+		cfg.nservers = 2;
+		memcpy(cfg.servers, def_servers, sizeof(def_servers));
+	}
+	cfg.reps = cfg.quick ? 3 : MAX_REPS;
+	cfg.buf_bytes = RING_BYTES;
+	for (unsigned int i = 0; i < cfg.nsizes; i++)
+		if (cfg.sizes[i] > cfg.buf_bytes)
+			cfg.buf_bytes = (cfg.sizes[i] + 4095) / 4096 * 4096;
+}
+
+int main(int argc, char **argv)
+{
+	double load[1], target = NAN;
+	char chunk[32];
+	FILE *f;
+
+	parse_args(argc, argv);
+	/* the workers pass --role and --rank; the children get their own */
+	unsetenv("KANEL_ROLE");
+	unsetenv("KANEL_RANK");
+	make_secret();
+	atexit(cleanup);
+	sides_start();
+
+	f = cfg.csv ? stderr : stdout;
+	fprintf(f,
+		"# engine: BSP push-pull of one fp32 tensor, sgd, chunks of "
+		"%s, over tcp on 127.0.0.1; workers: threads of this "
+		"process; coordinator and servers: %s; baseline: transport "
+		"provider %s, write_imm stream; %u repeats\n",
+		size_name(cfg.chunk_bytes, chunk, sizeof(chunk)), cfg.kanel,
+		tp_name, cfg.reps);
+	if (getloadavg(load, 1) == 1)
+		fprintf(f,
+			"# %ld CPUs, load average %.2f: jobs with more "
+			"processes and threads than CPUs share them\n",
+			sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+	fprintf(f, "# gbps = 2 * bytes * workers / median round time (both "
+		   "directions, all workers); ratio = gbps / transport "
+		   "stream gbps\n");
+	if (cfg.csv)
+		printf("workers,servers,bytes,median_us,gbps,"
+		       "ratio_vs_transport\n");
+	else
+		printf("%7s %7s %6s %11s %11s %11s %8s %8s %6s\n", "workers",
+		       "servers", "size", "median_us", "min_us", "max_us",
+		       "GB/s", "tp_GB/s", "ratio");
+	fflush(stdout);
+	for (unsigned int s = 0; s < cfg.nsizes; s++) {
+		double ratio1 = bench_size(cfg.sizes[s]);
+
+		if (cfg.sizes[s] == 16 * MIB)
+			target = ratio1;
+	}
+	sides_stop();
+
+	if (isnan(target))
+		fprintf(f, "# target 1w1s@16MiB: not measured (it needs "
+			   "workers 1, servers 1 and size 16M)\n");
+	else
+		fprintf(f, "# target 1w1s@16MiB: ratio %.3f (>= 0.8 wanted)\n",
+			target);
+	return 0;
+}
