@@ -631,3 +631,82 @@ Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
 	/* worker 0 waited for a partner that never came */
 	cr_assert_neq(sh->status[0], 0);
 }
+
+/*
+ * Worker 2 dies; a new process takes its rank, is brought up to the
+ * current model (not the initial one) and trains on with the others.
+ */
+static int rejoining_worker(unsigned int rank)
+{
+	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
+	struct kn_worker *w;
+	int ret;
+
+	usleep(1500000); /* after the first one was removed */
+	w = join(rank);
+	ret = w && pa && ga ? 0 : -ENOMEM;
+	for (size_t i = 0; i < LEN_A; i++)
+		pa[i] = -1;
+	if (!ret)
+		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
+	if (!ret)
+		ret = kn_worker_start(w);
+	/* the model of some round after the second, the same everywhere */
+	for (size_t i = 0; !ret && i < LEN_A; i++)
+		if (pa[i] == -1 || pa[i] == init_value(i) ||
+		    pa[i] != pa[i % 16])
+			ret = -EBADMSG;
+	for (unsigned int r = 0; !ret && r < 3; r++) {
+		for (size_t i = 0; i < LEN_A; i++)
+			ga[i] = 1;
+		ret = kn_worker_step(w, NULL);
+	}
+	kn_worker_destroy(w);
+	free(pa);
+	free(ga);
+	return ret;
+}
+
+static int slow_worker(unsigned int rank)
+{
+	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
+	struct kn_worker *w = join(rank);
+	int ret = w && pa && ga ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < LEN_A; i++)
+		pa[i] = rank == 0 ? init_value(i) : -1;
+	if (!ret)
+		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && r < 40; r++) {
+		if (rank == 2 && r == 2)
+			raise(SIGKILL);
+		for (size_t i = 0; i < LEN_A; i++)
+			ga[i] = 1;
+		ret = kn_worker_step(w, NULL);
+		usleep(100000); /* long enough for the rejoin to overlap */
+	}
+	kn_worker_destroy(w);
+	free(pa);
+	free(ga);
+	return ret;
+}
+
+Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
+{
+	struct job j = { 0 };
+	int st;
+
+	job_env(&j, 3, 2, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, slow_worker);
+	cr_assert_eq(waitpid(j.workers[2], &st, 0), j.workers[2]);
+	cr_assert(WIFSIGNALED(st));
+	spawn_worker(&j, 2, rejoining_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 3; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
