@@ -49,7 +49,8 @@ enum wk_state {
 struct wk_tensor {
 	struct kn__tensor_desc d;
 	void *params, *grads;
-	struct kn__tp_mr *pmr, *gmr;
+	void *inbox; /* where pulls land instead, or NULL */
+	struct kn__tp_mr *pmr, *gmr, *imr;
 };
 
 struct wk_server {
@@ -278,13 +279,18 @@ static void go_to_servers(struct kn_worker *w)
 		struct wk_tensor *t = &w->tensors[i];
 		size_t bytes = t->d.len * kn_dtype_size(t->d.dtype);
 
-		/* pulls land in params (or, summing, in grads) */
+		/* pulls land in params (summing: grads), or the inbox */
 		ret = kn__tp_mr_reg(w->node.ctx, t->params, bytes,
-				    sum ? 0 : KN_TP_REMOTE_WRITE, &t->pmr);
+				    sum || t->inbox ? 0 : KN_TP_REMOTE_WRITE,
+				    &t->pmr);
 		if (!ret)
-			ret = kn__tp_mr_reg(w->node.ctx, t->grads, bytes,
-					    sum ? KN_TP_REMOTE_WRITE : 0,
-					    &t->gmr);
+			ret = kn__tp_mr_reg(
+				w->node.ctx, t->grads, bytes,
+				sum && !t->inbox ? KN_TP_REMOTE_WRITE : 0,
+				&t->gmr);
+		if (!ret && t->inbox)
+			ret = kn__tp_mr_reg(w->node.ctx, t->inbox, bytes,
+					    KN_TP_REMOTE_WRITE, &t->imr);
 	}
 	for (uint32_t s = 0; !ret && s < w->job.u.job.servers; s++) {
 		struct wk_server *ws = &w->servers[s];
@@ -308,9 +314,14 @@ static void send_buffers(struct kn_worker *w, struct wk_server *ws)
 	struct kn__msg m = { .type = KN__MSG_BUFFERS };
 
 	for (uint32_t i = 0; i < w->ntensors; i++) {
+		const struct wk_tensor *t = &w->tensors[i];
+		bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+
 		m.u.buffers.index = i;
-		kn__tp_mr_rdesc(w->tensors[i].pmr, &m.u.buffers.params);
-		kn__tp_mr_rdesc(w->tensors[i].gmr, &m.u.buffers.grads);
+		kn__tp_mr_rdesc(t->imr && !sum ? t->imr : t->pmr,
+				&m.u.buffers.params);
+		kn__tp_mr_rdesc(t->imr && sum ? t->imr : t->gmr,
+				&m.u.buffers.grads);
 		kn__chan_send(ws->ch, &m);
 	}
 	m = (struct kn__msg){ .type = KN__MSG_READY };
@@ -727,6 +738,24 @@ int kn_worker_register(struct kn_worker *w, const char *key,
 			t->grads = grads;
 		}
 	}
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
+{
+	int ret = -ENOENT;
+
+	if (!w || !key || !inbox)
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	for (uint32_t i = 0; i < w->ntensors; i++)
+		if (strcmp(w->tensors[i].d.key, key) == 0) {
+			w->tensors[i].inbox = inbox;
+			ret = 0;
+		}
+	if (!ret && w->state != WK_JOINED)
+		ret = -EBUSY;
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }

@@ -254,6 +254,18 @@ KN_EXPORT int kn_worker_register(struct kn_worker *w, const char *key,
 				 void *params, void *grads);
 
 /*
+ * Deliver the tensor @key into @inbox (its size) instead of its
+ * parameter buffer, from kn_worker_start on: the initial model and every
+ * pull land there, and the program merges them into the parameters it
+ * keeps training (the protocols that let a worker compute on its own
+ * copy while the model is on its way need that).  In summation mode the
+ * averaged gradient lands there instead of in the gradient buffer.
+ * Before kn_worker_start; -ENOENT for a key not registered.
+ */
+KN_EXPORT int kn_worker_set_inbox(struct kn_worker *w, const char *key,
+				  void *inbox);
+
+/*
  * Send the tensor table, connect to the servers, receive the initial
  * model into every parameter buffer, and start once every worker has:
  * 0, or a negative errno (-EINVAL for a table that differs from the

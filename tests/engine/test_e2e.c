@@ -710,3 +710,46 @@ Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
 		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
 			     strerror(-sh->status[w]));
 }
+
+/* With an inbox, pulls land there and the parameters stay the caller's. */
+static int inbox_worker(unsigned int rank)
+{
+	float p[64], g[64], in[64];
+	struct kn_worker *w = join(rank);
+	int ret = w ? 0 : -ENOTCONN;
+
+	for (size_t i = 0; i < 64; i++) {
+		p[i] = init_value(i);
+		g[i] = grad_value(0, 0, i);
+		in[i] = -1;
+	}
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_set_inbox(w, "p", in);
+	if (!ret && kn_worker_set_inbox(w, "nope", in) != -ENOENT)
+		ret = -EBADMSG;
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (size_t i = 0; !ret && i < 64; i++)
+		if (in[i] != init_value(i))
+			ret = -EBADMSG; /* the initial model, in the inbox */
+	if (!ret)
+		ret = kn_worker_step(w, NULL);
+	for (size_t i = 0; !ret && i < 64; i++)
+		if (in[i] != expected(i, 1, 1, NULL) || p[i] != init_value(i))
+			ret = -EBADMSG;
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, pulls_land_in_the_inbox, .timeout = 60)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 1, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	spawn_worker(&j, 0, inbox_worker);
+	end_job(&j, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+}
