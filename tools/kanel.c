@@ -64,8 +64,7 @@ static int parse(int argc, char **argv, const char *role,
 	ret = kn__config_parse(n, args, NULL, cfg, err, sizeof(err));
 	free(args);
 	if (ret)
-		fprintf(stderr, "kanel: %s (kanel --help lists the options)\n",
-			err);
+		fprintf(stderr, "kanel: %s\n", err);
 	else if (cfg->help)
 		usage(stdout);
 	return ret;
