@@ -179,6 +179,10 @@ static void get_addr(struct cursor *c, struct sockaddr_storage *ss)
 	if (fam == 4) {
 		struct sockaddr_in *a = (void *)ss;
 
+		for (int i = 4; i < 16; i++)
+			if (ip[i])
+				c->err = -EPROTO; /* one encoding only */
+
 		a->sin_family = AF_INET;
 		a->sin_port = htons(port);
 		memcpy(&a->sin_addr, ip, 4);

@@ -2,7 +2,7 @@
 # test.sh - builds Kanel with warnings as errors and runs the whole test
 # suite, then builds it again under AddressSanitizer and
 # UndefinedBehaviorSanitizer and runs the suite a second time, then runs
-# the libFuzzer target for a minute.  Ends with one line "N passed, N
+# the libFuzzer targets for a minute each.  Ends with one line "N passed, N
 # failed, N skipped" counted from the three runs' meson test logs; exits
 # non-zero if any test failed or anything did not build.
 set -uo pipefail
@@ -38,12 +38,13 @@ run_suite build-asan -Dwerror=true -Dbuildtype=debugoptimized \
 	-Db_sanitize=address,undefined -Db_lundef=false \
 	-Dc_args=-fno-sanitize-recover=all
 
-# The libFuzzer target over the tcp receive path (tests/fuzz/) for 60 s,
-# counted as one test.  It needs clang (CC for the first configure only:
-# meson keeps the compiler), and the whole build instrumented for coverage
-# and ASan + UBSan, so that libFuzzer learns from the transport's code.
-# New inputs go to build-fuzz/tests/fuzz/corpus, crashes next to it; the
-# checked-in corpus is only read.
+# The libFuzzer targets (tests/fuzz/), 60 s each, each counted as one
+# test: the tcp receive path, and the engine's control messages and
+# handshake.  They need clang (CC for the first configure only: meson
+# keeps the compiler), and the whole build instrumented for coverage and
+# ASan + UBSan, so that libFuzzer learns from the code it drives.  New
+# inputs go to build-fuzz/tests/fuzz/corpus*, crashes next to them; the
+# checked-in corpora are only read.
 CC=clang suite=fuzz run_suite build-fuzz -Dfuzz=enabled \
 	-Dbuildtype=debugoptimized -Db_lundef=false \
 	-Db_sanitize=address,undefined \
