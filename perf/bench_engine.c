@@ -67,8 +67,9 @@
 #define MAX_CHILDREN (1 + MAX_SERVERS)
 #define KEY	     "bench"
 #define LR	     0.001
-#define SAMPLE_NS    0.2e9 /* time a sample should take */
-#define CAL_ROUNDS   3	   /* the warm-up that sizes the engine's samples */
+#define SAMPLE_NS    0.2e9 /* time an engine sample should take */
+#define CAL_ROUNDS   3	   /* the warm-up that sizes the engine's samples, */
+#define CAL_NS	     50e6  /* or as many rounds as take this long */
 #define MIN_ROUNDS   3
 #define MAX_ROUNDS   1000
 #define RING_BYTES   (64 * MIB) /* stream messages cycle through this much */
@@ -83,6 +84,7 @@
 static struct {
 	bool quick, csv;
 	unsigned int reps;
+	double tp_ns;	    /* time a transport sample should take */
 	char kanel[4096];   /* the kanel binary */
 	size_t chunk_bytes; /* KANEL_CHUNK_BYTES */
 	size_t sizes[BENCH_MAX_LIST], workers[BENCH_MAX_LIST],
@@ -491,7 +493,7 @@ static void wait_listening(int port)
 			/* "sl local_address rem_address st ...", st 0A: LISTEN */
 			char local[64], remote[64], st[8];
 
-			if (sscanf(line, "%*s %63s %63s %7s", local, remote,
+			if (sscanf(line, "%*s %62s %63s %7s", local, remote,
 				   st) == 3 &&
 			    strstr(strcat(local, " "), want) &&
 			    strcmp(st, "0A") == 0)
@@ -563,17 +565,19 @@ static void spawn(const char *role, unsigned int rank)
 }
 
 /*
- * The job is over (every worker left): give the children a moment to
- * end by themselves, then SIGTERM, then SIGKILL, reaping each.
+ * The job is over (every worker left, and the coordinator and servers
+ * would end by themselves within a second): SIGTERM, reap, and SIGKILL
+ * what is still there after 5 s.
  */
 static void children_stop(void)
 {
-	double t = now_ns(), grace = t + 1e9, term = t + 6e9;
-	bool termed = false;
+	double deadline = now_ns() + 5e9;
 
-	for (;;) {
-		unsigned int alive = 0;
-
+	for (unsigned int i = 0; i < nchildren; i++)
+		if (children[i].pid > 0)
+			kill(children[i].pid, SIGTERM);
+	for (unsigned int alive = nchildren; alive;) {
+		alive = 0;
 		for (unsigned int i = 0; i < nchildren; i++)
 			if (children[i].pid > 0 &&
 			    waitpid(children[i].pid, NULL, WNOHANG) ==
@@ -581,29 +585,23 @@ static void children_stop(void)
 				children[i].pid = 0;
 			else if (children[i].pid > 0)
 				alive++;
-		if (!alive)
-			break;
-		t = now_ns();
-		if (!termed && t > grace) {
-			for (unsigned int i = 0; i < nchildren; i++)
-				if (children[i].pid > 0)
-					kill(children[i].pid, SIGTERM);
-			termed = true;
-		}
-		if (t > term) {
+		if (alive && now_ns() > deadline) {
 			for (unsigned int i = 0; i < nchildren; i++)
 				if (children[i].pid > 0) {
 					fprintf(stderr,
-						"bench_engine: %s ignored "
-						"SIGTERM for 5 s: killed\n",
-						children[i].name);
+						"bench_engine: %s (pid %d) "
+						"ignored SIGTERM for 5 s: "
+						"killed\n",
+						children[i].name,
+						(int)children[i].pid);
 					kill(children[i].pid, SIGKILL);
 					waitpid(children[i].pid, NULL, 0);
 					children[i].pid = 0;
 				}
 			break;
 		}
-		usleep(10000);
+		if (alive)
+			usleep(1000);
 	}
 	for (unsigned int i = 0; i < nchildren; i++)
 		unlink(children[i].log);
@@ -637,6 +635,8 @@ static struct {
 	struct wk wk[MAX_WORKERS];
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void wk_fail(struct wk *k, int err, const char *what)
 {
 	pthread_mutex_lock(&eng.lock);
@@ -663,7 +663,15 @@ static void *wk_main(void *arg)
 	unsigned long gen = 0, rounds;
 	int ret;
 
+	/*
+	 * One kn_worker_create() at a time: it parses its options with
+	 * getopt_long(), whose state is global, and two at once fail now
+	 * and then ("unknown option").  It returns once the coordinator has
+	 * welcomed this worker, which does not wait for the others.
+	 */
+	pthread_mutex_lock(&create_lock);
 	ret = kn_worker_create(&opt, &k->w);
+	pthread_mutex_unlock(&create_lock);
 	if (ret) {
 		wk_fail(k, ret, "kn_worker_create");
 		return NULL;
@@ -707,15 +715,19 @@ static void *wk_main(void *arg)
 	}
 	kn_worker_destroy(k->w); /* the coordinator hears we left */
 	k->w = NULL;
+	pthread_mutex_lock(&eng.lock);
+	eng.idle++;
+	pthread_cond_broadcast(&eng.cond);
+	pthread_mutex_unlock(&eng.lock);
 	return NULL;
 }
 
 /*
- * Wait until every worker is idle (done with its sample, or started).
- * Every 50 ms: a failed worker or a dead child ends the run, and so does
- * @stall_s without a round finished anywhere.
+ * Wait until every worker is idle (started, done with its sample, or
+ * gone).  Every 50 ms: a failed worker or (with @watch) a dead child
+ * ends the run, and so does @stall_s without a round finished anywhere.
  */
-static void workers_wait(const char *what, double stall_s)
+static void workers_wait(const char *what, double stall_s, bool watch)
 {
 	unsigned long last = 0, sum;
 	double stall = now_ns() + stall_s * 1e9;
@@ -731,7 +743,8 @@ static void workers_wait(const char *what, double stall_s)
 		}
 		pthread_cond_timedwait(&eng.cond, &eng.lock, &dl);
 		pthread_mutex_unlock(&eng.lock);
-		children_check();
+		if (watch)
+			children_check();
 		sum = 0;
 		for (unsigned int i = 0; i < eng.n; i++)
 			sum += atomic_load(&eng.wk[i].done);
@@ -777,13 +790,18 @@ static void workers_go(unsigned long rounds)
 	pthread_mutex_unlock(&eng.lock);
 }
 
-/* One sample of @rounds rounds: the median round, in ns. */
-static double engine_sample(unsigned long rounds, double *round_ns)
+/*
+ * One sample of @rounds rounds: the median round, in ns; in @elapsed, the
+ * time from the release to the end of the last round.
+ */
+static double engine_sample(unsigned long rounds, double *round_ns,
+			    double *elapsed)
 {
 	double prev;
 
 	workers_go(rounds);
-	workers_wait("the workers' rounds (no round finished)", WAIT_S + 5);
+	workers_wait("the workers' rounds (no round finished)", WAIT_S + 5,
+		     true);
 	prev = eng.t0;
 	for (unsigned long i = 0; i < rounds; i++) {
 		double end = 0;
@@ -793,6 +811,7 @@ static double engine_sample(unsigned long rounds, double *round_ns)
 		round_ns[i] = end - prev;
 		prev = end;
 	}
+	*elapsed = prev - eng.t0;
 	return summarize(round_ns, rounds).med;
 }
 
@@ -878,7 +897,7 @@ static void job_env(size_t workers, size_t servers, int port)
 static void bench_job(size_t workers, size_t servers, size_t bytes,
 		      struct result *r, double *tp_s)
 {
-	double eng_s[MAX_REPS], cal, *round_ns;
+	double eng_s[MAX_REPS], el, *round_ns, t0 = now_ns(), t1;
 	unsigned long rounds, msgs, total = CAL_ROUNDS;
 	char size[32];
 	int port;
@@ -920,21 +939,34 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 	}
 	workers_wait("the job to start (kn_worker_create and "
 		     "kn_worker_start of every worker)",
-		     WAIT_S + 10);
-	fprintf(stderr, "started; ");
+		     WAIT_S + 10, true);
+	t1 = now_ns();
+	fprintf(stderr, "started in %.1f s; ", (t1 - t0) / 1e9);
 
-	cal = engine_sample(CAL_ROUNDS, round_ns);
-	rounds = (unsigned long)fmin(fmax(SAMPLE_NS / cal, MIN_ROUNDS),
-				     MAX_ROUNDS);
-	cal = stream_sample(bytes,
-			    (unsigned long)fmax(CAL_BYTES / bytes, MIN_MSGS));
+	/*
+	 * Warm-up: CAL_ROUNDS rounds, then, if they were over too soon to
+	 * time a round well (the first rounds are the slowest), as many as
+	 * take CAL_NS; the rounds of a sample follow from the last.
+	 */
+	rounds = CAL_ROUNDS;
+	engine_sample(rounds, round_ns, &el);
+	if (el < CAL_NS) {
+		rounds = (unsigned long)fmin(
+			fmax(CAL_NS * rounds / el, CAL_ROUNDS), MAX_ROUNDS);
+		engine_sample(rounds, round_ns, &el);
+		total += rounds;
+	}
+	rounds = (unsigned long)fmin(
+		fmax(SAMPLE_NS * (double)rounds / el, MIN_ROUNDS), MAX_ROUNDS);
+	el = stream_sample(bytes,
+			   (unsigned long)fmax(CAL_BYTES / bytes, MIN_MSGS));
 	msgs = (unsigned long)fmax(
-		fmin(SAMPLE_NS / cal, (double)(MAX_TOTAL / bytes)), MIN_MSGS);
+		fmin(cfg.tp_ns / el, (double)(MAX_TOTAL / bytes)), MIN_MSGS);
 	fprintf(stderr, "%u samples of %lu rounds ", cfg.reps, rounds);
 	for (unsigned int s = 0; s < cfg.reps; s++) {
 		for (int i = 0; i < 2; i++) {
 			if ((s + (unsigned int)i) % 2 == 0) {
-				eng_s[s] = engine_sample(rounds, round_ns);
+				eng_s[s] = engine_sample(rounds, round_ns, &el);
 				total += rounds;
 			} else {
 				tp_s[s] = stream_sample(bytes, msgs);
@@ -942,14 +974,15 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 		}
 		fputc('.', stderr);
 	}
-	fputc('\n', stderr);
+	fprintf(stderr, " %.1f s\n", (now_ns() - t1) / 1e9);
 	if (params_check(total)) {
 		fprintf(stderr, "bench_engine: wrong parameters: the figures "
 				"of this job mean nothing\n");
 		exit(1);
 	}
 
-	workers_go(0); /* leave */
+	workers_go(0); /* leave: the job ends, and its processes with it */
+	workers_wait("the workers to leave (kn_worker_destroy)", WAIT_S, false);
 	for (unsigned int i = 0; i < workers; i++)
 		check(-pthread_join(eng.wk[i].th, NULL), "pthread_join");
 	children_stop();
@@ -1143,6 +1176,8 @@ static void parse_args(int argc, char **argv)
 		memcpy(cfg.servers, def_servers, sizeof(def_servers));
 	}
 	cfg.reps = cfg.quick ? 3 : MAX_REPS;
+	/* many jobs' samples make a size's baseline: each may be short */
+	cfg.tp_ns = cfg.quick ? 0.1e9 : 0.2e9;
 	cfg.buf_bytes = RING_BYTES;
 	for (unsigned int i = 0; i < cfg.nsizes; i++)
 		if (cfg.sizes[i] > cfg.buf_bytes)
