@@ -52,6 +52,7 @@ struct srv_chunk {
 	uint32_t refs[NOUT]; /* writes in flight from each out buffer */
 	int cur;	     /* the out buffer holding the newest version */
 	bool initialized;
+	bool direct; /* fp32: out[0] is the master copy itself */
 	struct kn__sync_rule *rule;
 	uint64_t *delivered; /* per worker: version last released to it */
 	uint64_t *pushes;    /* per worker: pushes seen */
@@ -137,9 +138,19 @@ static int setup_chunks(struct server *s)
 		if (!ch->master || !ch->m || !ch->v || !ch->delivered ||
 		    !ch->pushes || !ch->queue)
 			return -ENOMEM;
-		for (int o = 0; o < NOUT; o++) {
-			ch->out[o] = aligned_alloc(64, (ch->c->bytes + 63) /
-							       64 * 64);
+		/*
+		 * fp32 parameters leave straight from the master copy: no
+		 * conversion, no copy; the next apply waits until the
+		 * writes from it are done.
+		 */
+		ch->direct = ch->dtype == KN_DTYPE_FP32 &&
+			     s->job.u.job.optimizer != KN__CONFIG_SUM;
+		for (int o = 0; o < (ch->direct ? 1 : NOUT); o++) {
+			ch->out[o] =
+				ch->direct ? (void *)ch->master
+					   : aligned_alloc(64,
+							   (ch->c->bytes + 63) /
+								   64 * 64);
 			if (!ch->out[o])
 				return -ENOMEM;
 			ret = kn__tp_mr_reg(s->node.ctx, ch->out[o],
@@ -275,7 +286,7 @@ static int apply(struct server *s, struct srv_chunk *ch,
 
 		ret = kn_update(&p, ch->master, ch->m, ch->v, src, a->ncontrib,
 				ch->dtype, n);
-		if (!ret)
+		if (!ret && !ch->direct)
 			ret = kn_convert(ch->out[o], ch->dtype, ch->master,
 					 KN_DTYPE_FP32, n);
 	}
@@ -286,6 +297,8 @@ static int apply(struct server *s, struct srv_chunk *ch,
 
 static int free_out(const struct srv_chunk *ch)
 {
+	if (ch->direct)
+		return ch->refs[0] ? -1 : 0; /* the master, once idle */
 	for (int o = 0; o < NOUT; o++)
 		if (o != ch->cur && ch->refs[o] == 0)
 			return o;
@@ -405,7 +418,8 @@ static void init_chunk(struct server *s, struct srv_chunk *ch)
 	if (ch->initialized)
 		return;
 	kn_convert(ch->master, KN_DTYPE_FP32, src, ch->dtype, ch->c->count);
-	memcpy(ch->out[ch->cur], src, ch->c->bytes);
+	if (!ch->direct)
+		memcpy(ch->out[ch->cur], src, ch->c->bytes);
 	ch->initialized = true;
 	/* members so far join the rule now, and get version 0 */
 	for (uint32_t w = 0; w < s->layout->nworkers; w++) {
@@ -659,7 +673,7 @@ static void server_free(struct server *s)
 		free(ch->delivered);
 		free(ch->pushes);
 		free(ch->queue);
-		for (int o = 0; o < NOUT; o++)
+		for (int o = 0; o < NOUT && !ch->direct; o++)
 			free(ch->out[o]);
 	}
 	if (s->workers)

@@ -611,6 +611,8 @@ static bool running(struct kn_worker *w, uint64_t unused)
 	return w->state == WK_RUNNING;
 }
 
+static pthread_mutex_t parse_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static int options(const struct kn_worker_options *opt, struct kn__config *cfg)
 {
 	char rank[16], timeout[16], err[256];
@@ -639,7 +641,10 @@ static int options(const struct kn_worker_options *opt, struct kn__config *cfg)
 		argv[argc++] = "--startup-timeout";
 		argv[argc++] = timeout;
 	}
+	/* getopt's state is the process's: one parse at a time */
+	pthread_mutex_lock(&parse_lock);
 	ret = kn__config_parse(argc, argv, NULL, cfg, err, sizeof(err));
+	pthread_mutex_unlock(&parse_lock);
 	if (ret)
 		fprintf(stderr, "kanel: worker: %s\n", err);
 	return ret;
