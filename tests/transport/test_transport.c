@@ -1244,3 +1244,21 @@ BACKEND_TEST(transport, sleeping_sides_wake_for_every_message)
 	cr_assert_lt(now() - t0, 10.0, "50 round trips took %.1f s",
 		     now() - t0);
 }
+
+/*
+ * Destroying contexts with a listener and connections is prompt: the
+ * provider cancels what it has in flight rather than waiting it out
+ * (the io_uring backend used to wait a full second for its listener's
+ * poll).
+ */
+BACKEND_TEST(transport, destroy_with_a_listener_is_prompt)
+{
+	struct conn c;
+	double t0;
+
+	open_sides();
+	connect_pair(&c);
+	t0 = now();
+	close_sides();
+	cr_assert_lt(now() - t0, 0.5, "destroying took %.2f s", now() - t0);
+}

@@ -1376,8 +1376,9 @@ static void tcp_listener_close(struct kn__tp_listener *lb)
 		/* freed when its poll's last completion is back */
 		l->closing = true;
 		if (sqe) {
-			io_uring_prep_poll_remove(sqe,
-						  (uint64_t)(uintptr_t)&l->req);
+			/* by fd: see uring_quiesce */
+			io_uring_prep_cancel_fd(sqe, l->h.fd,
+						IORING_ASYNC_CANCEL_ALL);
 			io_uring_sqe_set_data(sqe, &ignore_req);
 		}
 		l->next = c->zombie_listeners;
@@ -1657,8 +1658,10 @@ static void uring_quiesce(struct tcp_ctx *c)
 		l->closing = true;
 		shutdown(l->h.fd, SHUT_RDWR);
 		if (l->inflight && (sqe = get_sqe(c))) {
-			io_uring_prep_poll_remove(sqe,
-						  (uint64_t)(uintptr_t)&l->req);
+			/* by fd: a poll_remove by user data was not honoured
+			 * for the multishot poll (the ring waited a second) */
+			io_uring_prep_cancel_fd(sqe, l->h.fd,
+						IORING_ASYNC_CANCEL_ALL);
 			io_uring_sqe_set_data(sqe, &ignore_req);
 		}
 	}
