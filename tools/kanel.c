@@ -270,7 +270,7 @@ static pid_t spawn(char *const *argv, const char *role, unsigned int rank)
 static int run_launch(int argc, char **argv)
 {
 	char self[4096], secret_path[256] = "", coord[64], num[16];
-	char *role_argv[3], *synth_argv[2], **cmd = NULL;
+	char *role_argv[3], **cmd = NULL;
 	struct kn__config cfg;
 	unsigned int total, failed = 0;
 	pid_t *pids;
@@ -339,15 +339,12 @@ static int run_launch(int argc, char **argv)
 	role_argv[1] = "server";
 	for (unsigned int s = 0; s < cfg.servers; s++)
 		pids[1 + s] = spawn(role_argv, "server", s);
-	synth_argv[0] = self;
-	synth_argv[1] = NULL;
 	for (unsigned int w = 0; w < cfg.workers; w++) {
 		char *wargv[3] = { self, "worker", NULL };
 
 		pids[1 + cfg.servers + w] =
 			spawn(cmd && cmd[0] ? cmd : wargv, "worker", w);
 	}
-	(void)synth_argv;
 	for (unsigned int i = 0; i < total; i++) {
 		int st;
 
