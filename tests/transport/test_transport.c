@@ -849,7 +849,7 @@ BACKEND_TEST(transport, close_and_reconnect)
 						   &rd, 0, (uint32_t)round,
 						   NULL),
 			     0);
-		cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, round);
+		cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, (uint32_t)round);
 		cr_assert_eq(expect(1, KN_TP_OP_WRITE_IMM).status, 0);
 		cr_assert_eq(memcmp(src, dst, sizeof(src)), 0);
 		/* the initiator hangs up; the acceptor hears it */
