@@ -194,7 +194,7 @@ static int post_send(struct kn__chan *ch, uint32_t idx, size_t len)
 
 static void flush_backlog(struct kn__chan *ch)
 {
-	while (ch->backlog && ch->nfree && !ch->closed) {
+	while (ch->backlog && ch->nfree && ch->ep) {
 		struct kn__chan_backlog *b = ch->backlog;
 		uint32_t idx = ch->free_sends[--ch->nfree];
 
@@ -206,6 +206,11 @@ static void flush_backlog(struct kn__chan *ch)
 			kn__chan_close(ch);
 		free(b);
 	}
+}
+
+static bool sends_pending(const struct kn__chan *ch)
+{
+	return ch->nfree < SENDS || ch->backlog;
 }
 
 int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
@@ -253,7 +258,8 @@ void kn__chan_send_error(struct kn__chan *ch, int code, const char *fmt, ...)
 	vsnprintf(m.u.error.text, sizeof(m.u.error.text), fmt, ap);
 	va_end(ap);
 	kn__log(ch->node, "%s: %s", ch->name, m.u.error.text);
-	kn__chan_send(ch, &m);
+	if (kn__chan_send(ch, &m) == 0)
+		ch->linger = true; /* a close lets the error leave first */
 }
 
 /*
@@ -269,6 +275,9 @@ static void chan_close_status(struct kn__chan *ch, int status)
 	ch->closed = true;
 	if ((!ch->acceptor || ch->state == CH_OPEN) && n->ops->closed)
 		n->ops->closed(n, ch, status);
+	/* an ERROR on its way goes first: closing would cancel it */
+	if (ch->ep && ch->linger && sends_pending(ch) && !status)
+		return;
 	if (ch->ep)
 		kn__tp_ep_close(ch->ep);
 	ch->ep = NULL;
@@ -499,20 +508,30 @@ static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 		return;
 	case KN_TP_OP_DISCONNECT:
 		ch = c->user;
-		if (ch && !ch->closed)
+		if (ch && !ch->closed) {
 			chan_close_status(ch, c->status);
+		} else if (ch && ch->ep) { /* lingering: nothing will leave */
+			kn__tp_ep_close(ch->ep);
+			ch->ep = NULL;
+		}
 		return;
 	case KN_TP_OP_RECV:
 	case KN_TP_OP_SEND:
 		p = c->user;
 		ch = p->ch;
 		ch->outstanding--;
-		if (p->send && !ch->closed) {
+		if (p->send) {
 			ch->free_sends[ch->nfree++] = p->idx;
 			flush_backlog(ch);
 		}
-		if (ch->closed)
+		if (ch->closed) {
+			/* a lingering close, once its last message has left */
+			if (ch->ep && (!sends_pending(ch) || c->status)) {
+				kn__tp_ep_close(ch->ep);
+				ch->ep = NULL;
+			}
 			return;
+		}
 		if (c->status)
 			return; /* the endpoint failed: CONNECT or DISCONNECT
 				   says so, and closes the channel */

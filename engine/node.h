@@ -67,6 +67,7 @@ struct kn__chan {
 	uint32_t nfree, outstanding;
 	int state;
 	bool acceptor, closed;
+	bool linger; /* an ERROR was sent: closing waits for it to leave */
 	uint32_t peer_role, peer_rank;
 	struct kn__auth_challenge challenge; /* the handshake's state */
 	struct kn__auth_answer answer;

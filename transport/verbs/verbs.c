@@ -1239,6 +1239,12 @@ static void on_ep_event(struct vctx *c, struct vep *ep,
 			ev->status);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
+		/*
+		 * What the peer sent before it hung up is in the CQ already
+		 * (its sends completed before it disconnected): deliver it
+		 * before the endpoint fails.
+		 */
+		drain_cq(c);
 		ep_fail(ep, -ECONNRESET, "the peer disconnected");
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
