@@ -6,6 +6,8 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -251,4 +253,49 @@ int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
 		return -errno;
 	return ctx->ops->poll(ctx, out, max);
+}
+
+int kn__tp_cq_init(struct kn__tp_cq *q, uint32_t depth)
+{
+	uint32_t cap = 1;
+
+	while (cap < depth)
+		cap *= 2;
+	q->ring = calloc(cap, sizeof(*q->ring));
+	if (!q->ring)
+		return -ENOMEM;
+	q->cap = cap;
+	q->head = q->tail = 0;
+	return 0;
+}
+
+void kn__tp_cq_fini(struct kn__tp_cq *q)
+{
+	free(q->ring);
+	q->ring = NULL;
+}
+
+void kn__tp_cq_push_grow(struct kn__tp_cq *q,
+			 const struct kn__tp_completion *comp, const char *who)
+{
+	if (!kn__tp_cq_room(q)) {
+		struct kn__tp_completion *n =
+			malloc(2 * (size_t)q->cap * sizeof(*n));
+
+		if (!n) {
+			fprintf(stderr,
+				"kanel: %s: out of memory, a "
+				"completion is lost\n",
+				who);
+			return;
+		}
+		for (uint32_t i = 0; i < q->cap; i++)
+			n[i] = q->ring[(q->head + i) & (q->cap - 1)];
+		free(q->ring);
+		q->ring = n;
+		q->head = 0;
+		q->tail = q->cap;
+		q->cap *= 2;
+	}
+	kn__tp_cq_push(q, comp);
 }

@@ -72,6 +72,53 @@ struct kn__tp_listener {
 	void *user;
 };
 
+/*
+ * The completions a provider holds until kn__tp_poll hands them out: a
+ * ring of a power-of-two capacity with free-running indices.
+ */
+struct kn__tp_cq {
+	struct kn__tp_completion *ring;
+	uint32_t cap, head, tail;
+};
+
+/* A ring of at least @depth entries: 0 or -ENOMEM. */
+int kn__tp_cq_init(struct kn__tp_cq *q, uint32_t depth);
+void kn__tp_cq_fini(struct kn__tp_cq *q);
+
+static inline uint32_t kn__tp_cq_room(const struct kn__tp_cq *q)
+{
+	return q->cap - (q->tail - q->head);
+}
+
+/* Queue @comp if there is room; false if not. */
+static inline bool kn__tp_cq_push(struct kn__tp_cq *q,
+				  const struct kn__tp_completion *comp)
+{
+	if (!kn__tp_cq_room(q))
+		return false;
+	q->ring[q->tail++ & (q->cap - 1)] = *comp;
+	return true;
+}
+
+/*
+ * Queue @comp however full the ring is, growing it: for what must be
+ * reported regardless (cancellations, connection events; a cold path).
+ * @who names the provider in the message if memory runs out.
+ */
+void kn__tp_cq_push_grow(struct kn__tp_cq *q,
+			 const struct kn__tp_completion *comp, const char *who);
+
+/* Move up to @max completions into @out; how many. */
+static inline int kn__tp_cq_take(struct kn__tp_cq *q,
+				 struct kn__tp_completion *out, int max)
+{
+	int n = 0;
+
+	while (n < max && q->head != q->tail)
+		out[n++] = q->ring[q->head++ & (q->cap - 1)];
+	return n;
+}
+
 extern const struct kn__tp_ops kn__tp_tcp_ops;
 #ifdef KN_HAVE_VERBS
 extern const struct kn__tp_ops kn__tp_verbs_ops;

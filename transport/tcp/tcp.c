@@ -173,8 +173,7 @@ struct tcp_ep {
 struct tcp_ctx {
 	struct kn__tp_ctx base;
 	int epfd;
-	struct kn__tp_completion *cq;
-	uint32_t cq_cap, cq_head, cq_tail; /* free-running, cap a power of 2 */
+	struct kn__tp_cq cq; /* completions not yet polled */
 	struct tcp_mr **regions;
 	uint32_t nregions, region_gen;
 	struct tcp_ep *eps;
@@ -224,48 +223,6 @@ static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-/* ---- completion queue ---- */
-
-static bool cq_room(const struct tcp_ctx *c)
-{
-	return c->cq_tail - c->cq_head < c->cq_cap;
-}
-
-static bool cq_push(struct tcp_ctx *c, const struct kn__tp_completion *comp)
-{
-	if (!cq_room(c))
-		return false;
-	c->cq[c->cq_tail++ & (c->cq_cap - 1)] = *comp;
-	return true;
-}
-
-/*
- * For kn__tp_ep_close() alone, which must report what it cancels however
- * full the queue is: grow it (a cold path).
- */
-static void cq_push_grow(struct tcp_ctx *c,
-			 const struct kn__tp_completion *comp)
-{
-	if (!cq_room(c)) {
-		struct kn__tp_completion *n =
-			malloc(2 * c->cq_cap * sizeof(*n));
-
-		if (!n) {
-			fprintf(stderr, "kanel: tcp: out of memory, a "
-					"cancelled completion is lost\n");
-			return;
-		}
-		for (uint32_t i = 0; i < c->cq_cap; i++)
-			n[i] = c->cq[(c->cq_head + i) & (c->cq_cap - 1)];
-		free(c->cq);
-		c->cq = n;
-		c->cq_head = 0;
-		c->cq_tail = c->cq_cap;
-		c->cq_cap *= 2;
-	}
-	cq_push(c, comp);
 }
 
 /* ---- epoll interest ---- */
@@ -359,12 +316,12 @@ static void ep_release(struct tcp_ep *ep)
 		comp.op = KN_TP_OP_CONNECT;
 		comp.user = ep->base.user;
 		comp.status = ep->state == EP_ERROR ? ep->error : 0;
-		if (!cq_push(c, &comp))
+		if (!kn__tp_cq_push(&c->cq, &comp))
 			return;
 		ep->connect_event = false;
 	}
 	if (ep->rx_owed) {
-		if (!cq_push(c, &ep->rx_comp))
+		if (!kn__tp_cq_push(&c->cq, &ep->rx_comp))
 			return;
 		ep->rx_owed = false;
 		ep_kick(ep);
@@ -382,7 +339,7 @@ static void ep_release(struct tcp_ep *ep)
 			.op = op->kind,
 			.bytes = op->status ? 0 : op->bytes,
 		};
-		if (!cq_push(c, &comp))
+		if (!kn__tp_cq_push(&c->cq, &comp))
 			return;
 		ep->op_head++;
 	}
@@ -395,7 +352,7 @@ static void ep_release(struct tcp_ep *ep)
 						   .ep = &ep->base,
 						   .status = -ECANCELED,
 						   .op = KN_TP_OP_RECV };
-		if (!cq_push(c, &comp))
+		if (!kn__tp_cq_push(&c->cq, &comp))
 			return;
 		ep->rv_head++;
 	}
@@ -404,7 +361,7 @@ static void ep_release(struct tcp_ep *ep)
 						   .ep = &ep->base,
 						   .status = ep->error,
 						   .op = KN_TP_OP_DISCONNECT };
-		if (cq_push(c, &comp))
+		if (kn__tp_cq_push(&c->cq, &comp))
 			ep->disc_event = false;
 	}
 }
@@ -598,7 +555,7 @@ static void rx_complete(struct tcp_ep *ep)
 		comp.bytes = ep->rh.length;
 		break;
 	}
-	if (!cq_push(ep_ctx(ep), &comp)) {
+	if (!kn__tp_cq_push(&ep_ctx(ep)->cq, &comp)) {
 		ep->rx_comp = comp;
 		ep->rx_owed = true;
 	}
@@ -1044,21 +1001,24 @@ static void ep_free(struct tcp_ep *ep)
 	for (; ep->op_head != ep->op_tail; ep->op_head++) {
 		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
 
-		cq_push_grow(
-			c, &(struct kn__tp_completion){
-				   .user = op->user,
-				   .status = op->done ? op->status : -ECANCELED,
-				   .op = op->kind,
-				   .bytes = op->done && !op->status ? op->bytes
-								    : 0 });
+		struct kn__tp_completion comp = {
+			.user = op->user,
+			.status = op->done ? op->status : -ECANCELED,
+			.op = op->kind,
+			.bytes = op->done && !op->status ? op->bytes : 0,
+		};
+
+		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
 	}
-	for (; ep->rv_head != ep->rv_tail; ep->rv_head++)
-		cq_push_grow(
-			c,
-			&(struct kn__tp_completion){
-				.user = ep->recvs[ep->rv_head % RQ_DEPTH].user,
-				.status = -ECANCELED,
-				.op = KN_TP_OP_RECV });
+	for (; ep->rv_head != ep->rv_tail; ep->rv_head++) {
+		struct kn__tp_completion comp = {
+			.user = ep->recvs[ep->rv_head % RQ_DEPTH].user,
+			.status = -ECANCELED,
+			.op = KN_TP_OP_RECV,
+		};
+
+		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
+	}
 	close(ep->h.fd);
 	free(ep);
 }
@@ -1401,7 +1361,7 @@ static void listener_accept(struct tcp_listener *l)
 		struct tcp_ep *ep = NULL;
 		int fd;
 
-		l->starved = !cq_room(c);
+		l->starved = !kn__tp_cq_room(&c->cq);
 		if (l->starved)
 			return; /* the next poll that has room accepts */
 		fd = accept4(l->h.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1417,10 +1377,10 @@ static void listener_accept(struct tcp_listener *l)
 			close(fd);
 			continue;
 		}
-		cq_push(c,
-			&(struct kn__tp_completion){ .user = l->base.user,
-						     .ep = &ep->base,
-						     .op = KN_TP_OP_ACCEPT });
+		kn__tp_cq_push(&c->cq, &(struct kn__tp_completion){
+					       .user = l->base.user,
+					       .ep = &ep->base,
+					       .op = KN_TP_OP_ACCEPT });
 	}
 }
 
@@ -1592,8 +1552,7 @@ static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	}
 	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next)
 		ep_release(ep);
-	while (got < max && c->cq_head != c->cq_tail)
-		out[got++] = c->cq[c->cq_head++ & (c->cq_cap - 1)];
+	got = kn__tp_cq_take(&c->cq, out, max);
 #ifdef KN_HAVE_URING
 	/*
 	 * Completions handled above may have queued new requests (the next
@@ -1721,7 +1680,7 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 	for (uint32_t i = 0; i < c->nregions; i++)
 		free(c->regions[i]);
 	free(c->regions);
-	free(c->cq);
+	kn__tp_cq_fini(&c->cq);
 	if (c->epfd >= 0)
 		close(c->epfd);
 	free(c);
@@ -1797,13 +1756,9 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->base.ops = &kn__tp_tcp_ops;
 	c->base.name = "tcp/epoll";
 	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : MAX_MSG;
-	for (c->cq_cap = 1; c->cq_cap < depth; c->cq_cap *= 2)
-		;
-	c->cq = calloc(c->cq_cap, sizeof(*c->cq));
-	if (!c->cq) {
-		ret = -ENOMEM;
+	ret = kn__tp_cq_init(&c->cq, depth);
+	if (ret)
 		goto err_free;
-	}
 	c->epfd = -1;
 #ifdef KN_HAVE_URING
 	if (!(attr && (attr->flags & KN_TP_CTX_FORCE_EPOLL)) &&
@@ -1821,7 +1776,7 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	return 0;
 
 err_free_cq:
-	free(c->cq);
+	kn__tp_cq_fini(&c->cq);
 err_free:
 	free(c);
 	return ret;

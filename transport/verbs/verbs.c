@@ -260,9 +260,7 @@ struct vctx {
 	unsigned int resolving;
 	struct reg *regs;
 	struct vmr *mrs;
-	/* completions waiting for kn__tp_poll */
-	struct kn__tp_completion *cq_ring;
-	uint32_t cq_cap, cq_head, cq_tail;
+	struct kn__tp_cq cq_ring; /* completions waiting for kn__tp_poll */
 };
 
 static struct vctx *vctx_of(struct kn__tp_ctx *c)
@@ -309,46 +307,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* ---- the completion ring ---- */
-
-static bool cq_room(const struct vctx *c)
-{
-	return c->cq_tail - c->cq_head < c->cq_cap;
-}
-
-static bool cq_push(struct vctx *c, const struct kn__tp_completion *comp)
-{
-	if (!cq_room(c))
-		return false;
-	c->cq_ring[c->cq_tail++ & (c->cq_cap - 1)] = *comp;
-	return true;
-}
-
-/*
- * Connection events and cancellations must be reported however full
- * the ring is: grow it (a cold path).
- */
-static void cq_push_grow(struct vctx *c, const struct kn__tp_completion *comp)
-{
-	if (!cq_room(c)) {
-		struct kn__tp_completion *n =
-			malloc(2 * (size_t)c->cq_cap * sizeof(*n));
-
-		if (!n) {
-			vlog("out of memory: a completion is lost");
-			return;
-		}
-		for (uint32_t i = 0; i < c->cq_cap; i++)
-			n[i] = c->cq_ring[(c->cq_head + i) & (c->cq_cap - 1)];
-		free(c->cq_ring);
-		c->cq_ring = n;
-		c->cq_head = 0;
-		c->cq_tail = c->cq_cap;
-		c->cq_cap *= 2;
-	}
-	cq_push(c, comp);
 }
 
 /* ---- qp_num -> slot (linear probing, backward-shift deletion) ---- */
@@ -576,7 +534,7 @@ static bool release_held(struct vep *ep)
 				h.len, (unsigned long long)r->len);
 			break;
 		}
-		if (!cq_push(c, &comp))
+		if (!kn__tp_cq_push(&c->cq_ring, &comp))
 			return false;
 		memcpy(r->addr, c->bounce + (size_t)h.idx * c->base.max_msg,
 		       h.len);
@@ -603,7 +561,7 @@ static void ep_release(struct vep *ep)
 		comp.op = KN_TP_OP_CONNECT;
 		comp.user = ep->base.user;
 		comp.status = ep->state == EP_ERROR ? ep->error : 0;
-		if (!ep->zombie && !cq_push(c, &comp))
+		if (!ep->zombie && !kn__tp_cq_push(&c->cq_ring, &comp))
 			goto full;
 		ep->report_connect = false;
 	}
@@ -620,8 +578,8 @@ static void ep_release(struct vep *ep)
 			.bytes = op->status ? 0 : op->len,
 		};
 		if (ep->zombie)
-			cq_push_grow(c, &comp);
-		else if (!cq_push(c, &comp))
+			kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
+		else if (!kn__tp_cq_push(&c->cq_ring, &comp))
 			goto full;
 		ep->op_head++;
 	}
@@ -637,8 +595,8 @@ static void ep_release(struct vep *ep)
 						   .status = -ECANCELED,
 						   .op = KN_TP_OP_RECV };
 		if (ep->zombie)
-			cq_push_grow(c, &comp);
-		else if (!cq_push(c, &comp))
+			kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
+		else if (!kn__tp_cq_push(&c->cq_ring, &comp))
 			goto full;
 		ep->rv_head++;
 	}
@@ -647,7 +605,7 @@ static void ep_release(struct vep *ep)
 						   .ep = self,
 						   .status = ep->error,
 						   .op = KN_TP_OP_DISCONNECT };
-		if (!cq_push(c, &comp))
+		if (!kn__tp_cq_push(&c->cq_ring, &comp))
 			goto full;
 	}
 	ep->report_disc = false;
@@ -861,7 +819,7 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 		};
 
 		bounce_repost(c, idx);
-		cq_push_grow(c, &comp);
+		kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
 		return;
 	}
 	/*
@@ -883,7 +841,7 @@ static void drain_cq(struct vctx *c)
 {
 	for (;;) {
 		struct ibv_wc wc[BATCH];
-		uint32_t room = c->cq_cap - (c->cq_tail - c->cq_head);
+		uint32_t room = kn__tp_cq_room(&c->cq_ring);
 		int n;
 
 		if (room == 0)
@@ -1090,7 +1048,7 @@ static void ep_established(struct vep *ep)
 	}
 	ep->state = EP_OPEN;
 	addr_str(rdma_get_peer_addr(ep->id), ep->peer, sizeof(ep->peer));
-	cq_push_grow(c, &comp);
+	kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
 	ep_issue(ep);
 }
 
@@ -1602,11 +1560,7 @@ static int verbs_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->epfd = c->evfd = -1;
 	for (uint32_t i = 0; i < 2 * MAX_EPS; i++)
 		c->qpn_slot[i] = -1;
-	c->cq_cap = 1;
-	while (c->cq_cap < depth)
-		c->cq_cap *= 2;
-	c->cq_ring = malloc(c->cq_cap * sizeof(*c->cq_ring));
-	if (!c->cq_ring) {
+	if (kn__tp_cq_init(&c->cq_ring, depth)) {
 		free(c);
 		return -ENOMEM;
 	}
@@ -1682,7 +1636,7 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 	free(c->bounce);
 	free(c->inbox);
 	free(c->outbox);
-	free(c->cq_ring);
+	kn__tp_cq_fini(&c->cq_ring);
 	free(c);
 }
 
@@ -2091,15 +2045,14 @@ static int verbs_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	for (int round = 0; round < 2; round++) {
 		drain_cq(c);
 		release_ready(c);
-		while (n < max && c->cq_head != c->cq_tail)
-			out[n++] = c->cq_ring[c->cq_head++ & (c->cq_cap - 1)];
+		n += kn__tp_cq_take(&c->cq_ring, out + n, max - n);
 		if (n || c->armed)
 			break;
 		/* idle: arm, then look once more for what raced the arming */
 		if (ibv_req_notify_cq(c->cq, 0) == 0)
 			c->armed = true;
 	}
-	if (c->cq_head != c->cq_tail || c->ready)
+	if (c->cq_ring.head != c->cq_ring.tail || c->ready)
 		kick(c); /* more to report: keep the fd readable */
 	c->in_poll = false;
 	return n;
