@@ -415,17 +415,28 @@ static int opt_startup(struct parse *p, const char *src, const char *val)
 	return parse_duration(p, src, val, 1000, &p->cfg.startup_timeout_ms);
 }
 
-static int opt_secret_file(struct parse *p, const char *src, const char *val)
+static int parse_path(struct parse *p, const char *src, const char *val,
+		      char *dst, size_t cap)
 {
 	size_t n = strlen(val);
 
 	if (!n)
 		return bad(p, "%s: empty path", src);
-	if (n >= sizeof(p->cfg.secret_file))
-		return bad(p, "%s: path longer than %zu bytes", src,
-			   sizeof(p->cfg.secret_file) - 1);
-	memcpy(p->cfg.secret_file, val, n + 1);
+	if (n >= cap)
+		return bad(p, "%s: path longer than %zu bytes", src, cap - 1);
+	memcpy(dst, val, n + 1);
 	return 0;
+}
+
+static int opt_secret_file(struct parse *p, const char *src, const char *val)
+{
+	return parse_path(p, src, val, p->cfg.secret_file,
+			  sizeof(p->cfg.secret_file));
+}
+
+static int opt_metrics(struct parse *p, const char *src, const char *val)
+{
+	return parse_path(p, src, val, p->cfg.metrics, sizeof(p->cfg.metrics));
 }
 
 static int opt_verbose(struct parse *p, const char *src, const char *val)
@@ -459,6 +470,7 @@ enum opt_id {
 	O_HEARTBEAT,
 	O_STARTUP,
 	O_SECRET_FILE,
+	O_METRICS,
 	O_VERBOSE,
 	O_HELP,
 	O_COUNT
@@ -535,6 +547,11 @@ static const struct opt opts[O_COUNT] = {
 			    .help = "file holding the job secret "
 				    "(mode 600 or stricter)",
 			    .parse = opt_secret_file },
+	[O_METRICS] = { "--metrics", "KANEL_METRICS", "PATH",
+			.none = "not written",
+			.help = "append this process's figures to PATH as "
+				"one JSON line when it ends",
+			.parse = opt_metrics },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
 			.parse = opt_verbose },

@@ -81,6 +81,7 @@ struct kn__config {
 	uint32_t heartbeat_timeout_ms;
 	uint32_t startup_timeout_ms;
 	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */
+	char metrics[KN_CONFIG_PATH_MAX]; /* "": no figures file */
 	bool verbose;
 	/* --help was given: nothing else was checked; print the usage. */
 	bool help;

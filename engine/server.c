@@ -23,9 +23,12 @@
  * events that would need one meanwhile wait in the chunk's queue.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "node.h"
 #include "roles.h"
@@ -56,8 +59,21 @@ struct srv_chunk {
 	struct kn__sync_rule *rule;
 	uint64_t *delivered; /* per worker: version last released to it */
 	uint64_t *pushes;    /* per worker: pushes seen */
+	uint64_t *pushed;    /* per worker and slot: the version it read */
 	struct kn__sync_event *queue; /* events waiting for an out buffer */
 	uint32_t qhead, qtail, qcap;
+};
+
+/*
+ * Staleness of the applied contributions: the versions applied between
+ * the one a contribution was computed from and the one it makes, less
+ * one (0 under BSP).  A histogram, for the --metrics line.
+ */
+#define STALE_BUCKETS 64 /* the last one holds 63 and above */
+
+struct srv_staleness {
+	uint64_t count, sum, max;
+	uint64_t hist[STALE_BUCKETS];
 };
 
 /* The user pointer of a release's write: which out buffer it reads. */
@@ -82,6 +98,7 @@ struct server {
 	struct kn__sync_action *actions;
 	struct srv_write *writes; /* NOUT per chunk */
 	const void **srcs;	  /* an apply's inputs, one per worker */
+	struct srv_staleness stale;
 	struct sockaddr_storage advertised; /* where workers reach us */
 	bool done;
 	int status;
@@ -133,10 +150,11 @@ static int setup_chunks(struct server *s)
 		ch->v = calloc(n, sizeof(float));
 		ch->delivered = calloc(nw, sizeof(uint64_t));
 		ch->pushes = calloc(nw, sizeof(uint64_t));
+		ch->pushed = calloc(2 * (size_t)nw, sizeof(uint64_t));
 		ch->qcap = 4 * nw;
 		ch->queue = calloc(ch->qcap, sizeof(*ch->queue));
 		if (!ch->master || !ch->m || !ch->v || !ch->delivered ||
-		    !ch->pushes || !ch->queue)
+		    !ch->pushes || !ch->pushed || !ch->queue)
 			return -ENOMEM;
 		/*
 		 * fp32 parameters leave straight from the master copy: no
@@ -251,6 +269,23 @@ static void release(struct server *s, struct srv_chunk *ch, uint32_t w,
 }
 
 /* Apply one APPLY action into the free out buffer @o. */
+static void count_staleness(struct srv_staleness *st,
+			    const struct srv_chunk *ch,
+			    const struct kn__sync_action *a)
+{
+	for (uint32_t i = 0; i < a->ncontrib; i++) {
+		const struct kn__sync_contrib *c = &a->contrib[i];
+		uint64_t read = ch->pushed[2 * (size_t)c->worker + (c->slot & 1)];
+		uint64_t tau = a->version > read + 1 ? a->version - read - 1 : 0;
+
+		st->count++;
+		st->sum += tau;
+		if (tau > st->max)
+			st->max = tau;
+		st->hist[tau < STALE_BUCKETS ? tau : STALE_BUCKETS - 1]++;
+	}
+}
+
 static int apply(struct server *s, struct srv_chunk *ch,
 		 const struct kn__sync_action *a, int o)
 {
@@ -268,6 +303,7 @@ static int apply(struct server *s, struct srv_chunk *ch,
 		src[i] = slot_ptr(s, ch, a->contrib[i].worker,
 				  a->contrib[i].slot);
 	}
+	count_staleness(&s->stale, ch, a);
 	if (job->u.job.optimizer == KN__CONFIG_SUM) {
 		/* the mean, in the tensor's dtype, for the workers */
 		ret = kn_sum(ch->out[o], ch->dtype, src, a->ncontrib, ch->dtype,
@@ -464,6 +500,7 @@ static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 			.version = c->delivered[w],
 			.t = kn__now(),
 		};
+		c->pushed[2 * (size_t)w + ev.slot] = ev.version;
 		event(s, c, &ev);
 		return;
 	default:
@@ -672,6 +709,7 @@ static void server_free(struct server *s)
 		free(ch->v);
 		free(ch->delivered);
 		free(ch->pushes);
+		free(ch->pushed);
 		free(ch->queue);
 		for (int o = 0; o < NOUT && !ch->direct; o++)
 			free(ch->out[o]);
@@ -689,6 +727,56 @@ static void server_free(struct server *s)
 	free(s->slots);
 	free(s->table);
 	kn__layout_free(s->layout);
+}
+
+/* The smallest staleness that @q of the contributions do not exceed. */
+static uint64_t stale_quantile(const struct srv_staleness *st, double q)
+{
+	uint64_t need = (uint64_t)(q * (double)st->count + 0.5), seen = 0;
+
+	for (uint64_t t = 0; t < STALE_BUCKETS; t++) {
+		seen += st->hist[t];
+		if (seen >= need && seen)
+			return t == STALE_BUCKETS - 1 ? st->max : t;
+	}
+	return st->max;
+}
+
+/*
+ * --metrics: one JSON line appended in one write, so the lines of
+ * several processes sharing the file do not interleave (O_APPEND, and
+ * far below PIPE_BUF).  docs/configuration.md lists the keys.
+ */
+static void write_metrics(const struct server *s)
+{
+	const struct srv_staleness *st = &s->stale;
+	char line[2048];
+	int n, fd;
+
+	n = snprintf(line, sizeof(line),
+		     "{\"role\":\"server\",\"rank\":%u,\"status\":%d,"
+		     "\"contributions\":%" PRIu64 ",\"staleness_mean\":%.4f,"
+		     "\"staleness_p50\":%" PRIu64 ",\"staleness_p99\":%" PRIu64
+		     ",\"staleness_max\":%" PRIu64 ",\"staleness_hist\":[",
+		     s->cfg->rank, s->status, st->count,
+		     st->count ? (double)st->sum / (double)st->count : 0.0,
+		     stale_quantile(st, 0.5), stale_quantile(st, 0.99),
+		     st->max);
+	for (int t = 0; t < STALE_BUCKETS && n > 0 && n < (int)sizeof(line);
+	     t++)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%" PRIu64,
+			      t ? "," : "", st->hist[t]);
+	if (n > 0 && n < (int)sizeof(line) - 3)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
+	else
+		return;
+	fd = open(s->cfg->metrics, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+		  0644);
+	if (fd < 0 || write(fd, line, (size_t)n) != n)
+		kn__log(&s->node, "cannot write the figures to %s: %s",
+			s->cfg->metrics, strerror(errno));
+	if (fd >= 0)
+		close(fd);
 }
 
 int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
@@ -744,6 +832,8 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		}
 	}
 	ret = s.status;
+	if (cfg->metrics[0])
+		write_metrics(&s);
 out:
 	kn__node_fini(&s.node);
 	server_free(&s);
