@@ -18,6 +18,9 @@ packages=(
 	libssl-dev          # libcrypto: job-secret HMAC (engine/auth.c)
 	liburing-dev        # TCP transport (io_uring)
 	libibverbs-dev librdmacm-dev # verbs transport
+	# kanel train: the dataset, its gzip files, the models' sgemm, and
+	# the plots of kanel compare
+	dataset-fashion-mnist zlib1g-dev libopenblas-dev gnuplot-nox
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
 	# The rxe suite's VM (tests/rxe/vm.sh fetches the kernel itself),
 	# and the rdma-core userspace the guest uses from the host's root:
