@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_cli.c - `kanel train` and `kanel compare` as a user runs them:
+ * the real binary (KANEL_EXE), whole jobs of processes on loopback, the
+ * real dataset.  What they write (summary JSON, curve CSV, tables, plot)
+ * is read back and checked.  Tests that need the dataset skip without
+ * it, naming the package.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DATA "/usr/share/datasets/fashion-mnist"
+
+static char dir[64];
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/kanel-train-test-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static const char *kanel(void)
+{
+	const char *exe = getenv("KANEL_EXE");
+
+	cr_assert_not_null(exe, "KANEL_EXE is not set (meson sets it)");
+	return exe;
+}
+
+static void need_dataset(void)
+{
+	if (access(DATA "/train-images-idx3-ubyte.gz", R_OK))
+		cr_skip_test("no %s (Debian package dataset-fashion-mnist)",
+			     DATA);
+}
+
+/* A path in the test's directory. */
+static const char *in_dir(const char *name)
+{
+	static char bufs[8][256];
+	static int next;
+	char *b = bufs[next++ % 8];
+
+	snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
+	return b;
+}
+
+/* Run @argv with stdout and stderr into files of the test's directory:
+ * the exit code. */
+static int run(char *const *argv)
+{
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
+			       0644);
+		int err = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
+			       0644);
+
+		dup2(out, 1);
+		dup2(err, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+/* The number under @key in a summary JSON; NAN for null; fails if absent. */
+static double json_num(const char *json, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(json, pat);
+	cr_assert_not_null(p, "no key %s in\n%s", key, json);
+	p += strlen(pat);
+	return strncmp(p, "null", 4) == 0 ? NAN : strtod(p, NULL);
+}
+
+static void dump(void)
+{
+	char *out = slurp(in_dir("stdout")), *err = slurp(in_dir("stderr"));
+
+	cr_log_info("stdout:\n%s\nstderr:\n%s", out, err);
+	free(out);
+	free(err);
+}
+
+static size_t count_lines(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(train_cli, missing_dataset_names_package_and_option)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "1", "--data",
+			 (char *)in_dir("nothing-here"), NULL };
+	char *err;
+
+	cr_expect_eq(run(argv), 2);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "dataset-fashion-mnist"), "stderr: %s", err);
+	cr_expect(strstr(err, "--data"), "stderr: %s", err);
+	cr_expect(strstr(err, "nothing-here"), "stderr: %s", err);
+	free(err);
+}
+
+Test(train_cli, corrupt_dataset_names_the_file)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "1", "--data",
+			 dir, NULL };
+	/* an image file with labels' magic */
+	static const unsigned char bad[] = { 0, 0, 8, 1, 0, 0, 0, 1, 7 };
+	FILE *f = fopen(in_dir("t10k-images-idx3-ubyte"), "w");
+	char *err;
+
+	cr_assert_not_null(f);
+	fwrite(bad, 1, sizeof(bad), f);
+	fclose(f);
+	f = fopen(in_dir("t10k-labels-idx1-ubyte"), "w"); /* a good one */
+	cr_assert_not_null(f);
+	fwrite(bad, 1, sizeof(bad), f);
+	fclose(f);
+	cr_expect_eq(run(argv), 2);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "t10k-images-idx3-ubyte"), "stderr: %s", err);
+	cr_expect(strstr(err, "magic"), "stderr: %s", err);
+	free(err);
+}
+
+Test(train_cli, bad_options_are_refused)
+{
+	char *a1[] = { (char *)kanel(), "train", "--imbalance", "persistent:2",
+		       NULL };
+	char *a2[] = { (char *)kanel(), "train", "--model", "resnet", NULL };
+	char *a3[] = { (char *)kanel(), "train", "--batch", "0", NULL };
+	char *err;
+
+	cr_expect_eq(run(a1), 2);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "FRACTION"), "stderr: %s", err);
+	free(err);
+	cr_expect_eq(run(a2), 2);
+	cr_expect_eq(run(a3), 2);
+}
+
+/* A short seeded BSP run: learns, and writes what it promises. */
+Test(train_cli, short_bsp_run_learns_and_reports)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "2",
+			 "--model", "softmax", "--epochs", "1", "--step-time",
+			 "0", "--seed", "7", "--target-accuracy", "0.75",
+			 "--eval-interval", "0.2", "--curve",
+			 (char *)in_dir("curve.csv"), "--summary-json",
+			 (char *)in_dir("s.json"), NULL };
+	static const char *const keys[] = {
+		"protocol",	  "model",	   "workers",
+		"imbalance",	  "time_to_target_s", "best_accuracy",
+		"final_accuracy", "samples_per_s", "wait_fraction",
+	};
+	char *json, *curve;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		char pat[64];
+
+		snprintf(pat, sizeof(pat), "\"%s\": ", keys[i]);
+		cr_expect(strstr(json, pat), "no %s in %s", keys[i], json);
+	}
+	cr_expect(strstr(json, "\"protocol\": \"bsp\""));
+	cr_expect(strstr(json, "\"model\": \"softmax\""));
+	cr_expect(strstr(json, "\"imbalance\": \"none\""));
+	cr_expect_eq(json_num(json, "workers"), 2);
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.75, "%s", json);
+	cr_expect_geq(json_num(json, "best_accuracy"),
+		      json_num(json, "final_accuracy"));
+	cr_expect_gt(json_num(json, "time_to_target_s"), 0, "%s", json);
+	cr_expect_gt(json_num(json, "samples_per_s"), 0);
+	/* one epoch of 60000 images, 64 per step: whole steps only */
+	cr_expect_eq(json_num(json, "samples"), 2 * 468 * 64, "%s", json);
+	/* BSP never applies a stale gradient */
+	cr_expect_eq(json_num(json, "staleness_max"), 0, "%s", json);
+	curve = slurp(in_dir("curve.csv"));
+	cr_expect_eq(strncmp(curve, "t_s,steps,epoch,test_accuracy,"
+				    "test_loss,final\n",
+			     44),
+		     0, "%s", curve);
+	cr_expect_geq(count_lines(curve), 3, "%s", curve);
+	cr_expect(strstr(curve, ",1\n"), "no final evaluation: %s", curve);
+	free(json);
+	free(curve);
+}
+
+/* ASP under a straggler: the servers see stale gradients. */
+Test(train_cli, asp_with_a_straggler_measures_staleness)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "3",
+			 "--protocol", "asp", "--model", "softmax",
+			 "--time-budget", "3", "--step-time", "5ms",
+			 "--imbalance", "persistent:0.34:4", "--curve", "-",
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	cr_expect(strstr(json, "\"protocol\": \"asp\""));
+	cr_expect(strstr(json, "\"imbalance\": \"persistent:0.34:4\""), "%s",
+		  json);
+	cr_expect_gt(json_num(json, "staleness_mean"), 0.5, "%s", json);
+	cr_expect_geq(json_num(json, "staleness_max"), 2, "%s", json);
+	cr_expect_gt(json_num(json, "final_accuracy"), 0.6, "%s", json);
+	free(json);
+}
+
+/* The injected delay is slept: every step takes at least base x factor. */
+Test(train_cli, injected_delay_is_slept)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "1",
+			 "--model", "softmax", "--epochs", "0.05",
+			 "--step-time", "10ms", "--imbalance",
+			 "persistent:1:3", "--curve", "-", "--summary-json",
+			 (char *)in_dir("s.json"), NULL };
+	double steps, t;
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	steps = json_num(json, "steps");
+	t = json_num(json, "train_time_s");
+	/* 47 steps x 30 ms, less what 5% jitter could take off */
+	cr_expect_eq(steps, 47, "%s", json);
+	cr_expect_gt(t, 0.85 * steps * 0.030, "%s", json);
+	free(json);
+}
+
+/* --join: the same trainer inside a job kanel launch started. */
+Test(train_cli, join_runs_under_launch)
+{
+	char *argv[] = { (char *)kanel(), "launch", "--workers", "2", "--",
+			 (char *)kanel(), "train", "--join", "--model",
+			 "softmax", "--epochs", "0.3", "--step-time", "0",
+			 "--curve", (char *)in_dir("curve.csv"),
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	cr_expect(strstr(json, "\"figures_of\": \"worker 0\""), "%s", json);
+	cr_expect_gt(json_num(json, "final_accuracy"), 0.6, "%s", json);
+	cr_expect_eq(json_num(json, "workers"), 2);
+	free(json);
+}
+
+TestSuite(compare, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(compare, writes_tables_and_plot)
+{
+	char *argv[] = { (char *)kanel(), "compare", "--protocols", "bsp,asp",
+			 "--imbalance", "none,persistent:0.5:2", "--workers",
+			 "2", "--model", "softmax", "--epochs", "0.2",
+			 "--step-time", "0", "--out", (char *)in_dir("cmp"),
+			 NULL };
+	char *csv, *md, *json, *nl;
+	struct stat st;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	csv = slurp(in_dir("cmp/compare.csv"));
+	md = slurp(in_dir("cmp/compare.md"));
+	json = slurp(in_dir("cmp/run-asp-persistent_0.5_2.json"));
+	/* one row per run, under a header of the summary's keys */
+	cr_expect_eq(count_lines(csv), 1 + 4, "%s", csv);
+	cr_expect_eq(strncmp(csv,
+			     "protocol,model,workers,servers,imbalance,", 41),
+		     0, "%s", csv);
+	nl = strchr(csv, '\n');
+	*nl = '\0';
+	for (char *k = strtok(csv, ","); k; k = strtok(NULL, ",")) {
+		char pat[64];
+
+		snprintf(pat, sizeof(pat), "\"%s\": ", k);
+		cr_expect(strstr(json, pat), "column %s is not a key", k);
+	}
+	cr_expect_eq(count_lines(md), 2 + 4, "%s", md);
+	cr_expect(strstr(md, "| asp | persistent:0.5:2 |"), "%s", md);
+	if (access("/usr/bin/gnuplot", X_OK) == 0) {
+		cr_expect_eq(stat(in_dir("cmp/accuracy-vs-time-none.png"),
+				  &st),
+			     0);
+		cr_expect_gt(st.st_size, 1000);
+		cr_expect_eq(
+			stat(in_dir("cmp/accuracy-vs-time-persistent_0.5_2."
+				    "png"),
+			     &st),
+			0);
+	} else {
+		cr_log_warn("gnuplot not installed: no plot checked");
+	}
+	free(csv);
+	free(md);
+	free(json);
+}

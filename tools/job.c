@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * job.c - a Kanel job on this machine: the coordinator on a free loopback
+ * port, M servers and N workers as child processes, the job's options
+ * and a fresh secret handed to them through the environment (each
+ * option's KANEL_* variable, docs/configuration.md).  `kanel launch`
+ * runs a command in every worker; `kanel train` runs the trainer.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "roles.h"
+#include "tool.h"
+
+int kn__tool_parse(int argc, char **argv, const char *role,
+		   struct kn__config *cfg)
+{
+	char **args = calloc((size_t)argc + 3, sizeof(*args));
+	char err[512];
+	int n = 0, ret;
+
+	if (!args)
+		return -ENOMEM;
+	args[n++] = argv[0];
+	if (role) {
+		args[n++] = "--role";
+		args[n++] = (char *)role;
+	}
+	for (int i = 1; i < argc; i++)
+		args[n++] = argv[i];
+	ret = kn__config_parse(n, args, NULL, cfg, err, sizeof(err));
+	free(args);
+	if (ret)
+		fprintf(stderr, "kanel: %s\n", err);
+	else if (cfg->help)
+		kn__config_usage(stdout);
+	return ret;
+}
+
+int kn__tool_run_role(const struct kn__config *cfg)
+{
+	uint8_t secret[KN_AUTH_SECRET_MAX];
+	char err[512];
+	size_t len;
+	int ret;
+
+	ret = kn__auth_load_secret(cfg->secret_file[0] ? cfg->secret_file
+						       : NULL,
+				   NULL, secret, KN_AUTH_SECRET_MAX, &len, err,
+				   sizeof(err));
+	if (ret) {
+		fprintf(stderr, "kanel: %s\n", err);
+		return 2;
+	}
+	if (cfg->role == KN__ROLE_COORDINATOR)
+		ret = kn__coordinator_run(cfg, secret, len);
+	else
+		ret = kn__server_run(cfg, secret, len);
+	kn__auth_wipe(secret, sizeof(secret));
+	return ret ? 1 : 0;
+}
+
+/* A free TCP port on 127.0.0.1 (the coordinator binds it right after). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* A fresh random secret in a 0600 file; its path in @path. */
+static int make_secret(char *path, size_t cap)
+{
+	uint8_t key[32];
+	int fd, ok;
+
+	snprintf(path, cap, "%s/kanel-secret-XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -errno;
+	ok = fchmod(fd, 0600) == 0 && getentropy(key, sizeof(key)) == 0 &&
+	     write(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
+	kn__auth_wipe(key, sizeof(key));
+	close(fd);
+	if (!ok) {
+		unlink(path);
+		path[0] = '\0';
+		return -EIO;
+	}
+	return 0;
+}
+
+static void setenv_u(const char *name, unsigned int v, const char *suffix)
+{
+	char num[32];
+
+	snprintf(num, sizeof(num), "%u%s", v, suffix);
+	setenv(name, num, 1);
+}
+
+/* The checked options, for the children to read back. */
+static void export_options(const struct kn__config *cfg)
+{
+	char num[32];
+
+	setenv_u("KANEL_WORKERS", cfg->workers, "");
+	setenv_u("KANEL_SERVERS", cfg->servers, "");
+	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport),
+	       1);
+	setenv("KANEL_SYNC", kn__config_sync_name(cfg->sync), 1);
+	setenv("KANEL_OPTIMIZER", kn__config_optimizer_name(cfg->optimizer),
+	       1);
+	setenv_u("KANEL_CHUNK_BYTES", cfg->chunk_bytes, "");
+	snprintf(num, sizeof(num), "%.9g", (double)cfg->lr);
+	setenv("KANEL_LR", num, 1);
+	snprintf(num, sizeof(num), "%.9g", (double)cfg->momentum);
+	setenv("KANEL_MOMENTUM", num, 1);
+	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
+	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
+	if (cfg->metrics[0])
+		setenv("KANEL_METRICS", cfg->metrics, 1);
+	if (cfg->verbose)
+		setenv("KANEL_VERBOSE", "1", 1);
+}
+
+int kn__job_init(struct kn__job *job, int argc, char **argv)
+{
+	char coord[64];
+	int port, n;
+
+	memset(job, 0, sizeof(*job));
+	port = free_port();
+	if (port < 0) {
+		fprintf(stderr, "kanel: no free port on 127.0.0.1\n");
+		return -EADDRNOTAVAIL;
+	}
+	snprintf(coord, sizeof(coord), "127.0.0.1:%d", port);
+	setenv("KANEL_COORDINATOR", coord, 1);
+	/* the job's options, checked once here; children read the env */
+	if (kn__tool_parse(argc, argv, "coordinator", &job->cfg))
+		return -EINVAL;
+	if (job->cfg.help)
+		return 0;
+	n = (int)readlink("/proc/self/exe", job->self, sizeof(job->self) - 1);
+	if (n <= 0)
+		return -errno;
+	job->self[n] = '\0';
+	export_options(&job->cfg);
+	if (job->cfg.secret_file[0]) {
+		setenv("KANEL_SECRET_FILE", job->cfg.secret_file, 1);
+	} else if (!getenv("KANEL_SECRET")) {
+		if (make_secret(job->secret_path, sizeof(job->secret_path))) {
+			fprintf(stderr, "kanel: cannot make a job secret\n");
+			return -EIO;
+		}
+		setenv("KANEL_SECRET_FILE", job->secret_path, 1);
+	}
+	unsetenv("SLURM_PROCID"); /* the roles are ours to give */
+	unsetenv("OMPI_COMM_WORLD_RANK");
+	job->total = 1 + job->cfg.servers + job->cfg.workers;
+	job->pids = calloc(job->total, sizeof(*job->pids));
+	return job->pids ? 0 : -ENOMEM;
+}
+
+static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
+		 const char *role, unsigned int rank)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		setenv("KANEL_ROLE", role, 1);
+		setenv_u("KANEL_RANK", rank, "");
+		execvp(argv[0], argv);
+		fprintf(stderr, "kanel: %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	job->pids[idx] = pid;
+	job->running++;
+	return 0;
+}
+
+int kn__job_start_roles(struct kn__job *job)
+{
+	char *argv[3] = { job->self, "coordinator", NULL };
+	int ret = spawn(job, 0, argv, "coordinator", 0);
+
+	argv[1] = "server";
+	for (unsigned int s = 0; !ret && s < job->cfg.servers; s++)
+		ret = spawn(job, 1 + s, argv, "server", s);
+	return ret;
+}
+
+int kn__job_start_worker(struct kn__job *job, unsigned int rank,
+			 char *const *argv)
+{
+	return spawn(job, 1 + job->cfg.servers + rank, argv, "worker", rank);
+}
+
+unsigned int kn__job_reap(struct kn__job *job, bool block)
+{
+	while (job->running) {
+		int st;
+		pid_t pid = waitpid(-1, &st, block ? 0 : WNOHANG);
+
+		if (pid == 0 || (pid < 0 && errno != EINTR))
+			break;
+		if (pid < 0)
+			continue;
+		for (unsigned int i = 0; i < job->total; i++) {
+			if (job->pids[i] != pid)
+				continue;
+			job->pids[i] = 0;
+			job->running--;
+			if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+				break;
+			job->failed++;
+			if (!job->status)
+				job->status =
+					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+			break;
+		}
+	}
+	return job->running;
+}
+
+void kn__job_kill(struct kn__job *job, int sig)
+{
+	for (unsigned int i = 0; i < job->total; i++)
+		if (job->pids[i] > 0)
+			kill(job->pids[i], sig);
+}
+
+void kn__job_fini(struct kn__job *job)
+{
+	if (job->secret_path[0])
+		unlink(job->secret_path);
+	job->secret_path[0] = '\0';
+	free(job->pids);
+	job->pids = NULL;
+}

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * train.h - `kanel train`'s parts (docs/training.md):
+ * - train.c: the options, and the worker: Fashion-MNIST minibatches
+ *   through the model, the injected delay, one push and pull per step,
+ *   and on rank 0 the evaluator, which tests snapshots of the global
+ *   model on a thread of its own so the worker never waits for it;
+ * - train_report.c: what the workers report (status and evaluations, as
+ *   text lines on a pipe in a local job), gathered into the live
+ *   progress line, the summary, the curve CSV and the summary JSON.
+ */
+#ifndef KN_TOOL_TRAIN_H
+#define KN_TOOL_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "model.h"
+
+struct kn__train_opts {
+	enum kn__model_kind model;
+	unsigned int hidden;	/* MLP hidden units */
+	unsigned int batch;	/* minibatch per worker step */
+	double epochs;		/* passes over each worker's shard */
+	double time_budget;	/* seconds of training; 0: none */
+	double target;		/* the accuracy time-to-target measures */
+	double step_time;	/* base injected delay per step, seconds */
+	double eval_interval;	/* seconds between evaluations */
+	unsigned int eval_every; /* rank-0 steps between them; 0: none */
+	char imbalance[128];	/* the canonical spec */
+	uint64_t seed;
+	const char *data;	  /* the dataset's directory */
+	const char *curve;	  /* the CSV to write; NULL: none */
+	const char *summary_json; /* NULL: none */
+	const char *progress;	  /* "auto", "tty" or "log" */
+	bool join;
+};
+
+/* One worker's progress, as of @t seconds into its training. */
+struct kn__train_status {
+	double t, compute_s, delay_s, wait_s;
+	uint64_t iters, samples;
+	double epoch;
+	bool seen, final;
+};
+
+/* One evaluation of the global model (by rank 0). */
+struct kn__train_eval {
+	double t;	/* rank 0's training time when it was taken */
+	uint64_t iters; /* rank 0's steps then */
+	double epoch;	/* rank 0's epochs then */
+	double accuracy, loss;
+	bool final; /* the model rank 0 ended with */
+};
+
+struct kn__train_results {
+	unsigned int workers;
+	struct kn__train_status *status; /* per worker */
+	struct kn__train_eval *evals;
+	size_t nevals, cap;
+	double best;	/* best accuracy so far */
+	double target_t; /* first time at or above the target; < 0: not yet */
+	/* staleness, from the servers' --metrics lines */
+	bool have_staleness;
+	uint64_t contributions, stale_p50, stale_p99, stale_max;
+	double stale_mean;
+	bool rank0_only; /* joined a job: only rank 0's figures are here */
+};
+
+/* train_report.c */
+int kn__results_init(struct kn__train_results *r, unsigned int workers);
+void kn__results_fini(struct kn__train_results *r);
+void kn__results_status(struct kn__train_results *r, unsigned int rank,
+			const struct kn__train_status *st);
+int kn__results_eval(struct kn__train_results *r,
+		     const struct kn__train_eval *ev, double target);
+/* Parse one report line ("S ..." or "E ..."); -EINVAL if malformed. */
+int kn__results_line(struct kn__train_results *r, const char *line,
+		     double target);
+/* Report lines, as a worker writes them (no newline for NUL). */
+int kn__report_status(char *buf, size_t cap, unsigned int rank,
+		      const struct kn__train_status *st);
+int kn__report_eval(char *buf, size_t cap, const struct kn__train_eval *ev);
+/* Merge the servers' lines of a --metrics file from byte @from on. */
+int kn__results_metrics(struct kn__train_results *r, const char *path,
+			long from);
+/* Job-wide figures. */
+double kn__results_samples_per_s(const struct kn__train_results *r);
+double kn__results_wait_fraction(const struct kn__train_results *r);
+/* One progress line (no newline) into @buf. */
+void kn__results_progress(const struct kn__train_results *r,
+			  const struct kn__train_opts *o, char *buf,
+			  size_t cap);
+/* The human summary, the curve CSV and the summary JSON. */
+void kn__results_summary(const struct kn__train_results *r,
+			 const struct kn__train_opts *o,
+			 const struct kn__config *cfg, FILE *out);
+int kn__results_write_curve(const struct kn__train_results *r,
+			    const char *path);
+int kn__results_write_json(const struct kn__train_results *r,
+			   const struct kn__train_opts *o,
+			   const struct kn__config *cfg, const char *path);
+
+#endif /* KN_TOOL_TRAIN_H */
