@@ -45,6 +45,23 @@
 #define STATUS_PERIOD 0.5 /* seconds between a worker's status lines */
 #define EVAL_BATCH 1000
 
+/* Ctrl-C (SIGINT) or SIGTERM: stop after this step and report. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested++;
+}
+
+static void catch_stop(int sig)
+{
+	struct sigaction sa = { .sa_handler = on_stop };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -250,11 +267,13 @@ static int set_option(struct kn__train_opts *o, const char *flag,
 static int take_options(int *argc, char **argv, struct kn__train_opts *o,
 			bool *help)
 {
+	static char sync[64];
 	int out = 1;
 
 	for (int i = 1; i < *argc; i++) {
-		const char *a = argv[i];
-		size_t k;
+		const char *a = argv[i], *eq = strchr(a, '='), *val;
+		size_t k, n = eq ? (size_t)(eq - a) : strlen(a);
+		char flag[32];
 
 		if (strcmp(a, "--join") == 0) {
 			o->join = true;
@@ -263,22 +282,27 @@ static int take_options(int *argc, char **argv, struct kn__train_opts *o,
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
 			*help = true;
 		for (k = 0; k < sizeof(own_flags) / sizeof(own_flags[0]); k++)
-			if (strcmp(a, own_flags[k]) == 0)
+			if (strlen(own_flags[k]) == n &&
+			    strncmp(a, own_flags[k], n) == 0)
 				break;
 		if (k == sizeof(own_flags) / sizeof(own_flags[0])) {
 			argv[out++] = argv[i];
 			continue;
 		}
-		if (i + 1 >= *argc) {
+		if (!eq && i + 1 >= *argc) {
 			fprintf(stderr, "kanel train: %s needs a value\n", a);
 			return -EINVAL;
 		}
-		if (strcmp(a, "--protocol") == 0) {
-			argv[out++] = "--sync";
-			argv[out++] = argv[++i];
+		val = eq ? eq + 1 : argv[++i];
+		if (strcmp(own_flags[k], "--protocol") == 0) {
+			/* one argument for one, or two for two: argv[] is
+			 * rewritten in place, never ahead of the reading */
+			snprintf(sync, sizeof(sync), "--sync=%s", val);
+			argv[out++] = sync;
 			continue;
 		}
-		if (set_option(o, a, argv[++i]))
+		snprintf(flag, sizeof(flag), "%s", own_flags[k]);
+		if (set_option(o, flag, val))
 			return -EINVAL;
 	}
 	argv[out] = NULL;
@@ -554,7 +578,8 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 
 		a = now_s();
 		st.t = a - t0;
-		if (o->time_budget > 0 && st.t >= o->time_budget)
+		if (stop_requested ||
+		    (o->time_budget > 0 && st.t >= o->time_budget))
 			break;
 		if (pos == 0)
 			shuffle_epoch(s, o->seed, wr->rank, i / per_epoch);
@@ -659,7 +684,17 @@ static int run_worker(const struct kn__train_opts *o,
 	bool evaluating = false;
 	int ret;
 
+	sigset_t stop_signals;
+
 	openblas_set_num_threads(1); /* many workers share the cores */
+	/* the signals reach only this thread: the engine's progress thread
+	 * and the evaluator, made below, start with them blocked */
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGINT);
+	sigaddset(&stop_signals, SIGTERM);
+	catch_stop(SIGINT);
+	catch_stop(SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	pthread_mutex_init(&wr.report_lock, NULL);
 	if (report_fd < 0 && wr.rank == 0) {
 		if (kn__results_init(&local, wr.n))
@@ -702,6 +737,7 @@ static int run_worker(const struct kn__train_opts *o,
 			goto out;
 		evaluating = true;
 	}
+	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
 	ret = train_loop(&wr, &s, w, evaluating ? &ev : NULL);
 	if (wr.local) {
 		kn__results_summary(wr.local, o, cfg, stdout);
@@ -859,7 +895,7 @@ static int run_local(int argc, char **argv, struct kn__train_opts *o)
 	double failed_at = -1;
 	long metrics_from = 0;
 	int fds[2] = { -1, -1 }, nargs = 0, ret;
-	bool open_pipe = true;
+	bool open_pipe = true, stopping = false;
 
 	/* the trainer's defaults for the job, where the user gave none */
 	args = calloc((size_t)argc + 5, sizeof(*args));
@@ -931,7 +967,12 @@ static int run_local(int argc, char **argv, struct kn__train_opts *o)
 		job.cfg.workers, job.cfg.workers == 1 ? "" : "s",
 		job.cfg.servers, job.cfg.servers == 1 ? "" : "s",
 		o->imbalance);
+	/* Ctrl-C stops the workers, which finish their step, report and
+	 * leave; the coordinator and servers ignore it and end the job as
+	 * usual.  A second Ctrl-C ends everything at once. */
+	signal(SIGINT, SIG_IGN);
 	ret = kn__job_start_roles(&job);
+	catch_stop(SIGINT);
 	for (unsigned int w = 0; !ret && w < job.cfg.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd.argv);
 	close(fds[1]);
@@ -951,6 +992,14 @@ static int run_local(int argc, char **argv, struct kn__train_opts *o)
 			sleep_s(0.1);
 		kn__job_reap(&job, false);
 		show_progress(&m, false);
+		if (stop_requested == 1 && !stopping) {
+			fprintf(stderr, "%skanel train: stopping after the "
+					"current step (Ctrl-C again: now)\n",
+				m.tty ? "\n" : "");
+			stopping = true;
+		} else if (stop_requested > 1) {
+			kn__job_kill(&job, SIGKILL);
+		}
 		/* a process failed: give the others a moment to notice,
 		 * then end the job rather than wait on it */
 		if (job.failed && failed_at < 0)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,15 +62,17 @@ static const char *in_dir(const char *name)
 	return b;
 }
 
-/* Run @argv with stdout and stderr into files of the test's directory:
- * the exit code. */
-static int run(char *const *argv)
+/* Run @argv with stdout and stderr into files of the test's directory,
+ * in a process group of its own; after @sigint_after seconds (0: never)
+ * send the group SIGINT, as Ctrl-C would.  The exit code. */
+static int run_with(char *const *argv, unsigned int sigint_after)
 {
 	pid_t pid = fork();
 	int st;
 
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
+		setpgid(0, 0);
 		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
 			       0644);
 		int err = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
@@ -80,8 +83,17 @@ static int run(char *const *argv)
 		execv(argv[0], argv);
 		_exit(127);
 	}
+	if (sigint_after) {
+		sleep(sigint_after);
+		kill(-pid, SIGINT);
+	}
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run(char *const *argv)
+{
+	return run_with(argv, 0);
 }
 
 static char *slurp(const char *path)
@@ -288,6 +300,31 @@ Test(train_cli, injected_delay_is_slept)
 	/* 47 steps x 30 ms, less what 5% jitter could take off */
 	cr_expect_eq(steps, 47, "%s", json);
 	cr_expect_gt(t, 0.85 * steps * 0.030, "%s", json);
+	free(json);
+}
+
+/* Ctrl-C: the workers stop after their step, and the run still reports
+ * (options given as --flag=value, too). */
+Test(train_cli, ctrl_c_stops_and_reports)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers=2",
+			 "--model=softmax", "--epochs=10", "--protocol=asp",
+			 "--curve=-", "--summary-json", (char *)in_dir("s.json"),
+			 NULL };
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run_with(argv, 5); /* start-up takes 1 to 2 s of that */
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	cr_expect(strstr(json, "\"protocol\": \"asp\""), "%s", json);
+	/* 10 epochs are 9360 steps, about 100 s */
+	cr_expect_lt(json_num(json, "train_time_s"), 10, "%s", json);
+	cr_expect_gt(json_num(json, "steps"), 0, "%s", json);
+	cr_expect_gt(json_num(json, "final_accuracy"), 0.5, "%s", json);
 	free(json);
 }
 
