@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * roles.h - the three roles' entry points, and address helpers they
- * share.
+ * roles.h - the three roles' entry points, what a worker learned of its
+ * job, and address helpers the roles share.
  */
 #ifndef KN_ENGINE_ROLES_H
 #define KN_ENGINE_ROLES_H
@@ -21,6 +21,16 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 			size_t secret_len);
 int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		   size_t secret_len);
+
+struct kn_worker;
+
+/*
+ * The job as its coordinator set it up, as worker @w was told when it
+ * joined: counts, protocol, optimizer, rate, momentum and chunk size into
+ * those fields of @cfg (the rest untouched).  0, or -EAGAIN before
+ * kn_worker_start has succeeded.
+ */
+int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg);
 
 bool kn__addr_is_any(const struct sockaddr_storage *a);
 bool kn__addr_is_loopback(const struct sockaddr_storage *a);

@@ -913,6 +913,22 @@ unsigned int kn_worker_size(const struct kn_worker *w)
 	return w->job.u.job.workers;
 }
 
+int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
+{
+	const struct kn__msg *j = &w->job;
+
+	if (j->type != KN__MSG_JOB)
+		return -EAGAIN;
+	cfg->workers = j->u.job.workers;
+	cfg->servers = j->u.job.servers;
+	cfg->sync = (enum kn__config_sync)j->u.job.protocol;
+	cfg->optimizer = (enum kn__config_optimizer)j->u.job.optimizer;
+	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
+	cfg->lr = j->u.job.lr;
+	cfg->momentum = j->u.job.momentum;
+	return 0;
+}
+
 void kn_worker_destroy(struct kn_worker *w)
 {
 	if (!w)

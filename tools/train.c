@@ -38,6 +38,7 @@
 #include "idx.h"
 #include "imbalance.h"
 #include "kanel.h"
+#include "roles.h"
 #include "tool.h"
 #include "train.h"
 
@@ -682,11 +683,12 @@ static int run_worker(const struct kn__train_opts *o,
 	struct evaluator ev = { .model = &s.model, .report = report_eval };
 	struct kn_worker *w = NULL;
 	bool evaluating = false;
+	sigset_t stop_signals;
 	int ret;
 
-	sigset_t stop_signals;
-
 	openblas_set_num_threads(1); /* many workers share the cores */
+	/* a parent gone is no reason to stop: reports just go nowhere */
+	signal(SIGPIPE, SIG_IGN);
 	/* the signals reach only this thread: the engine's progress thread
 	 * and the evaluator, made below, start with them blocked */
 	sigemptyset(&stop_signals);
@@ -740,11 +742,15 @@ static int run_worker(const struct kn__train_opts *o,
 	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
 	ret = train_loop(&wr, &s, w, evaluating ? &ev : NULL);
 	if (wr.local) {
-		kn__results_summary(wr.local, o, cfg, stdout);
+		/* the job's settings are its coordinator's, not ours */
+		struct kn__config job = *cfg;
+
+		kn__worker_job(w, &job);
+		kn__results_summary(wr.local, o, &job, stdout);
 		if (o->curve && kn__results_write_curve(wr.local, o->curve))
 			ret = ret ? ret : -EIO;
 		if (o->summary_json &&
-		    kn__results_write_json(wr.local, o, cfg, o->summary_json))
+		    kn__results_write_json(wr.local, o, &job, o->summary_json))
 			ret = ret ? ret : -EIO;
 	}
 out:
@@ -885,39 +891,21 @@ static bool drain_reports(struct monitor *m, int fd)
 	return true;
 }
 
-static int run_local(int argc, char **argv, struct kn__train_opts *o)
+static int run_local(int nargs, char **args, struct kn__train_opts *o)
 {
-	char **args, metrics_path[KN_CONFIG_PATH_MAX] = "", fdnum[16];
+	char metrics_path[KN_CONFIG_PATH_MAX] = "", fdnum[16];
 	struct kn__train_results r;
 	struct monitor m = { .r = &r, .o = o };
 	struct worker_cmd cmd;
 	struct kn__job job;
 	double failed_at = -1;
 	long metrics_from = 0;
-	int fds[2] = { -1, -1 }, nargs = 0, ret;
+	int fds[2] = { -1, -1 }, ret;
 	bool open_pipe = true, stopping = false;
 
-	/* the trainer's defaults for the job, where the user gave none */
-	args = calloc((size_t)argc + 5, sizeof(*args));
-	if (!args)
+	if (check_dataset(o))
 		return 2;
-	for (int i = 0; i < argc; i++)
-		args[nargs++] = argv[i];
-	if (!job_option_given(argc, argv, "--optimizer", "KANEL_OPTIMIZER")) {
-		args[nargs++] = "--optimizer";
-		args[nargs++] = "momentum";
-	}
-	if (!job_option_given(argc, argv, "--lr", "KANEL_LR")) {
-		args[nargs++] = "--lr";
-		args[nargs++] = "0.05";
-	}
-	args[nargs] = NULL;
-	if (check_dataset(o)) {
-		free(args);
-		return 2;
-	}
 	ret = kn__job_init(&job, nargs, args);
-	free(args);
 	if (ret || job.cfg.help) {
 		kn__job_fini(&job);
 		return ret ? 2 : 0;
@@ -1051,6 +1039,8 @@ int kn__train_main(int argc, char **argv)
 	struct kn__config cfg;
 	bool help = false;
 	const char *fd;
+	char **args;
+	int nargs = 0, ret;
 
 	if (take_options(&argc, argv, &o, &help))
 		return 2;
@@ -1058,12 +1048,31 @@ int kn__train_main(int argc, char **argv)
 		train_usage(stdout);
 		return 0;
 	}
-	if (!o.join)
-		return run_local(argc, argv, &o);
-	if (kn__tool_parse(argc, argv, NULL, &cfg))
+	/* the trainer's defaults for the job, where the user gave none;
+	 * a joined coordinator makes them the job's */
+	args = calloc((size_t)argc + 5, sizeof(*args));
+	if (!args)
 		return 2;
-	if (cfg.role != KN__ROLE_WORKER)
-		return kn__tool_run_role(&cfg);
-	fd = getenv(REPORT_FD_ENV);
-	return run_worker(&o, &cfg, fd ? atoi(fd) : -1);
+	for (int i = 0; i < argc; i++)
+		args[nargs++] = argv[i];
+	if (!job_option_given(argc, argv, "--optimizer", "KANEL_OPTIMIZER")) {
+		args[nargs++] = "--optimizer";
+		args[nargs++] = "momentum";
+	}
+	if (!job_option_given(argc, argv, "--lr", "KANEL_LR")) {
+		args[nargs++] = "--lr";
+		args[nargs++] = "0.05";
+	}
+	if (!o.join) {
+		ret = run_local(nargs, args, &o);
+	} else if (kn__tool_parse(nargs, args, NULL, &cfg)) {
+		ret = 2;
+	} else if (cfg.role != KN__ROLE_WORKER) {
+		ret = kn__tool_run_role(&cfg);
+	} else {
+		fd = getenv(REPORT_FD_ENV);
+		ret = run_worker(&o, &cfg, fd ? atoi(fd) : -1);
+	}
+	free(args);
+	return ret;
 }

@@ -346,6 +346,10 @@ Test(train_cli, join_runs_under_launch)
 	cr_assert_eq(rc, 0);
 	json = slurp(in_dir("s.json"));
 	cr_expect(strstr(json, "\"figures_of\": \"worker 0\""), "%s", json);
+	/* the job's update is its coordinator's (kanel launch's default),
+	 * not the trainer's default */
+	cr_expect(strstr(json, "\"optimizer\": \"sgd\""), "%s", json);
+	cr_expect_eq(json_num(json, "lr"), 0.01, "%s", json);
 	cr_expect_gt(json_num(json, "final_accuracy"), 0.6, "%s", json);
 	cr_expect_eq(json_num(json, "workers"), 2);
 	free(json);
