@@ -21,6 +21,7 @@
 #define DATA "/usr/share/datasets/fashion-mnist"
 
 static char dir[64];
+static const char *child_path; /* PATH for the next run; NULL: ours */
 
 static void setup(void)
 {
@@ -80,6 +81,8 @@ static int run_with(char *const *argv, unsigned int sigint_after)
 
 		dup2(out, 1);
 		dup2(err, 2);
+		if (child_path)
+			setenv("PATH", child_path, 1);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -407,4 +410,31 @@ Test(compare, writes_tables_and_plot)
 	free(csv);
 	free(md);
 	free(json);
+}
+
+/* Without gnuplot the tables still come out, and stderr says why there
+ * is no plot. */
+Test(compare, tables_without_gnuplot)
+{
+	char *argv[] = { (char *)kanel(), "compare", "--protocols", "bsp",
+			 "--workers", "1", "--model", "softmax", "--epochs",
+			 "0.05", "--step-time", "0", "--out",
+			 (char *)in_dir("cmp"), NULL };
+	struct stat st;
+	char *err;
+	int rc;
+
+	need_dataset();
+	child_path = dir; /* nothing to run in there */
+	rc = run(argv);
+	child_path = NULL;
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	cr_expect_eq(stat(in_dir("cmp/compare.csv"), &st), 0);
+	cr_expect_eq(stat(in_dir("cmp/compare.md"), &st), 0);
+	cr_expect_neq(stat(in_dir("cmp/accuracy-vs-time-none.png"), &st), 0);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "gnuplot is not installed"), "%s", err);
+	free(err);
 }
