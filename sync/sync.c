@@ -46,22 +46,56 @@ int kn__sync_protocol_parse(const char *name)
 	return -EINVAL;
 }
 
-/* The protocol's ops if @params describe a machine we can build. */
+int kn__sync_params_resolve(struct kn__sync_params *p)
+{
+	if (!p || !isfinite(p->gamma) || p->gamma < 0 ||
+	    !isfinite(p->theta) || p->theta < 0 || !(p->alpha >= 0) ||
+	    p->alpha > 1 || !(p->miss >= 0) || p->miss > 1 ||
+	    p->max_steps > 1024)
+		return -EINVAL;
+	if (!p->staleness)
+		p->staleness = 3;
+	if (!p->max_skip)
+		p->max_skip = 8;
+	if (!p->max_steps)
+		p->max_steps = 15;
+	if (!p->warmup)
+		p->warmup = 3;
+	if (p->gamma == 0)
+		p->gamma = 1;
+	if (p->theta == 0)
+		p->theta = 0.01f;
+	if (p->alpha == 0)
+		p->alpha = 0.5f;
+	if (p->miss == 0)
+		p->miss = 0.25f;
+	return 0;
+}
+
+/*
+ * The protocol's ops if @params describe a machine we can build, with
+ * the parameters resolved into @out.
+ */
 static const struct kn__sync_ops *
-check_params(const struct kn__sync_params *params)
+check_params(const struct kn__sync_params *params,
+	     struct kn__sync_params *out)
 {
 	if (!params || params->max_workers == 0 ||
 	    params->max_workers > KN__SYNC_MAX_WORKERS ||
 	    params->members > params->max_workers)
+		return NULL;
+	*out = *params;
+	if (kn__sync_params_resolve(out))
 		return NULL;
 	return ops_of(params->protocol);
 }
 
 uint32_t kn__sync_max_actions(const struct kn__sync_params *params)
 {
-	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_params p;
+	const struct kn__sync_ops *ops = check_params(params, &p);
 
-	return ops ? ops->max_actions(params) : 0;
+	return ops ? ops->max_actions(&p) : 0;
 }
 
 /*
@@ -75,6 +109,8 @@ static int check_event(const struct kn__sync_params *params,
 	switch (ev->type) {
 	case KN__SYNC_EV_TIMER:
 		return 0;
+	case KN__SYNC_EV_PLAN:
+		return ev->plan ? 0 : -EINVAL;
 	case KN__SYNC_EV_TIMING:
 		if (!isfinite(ev->value) || ev->value < 0)
 			return -EINVAL;
@@ -94,7 +130,8 @@ static int check_event(const struct kn__sync_params *params,
 int kn__sync_rule_create(const struct kn__sync_params *params,
 			 struct kn__sync_rule **rule)
 {
-	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_params p;
+	const struct kn__sync_ops *ops = check_params(params, &p);
 	struct kn__sync_rule *r;
 
 	if (!ops || !rule)
@@ -108,14 +145,20 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 	r->contrib = calloc(params->max_workers, sizeof(*r->contrib));
 	if (!r->contrib)
 		goto err_contrib;
+	r->plan = calloc(2 * (size_t)params->max_workers, sizeof(*r->plan));
+	if (!r->plan)
+		goto err_plan;
+	r->next_plan = r->plan + params->max_workers;
 	r->ops = ops;
-	r->params = *params;
+	r->params = p;
 	for (uint32_t i = 0; i < params->members; i++)
 		r->w[i].member = true;
 	r->nmembers = params->members;
 	*rule = r;
 	return 0;
 
+err_plan:
+	free(r->contrib);
 err_contrib:
 	free(r->w);
 err_wstate:
@@ -128,6 +171,7 @@ void kn__sync_rule_destroy(struct kn__sync_rule *rule)
 {
 	if (!rule)
 		return;
+	free(rule->plan);
 	free(rule->contrib);
 	free(rule->w);
 	free(rule);
@@ -195,6 +239,8 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 		return rule->ops->leave ? rule->ops->leave(rule, ev, out) : 0;
 	case KN__SYNC_EV_TIMING:
 		return rule->ops->timing ? rule->ops->timing(rule, ev, out) : 0;
+	case KN__SYNC_EV_PLAN:
+		return rule->ops->plan ? rule->ops->plan(rule, ev, out) : 0;
 	default: /* KN__SYNC_EV_TIMER */
 		return rule->ops->timer ? rule->ops->timer(rule, ev, out) : 0;
 	}
@@ -205,7 +251,8 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 int kn__sync_planner_create(const struct kn__sync_params *params,
 			    struct kn__sync_planner **planner)
 {
-	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_params resolved;
+	const struct kn__sync_ops *ops = check_params(params, &resolved);
 	struct kn__sync_planner *p;
 
 	if (!ops || !planner)
@@ -216,14 +263,24 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	p->member = calloc(params->max_workers, sizeof(*p->member));
 	if (!p->member)
 		goto err_member;
+	p->pred = calloc(params->max_workers, sizeof(*p->pred));
+	if (!p->pred)
+		goto err_pred;
+	p->plan = calloc(params->max_workers, sizeof(*p->plan));
+	if (!p->plan)
+		goto err_plan;
 	p->ops = ops;
-	p->params = *params;
+	p->params = resolved;
 	for (uint32_t i = 0; i < params->members; i++)
 		p->member[i] = true;
 	p->nmembers = params->members;
 	*planner = p;
 	return 0;
 
+err_plan:
+	free(p->pred);
+err_pred:
+	free(p->member);
 err_member:
 	free(p);
 err_planner:
@@ -234,6 +291,8 @@ void kn__sync_planner_destroy(struct kn__sync_planner *planner)
 {
 	if (!planner)
 		return;
+	free(planner->plan);
+	free(planner->pred);
 	free(planner->member);
 	free(planner);
 }
@@ -257,6 +316,7 @@ int kn__sync_planner_event(struct kn__sync_planner *planner,
 
 	switch (ev->type) {
 	case KN__SYNC_EV_PUSH: /* pushes go to the chunk rules */
+	case KN__SYNC_EV_PLAN: /* plans come from the planner */
 		return -EINVAL;
 	case KN__SYNC_EV_JOIN:
 		if (planner->member[ev->worker])
@@ -283,7 +343,8 @@ int kn__sync_planner_event(struct kn__sync_planner *planner,
 int kn__sync_worker_create(const struct kn__sync_params *params,
 			   uint32_t worker, struct kn__sync_worker **rule)
 {
-	const struct kn__sync_ops *ops = check_params(params);
+	struct kn__sync_params p;
+	const struct kn__sync_ops *ops = check_params(params, &p);
 	struct kn__sync_worker *r;
 
 	if (!ops || !rule || worker >= params->max_workers)
@@ -292,7 +353,7 @@ int kn__sync_worker_create(const struct kn__sync_params *params,
 	if (!r)
 		return -ENOMEM;
 	r->ops = ops;
-	r->params = *params;
+	r->params = p;
 	r->worker = worker;
 	r->state = KN__SYNC_WS_RUN;
 	*rule = r;

@@ -33,13 +33,37 @@
 enum kn__sync_protocol {
 	KN__SYNC_BSP = 0,
 	KN__SYNC_ASP = 1,
+	KN__SYNC_SSP = 2,
+	KN__SYNC_ESP = 3,
+	KN__SYNC_PREDICTED = 4, /* PSP: Predicted Synchronization Parallel */
 };
 
+/*
+ * A machine's parameters.  The protocols' own ones are 0 for "the
+ * documented default" (docs/protocols.md); the create functions resolve
+ * them (kn__sync_params_resolve) before the protocol sees them, and
+ * refuse values out of range.
+ */
 struct kn__sync_params {
 	uint32_t protocol;    /* enum kn__sync_protocol */
 	uint32_t max_workers; /* worker ids are 0 .. max_workers - 1 */
 	uint32_t members;     /* workers 0 .. members - 1 start as members */
+	uint32_t staleness;   /* SSP s, ESP s_e: clocks ahead of the slowest (3) */
+	uint32_t max_skip;    /* ESP H_max: local steps before a push is due (8) */
+	uint32_t max_steps;   /* PSP R: most local steps a plan gives (15) */
+	uint32_t warmup;      /* PSP: barriers under BSP before a plan (3) */
+	float gamma;	      /* ESP: push when cost <= gamma x one step (1) */
+	float theta;	      /* ESP: or when |delta|/|anchor| >= theta (0.01) */
+	float alpha;	      /* PSP: EMA weight of the newest timing (0.5) */
+	float miss;	      /* PSP: re-plan when a prediction misses by more (0.25) */
 };
+
+/*
+ * Replace the zero fields of @params by their defaults: 0, or -EINVAL
+ * for a value out of range (gamma, theta not finite or negative, alpha
+ * or miss outside (0, 1], max_steps above 1024).
+ */
+int kn__sync_params_resolve(struct kn__sync_params *params);
 
 enum kn__sync_event_type {
 	KN__SYNC_EV_PUSH = 1, /* worker's contribution is in slot @slot */
@@ -47,6 +71,7 @@ enum kn__sync_event_type {
 	KN__SYNC_EV_LEAVE,    /* worker left (died, timed out, finished) */
 	KN__SYNC_EV_TIMING,   /* worker reports an iteration time @value */
 	KN__SYNC_EV_TIMER,    /* the time is @t: deadlines may have passed */
+	KN__SYNC_EV_PLAN,     /* chunk rules: the planner's plan @epoch */
 };
 
 struct kn__sync_event {
@@ -57,6 +82,9 @@ struct kn__sync_event {
 	uint64_t version; /* PUSH: the model version it was computed from */
 	double t;	  /* seconds on the caller's clock */
 	double value;	  /* TIMING: seconds per iteration */
+	uint32_t steps;	  /* PUSH: local steps it holds (0 counts as 1) */
+	uint64_t epoch;	  /* PLAN: the plan's epoch */
+	const uint32_t *plan; /* PLAN: per worker id, as REGROUP's @plan */
 };
 
 /* One contribution to apply: worker @worker's data in slot @slot. */
@@ -81,6 +109,9 @@ struct kn__sync_action {
 	float lr_scale;	   /* APPLY: factor on the optimizer's rate */
 	uint32_t ncontrib; /* APPLY */
 	const struct kn__sync_contrib *contrib; /* APPLY */
+	float hint;	   /* RELEASE: ESP's predicted wait, seconds */
+	/* REGROUP: per worker id (max_workers entries); PSP: its k_i */
+	const uint32_t *plan;
 };
 
 struct kn__sync_rule;
@@ -166,6 +197,9 @@ struct kn__sync_worker_event {
 	uint64_t epoch;	  /* RELEASE: the plan in force */
 	double t;	  /* seconds on the caller's clock */
 	double seconds;	  /* STEP: how long the local step took */
+	float delta_ratio; /* STEP: |model - anchor| / |anchor| (ESP) */
+	float hint;	   /* RELEASE: the RELEASE action's @hint */
+	double rtt;	   /* RELEASE: seconds from the push to this release */
 };
 
 enum kn__sync_worker_next {

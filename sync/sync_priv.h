@@ -22,6 +22,11 @@ struct kn__sync_wstate {
 	bool clocked;	/* a push was accepted since it became a member */
 	uint32_t slot;	/* BSP: where this round's contribution lies */
 	uint64_t clock; /* the clock of the last accepted push */
+	/* the protocols' own, zero at creation and at a JOIN */
+	bool blocked;	 /* SSP, ESP: pushed, release held back */
+	uint32_t steps;	 /* PSP: the local steps of its pushed contribution */
+	double last_t;	 /* ESP: when its last push came */
+	double interval; /* ESP: EMA of the time between its pushes */
 };
 
 struct kn__sync_rule {
@@ -32,6 +37,10 @@ struct kn__sync_rule {
 	uint32_t npushed;  /* BSP: members with a contribution this round */
 	struct kn__sync_wstate *w;	  /* [max_workers] */
 	struct kn__sync_contrib *contrib; /* [max_workers], APPLY points here */
+	/* PSP: the plan in force and one waiting for the next barrier */
+	uint64_t epoch, next_epoch;
+	bool have_next;
+	uint32_t *plan, *next_plan; /* [max_workers] each, zeroed */
 };
 
 struct kn__sync_planner {
@@ -40,6 +49,10 @@ struct kn__sync_planner {
 	uint64_t epoch;
 	uint32_t nmembers;
 	bool *member; /* [max_workers] */
+	/* PSP: predicted seconds per step, the plan in force, barriers seen */
+	double *pred;	/* [max_workers], 0: no timing yet */
+	uint32_t *plan; /* [max_workers], zeroed */
+	uint64_t barriers;
 };
 
 /* Where a worker rule stands between two events. */
@@ -54,6 +67,11 @@ struct kn__sync_worker {
 	struct kn__sync_params params;
 	uint32_t worker;
 	uint32_t state; /* enum kn__sync_wrule_state */
+	/* the protocols' own, zero at creation */
+	uint32_t steps; /* local steps since the last push */
+	uint32_t due;	/* PSP: the steps its plan asks before a push */
+	uint32_t extra; /* PSP: steps taken while waiting for the release */
+	double cost;	/* ESP: the last release's rtt + hint, seconds */
 };
 
 typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
@@ -74,7 +92,8 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * the worker became a member; @leave after it stopped being one (its
  * wstate still says whether it had pushed: @leave clears that).  @join
  * and @leave cannot refuse, the membership has changed already; they
- * only say what follows from it.  A NULL hook means "no
+ * only say what follows from it.  @plan gets a PLAN event (its @plan
+ * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
  */
@@ -86,6 +105,7 @@ struct kn__sync_ops {
 	kn__sync_rule_event_fn *leave;
 	kn__sync_rule_event_fn *timing;
 	kn__sync_rule_event_fn *timer;
+	kn__sync_rule_event_fn *plan;
 	kn__sync_planner_event_fn *planner_event;
 	kn__sync_worker_event_fn *worker_event;
 };
