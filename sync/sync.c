@@ -20,6 +20,9 @@
 static const struct kn__sync_ops *const protocols[] = {
 	[KN__SYNC_BSP] = &kn__sync_bsp_ops,
 	[KN__SYNC_ASP] = &kn__sync_asp_ops,
+	[KN__SYNC_SSP] = &kn__sync_ssp_ops,
+	[KN__SYNC_ESP] = &kn__sync_esp_ops,
+	[KN__SYNC_PREDICTED] = &kn__sync_predicted_ops,
 };
 
 #define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
@@ -149,6 +152,13 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 	if (!r->plan)
 		goto err_plan;
 	r->next_plan = r->plan + params->max_workers;
+	r->ring = calloc((size_t)p.staleness + 2, sizeof(*r->ring));
+	if (!r->ring)
+		goto err_ring;
+	r->held = calloc(params->max_workers, sizeof(*r->held));
+	if (!r->held)
+		goto err_held;
+	r->ring[0] = params->members; /* everyone's count starts at 0 */
 	r->ops = ops;
 	r->params = p;
 	for (uint32_t i = 0; i < params->members; i++)
@@ -157,6 +167,10 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 	*rule = r;
 	return 0;
 
+err_held:
+	free(r->ring);
+err_ring:
+	free(r->plan);
 err_plan:
 	free(r->contrib);
 err_contrib:
@@ -171,6 +185,8 @@ void kn__sync_rule_destroy(struct kn__sync_rule *rule)
 {
 	if (!rule)
 		return;
+	free(rule->held);
+	free(rule->ring);
 	free(rule->plan);
 	free(rule->contrib);
 	free(rule->w);
@@ -180,6 +196,97 @@ void kn__sync_rule_destroy(struct kn__sync_rule *rule)
 uint64_t kn__sync_rule_version(const struct kn__sync_rule *rule)
 {
 	return rule ? rule->version : 0;
+}
+
+uint64_t kn__sync_rule_lead(const struct kn__sync_rule *rule, uint32_t worker)
+{
+	if (!rule || worker >= rule->params.max_workers ||
+	    !rule->w[worker].member)
+		return 0;
+	return rule->w[worker].syncs - rule->pmin;
+}
+
+/* --- the bound of SSP and ESP (sync_priv.h) --------------------------- */
+
+static uint32_t *ring_at(struct kn__sync_rule *rule, uint64_t count)
+{
+	return &rule->ring[count % (rule->params.staleness + 2)];
+}
+
+/* Move P_min up past counts no member has any more. */
+static void bound_advance(struct kn__sync_rule *rule)
+{
+	while (rule->nmembers && *ring_at(rule, rule->pmin) == 0)
+		rule->pmin++;
+}
+
+void kn__sync_bound_join(struct kn__sync_rule *rule, uint32_t worker)
+{
+	/* a joiner neither holds the others back nor runs ahead of them */
+	rule->w[worker].syncs = rule->pmin;
+	(*ring_at(rule, rule->pmin))++;
+}
+
+void kn__sync_bound_leave(struct kn__sync_rule *rule, uint32_t worker)
+{
+	struct kn__sync_wstate *w = &rule->w[worker];
+
+	(*ring_at(rule, w->syncs))--;
+	if (w->blocked) {
+		for (uint32_t i = 0; i < rule->nheld; i++)
+			if (rule->held[i] == worker) {
+				rule->held[i] = rule->held[--rule->nheld];
+				break;
+			}
+		w->blocked = false;
+	}
+	bound_advance(rule);
+}
+
+bool kn__sync_bound_push(struct kn__sync_rule *rule, uint32_t worker)
+{
+	struct kn__sync_wstate *w = &rule->w[worker];
+
+	(*ring_at(rule, w->syncs))--;
+	w->syncs++;
+	(*ring_at(rule, w->syncs))++;
+	bound_advance(rule);
+	if (w->syncs - rule->pmin <= rule->params.staleness)
+		return true;
+	w->blocked = true;
+	rule->held[rule->nheld++] = worker;
+	return false;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
+				struct kn__sync_action *out)
+{
+	uint32_t n = 0, kept = 0;
+
+	if (!rule->nheld)
+		return 0;
+	/* held workers sit at P_min + s + 1 until P_min moves: then all go */
+	qsort(rule->held, rule->nheld, sizeof(*rule->held), cmp_u32);
+	for (uint32_t i = 0; i < rule->nheld; i++) {
+		uint32_t id = rule->held[i];
+		struct kn__sync_wstate *w = &rule->w[id];
+
+		if (w->syncs - rule->pmin > rule->params.staleness) {
+			rule->held[kept++] = id;
+			continue;
+		}
+		w->blocked = false;
+		kn__sync_release(&out[n++], id, version);
+	}
+	rule->nheld = kept;
+	return n;
 }
 
 static int rule_push(struct kn__sync_rule *rule,
@@ -228,6 +335,7 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 		/* a joiner starts afresh: a restarted worker counts from 0 */
 		*w = (struct kn__sync_wstate){ .member = true };
 		rule->nmembers++;
+		kn__sync_bound_join(rule, ev->worker);
 		return rule->ops->join ? rule->ops->join(rule, ev, out) : 0;
 	case KN__SYNC_EV_LEAVE:
 		w = &rule->w[ev->worker];
@@ -236,6 +344,7 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 		w->member = false;
 		w->clocked = false;
 		rule->nmembers--;
+		kn__sync_bound_leave(rule, ev->worker);
 		return rule->ops->leave ? rule->ops->leave(rule, ev, out) : 0;
 	case KN__SYNC_EV_TIMING:
 		return rule->ops->timing ? rule->ops->timing(rule, ev, out) : 0;
@@ -269,6 +378,9 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	p->plan = calloc(params->max_workers, sizeof(*p->plan));
 	if (!p->plan)
 		goto err_plan;
+	p->reported = calloc(params->max_workers, sizeof(*p->reported));
+	if (!p->reported)
+		goto err_reported;
 	p->ops = ops;
 	p->params = resolved;
 	for (uint32_t i = 0; i < params->members; i++)
@@ -277,6 +389,8 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	*planner = p;
 	return 0;
 
+err_reported:
+	free(p->plan);
 err_plan:
 	free(p->pred);
 err_pred:
@@ -291,6 +405,7 @@ void kn__sync_planner_destroy(struct kn__sync_planner *planner)
 {
 	if (!planner)
 		return;
+	free(planner->reported);
 	free(planner->plan);
 	free(planner->pred);
 	free(planner->member);

@@ -129,6 +129,12 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 /* The model version the rule has made so far (0 before any apply). */
 uint64_t kn__sync_rule_version(const struct kn__sync_rule *rule);
 
+/*
+ * How many syncs @worker is ahead of the slowest member under the bound
+ * of SSP and ESP (0 under the other protocols, and for non-members).
+ */
+uint64_t kn__sync_rule_lead(const struct kn__sync_rule *rule, uint32_t worker);
+
 /* Room @out needs for one call with @params. */
 uint32_t kn__sync_max_actions(const struct kn__sync_params *params);
 

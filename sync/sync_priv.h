@@ -27,6 +27,7 @@ struct kn__sync_wstate {
 	uint32_t steps;	 /* PSP: the local steps of its pushed contribution */
 	double last_t;	 /* ESP: when its last push came */
 	double interval; /* ESP: EMA of the time between its pushes */
+	uint64_t syncs;	 /* SSP, ESP: its sync count P (the bound below) */
 };
 
 struct kn__sync_rule {
@@ -41,6 +42,11 @@ struct kn__sync_rule {
 	uint64_t epoch, next_epoch;
 	bool have_next;
 	uint32_t *plan, *next_plan; /* [max_workers] each, zeroed */
+	/* SSP, ESP: the bound on sync counts (kn__sync_bound_*) */
+	uint64_t pmin;	  /* the members' smallest sync count */
+	uint32_t *ring;	  /* [staleness + 2]: members per count, mod */
+	uint32_t *held;	  /* [max_workers]: workers held back */
+	uint32_t nheld;
 };
 
 struct kn__sync_planner {
@@ -53,6 +59,14 @@ struct kn__sync_planner {
 	double *pred;	/* [max_workers], 0: no timing yet */
 	uint32_t *plan; /* [max_workers], zeroed */
 	uint64_t barriers;
+	/*
+	 * PSP: the members that sent a TIMING since the last barrier and
+	 * how many; a prediction missed since then; a JOIN or LEAVE since
+	 * the last plan.
+	 */
+	bool *reported; /* [max_workers], zeroed */
+	uint32_t nreported;
+	bool missed, changed;
 };
 
 /* Where a worker rule stands between two events. */
@@ -72,6 +86,7 @@ struct kn__sync_worker {
 	uint32_t due;	/* PSP: the steps its plan asks before a push */
 	uint32_t extra; /* PSP: steps taken while waiting for the release */
 	double cost;	/* ESP: the last release's rtt + hint, seconds */
+	uint64_t epoch; /* PSP: the plan in force (0: warm-up, plain BSP) */
 };
 
 typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
@@ -112,6 +127,32 @@ struct kn__sync_ops {
 
 extern const struct kn__sync_ops kn__sync_bsp_ops;
 extern const struct kn__sync_ops kn__sync_asp_ops;
+extern const struct kn__sync_ops kn__sync_ssp_ops;
+extern const struct kn__sync_ops kn__sync_esp_ops;
+extern const struct kn__sync_ops kn__sync_predicted_ops;
+int kn__sync_zipline(const double *t, uint32_t n, uint32_t R, uint32_t *k);
+
+/*
+ * The bound of SSP and ESP: a member's sync count P (pushes accepted
+ * since it joined, plus the smallest count of the members when it
+ * joined) may exceed the members' smallest count P_min by at most
+ * params.staleness = s.  A worker whose push takes it to P_min + s + 1
+ * is held back: it is released when P_min catches up.  So every
+ * member's count lies in [P_min, P_min + s + 1], and a ring of s + 2
+ * counters keeps P_min in O(1) per event (amortized), which the
+ * simulator needs at 10,000 workers.
+ */
+/* A member joined (sync.c made it one); its count starts at P_min. */
+void kn__sync_bound_join(struct kn__sync_rule *rule, uint32_t worker);
+/* A member left (sync.c made it none); a held worker is let go. */
+void kn__sync_bound_leave(struct kn__sync_rule *rule, uint32_t worker);
+/* @worker's push was accepted: true if it may be released now, false
+ * if it is held (pushed beyond the bound). */
+bool kn__sync_bound_push(struct kn__sync_rule *rule, uint32_t worker);
+/* RELEASE every held worker the bound lets go now, in ascending worker
+ * id order, with @version, into @out: the number written. */
+uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
+				struct kn__sync_action *out);
 
 /* Write "deliver @version to @worker" (plan 0, one step) into @act. */
 static inline void kn__sync_release(struct kn__sync_action *act,

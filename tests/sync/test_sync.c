@@ -93,12 +93,14 @@ Test(rules, protocol_names_round_trip)
 {
 	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_BSP), "bsp");
 	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_ASP), "asp");
-	cr_assert_null(kn__sync_protocol_name(2));
+	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_SSP), "ssp");
+	cr_assert_null(kn__sync_protocol_name(99));
 	cr_assert_null(kn__sync_protocol_name(UINT32_MAX));
 	cr_assert_eq(kn__sync_protocol_parse("bsp"), KN__SYNC_BSP);
 	cr_assert_eq(kn__sync_protocol_parse("asp"), KN__SYNC_ASP);
+	cr_assert_eq(kn__sync_protocol_parse("ssp"), KN__SYNC_SSP);
 	cr_assert_eq(kn__sync_protocol_parse("BSP"), -EINVAL);
-	cr_assert_eq(kn__sync_protocol_parse("ssp"), -EINVAL);
+	cr_assert_eq(kn__sync_protocol_parse("psp"), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse(""), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse(NULL), -EINVAL);
 }
@@ -112,7 +114,7 @@ Test(rules, max_actions_per_protocol)
 	cr_assert_eq(kn__sync_max_actions(&p), 1001);
 	p.protocol = KN__SYNC_ASP;
 	cr_assert_eq(kn__sync_max_actions(&p), 2);
-	p.protocol = 7;
+	p.protocol = 99;
 	cr_assert_eq(kn__sync_max_actions(&p), 0);
 	cr_assert_eq(kn__sync_max_actions(NULL), 0);
 }
@@ -122,8 +124,13 @@ Test(rules, create_refuses_bad_params_and_leaves_out_alone)
 	struct kn__sync_params bad[] = {
 		{ KN__SYNC_BSP, 0, 0 },
 		{ KN__SYNC_BSP, 4, 5 },
-		{ 2, 4, 4 },
+		{ 99, 4, 4 },
 		{ KN__SYNC_ASP, KN__SYNC_MAX_WORKERS + 1, 0 },
+		{ KN__SYNC_SSP, 4, 4, .gamma = NAN },
+		{ KN__SYNC_SSP, 4, 4, .theta = -1 },
+		{ KN__SYNC_SSP, 4, 4, .alpha = 1.5f },
+		{ KN__SYNC_SSP, 4, 4, .miss = NAN },
+		{ KN__SYNC_SSP, 4, 4, .max_steps = 1025 },
 	};
 	struct kn__sync_rule *sentinel = (struct kn__sync_rule *)&bad;
 	struct kn__sync_rule *rule = sentinel;

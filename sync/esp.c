@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * esp.c - Efficient Synchronous Parallel, the chunk rule and the worker
+ * rule (docs/protocols.md, DESIGN.md section 4).
+ *
+ * The worker rule decides after every local step whether talking to the
+ * servers now is worth it: it pushes when the last release's cost (round
+ * trip plus the server's predicted wait) is at most gamma local steps,
+ * when its model has moved significantly (delta ratio >= theta), or at
+ * its H_max-th step since the release; otherwise it takes one more local
+ * step.  What it pushes is the gradient accumulated since its last push.
+ *
+ * The chunk rule applies every push on arrival, alone, weighted 1/n and
+ * damped by its staleness as under ASP, and bounds the sync counts as
+ * SSP bounds clocks: a pusher more than s_e pushes ahead of the slowest
+ * member is held back, and released with the current version as soon as
+ * the slowest catches up (the bound is sync.c's, kn__sync_bound_*,
+ * shared with SSP).  Each release carries the hint that feeds the worker
+ * rule: the wait its next push is predicted to meet.  There are no plans:
+ * the planner is the trivial one.
+ */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+
+#include "sync_priv.h"
+
+/* "Not looked for yet" for the slowest member. */
+#define NONE UINT32_MAX
+
+/*
+ * The slowest member: the smallest worker id whose sync count is P_min.
+ * A scan, but only for a hint that needs it (a release at s_e or more
+ * ahead), so once per event at most.
+ */
+static uint32_t slowest(const struct kn__sync_rule *rule)
+{
+	for (uint32_t i = 0; i < rule->params.max_workers; i++)
+		if (rule->w[i].member && rule->w[i].syncs == rule->pmin)
+			return i;
+	return NONE; /* no members: nobody is released either */
+}
+
+/*
+ * The wait that worker @i's next push is predicted to meet at time @t.
+ * Within the bound it is released at once; beyond it, it waits for the
+ * slowest member's next push (*@m, found on first need), expected one
+ * interval after that member's last.  A slowest member without an
+ * interval yet (or a time that is not a number: JOIN and LEAVE times are
+ * not checked) predicts no wait rather than a wrong one.
+ */
+static float hint(const struct kn__sync_rule *rule, uint32_t i, uint32_t *m,
+		  double t)
+{
+	const struct kn__sync_wstate *s;
+	double wait;
+
+	/* P_i + 1 - P_min <= s_e; P_i >= P_min, so this cannot wrap */
+	if (rule->w[i].syncs - rule->pmin < rule->params.staleness)
+		return 0;
+	if (*m == NONE)
+		*m = slowest(rule);
+	s = &rule->w[*m];
+	wait = s->last_t + s->interval - t;
+	if (!(wait > 0))
+		return 0;
+	/* out of float's range the conversion would be undefined */
+	return wait < FLT_MAX ? (float)wait : FLT_MAX;
+}
+
+/*
+ * The releases of one event: the held workers the bound lets go now
+ * (kn__sync_bound_release, ascending), with @extra (a pusher within the
+ * bound, a joiner; NONE if neither) put in its place among them, so
+ * that every answer lists its releases in ascending worker id order.
+ * Then each gets its hint, once every count of the event is in.
+ */
+static int releases(struct kn__sync_rule *rule, uint32_t extra, double t,
+		    struct kn__sync_action *out)
+{
+	uint32_t n = kn__sync_bound_release(rule, rule->version, out);
+	uint32_t m = NONE;
+
+	if (extra != NONE) {
+		uint32_t k = n;
+
+		for (; k > 0 && out[k - 1].worker > extra; k--)
+			out[k] = out[k - 1];
+		kn__sync_release(&out[k], extra, rule->version);
+		n++;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		out[k].hint = hint(rule, out[k].worker, &m, t);
+	return (int)n;
+}
+
+static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	/* sync.c refused versions from the future: tau >= 0 */
+	uint64_t tau = rule->version - ev->version;
+	bool now;
+
+	/*
+	 * A held worker has not been released, so it cannot have pushed
+	 * again; and a time that is not a number would spoil its interval,
+	 * and every hint that reads it, for good.
+	 */
+	if (w->blocked || !isfinite(ev->t))
+		return -EINVAL;
+
+	/*
+	 * The first interval is the first difference, then an EMA with
+	 * weight 1/2.  An interval of 0 predicts nothing, so the next
+	 * difference replaces it.  A time that went back counts as 0.
+	 * (sync.c sets clocked after we return: here it still says whether
+	 * an earlier push came since the worker joined.)
+	 */
+	if (w->clocked) {
+		double gap = ev->t > w->last_t ? ev->t - w->last_t : 0;
+
+		w->interval =
+			w->interval > 0 ? 0.5 * w->interval + 0.5 * gap : gap;
+	}
+	w->last_t = ev->t;
+
+	rule->contrib[0] = (struct kn__sync_contrib){
+		.worker = ev->worker,
+		.slot = ev->slot,
+		/* deltas averaged over n; the pusher is a member: n >= 1 */
+		.weight = 1.0f / (float)rule->nmembers,
+	};
+	rule->version++;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_APPLY,
+		.version = rule->version,
+		.lr_scale = tau > 1 ? 1.0f / (float)tau : 1.0f,
+		.ncontrib = 1,
+		.contrib = rule->contrib,
+	};
+	/* held beyond the bound, or released with the others it frees */
+	now = kn__sync_bound_push(rule, ev->worker);
+	return 1 + releases(rule, now ? ev->worker : NONE, ev->t, out + 1);
+}
+
+/*
+ * sync.c has started the joiner's count at P_min (kn__sync_bound_join):
+ * counted from 0 it would be the slowest by far and hold back everyone
+ * more than s_e ahead of 0 until it caught up.  So it moves no one's
+ * bound, and is released at once with the current version.
+ */
+static int esp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	return releases(rule, ev->worker, ev->t, out);
+}
+
+/* Nothing of its own is pending; if it was the slowest, P_min rose. */
+static int esp_leave(struct kn__sync_rule *rule,
+		     const struct kn__sync_event *ev,
+		     struct kn__sync_action *out)
+{
+	return releases(rule, NONE, ev->t, out);
+}
+
+/* One APPLY and a RELEASE for every worker that can be a member. */
+static uint32_t esp_max_actions(const struct kn__sync_params *params)
+{
+	return 1 + params->max_workers;
+}
+
+/*
+ * The communicate-or-skip decision.  The cost is what the last release
+ * said one sync costs: its round trip plus the predicted wait; a worker
+ * never released yet (an initial member) has cost 0, so it pushes after
+ * its first step.
+ */
+static int esp_worker_event(struct kn__sync_worker *rule,
+			    const struct kn__sync_worker_event *ev,
+			    uint32_t *next)
+{
+	double cost;
+
+	switch (ev->type) {
+	case KN__SYNC_WEV_STEP:
+		/* a ratio of norms is never negative; NaN is a worker bug */
+		if (rule->state != KN__SYNC_WS_RUN || !(ev->delta_ratio >= 0))
+			return -EINVAL;
+		rule->steps++;
+		if (rule->cost <= (double)rule->params.gamma * ev->seconds ||
+		    ev->delta_ratio >= rule->params.theta ||
+		    rule->steps >= rule->params.max_skip) {
+			rule->state = KN__SYNC_WS_PUSH;
+			*next = KN__SYNC_NEXT_PUSH;
+		} else {
+			*next = KN__SYNC_NEXT_STEP;
+		}
+		return 0;
+	case KN__SYNC_WEV_PUSHED:
+		if (rule->state != KN__SYNC_WS_PUSH)
+			return -EINVAL;
+		rule->state = KN__SYNC_WS_WAIT;
+		*next = KN__SYNC_NEXT_WAIT;
+		return 0;
+	default: /* KN__SYNC_WEV_RELEASE */
+		/* in RUN only as a joiner's first release */
+		cost = ev->rtt + (double)ev->hint;
+		if (rule->state == KN__SYNC_WS_PUSH || !(ev->rtt >= 0) ||
+		    !(ev->hint >= 0) || !isfinite(cost))
+			return -EINVAL;
+		rule->cost = cost;
+		rule->steps = 0;
+		rule->state = KN__SYNC_WS_RUN;
+		*next = KN__SYNC_NEXT_STEP;
+		return 0;
+	}
+}
+
+const struct kn__sync_ops kn__sync_esp_ops = {
+	.name = "esp",
+	.max_actions = esp_max_actions,
+	.push = esp_push,
+	.join = esp_join,
+	.leave = esp_leave,
+	.worker_event = esp_worker_event,
+};

@@ -1,0 +1,500 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * predicted.c - PSP, Predicted Synchronization Parallel (`predicted`,
+ * DESIGN.md section 4, docs/protocols.md): its chunk rule, planner and
+ * worker rule.
+ *
+ * The planner predicts every member's seconds per local step (an EMA of
+ * its TIMING reports) and, at a barrier, gives each member a number of
+ * local steps k_i <= R so that the predicted finish times k_i * t_i lie
+ * as close together as they can (ZipLine, below).  The plan goes out as
+ * a REGROUP; the caller hands it to every chunk rule as a PLAN event, and
+ * a chunk rule puts it in force only at its next round completion, so no
+ * round is ever released under two plans.  Rounds are BSP's.  A push
+ * holds the mean gradient of the steps_i local steps since the worker's
+ * last push and is weighted steps_i / n, so an update is the sum of all
+ * the round's local gradients over n.  Until `warmup` barriers have
+ * passed there is no plan: one step per round, weight 1/n, exactly BSP.
+ *
+ * A worker that has pushed under a plan keeps training on its local copy
+ * (R steps at most) until the new model arrives; the caller then merges
+ *	params = new_model + (local_now - local_at_push)
+ * and the steps taken while waiting count toward its next push.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sync_priv.h"
+
+/* --- ZipLine ------------------------------------------------------------ */
+
+/* The head of worker @list's candidate list: its @k-th finish time. */
+struct head {
+	double value; /* (double)k * t[list] */
+	uint32_t list;
+	uint32_t k;
+};
+
+/* Ties go to the lower list so the search is the same on every run. */
+static bool head_before(const struct head *a, const struct head *b)
+{
+	return a->value < b->value ||
+	       (a->value == b->value && a->list < b->list);
+}
+
+static void sift_down(struct head *heap, uint32_t n, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, min = i;
+		struct head tmp;
+
+		if (l < n && head_before(&heap[l], &heap[min]))
+			min = l;
+		if (r < n && head_before(&heap[r], &heap[min]))
+			min = r;
+		if (min == i)
+			return;
+		tmp = heap[i];
+		heap[i] = heap[min];
+		heap[min] = tmp;
+		i = min;
+	}
+}
+
+/*
+ * ZipLine (ElasticBSP): worker i's candidate finish times are k * t[i]
+ * for k = 1 .. @R.  Find the window [lo, hi] that holds at least one
+ * candidate of every worker and is the smallest by (hi - lo, then hi),
+ * and give each worker the most steps that fit: k[i] = the largest
+ * k <= @R with k * t[i] <= hi (at least 1, since the window holds one of
+ * its candidates).
+ *
+ * The search is the smallest range over n sorted lists: a min-heap over
+ * the lists' current heads, popping the smallest and advancing its list,
+ * each step looking at [smallest head, largest head]; it ends when a
+ * list is exhausted.  The optimum is among the windows it looks at:
+ * take the first moment a head would move past the optimum's candidate
+ * of its list; the window then is inside the optimum.  O(R n log n).
+ *
+ * Floating point: a candidate is the double (double)k * t[i], a window's
+ * width the double hi - lo; windows are compared on (width, hi) exactly,
+ * with no tolerance, so finish times that differ in the last bit are
+ * different.  Rounding is monotonic, so a window inside another is never
+ * wider, and the result is what an exhaustive search over all R^n step
+ * vectors computing the same doubles finds (tests/sync/test_predicted.c
+ * checks that).  Callers wanting "equal within noise" round @t first.
+ *
+ * @t: n predicted seconds per step, finite and positive, with R * t[i]
+ * finite; @k: n step counts out, written only on success.  Returns 0,
+ * -EINVAL for n == 0, R == 0 or a bad time, -ENOMEM (it allocates a heap
+ * of n entries).  Pure; safe to call from any thread.
+ */
+int kn__sync_zipline(const double *t, uint32_t n, uint32_t R, uint32_t *k)
+{
+	struct head *heap;
+	double hi, best_width = INFINITY, best_hi = INFINITY;
+
+	if (!t || !k || n == 0 || R == 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!(t[i] > 0) || !isfinite((double)R * t[i]))
+			return -EINVAL;
+	heap = malloc((size_t)n * sizeof(*heap));
+	if (!heap)
+		return -ENOMEM;
+
+	hi = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		heap[i] = (struct head){ .value = t[i], .list = i, .k = 1 };
+		if (t[i] > hi)
+			hi = t[i];
+	}
+	for (uint32_t i = n / 2; i-- > 0;)
+		sift_down(heap, n, i);
+
+	for (;;) {
+		double width = hi - heap[0].value;
+
+		/* (width, hi) in that order; hi never decreases here */
+		if (width < best_width ||
+		    (width == best_width && hi < best_hi)) {
+			best_width = width;
+			best_hi = hi;
+		}
+		if (heap[0].k == R)
+			break;
+		heap[0].k++;
+		heap[0].value = (double)heap[0].k * t[heap[0].list];
+		if (heap[0].value > hi)
+			hi = heap[0].value;
+		sift_down(heap, n, 0);
+	}
+	free(heap);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t steps = R;
+
+		while (steps > 1 && (double)steps * t[i] > best_hi)
+			steps--;
+		k[i] = steps;
+	}
+	return 0;
+}
+
+/* --- the chunk rule ------------------------------------------------------ */
+
+/* The steps a release under the plan in force asks of @worker. */
+static uint32_t plan_steps(const struct kn__sync_rule *rule, uint32_t worker)
+{
+	uint32_t steps = rule->plan[worker];
+
+	/* no plan, or none for this worker: one step, as under BSP */
+	if (steps == 0)
+		return 1;
+	return steps < rule->params.max_steps ? steps : rule->params.max_steps;
+}
+
+static void release(const struct kn__sync_rule *rule,
+		    struct kn__sync_action *act, uint32_t worker)
+{
+	kn__sync_release(act, worker, rule->version);
+	act->epoch = rule->epoch;
+	act->steps = plan_steps(rule, worker);
+}
+
+/*
+ * The APPLY and the RELEASEs of a complete round, or nothing, as BSP's
+ * (ascending worker id order is the summation order), but weighted by
+ * the steps each push holds.  A completion is the barrier a waiting
+ * plan waits for: it is put in force before the releases, which carry
+ * it.
+ */
+static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
+{
+	uint32_t n = 0;
+
+	if (rule->nmembers == 0 || rule->npushed != rule->nmembers)
+		return 0;
+
+	if (rule->have_next) {
+		/* copied, not swapped: plan and next_plan are one allocation */
+		memcpy(rule->plan, rule->next_plan,
+		       rule->params.max_workers * sizeof(*rule->plan));
+		rule->epoch = rule->next_epoch;
+		rule->have_next = false;
+	}
+	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
+		struct kn__sync_wstate *w = &rule->w[i];
+
+		if (!w->pushed)
+			continue;
+		rule->contrib[n++] = (struct kn__sync_contrib){
+			.worker = i,
+			.slot = w->slot,
+		};
+		w->pushed = false;
+	}
+	/* a push is a mean of steps_i gradients: the sum of them all over n */
+	for (uint32_t c = 0; c < n; c++)
+		rule->contrib[c].weight =
+			(float)rule->w[rule->contrib[c].worker].steps /
+			(float)n;
+
+	rule->version++;
+	rule->npushed = 0;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_APPLY,
+		.version = rule->version,
+		.lr_scale = 1.0f,
+		.ncontrib = n,
+		.contrib = rule->contrib,
+	};
+	for (uint32_t c = 0; c < n; c++)
+		release(rule, &out[1 + c], rule->contrib[c].worker);
+	return (int)(1 + n);
+}
+
+static int psp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	uint32_t steps = ev->steps ? ev->steps : 1;
+
+	/*
+	 * As BSP: one push per member per round, from the round's version.
+	 * The worker rule never holds more than R + 1 steps (R while
+	 * waiting, then one); beyond 2R no plan explains the drift.
+	 */
+	if (w->pushed || ev->version != rule->version ||
+	    steps > 2 * rule->params.max_steps)
+		return -EINVAL;
+	w->pushed = true;
+	w->slot = ev->slot;
+	w->steps = steps;
+	rule->npushed++;
+	return complete(rule, out);
+}
+
+/* The joiner takes part in the current round, under the plan in force. */
+static int psp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	release(rule, &out[0], ev->worker);
+	return 1;
+}
+
+static int psp_leave(struct kn__sync_rule *rule,
+		     const struct kn__sync_event *ev,
+		     struct kn__sync_action *out)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+
+	/* the round is applied by its members only: drop the leaver's push */
+	if (w->pushed) {
+		w->pushed = false;
+		rule->npushed--;
+	}
+	return complete(rule, out);
+}
+
+/*
+ * A plan waits for the next completion.  Epochs only grow: a plan not
+ * newer than the one in force or the one waiting is a replay or came
+ * out of order.  A newer plan replaces a waiting one that never came
+ * into force.
+ */
+static int psp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	(void)out;
+	if (ev->epoch <= rule->epoch ||
+	    (rule->have_next && ev->epoch <= rule->next_epoch))
+		return -EINVAL;
+	memcpy(rule->next_plan, ev->plan,
+	       rule->params.max_workers * sizeof(*rule->next_plan));
+	rule->next_epoch = ev->epoch;
+	rule->have_next = true;
+	return 0;
+}
+
+/* --- the planner --------------------------------------------------------- */
+
+/*
+ * A step shorter than a nanosecond is taken as one: a prediction of 0
+ * would mean "no timing yet", and ZipLine needs positive times.
+ */
+#define PRED_MIN 1e-9
+
+/*
+ * ZipLine over the members' predictions into planner->plan (0 for
+ * non-members); planner->plan is untouched on failure.
+ */
+static int make_plan(struct kn__sync_planner *planner)
+{
+	uint32_t max = planner->params.max_workers, n = 0;
+	double *t;
+	uint32_t *k;
+	int ret = -ENOMEM;
+
+	t = malloc((size_t)planner->nmembers * sizeof(*t));
+	if (!t)
+		goto err_t;
+	k = malloc((size_t)planner->nmembers * sizeof(*k));
+	if (!k)
+		goto err_k;
+	for (uint32_t i = 0; i < max; i++)
+		if (planner->member[i])
+			t[n++] = planner->pred[i];
+	ret = kn__sync_zipline(t, n, planner->params.max_steps, k);
+	if (ret == 0) {
+		n = 0;
+		for (uint32_t i = 0; i < max; i++)
+			planner->plan[i] = planner->member[i] ? k[n++] : 0;
+	}
+	free(k);
+err_k:
+	free(t);
+err_t:
+	return ret;
+}
+
+/*
+ * A barrier is passed when every member has sent a TIMING since the
+ * last one.  The first plan comes at barrier `warmup`; later ones only
+ * when a prediction missed or the membership changed, so a steady
+ * cluster keeps its plan.  On failure nothing has changed and the
+ * barrier is tried again with the next TIMING.
+ */
+static int barrier(struct kn__sync_planner *planner,
+		   struct kn__sync_action *out)
+{
+	uint64_t warmup = planner->params.warmup, next = planner->barriers + 1;
+	bool replan;
+	int ret;
+
+	if (planner->nmembers == 0 || planner->nreported < planner->nmembers)
+		return 0;
+	replan = next == warmup ||
+		 (next > warmup && (planner->missed || planner->changed));
+	if (replan) {
+		ret = make_plan(planner);
+		if (ret < 0)
+			return ret;
+	}
+	planner->barriers = next;
+	planner->missed = false;
+	planner->nreported = 0;
+	memset(planner->reported, 0,
+	       planner->params.max_workers * sizeof(*planner->reported));
+	if (!replan)
+		return 0;
+	planner->changed = false;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_REGROUP,
+		.epoch = ++planner->epoch,
+		.plan = planner->plan,
+	};
+	return 1;
+}
+
+static int planner_timing(struct kn__sync_planner *planner,
+			  const struct kn__sync_event *ev,
+			  struct kn__sync_action *out)
+{
+	uint32_t w = ev->worker;
+	double value = ev->value > PRED_MIN ? ev->value : PRED_MIN;
+	double old = planner->pred[w], alpha = planner->params.alpha;
+	bool was_reported = planner->reported[w], was_missed = planner->missed;
+	int ret;
+
+	/* ZipLine needs R x t finite: such a time is no measurement */
+	if (!isfinite((double)planner->params.max_steps * ev->value))
+		return -EINVAL;
+	/* a non-member's speed plans nothing; it is forgotten at its JOIN */
+	if (!planner->member[w])
+		return 0;
+	if (old == 0) {
+		planner->pred[w] = value;
+	} else {
+		if (fabs(value - old) > (double)planner->params.miss * old)
+			planner->missed = true;
+		planner->pred[w] = alpha * value + (1 - alpha) * old;
+	}
+	if (!was_reported) {
+		planner->reported[w] = true;
+		planner->nreported++;
+	}
+	ret = barrier(planner, out);
+	if (ret < 0) {
+		planner->pred[w] = old;
+		planner->missed = was_missed;
+		if (!was_reported) {
+			planner->reported[w] = false;
+			planner->nreported--;
+		}
+	}
+	return ret;
+}
+
+static int psp_planner_event(struct kn__sync_planner *planner,
+			     const struct kn__sync_event *ev,
+			     struct kn__sync_action *out)
+{
+	uint32_t w = ev->worker;
+
+	switch (ev->type) {
+	case KN__SYNC_EV_TIMING:
+		return planner_timing(planner, ev, out);
+	case KN__SYNC_EV_JOIN:
+		/* a restarted worker may run on other hardware: predict anew */
+		planner->pred[w] = 0;
+		planner->changed = true;
+		return 0;
+	case KN__SYNC_EV_LEAVE:
+		if (planner->reported[w]) {
+			planner->reported[w] = false;
+			planner->nreported--;
+		}
+		planner->changed = true;
+		/* the barrier may have waited only for the leaver */
+		return barrier(planner, out);
+	default: /* KN__SYNC_EV_TIMER: time alone changes no plan */
+		return 0;
+	}
+}
+
+/* --- the worker rule ----------------------------------------------------- */
+
+static int psp_worker_event(struct kn__sync_worker *rule,
+			    const struct kn__sync_worker_event *ev,
+			    uint32_t *next)
+{
+	uint32_t max_steps = rule->params.max_steps;
+
+	switch (ev->type) {
+	case KN__SYNC_WEV_STEP:
+		if (rule->state == KN__SYNC_WS_RUN) {
+			/* due 0 is the start: one step, as under BSP */
+			rule->steps++;
+			if (rule->steps < rule->due) {
+				*next = KN__SYNC_NEXT_STEP;
+				return 0;
+			}
+			rule->state = KN__SYNC_WS_PUSH;
+			*next = KN__SYNC_NEXT_PUSH;
+			return 0;
+		}
+		/*
+		 * Steps while waiting only where PUSHED or the last of them
+		 * said STEP: under a plan, and fewer than R so far, so a
+		 * worker whose model is late stops drifting from it.
+		 */
+		if (rule->state != KN__SYNC_WS_WAIT || rule->epoch == 0 ||
+		    rule->extra >= max_steps)
+			return -EINVAL;
+		rule->extra++;
+		*next = rule->extra < max_steps ? KN__SYNC_NEXT_STEP
+						: KN__SYNC_NEXT_WAIT;
+		return 0;
+	case KN__SYNC_WEV_PUSHED:
+		if (rule->state != KN__SYNC_WS_PUSH)
+			return -EINVAL;
+		rule->state = KN__SYNC_WS_WAIT;
+		rule->steps = 0;
+		rule->extra = 0;
+		/* in warm-up it is BSP: no training on a copy while waiting */
+		*next = rule->epoch ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
+		return 0;
+	default: /* KN__SYNC_WEV_RELEASE */
+		/* no chunk rule releases more than R steps */
+		if (rule->state == KN__SYNC_WS_PUSH || ev->steps > max_steps)
+			return -EINVAL;
+		rule->due = ev->steps ? ev->steps : 1;
+		rule->epoch = ev->epoch;
+		/* the caller merges them onto the new model: they count */
+		rule->steps = rule->extra;
+		rule->extra = 0;
+		rule->state = KN__SYNC_WS_RUN;
+		*next = KN__SYNC_NEXT_STEP;
+		return 0;
+	}
+}
+
+/* One APPLY and a RELEASE for every worker that can be a member. */
+static uint32_t psp_max_actions(const struct kn__sync_params *params)
+{
+	return 1 + params->max_workers;
+}
+
+const struct kn__sync_ops kn__sync_predicted_ops = {
+	.name = "predicted",
+	.max_actions = psp_max_actions,
+	.push = psp_push,
+	.join = psp_join,
+	.leave = psp_leave,
+	.plan = psp_plan,
+	.planner_event = psp_planner_event,
+	.worker_event = psp_worker_event,
+};

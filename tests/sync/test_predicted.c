@@ -1,0 +1,1062 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_predicted.c - PSP, `predicted` (docs/protocols.md): the ZipLine
+ * search on hand-computed cases and against an exhaustive search; the
+ * chunk rule (BSP while warming up, a plan in force only from the next
+ * completion, weights steps_i / n, joins and leaves); the planner (EMA
+ * predictions, the first plan at barrier `warmup`, re-plans after a miss
+ * or a membership change only); the worker rule (k_i steps, training
+ * while waiting, the merge of those steps); and the three machines run
+ * together for a few rounds.  It includes sync_priv.h to call ZipLine
+ * directly and to see that a refused event changed nothing.
+ */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "sync_priv.h"
+
+#define MAXW   8
+#define MAXACT (1 + MAXW)
+
+/* --- ZipLine: hand-computed cases ---------------------------------------- */
+
+static void assert_zipline(const double *t, uint32_t n, uint32_t R,
+			   const uint32_t *expect)
+{
+	uint32_t k[MAXW];
+
+	cr_assert_eq(kn__sync_zipline(t, n, R, k), 0);
+	for (uint32_t i = 0; i < n; i++)
+		cr_assert_eq(k[i], expect[i], "t[%u] = %g, R %u: k %u, not %u",
+			     i, t[i], R, k[i], expect[i]);
+}
+
+Test(predicted, zipline_equal_times_give_one_step_each)
+{
+	/* every window [j t, j t] has width 0; the lowest is [t, t] */
+	const double t[] = { 0.3, 0.3, 0.3, 0.3, 0.3 };
+	const uint32_t one[] = { 1, 1, 1, 1, 1 };
+
+	for (uint32_t R = 1; R <= 15; R++)
+		assert_zipline(t, 5, R, one);
+	/* one worker: [t, t] as well */
+	assert_zipline((const double[]){ 7 }, 1, 15, one);
+}
+
+Test(predicted, zipline_hand_computed_cases)
+{
+	/* {1, 2}: width 0 first at [2, 2] (2 x 1, 1 x 2) */
+	assert_zipline((const double[]){ 1, 2 }, 2, 15,
+		       (const uint32_t[]){ 2, 1 });
+	/* {1, 1.5}: 1.5 matches no integer, 3 = 3 x 1 = 2 x 1.5 */
+	assert_zipline((const double[]){ 1, 1.5 }, 2, 15,
+		       (const uint32_t[]){ 3, 2 });
+	/* the order of the workers does not matter */
+	assert_zipline((const double[]){ 1.5, 1 }, 2, 15,
+		       (const uint32_t[]){ 2, 3 });
+	/* {1, 4, 4}: [4, 4] */
+	assert_zipline((const double[]){ 1, 4, 4 }, 3, 15,
+		       (const uint32_t[]){ 4, 1, 1 });
+	/*
+	 * {1, 100}, R = 15: the fast one's candidates stop at 15, so the
+	 * best window is [15, 100] (width 85); it does all 15 steps.
+	 */
+	assert_zipline((const double[]){ 1, 100 }, 2, 15,
+		       (const uint32_t[]){ 15, 1 });
+	/*
+	 * {1, 2.5, 4}, R = 15: every candidate is a multiple of 0.5, and
+	 * width 0 needs a common multiple of 2.5 and 4 (20) that worker 0
+	 * reaches (it stops at 15): none.  Width 0.5 needs 2.5a and 4b
+	 * within 0.5: 5 vs 4 is 1, 7.5 vs 8 is 0.5, so [7.5, 8] (which
+	 * holds 8 = 8 x 1), not the window at the start [1, 4]: k = 8, 3
+	 * (7.5 <= 8 < 10), 2.
+	 */
+	assert_zipline((const double[]){ 1, 2.5, 4 }, 3, 15,
+		       (const uint32_t[]){ 8, 3, 2 });
+	/* with R = 20 worker 0 reaches 20: width 0 beats the lower hi */
+	assert_zipline((const double[]){ 1, 2.5, 4 }, 3, 20,
+		       (const uint32_t[]){ 20, 8, 5 });
+	/*
+	 * {2, 3, 5}, R = 5: candidates are integers, no common value
+	 * below 30, so width 1: [5, 6] (6, 6, 5) before [9, 10]; k = 3
+	 * (2 x 3 = 6), 2, 1.  With R = 15, 30 = 15 x 2 = 10 x 3 = 6 x 5.
+	 */
+	assert_zipline((const double[]){ 2, 3, 5 }, 3, 5,
+		       (const uint32_t[]){ 3, 2, 1 });
+	assert_zipline((const double[]){ 2, 3, 5 }, 3, 15,
+		       (const uint32_t[]){ 15, 10, 6 });
+	/* R = 1: one step each, whatever the times */
+	assert_zipline((const double[]){ 1, 2.5, 4 }, 3, 1,
+		       (const uint32_t[]){ 1, 1, 1 });
+}
+
+Test(predicted, zipline_refuses_bad_input_and_leaves_k_alone)
+{
+	const double ok[] = { 1, 2 };
+	const double bad[][2] = {
+		{ 1, 0 },	 { -1, 1 },	 { NAN, 1 },
+		{ 1, INFINITY }, { DBL_MAX, 1 },
+	};
+	uint32_t k[2] = { 77, 77 };
+
+	cr_assert_eq(kn__sync_zipline(ok, 0, 15, k), -EINVAL);
+	cr_assert_eq(kn__sync_zipline(ok, 2, 0, k), -EINVAL);
+	cr_assert_eq(kn__sync_zipline(NULL, 2, 15, k), -EINVAL);
+	cr_assert_eq(kn__sync_zipline(ok, 2, 15, NULL), -EINVAL);
+	/* DBL_MAX is finite but 15 x DBL_MAX is not */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(kn__sync_zipline(bad[i], 2, 15, k), -EINVAL,
+			     "case %zu", i);
+	cr_assert_eq(kn__sync_zipline(bad[4], 2, 1, k), 0);
+	cr_assert_eq(k[0], 1);
+	cr_assert_eq(k[1], 1, "1 x DBL_MAX is finite: one step each");
+	k[0] = k[1] = 77;
+	cr_assert_eq(kn__sync_zipline(bad[0], 2, 15, k), -EINVAL);
+	cr_assert_eq(k[0], 77);
+	cr_assert_eq(k[1], 77);
+}
+
+/* --- ZipLine against an exhaustive search --------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rnd64(void)
+{
+	/* xorshift64*: fixed seed, same sequence on every machine */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+static uint32_t rnd(uint32_t n)
+{
+	return (uint32_t)(rnd64() >> 32) % n;
+}
+
+/*
+ * Every step vector in 1..R^n: the window it spans, [min, max] of
+ * k_i t_i, the smallest by (hi - lo, then hi) with the same doubles as
+ * kn__sync_zipline, then the most steps of each worker that fit in it.
+ */
+static void zipline_brute(const double *t, uint32_t n, uint32_t R, uint32_t *k)
+{
+	uint32_t v[MAXW];
+	double best_width = INFINITY, best_hi = INFINITY;
+
+	for (uint32_t i = 0; i < n; i++)
+		v[i] = 1;
+	for (;;) {
+		double lo = INFINITY, hi = -INFINITY;
+		uint32_t i;
+
+		for (i = 0; i < n; i++) {
+			double c = (double)v[i] * t[i];
+
+			lo = c < lo ? c : lo;
+			hi = c > hi ? c : hi;
+		}
+		if (hi - lo < best_width ||
+		    (hi - lo == best_width && hi < best_hi)) {
+			best_width = hi - lo;
+			best_hi = hi;
+		}
+		/* the next vector, as an odometer */
+		for (i = 0; i < n && v[i] == R; i++)
+			v[i] = 1;
+		if (i == n)
+			break;
+		v[i]++;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		k[i] = 0;
+		for (uint32_t s = 1; s <= R; s++)
+			if ((double)s * t[i] <= best_hi)
+				k[i] = s;
+	}
+}
+
+/* @cases random cases; @grid: times on a grid of 0.25, so ties abound. */
+static void zipline_vs_brute(uint64_t seed, uint32_t cases, bool grid)
+{
+	uint32_t uneven = 0;
+
+	rng_state = seed;
+	for (uint32_t c = 0; c < cases; c++) {
+		uint32_t n = 1 + rnd(5), R = 1 + rnd(6);
+		uint32_t k[MAXW], want[MAXW];
+		double t[MAXW];
+		bool all_one = true;
+
+		for (uint32_t i = 0; i < n; i++) {
+			/* in (0.5, 5]: 53 random bits, or 0.75 .. 5 by 0.25 */
+			double u = (double)(rnd64() >> 11) * 0x1p-53;
+
+			t[i] = grid ? 0.5 + 0.25 * (1 + rnd(18)) : 5 - 4.5 * u;
+		}
+		zipline_brute(t, n, R, want);
+		cr_assert_eq(kn__sync_zipline(t, n, R, k), 0);
+		for (uint32_t i = 0; i < n; i++) {
+			cr_assert_eq(k[i], want[i],
+				     "case %u (n %u, R %u): k[%u] = %u, "
+				     "brute force %u, t[%u] = %.17g",
+				     c, n, R, i, k[i], want[i], i, t[i]);
+			all_one = all_one && k[i] == 1;
+		}
+		uneven += !all_one;
+	}
+	/* the cases were not all the trivial answer */
+	cr_assert_gt(uneven, cases / 4, "only %u of %u cases not all 1", uneven,
+		     cases);
+}
+
+Test(predicted, zipline_matches_exhaustive_search_on_random_times)
+{
+	zipline_vs_brute(0x7a69704c696e65ULL, 2000, false);
+}
+
+Test(predicted, zipline_matches_exhaustive_search_on_tied_times)
+{
+	zipline_vs_brute(0x7469657321ULL, 2000, true);
+}
+
+/* --- the chunk rule ------------------------------------------------------ */
+
+static struct kn__sync_rule *rule_new(uint32_t protocol, uint32_t members)
+{
+	struct kn__sync_params p = {
+		.protocol = protocol,
+		.max_workers = MAXW,
+		.members = members,
+	};
+	struct kn__sync_rule *rule = NULL;
+
+	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
+	cr_assert_leq(kn__sync_max_actions(&p), MAXACT);
+	return rule;
+}
+
+static int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
+		uint32_t steps, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_PUSH,
+		.worker = worker,
+		.slot = (uint32_t)(clock & 1),
+		.clock = clock,
+		.version = kn__sync_rule_version(rule),
+		.steps = steps,
+	};
+
+	return kn__sync_rule_event(rule, &ev, out);
+}
+
+static int member_event(struct kn__sync_rule *rule, uint32_t type,
+			uint32_t worker, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = { .type = type, .worker = worker };
+
+	return kn__sync_rule_event(rule, &ev, out);
+}
+
+static int plan_event(struct kn__sync_rule *rule, uint64_t epoch,
+		      const uint32_t *plan, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_PLAN,
+		.epoch = epoch,
+		.plan = plan,
+	};
+
+	return kn__sync_rule_event(rule, &ev, out);
+}
+
+static void assert_release(const struct kn__sync_action *a, uint32_t worker,
+			   uint64_t version, uint64_t epoch, uint32_t steps)
+{
+	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
+	cr_assert_eq(a->worker, worker, "release of %u, not %u", a->worker,
+		     worker);
+	cr_assert_eq(a->version, version);
+	cr_assert_eq(a->epoch, epoch, "worker %u: epoch %lu, not %lu", worker,
+		     (unsigned long)a->epoch, (unsigned long)epoch);
+	cr_assert_eq(a->steps, steps, "worker %u: %u steps, not %u", worker,
+		     a->steps, steps);
+}
+
+/*
+ * A completion from @version: APPLY of workers @ws (ascending) with
+ * weights steps[i] / count, then their releases under @epoch with
+ * @rsteps[i] steps.
+ */
+static void assert_round(const struct kn__sync_action *a, int n,
+			 const uint32_t *ws, const uint32_t *steps,
+			 uint32_t count, uint64_t version, uint64_t epoch,
+			 const uint32_t *rsteps)
+{
+	cr_assert_eq(n, (int)(1 + count));
+	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(a[0].version, version + 1);
+	cr_assert_eq(a[0].lr_scale, 1.0f);
+	cr_assert_eq(a[0].ncontrib, count);
+	for (uint32_t i = 0; i < count; i++) {
+		cr_assert_eq(a[0].contrib[i].worker, ws[i]);
+		cr_assert_eq(a[0].contrib[i].weight,
+			     (float)steps[i] / (float)count,
+			     "worker %u: weight %g, steps %u of %u", ws[i],
+			     a[0].contrib[i].weight, steps[i], count);
+		assert_release(&a[1 + i], ws[i], version + 1, epoch, rsteps[i]);
+	}
+}
+
+Test(predicted, name_and_max_actions)
+{
+	struct kn__sync_params p = { KN__SYNC_PREDICTED, 100, 3 };
+
+	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_PREDICTED),
+			 "predicted");
+	cr_assert_eq(kn__sync_protocol_parse("predicted"), KN__SYNC_PREDICTED);
+	cr_assert_eq(kn__sync_protocol_parse("psp"), -EINVAL);
+	cr_assert_eq(kn__sync_max_actions(&p), 101);
+}
+
+/*
+ * Warm-up is BSP: fed the same events, a `predicted` rule without a
+ * plan and a `bsp` rule answer the same actions, field by field.
+ */
+Test(predicted, warmup_rounds_are_exactly_bsp)
+{
+	struct kn__sync_rule *psp = rule_new(KN__SYNC_PREDICTED, 4);
+	struct kn__sync_rule *bsp = rule_new(KN__SYNC_BSP, 4);
+	struct kn__sync_action a[MAXACT], b[MAXACT];
+	const uint32_t all[] = { 0, 1, 2, 3 }, one[] = { 1, 1, 1, 1 };
+	uint64_t clock[MAXW] = { 0 };
+	int rounds = 0;
+
+	rng_state = 0x7761726dULL;
+	for (int e = 0; e < 3000; e++) {
+		struct kn__sync_event ev = { .worker = rnd(MAXW) };
+		int na, nb;
+
+		switch (rnd(8)) {
+		case 0:
+			ev.type = KN__SYNC_EV_JOIN;
+			clock[ev.worker] = 0;
+			break;
+		case 1:
+			ev.type = KN__SYNC_EV_LEAVE;
+			break;
+		default:
+			/* mostly a member still due (rule->w says who) */
+			for (uint32_t d = 0; d < 4 * MAXW && rnd(8); d++) {
+				if (psp->w[ev.worker].member &&
+				    !psp->w[ev.worker].pushed)
+					break;
+				ev.worker = rnd(MAXW);
+			}
+			ev.type = KN__SYNC_EV_PUSH;
+			ev.clock = clock[ev.worker]++;
+			ev.slot = rnd(2);
+			ev.version = kn__sync_rule_version(bsp);
+			ev.steps = rnd(2); /* 0 counts as 1 */
+			break;
+		}
+		na = kn__sync_rule_event(psp, &ev, a);
+		nb = kn__sync_rule_event(bsp, &ev, b);
+		cr_assert_eq(na, nb, "event %d", e);
+		for (int i = 0; i < na; i++) {
+			cr_assert_eq(a[i].type, b[i].type);
+			cr_assert_eq(a[i].worker, b[i].worker);
+			cr_assert_eq(a[i].version, b[i].version);
+			cr_assert_eq(a[i].epoch, 0);
+			cr_assert_eq(a[i].epoch, b[i].epoch);
+			cr_assert_eq(a[i].steps, b[i].steps);
+			cr_assert_eq(a[i].ncontrib, b[i].ncontrib);
+			if (a[i].type != KN__SYNC_ACT_APPLY)
+				continue;
+			rounds++;
+			cr_assert_eq(a[i].lr_scale, b[i].lr_scale);
+			for (uint32_t c = 0; c < a[i].ncontrib; c++) {
+				cr_assert_eq(a[i].contrib[c].worker,
+					     b[i].contrib[c].worker);
+				cr_assert_eq(a[i].contrib[c].slot,
+					     b[i].contrib[c].slot);
+				cr_assert_eq(a[i].contrib[c].weight,
+					     b[i].contrib[c].weight);
+			}
+		}
+	}
+	cr_log_info("warm-up vs bsp: %d rounds", rounds);
+	cr_assert_gt(rounds, 150, "only %d rounds", rounds);
+	kn__sync_rule_destroy(psp);
+	kn__sync_rule_destroy(bsp);
+
+	/* and explicitly: 1/n, epoch 0, one step */
+	psp = rule_new(KN__SYNC_PREDICTED, 4);
+	cr_assert_eq(push(psp, 3, 0, 0, a), 0);
+	cr_assert_eq(push(psp, 1, 0, 1, a), 0);
+	cr_assert_eq(push(psp, 0, 0, 0, a), 0);
+	assert_round(a, push(psp, 2, 0, 1, a), all, one, 4, 0, 0, one);
+	cr_assert_eq(a[0].contrib[0].weight, 0.25f);
+	kn__sync_rule_destroy(psp);
+}
+
+Test(predicted, a_plan_takes_effect_at_the_next_completion)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 3);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t plan1[MAXW] = { 3, 2, 1, 0, 6, 4 };
+	const uint32_t plan2[MAXW] = { 1, 5, 2 };
+	const uint32_t ws[] = { 0, 1, 2, 5 }, ones[] = { 1, 1, 1, 1 };
+	const uint32_t held[] = { 3, 2, 1, 4 };
+	const uint32_t ws2[] = { 0, 1, 2 }, k2[] = { 1, 5, 2 };
+
+	/* round 0: two pushes, then the plan, then a joiner */
+	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
+	cr_assert_eq(push(rule, 1, 0, 1, out), 0);
+	cr_assert_eq(plan_event(rule, 1, plan1, out), 0);
+	/* not in force yet: the joiner is released under no plan */
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
+	assert_release(&out[0], 5, 0, 0, 1);
+	cr_assert_eq(push(rule, 2, 0, 1, out), 0, "waits for the joiner");
+	/* the round completes with its pushes; its releases carry plan 1 */
+	assert_round(out, push(rule, 5, 0, 1, out), ws, ones, 4, 0, 1, held);
+
+	/* round 1 under plan 1; plan 2 arrives in the middle */
+	cr_assert_eq(push(rule, 0, 1, 3, out), 0);
+	cr_assert_eq(push(rule, 1, 1, 2, out), 0);
+	cr_assert_eq(plan_event(rule, 2, plan2, out), 0);
+	cr_assert_eq(push(rule, 2, 1, 1, out), 0);
+	/* a joiner now still gets plan 1, the plan in force */
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 4, out), 1);
+	assert_release(&out[0], 4, 1, 1, 6);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 4, out), 0);
+	/* 5's leave completes the round: weights 3/3, 2/3, 1/3, plan 2 */
+	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 5, out), ws2,
+		     held, 3, 1, 2, k2);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(predicted, a_joiner_is_released_under_the_plan_in_force)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 2);
+	struct kn__sync_action out[MAXACT];
+	/* R is 15: 100 is clamped, 0 (no step count) is one step */
+	const uint32_t plan[MAXW] = { 100, 2, 0, 0, 5, 0 };
+	const uint32_t ws[] = { 0, 1 }, ones[] = { 1, 1 }, k[] = { 15, 2 };
+
+	cr_assert_eq(plan_event(rule, 7, plan, out), 0);
+	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
+	assert_round(out, push(rule, 1, 0, 1, out), ws, ones, 2, 0, 7, k);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 4, out), 1);
+	assert_release(&out[0], 4, 1, 7, 5);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
+	assert_release(&out[0], 5, 1, 7, 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(predicted, weights_are_steps_over_n)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 4);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t ws[] = { 0, 1, 2, 3 }, ones[] = { 1, 1, 1, 1 };
+	const uint32_t steps[] = { 3, 1, 2, 1 };
+
+	/* {3, 0 (one), 2, 1} over 4: 0.75, 0.25, 0.5, 0.25 */
+	cr_assert_eq(push(rule, 2, 0, 2, out), 0);
+	cr_assert_eq(push(rule, 0, 0, 3, out), 0);
+	cr_assert_eq(push(rule, 3, 0, 1, out), 0);
+	assert_round(out, push(rule, 1, 0, 0, out), ws, steps, 4, 0, 0, ones);
+	cr_assert_eq(out[0].contrib[0].weight, 0.75f);
+	cr_assert_eq(out[0].contrib[1].weight, 0.25f);
+	cr_assert_eq(out[0].contrib[2].weight, 0.5f);
+	kn__sync_rule_destroy(rule);
+
+	/* 2R = 30 is the most a push may hold; a refusal changes nothing */
+	rule = rule_new(KN__SYNC_PREDICTED, 3);
+	cr_assert_eq(push(rule, 0, 0, 7, out), 0);
+	cr_assert_eq(push(rule, 1, 0, 31, out), -EINVAL);
+	cr_assert_eq(push(rule, 1, 0, UINT32_MAX, out), -EINVAL);
+	cr_assert_eq(push(rule, 1, 0, 30, out), 0, "same clock: accepted");
+	assert_round(out, push(rule, 2, 0, 1, out), ws,
+		     (uint32_t[]){ 7, 30, 1 }, 3, 0, 0, ones);
+	cr_assert_eq(out[0].contrib[1].weight, 10.0f);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(predicted, a_stale_or_replayed_plan_is_refused)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t p2[MAXW] = { 2, 2 }, p4[MAXW] = { 4, 3 };
+	const uint32_t ws[] = { 0, 1 }, ones[] = { 1, 1 };
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_PLAN, .epoch = 9 };
+
+	cr_assert_eq(kn__sync_rule_event(rule, &ev, out), -EINVAL, "no plan");
+	cr_assert_eq(plan_event(rule, 0, p2, out), -EINVAL, "epoch 0");
+	cr_assert_eq(plan_event(rule, 2, p2, out), 0);
+	cr_assert_eq(plan_event(rule, 2, p4, out), -EINVAL, "the one waiting");
+	cr_assert_eq(plan_event(rule, 1, p4, out), -EINVAL, "older");
+	/* a newer one replaces the waiting one */
+	cr_assert_eq(plan_event(rule, 4, p4, out), 0);
+	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
+	assert_round(out, push(rule, 1, 0, 1, out), ws, ones, 2, 0, 4,
+		     (uint32_t[]){ 4, 3 });
+	/* in force now: not newer than 4 is refused */
+	cr_assert_eq(plan_event(rule, 4, p2, out), -EINVAL);
+	cr_assert_eq(plan_event(rule, 3, p2, out), -EINVAL);
+	cr_assert_eq(push(rule, 0, 1, 4, out), 0);
+	assert_round(out, push(rule, 1, 1, 3, out), ws, (uint32_t[]){ 4, 3 }, 2,
+		     1, 4, (uint32_t[]){ 4, 3 });
+	cr_assert_eq(plan_event(rule, 5, p2, out), 0);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(predicted, a_leave_completes_the_round_under_the_new_plan)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 4);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t plan[MAXW] = { 6, 0, 3, 9 };
+	const uint32_t ws[] = { 0, 2 }, steps[] = { 2, 1 }, k[] = { 6, 3 };
+
+	cr_assert_eq(push(rule, 0, 0, 2, out), 0);
+	cr_assert_eq(push(rule, 3, 0, 5, out), 0);
+	cr_assert_eq(push(rule, 2, 0, 1, out), 0);
+	cr_assert_eq(plan_event(rule, 1, plan, out), 0);
+	/* 3's push is dropped with it, then 1's leave completes the round */
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 3, out), 0);
+	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 1, out), ws,
+		     steps, 2, 0, 1, k);
+	/* 2 of 2 contributions: weights 2/2 and 1/2 */
+	cr_assert_eq(out[0].contrib[0].weight, 1.0f);
+	cr_assert_eq(out[0].contrib[1].weight, 0.5f);
+	kn__sync_rule_destroy(rule);
+}
+
+/* --- the planner --------------------------------------------------------- */
+
+static struct kn__sync_planner *planner_new(uint32_t members, uint32_t warmup)
+{
+	struct kn__sync_params p = {
+		.protocol = KN__SYNC_PREDICTED,
+		.max_workers = MAXW,
+		.members = members,
+		.warmup = warmup,
+	};
+	struct kn__sync_planner *planner = NULL;
+
+	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
+	return planner;
+}
+
+static int timing(struct kn__sync_planner *planner, uint32_t worker,
+		  double value, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_TIMING,
+		.worker = worker,
+		.value = value,
+	};
+
+	return kn__sync_planner_event(planner, &ev, out);
+}
+
+static int planner_member(struct kn__sync_planner *planner, uint32_t type,
+			  uint32_t worker, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = { .type = type, .worker = worker };
+
+	return kn__sync_planner_event(planner, &ev, out);
+}
+
+/*
+ * Timings @v[i] from workers 0 .. n-1 in order (skipping NAN): no
+ * action until the last, whose answer is returned.
+ */
+static int barrier(struct kn__sync_planner *planner, const double *v,
+		   uint32_t n, struct kn__sync_action *out)
+{
+	uint32_t last = n;
+
+	while (last > 0 && isnan(v[last - 1]))
+		last--;
+	for (uint32_t i = 0; i + 1 < last; i++)
+		if (!isnan(v[i]))
+			cr_assert_eq(timing(planner, i, v[i], out), 0,
+				     "worker %u is not the last", i);
+	return timing(planner, last - 1, v[last - 1], out);
+}
+
+static void assert_regroup(const struct kn__sync_action *a, int n,
+			   uint64_t epoch, const uint32_t *plan)
+{
+	cr_assert_eq(n, 1);
+	cr_assert_eq(a->type, KN__SYNC_ACT_REGROUP);
+	cr_assert_eq(a->epoch, epoch);
+	for (uint32_t w = 0; w < MAXW; w++)
+		cr_assert_eq(a->plan[w], plan[w], "plan[%u] = %u, not %u", w,
+			     a->plan[w], plan[w]);
+}
+
+/* Warm-up: {1, 2, 4} twice, then {1, 3, 4}: the EMA makes it 2.5. */
+static void warm_up(struct kn__sync_planner *planner)
+{
+	struct kn__sync_action out[MAXACT];
+	const uint32_t plan[MAXW] = { 8, 3, 2 };
+
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
+	/*
+	 * Barrier 3 = warmup: pred = {1, 0.5 x 3 + 0.5 x 2, 4} =
+	 * {1, 2.5, 4}, whose ZipLine plan is {8, 3, 2} (see the hand-
+	 * computed cases).  The last timings alone, {1, 3, 4}, would give
+	 * {12, 4, 3}; their mean {1, 2.33, 4} something else again.
+	 */
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 3, 4 }, 3, out), 1,
+		       plan);
+	cr_assert_eq(planner->pred[1], 2.5);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
+}
+
+Test(predicted, planner_first_plan_at_the_warmup_barrier)
+{
+	struct kn__sync_planner *planner = planner_new(3, 0);
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	kn__sync_planner_destroy(planner);
+
+	/* warmup = 1: the first barrier plans; 5: not before the fifth */
+	planner = planner_new(2, 1);
+	assert_regroup(out, barrier(planner, (const double[]){ 1, 2 }, 2, out),
+		       1, (const uint32_t[MAXW]){ 2, 1 });
+	kn__sync_planner_destroy(planner);
+	planner = planner_new(2, 5);
+	for (int b = 1; b < 5; b++)
+		cr_assert_eq(barrier(planner, (const double[]){ 1, 2 }, 2, out),
+			     0, "barrier %d", b);
+	assert_regroup(out, barrier(planner, (const double[]){ 1, 2 }, 2, out),
+		       1, (const uint32_t[MAXW]){ 2, 1 });
+	kn__sync_planner_destroy(planner);
+}
+
+Test(predicted, planner_barrier_needs_every_member_once)
+{
+	struct kn__sync_planner *planner = planner_new(3, 1);
+	struct kn__sync_action out[MAXACT];
+
+	/* worker 0 twice and a non-member do not make a barrier */
+	cr_assert_eq(timing(planner, 0, 1, out), 0);
+	cr_assert_eq(timing(planner, 0, 1, out), 0);
+	cr_assert_eq(timing(planner, 1, 2, out), 0);
+	cr_assert_eq(timing(planner, 5, 1, out), 0);
+	cr_assert_eq(planner->pred[5], 0, "a non-member is not predicted");
+	/* R x 1e308 is not finite: refused, and 2 is still due */
+	cr_assert_eq(timing(planner, 2, 1e308, out), -EINVAL);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
+	assert_regroup(out, timing(planner, 2, 4, out), 1,
+		       (const uint32_t[MAXW]){ 4, 2, 1 });
+	/* TIMER, PUSH and PLAN change nothing */
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_TIMER, 0, out), 0);
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_PUSH, 0, out),
+		     -EINVAL);
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_PLAN, 0, out),
+		     -EINVAL);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
+	kn__sync_planner_destroy(planner);
+}
+
+Test(predicted, planner_keeps_its_plan_while_predictions_hold)
+{
+	struct kn__sync_planner *planner = planner_new(3, 0);
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	for (int b = 0; b < 5; b++)
+		cr_assert_eq(
+			barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+			0);
+	/* off by exactly 25% is not a miss: 1.25 vs 1, 3.125 vs 2.5, 3 vs 4 */
+	cr_assert_eq(
+		barrier(planner, (const double[]){ 1.25, 3.125, 3 }, 3, out),
+		0);
+	cr_assert_eq(planner->pred[0], 1.125);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
+	kn__sync_planner_destroy(planner);
+}
+
+Test(predicted, planner_replans_after_a_miss)
+{
+	struct kn__sync_planner *planner = planner_new(3, 0);
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	/*
+	 * 6 vs 4 misses by 50%: pred {1, 2.5, 5}, ZipLine: width 0 at
+	 * [5, 5] = 5 x 1 = 2 x 2.5 = 1 x 5.
+	 */
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 6 }, 3, out),
+		       2, (const uint32_t[MAXW]){ 5, 2, 1 });
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 5 }, 3, out),
+		     0);
+	/* 1.5 vs 2.5 misses by 40%: pred {1, 2, 5}, width 0 at 10 */
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 1.5, 5 }, 3, out),
+		       3, (const uint32_t[MAXW]){ 10, 5, 2 });
+	/* the miss was this barrier's: the next one keeps the plan */
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 5 }, 3, out), 0);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
+	kn__sync_planner_destroy(planner);
+}
+
+Test(predicted, planner_replans_after_a_join_or_a_leave)
+{
+	struct kn__sync_planner *planner = planner_new(3, 0);
+	struct kn__sync_action out[MAXACT];
+
+	/* changes before the first plan are in it: no re-plan after it */
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_LEAVE, 3, out), 0);
+	warm_up(planner);
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+		     0);
+
+	/* a joiner: the barrier waits for it; pred {1, 2.5, 4, 2.5} */
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
+	assert_regroup(
+		out,
+		barrier(planner, (const double[]){ 1, 2.5, 4, 2.5 }, 4, out), 2,
+		(const uint32_t[MAXW]){ 8, 3, 2, 3 });
+
+	/* a leave that completes a barrier re-plans at once, without it */
+	cr_assert_eq(timing(planner, 0, 1, out), 0);
+	cr_assert_eq(timing(planner, 2, 4, out), 0);
+	cr_assert_eq(timing(planner, 3, 2.5, out), 0);
+	assert_regroup(out, planner_member(planner, KN__SYNC_EV_LEAVE, 1, out),
+		       3, (const uint32_t[MAXW]){ 8, 0, 2, 3 });
+	/* a leave before the barrier: the barrier re-plans */
+	cr_assert_eq(timing(planner, 1, 9, out), 0, "not a member");
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_LEAVE, 3, out), 0);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, NAN, 4 }, 3, out),
+		       4, (const uint32_t[MAXW]){ 4, 0, 1 });
+	cr_assert_eq(barrier(planner, (const double[]){ 1, NAN, 4 }, 3, out),
+		     0);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 4);
+
+	/*
+	 * 1 comes back on slower hardware: its prediction starts afresh
+	 * from 10 (not 0.5 x 10 + 0.5 x 2.5).  Windows must hold 10 or 20
+	 * of it: [8, 10] and [10, 12] are 2 wide ([15, 20] is 5), and the
+	 * lower one wins: {10, 1, 2}.
+	 */
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 1, out), 0);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 10, 4 }, 3, out),
+		       5, (const uint32_t[MAXW]){ 10, 1, 2 });
+	cr_assert_eq(planner->pred[1], 10);
+	kn__sync_planner_destroy(planner);
+}
+
+/* --- the worker rule ----------------------------------------------------- */
+
+static struct kn__sync_worker *worker_new(uint32_t max_steps)
+{
+	struct kn__sync_params p = {
+		.protocol = KN__SYNC_PREDICTED,
+		.max_workers = MAXW,
+		.members = MAXW,
+		.max_steps = max_steps,
+	};
+	struct kn__sync_worker *w = NULL;
+
+	cr_assert_eq(kn__sync_worker_create(&p, 1, &w), 0);
+	return w;
+}
+
+static int wev(struct kn__sync_worker *w, uint32_t type, uint32_t *next)
+{
+	struct kn__sync_worker_event ev = { .type = type, .seconds = 0.1 };
+
+	return kn__sync_worker_event(w, &ev, next);
+}
+
+static int wrelease(struct kn__sync_worker *w, uint64_t epoch, uint32_t steps,
+		    uint32_t *next)
+{
+	struct kn__sync_worker_event ev = {
+		.type = KN__SYNC_WEV_RELEASE,
+		.version = 1,
+		.epoch = epoch,
+		.steps = steps,
+	};
+
+	return kn__sync_worker_event(w, &ev, next);
+}
+
+/* @type is answered @want. */
+static void expect(struct kn__sync_worker *w, uint32_t type, uint32_t want)
+{
+	uint32_t next = 0;
+
+	cr_assert_eq(wev(w, type, &next), 0, "event %u", type);
+	cr_assert_eq(next, want, "event %u: %u, not %u", type, next, want);
+}
+
+/* @type is refused and nothing changes. */
+static void refused(struct kn__sync_worker *w, uint32_t type)
+{
+	struct kn__sync_worker before = *w;
+	uint32_t next = 99;
+
+	cr_assert_eq(wev(w, type, &next), -EINVAL, "event %u", type);
+	cr_assert_eq(next, 99);
+	cr_assert_eq(memcmp(&before, w, sizeof(before)), 0, "event %u", type);
+}
+
+Test(predicted, worker_warmup_is_bsp)
+{
+	struct kn__sync_worker *w = worker_new(0);
+	uint32_t next;
+
+	for (int i = 0; i < 3; i++) {
+		expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+		expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
+		/* no plan: no training on the local copy */
+		refused(w, KN__SYNC_WEV_STEP);
+		cr_assert_eq(wrelease(w, 0, 1, &next), 0);
+		cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	}
+	kn__sync_worker_destroy(w);
+}
+
+Test(predicted, worker_takes_k_steps_and_trains_while_waiting)
+{
+	struct kn__sync_worker *w = worker_new(4); /* R = 4 */
+	uint32_t next;
+
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
+	cr_assert_eq(wrelease(w, 1, 3, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	/* k = 3: STEP, STEP, then PUSH */
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	/* under a plan it keeps training while the model is on its way */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	cr_assert_eq(w->extra, 2);
+	/* the 2 extra steps count toward the next push: one more is due */
+	cr_assert_eq(wrelease(w, 1, 3, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	cr_assert_eq(w->steps, 2);
+	cr_assert_eq(w->extra, 0);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	/* a late model: R = 4 extra steps, then WAIT, then no more */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
+	for (int i = 0; i < 3; i++)
+		expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_WAIT);
+	refused(w, KN__SYNC_WEV_STEP);
+	/* 4 >= k = 3 steps held: the next step pushes (R + 1 in all) */
+	cr_assert_eq(wrelease(w, 2, 3, &next), 0);
+	cr_assert_eq(w->steps, 4);
+	cr_assert_eq(w->epoch, 2);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	/* a release of 0 steps asks for one */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
+	cr_assert_eq(wrelease(w, 2, 0, &next), 0);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	kn__sync_worker_destroy(w);
+}
+
+Test(predicted, worker_joiner_starts_from_its_release)
+{
+	struct kn__sync_worker *w = worker_new(0);
+	uint32_t next;
+
+	cr_assert_eq(wrelease(w, 3, 2, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	/* another release while running replaces the model: count anew */
+	cr_assert_eq(wrelease(w, 3, 2, &next), 0);
+	cr_assert_eq(w->steps, 0);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
+	kn__sync_worker_destroy(w);
+}
+
+Test(predicted, worker_refuses_what_does_not_fit_and_changes_nothing)
+{
+	struct kn__sync_worker *w = worker_new(2);
+	struct kn__sync_worker before;
+	struct kn__sync_worker_event bad_step = {
+		.type = KN__SYNC_WEV_STEP,
+		.seconds = NAN,
+	};
+	uint32_t next = 99;
+
+	/* RUN */
+	refused(w, KN__SYNC_WEV_PUSHED);
+	refused(w, 0);
+	refused(w, KN__SYNC_WEV_RELEASE + 1);
+	cr_assert_eq(kn__sync_worker_event(w, &bad_step, &next), -EINVAL);
+	/* a release no chunk rule makes: more than R steps */
+	before = *w;
+	cr_assert_eq(wrelease(w, 1, 3, &next), -EINVAL);
+	cr_assert_eq(memcmp(&before, w, sizeof(before)), 0);
+	cr_assert_eq(wrelease(w, 1, 2, &next), 0);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	/* PUSH: only PUSHED fits */
+	refused(w, KN__SYNC_WEV_STEP);
+	before = *w;
+	cr_assert_eq(wrelease(w, 1, 2, &next), -EINVAL);
+	cr_assert_eq(memcmp(&before, w, sizeof(before)), 0);
+	/* WAIT: PUSHED again does not fit; STEPs until R, then none */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
+	refused(w, KN__SYNC_WEV_PUSHED);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_WAIT);
+	refused(w, KN__SYNC_WEV_STEP);
+	refused(w, KN__SYNC_WEV_PUSHED);
+	cr_assert_eq(wrelease(w, 1, 2, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	kn__sync_worker_destroy(w);
+}
+
+/* --- the three machines together ----------------------------------------- */
+
+/*
+ * Three workers of 1, 2.5 and 4 seconds a step, in simulated time: each
+ * trains until its worker rule says PUSH, pushes to a chunk rule, trains
+ * on its copy while the rule says STEP and the round is not complete,
+ * and reports its seconds per step to the planner after each round; the
+ * planner's plans go to the chunk rule.  After the warm-up every push
+ * holds the plan's steps {8, 3, 2} (worker 1's third step is the one it
+ * took while waiting), weighted steps / 3.
+ */
+Test(predicted, the_machines_run_rounds_together)
+{
+	const double t[] = { 1, 2.5, 4 };
+	const uint32_t k[] = { 8, 3, 2 };
+	struct kn__sync_params p = {
+		.protocol = KN__SYNC_PREDICTED,
+		.max_workers = 3,
+		.members = 3,
+	};
+	struct kn__sync_rule *rule;
+	struct kn__sync_planner *planner;
+	struct kn__sync_worker *wr[3];
+	struct kn__sync_action out[4], reg[4];
+	double now[3] = { 0 };
+	uint32_t pushed_steps[3], answer[3];
+
+	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
+	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
+	for (uint32_t i = 0; i < 3; i++)
+		cr_assert_eq(kn__sync_worker_create(&p, i, &wr[i]), 0);
+
+	for (uint64_t round = 0; round < 8; round++) {
+		double end = 0;
+		int n = 0;
+
+		for (uint32_t i = 0; i < 3; i++) {
+			uint32_t next = KN__SYNC_NEXT_STEP;
+			struct kn__sync_event ev = {
+				.type = KN__SYNC_EV_PUSH,
+				.worker = i,
+				.clock = round,
+				.version = round,
+			};
+
+			/* the steps since the last push, merged ones too */
+			pushed_steps[i] = wr[i]->steps;
+			while (next == KN__SYNC_NEXT_STEP) {
+				cr_assert_eq(
+					wev(wr[i], KN__SYNC_WEV_STEP, &next),
+					0);
+				now[i] += t[i];
+				pushed_steps[i]++;
+			}
+			cr_assert_eq(next, KN__SYNC_NEXT_PUSH);
+			ev.steps = pushed_steps[i];
+			n = kn__sync_rule_event(rule, &ev, out);
+			cr_assert_geq(n, 0);
+			end = now[i] > end ? now[i] : end;
+			cr_assert_eq(
+				wev(wr[i], KN__SYNC_WEV_PUSHED, &answer[i]), 0);
+		}
+		cr_assert_eq(n, 4, "round %lu completes", (unsigned long)round);
+		for (uint32_t i = 0; i < 3; i++) {
+			cr_assert_eq(out[0].contrib[i].weight,
+				     (float)pushed_steps[i] / 3.0f);
+			/* train on the copy until the round's model is in */
+			while (answer[i] == KN__SYNC_NEXT_STEP &&
+			       now[i] < end) {
+				cr_assert_eq(wev(wr[i], KN__SYNC_WEV_STEP,
+						 &answer[i]),
+					     0);
+				now[i] += t[i];
+			}
+			now[i] = now[i] > end ? now[i] : end;
+		}
+		for (uint32_t i = 0; i < 3; i++) {
+			struct kn__sync_worker_event rel = {
+				.type = KN__SYNC_WEV_RELEASE,
+				.version = out[1 + i].version,
+				.epoch = out[1 + i].epoch,
+				.steps = out[1 + i].steps,
+			};
+			struct kn__sync_event tev = {
+				.type = KN__SYNC_EV_TIMING,
+				.worker = i,
+				.value = t[i],
+			};
+			uint32_t next;
+			int r;
+
+			cr_assert_eq(kn__sync_worker_event(wr[i], &rel, &next),
+				     0);
+			r = kn__sync_planner_event(planner, &tev, reg);
+			cr_assert_eq(r, i == 2 && round == 2 ? 1 : 0,
+				     "round %lu: one plan, at barrier 3",
+				     (unsigned long)round);
+			if (r == 1) {
+				struct kn__sync_event pev = {
+					.type = KN__SYNC_EV_PLAN,
+					.epoch = reg[0].epoch,
+					.plan = reg[0].plan,
+				};
+
+				cr_assert_eq(reg[0].plan[0], 8);
+				cr_assert_eq(reg[0].plan[1], 3);
+				cr_assert_eq(reg[0].plan[2], 2);
+				cr_assert_eq(
+					kn__sync_rule_event(rule, &pev, out),
+					0);
+			}
+		}
+		/* rounds 0-3 are BSP: the plan is in force from round 3's end */
+		for (uint32_t i = 0; i < 3; i++)
+			cr_assert_eq(pushed_steps[i], round < 4 ? 1 : k[i],
+				     "round %lu worker %u: %u steps",
+				     (unsigned long)round, i, pushed_steps[i]);
+	}
+	cr_assert_eq(kn__sync_rule_version(rule), 8);
+	for (uint32_t i = 0; i < 3; i++)
+		kn__sync_worker_destroy(wr[i]);
+	kn__sync_planner_destroy(planner);
+	kn__sync_rule_destroy(rule);
+}
