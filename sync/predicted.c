@@ -294,29 +294,24 @@ static int psp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 static int make_plan(struct kn__sync_planner *planner)
 {
 	uint32_t max = planner->params.max_workers, n = 0;
-	double *t;
-	uint32_t *k;
+	size_t len = planner->nmembers ? planner->nmembers : 1;
+	double *t = calloc(len, sizeof(*t));
+	uint32_t *k = malloc(len * sizeof(*k));
 	int ret = -ENOMEM;
 
-	t = malloc((size_t)planner->nmembers * sizeof(*t));
-	if (!t)
-		goto err_t;
-	k = malloc((size_t)planner->nmembers * sizeof(*k));
-	if (!k)
-		goto err_k;
-	for (uint32_t i = 0; i < max; i++)
-		if (planner->member[i])
-			t[n++] = planner->pred[i];
-	ret = kn__sync_zipline(t, n, planner->params.max_steps, k);
+	if (t && k) {
+		for (uint32_t i = 0; i < max && n < len; i++)
+			if (planner->member[i])
+				t[n++] = planner->pred[i];
+		ret = kn__sync_zipline(t, n, planner->params.max_steps, k);
+	}
 	if (ret == 0) {
 		n = 0;
 		for (uint32_t i = 0; i < max; i++)
 			planner->plan[i] = planner->member[i] ? k[n++] : 0;
 	}
 	free(k);
-err_k:
 	free(t);
-err_t:
 	return ret;
 }
 
