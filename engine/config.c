@@ -52,6 +52,9 @@ static const struct name_val transport_names[] = {
 static const struct name_val sync_names[] = {
 	{ "bsp", KN__CONFIG_BSP },
 	{ "asp", KN__CONFIG_ASP },
+	{ "ssp", KN__CONFIG_SSP },
+	{ "esp", KN__CONFIG_ESP },
+	{ "predicted", KN__CONFIG_PREDICTED },
 };
 
 static const struct name_val optimizer_names[] = {
@@ -400,6 +403,61 @@ static int opt_lr(struct parse *p, const char *src, const char *val)
 	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.lr);
 }
 
+static int parse_range(struct parse *p, const char *src, const char *val,
+		       uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint32_t v;
+
+	if (!parse_u32(val, &v, NULL))
+		return bad(p, "%s='%s': %s", src, val, not_u32(val));
+	if (v < lo || v > hi)
+		return bad(p, "%s=%s: must be between %u and %u", src, val,
+			   lo, hi);
+	*out = v;
+	return 0;
+}
+
+static int opt_staleness(struct parse *p, const char *src, const char *val)
+{
+	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.staleness);
+}
+
+static int opt_max_skip(struct parse *p, const char *src, const char *val)
+{
+	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.max_skip);
+}
+
+static int opt_max_steps(struct parse *p, const char *src, const char *val)
+{
+	return parse_range(p, src, val, 1, 1024, &p->cfg.max_steps);
+}
+
+static int opt_warmup(struct parse *p, const char *src, const char *val)
+{
+	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.warmup);
+}
+
+static int opt_gamma(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.gamma);
+}
+
+static int opt_theta(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.theta);
+}
+
+/* (0, 1]: the float range is half-open, so the top is just above 1 */
+static int opt_alpha(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.alpha);
+}
+
+static int opt_miss(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.miss);
+}
+
 static int opt_momentum(struct parse *p, const char *src, const char *val)
 {
 	return parse_float(p, src, val, 0, false, 1, &p->cfg.momentum);
@@ -466,6 +524,14 @@ enum opt_id {
 	O_OPTIMIZER,
 	O_LR,
 	O_MOMENTUM,
+	O_STALENESS,
+	O_MAX_SKIP,
+	O_GAMMA,
+	O_THETA,
+	O_MAX_STEPS,
+	O_WARMUP,
+	O_ALPHA,
+	O_MISS,
 	O_CHUNK,
 	O_HEARTBEAT,
 	O_STARTUP,
@@ -527,6 +593,39 @@ static const struct opt opts[O_COUNT] = {
 		   .help = "learning rate, above 0", .parse = opt_lr },
 	[O_MOMENTUM] = { "--momentum", "KANEL_MOMENTUM", "MU", .deflt = "0.9",
 			 .help = "momentum, in [0, 1)", .parse = opt_momentum },
+	[O_STALENESS] = { "--staleness", "KANEL_STALENESS", "S", .deflt = "3",
+			   .help = "SSP, ESP: pushes a worker may run ahead "
+				   "of the slowest",
+			   .parse = opt_staleness },
+	[O_MAX_SKIP] = { "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "H",
+			 .deflt = "8",
+			 .help = "ESP: local steps after which a push is due",
+			 .parse = opt_max_skip },
+	[O_GAMMA] = { "--esp-gamma", "KANEL_ESP_GAMMA", "G", .deflt = "1",
+		      .help = "ESP: push when the expected cost is at most "
+			      "G local steps",
+		      .parse = opt_gamma },
+	[O_THETA] = { "--esp-theta", "KANEL_ESP_THETA", "T", .deflt = "0.01",
+		      .help = "ESP: or when the model moved by T relative to "
+			      "its last version",
+		      .parse = opt_theta },
+	[O_MAX_STEPS] = { "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "R",
+			  .deflt = "15",
+			  .help = "predicted: most local steps a plan gives, "
+				  "1 to 1024",
+			  .parse = opt_max_steps },
+	[O_WARMUP] = { "--psp-warmup", "KANEL_PSP_WARMUP", "B", .deflt = "3",
+		       .help = "predicted: barriers under BSP before the "
+			       "first plan",
+		       .parse = opt_warmup },
+	[O_ALPHA] = { "--psp-alpha", "KANEL_PSP_ALPHA", "A", .deflt = "0.5",
+		      .help = "predicted: weight of the newest timing, "
+			      "(0, 1]",
+		      .parse = opt_alpha },
+	[O_MISS] = { "--psp-miss", "KANEL_PSP_MISS", "M", .deflt = "0.25",
+		     .help = "predicted: re-plan when a prediction misses by "
+			     "more, (0, 1]",
+		     .parse = opt_miss },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "1M",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "

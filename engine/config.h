@@ -43,6 +43,9 @@ enum kn__config_transport {
 enum kn__config_sync {
 	KN__CONFIG_BSP = 0,
 	KN__CONFIG_ASP = 1,
+	KN__CONFIG_SSP = 2,
+	KN__CONFIG_ESP = 3,
+	KN__CONFIG_PREDICTED = 4,
 };
 
 /*
@@ -78,6 +81,12 @@ struct kn__config {
 	uint32_t chunk_bytes; /* a multiple of 4, at least 4 KiB */
 	float lr;
 	float momentum;
+	uint32_t staleness; /* SSP's bound s, ESP's s_e */
+	uint32_t max_skip;  /* ESP's H_max */
+	float gamma, theta; /* ESP */
+	uint32_t max_steps; /* PSP's R */
+	uint32_t warmup;    /* PSP */
+	float alpha, miss;  /* PSP */
 	uint32_t heartbeat_timeout_ms;
 	uint32_t startup_timeout_ms;
 	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "node.h"
+#include "sync.h"
 #include "roles.h"
 
 struct crd_server {
@@ -39,6 +40,7 @@ struct crd_worker {
 	uint32_t ntable;
 	double last_seen;
 	bool table_done, table_ok, started, done, removed;
+	bool planned; /* a member of the planner's membership */
 };
 
 struct coordinator {
@@ -52,25 +54,65 @@ struct coordinator {
 	bool table_sent, started, done;
 	double t0;
 	int status;
+	/* the planner of the job's protocol (PSP's plans; none for most) */
+	struct kn__sync_planner *planner;
+	struct kn__sync_action *actions;
+	uint64_t plans; /* plans sent */
 };
+
+void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
+			 struct kn__sync_params *out)
+{
+	*out = (struct kn__sync_params){
+		.protocol = job->u.job.protocol,
+		.max_workers = job->u.job.workers,
+		.members = members,
+		.staleness = job->u.job.staleness,
+		.max_skip = job->u.job.max_skip,
+		.max_steps = job->u.job.max_steps,
+		.warmup = job->u.job.warmup,
+		.gamma = job->u.job.gamma,
+		.theta = job->u.job.theta,
+		.alpha = job->u.job.alpha,
+		.miss = job->u.job.miss,
+	};
+}
 
 static struct coordinator *crd_of(struct kn__node *n)
 {
 	return n->role;
 }
 
-static void send_job(struct coordinator *c, struct kn__chan *ch, uint32_t rank)
+/* The JOB message for worker @rank (servers: 0). */
+static void job_msg(const struct coordinator *c, struct kn__msg *out,
+		    uint32_t rank)
 {
 	struct kn__msg m = { .type = KN__MSG_JOB };
 
 	m.u.job.workers = c->cfg->workers;
 	m.u.job.servers = c->cfg->servers;
 	m.u.job.protocol = c->cfg->sync;
+	m.u.job.staleness = c->cfg->staleness;
+	m.u.job.max_skip = c->cfg->max_skip;
+	m.u.job.max_steps = c->cfg->max_steps;
+	m.u.job.warmup = c->cfg->warmup;
+	m.u.job.gamma = c->cfg->gamma;
+	m.u.job.theta = c->cfg->theta;
+	m.u.job.alpha = c->cfg->alpha;
+	m.u.job.miss = c->cfg->miss;
 	m.u.job.optimizer = c->cfg->optimizer;
 	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
 	m.u.job.lr = c->cfg->lr;
 	m.u.job.momentum = c->cfg->momentum;
 	m.u.job.rank = rank;
+	*out = m;
+}
+
+static void send_job(struct coordinator *c, struct kn__chan *ch, uint32_t rank)
+{
+	struct kn__msg m;
+
+	job_msg(c, &m, rank);
 	kn__chan_send(ch, &m);
 }
 
@@ -145,6 +187,55 @@ static void check_end(struct coordinator *c)
 	shutdown_job(c, 0);
 }
 
+/* A REGROUP's plan to every server, in parts of KN__PLAN_PART steps. */
+static void send_plan(struct coordinator *c, const struct kn__sync_action *a)
+{
+	struct kn__msg m = { .type = KN__MSG_PLAN };
+	uint32_t n = c->cfg->workers;
+
+	m.u.plan.epoch = a->epoch;
+	m.u.plan.workers = n;
+	for (uint32_t first = 0; first < n; first += KN__PLAN_PART) {
+		m.u.plan.first = first;
+		m.u.plan.count = n - first < KN__PLAN_PART ? n - first
+							   : KN__PLAN_PART;
+		memcpy(m.u.plan.steps, a->plan + first,
+		       m.u.plan.count * sizeof(uint32_t));
+		broadcast_servers(c, &m);
+	}
+	c->plans++;
+	if (c->cfg->verbose)
+		kn__log(&c->node, "plan %llu sent",
+			(unsigned long long)a->epoch);
+}
+
+/* Feed the planner; its plans go out. */
+static void plan_event(struct coordinator *c, uint32_t type, uint32_t w,
+		       double value)
+{
+	struct kn__sync_event ev = {
+		.type = type, .worker = w, .t = kn__now(), .value = value
+	};
+	struct crd_worker *cw = &c->workers[w];
+	int n;
+
+	if (!c->planner || (type == KN__SYNC_EV_JOIN) == cw->planned ||
+	    (type == KN__SYNC_EV_TIMING && !cw->planned))
+		return; /* not a change, or not a member */
+	n = kn__sync_planner_event(c->planner, &ev, c->actions);
+	if (n < 0) {
+		kn__log(&c->node, "worker %u: the planner refused %s", w,
+			type == KN__SYNC_EV_TIMING ? "a timing" : "a change");
+		return;
+	}
+	if (type != KN__SYNC_EV_TIMING)
+		cw->planned = type == KN__SYNC_EV_JOIN;
+	for (int i = 0; i < n; i++)
+		if (c->actions[i].type == KN__SYNC_ACT_REGROUP &&
+		    c->actions[i].plan)
+			send_plan(c, &c->actions[i]);
+}
+
 static void remove_worker(struct coordinator *c, uint32_t w, const char *why)
 {
 	struct crd_worker *cw = &c->workers[w];
@@ -154,6 +245,7 @@ static void remove_worker(struct coordinator *c, uint32_t w, const char *why)
 		return;
 	kn__log(&c->node, "worker %u %s: removed from the job", w, why);
 	cw->removed = true;
+	plan_event(c, KN__SYNC_EV_LEAVE, w, 0);
 	m.u.member.rank = w;
 	m.u.member.joined = 0;
 	broadcast_servers(c, &m);
@@ -290,6 +382,7 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 			break;
 		if (c->started) {
 			send_ready(cw->ch, KN__READY_START); /* a rejoin */
+			plan_event(c, KN__SYNC_EV_JOIN, w, 0);
 			return;
 		}
 		if (++c->ready < c->cfg->workers)
@@ -305,8 +398,14 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 				send_ready(c->workers[i].ch, KN__READY_START);
 		return;
 	case KN__MSG_DONE:
+		plan_event(c, KN__SYNC_EV_LEAVE, w, 0);
 		cw->done = true;
 		check_end(c);
+		return;
+	case KN__MSG_TIMING:
+		if (!c->started)
+			break;
+		plan_event(c, KN__SYNC_EV_TIMING, w, m->u.timing.seconds);
 		return;
 	default:
 		break;
@@ -382,8 +481,12 @@ static void on_open(struct kn__node *n, struct kn__chan *ch)
 
 		if (cw->removed)
 			kn__log(n, "worker %u is back", r);
+		bool planned = cw->planned; /* the planner's, kept */
+
 		free(cw->table);
-		*cw = (struct crd_worker){ .ch = ch, .last_seen = kn__now() };
+		*cw = (struct crd_worker){ .ch = ch,
+					   .last_seen = kn__now(),
+					   .planned = planned };
 		if (c->hellos == c->cfg->servers)
 			welcome_worker(c, r);
 		return;
@@ -471,6 +574,9 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	socklen_t len;
 	int ret;
 
+	struct kn__msg job;
+	struct kn__sync_params sp;
+
 	c.servers = calloc(cfg->servers, sizeof(*c.servers));
 	c.workers = calloc(cfg->workers, sizeof(*c.workers));
 	if (!c.servers || !c.workers) {
@@ -484,6 +590,22 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	if (ret)
 		goto out;
 	c.node.verbose = cfg->verbose;
+	/* every worker starts as a member of the planner's membership */
+	job_msg(&c, &job, 0);
+	kn__job_sync_params(&job, cfg->workers, &sp);
+	ret = kn__sync_planner_create(&sp, &c.planner);
+	if (!ret) {
+		c.actions = calloc(kn__sync_max_actions(&sp),
+				   sizeof(*c.actions));
+		ret = c.actions ? 0 : -ENOMEM;
+	}
+	if (ret) {
+		kn__log(&c.node, "cannot make the planner: %s",
+			strerror(-ret));
+		goto out;
+	}
+	for (uint32_t w = 0; w < cfg->workers; w++)
+		c.workers[w].planned = true;
 	ret = kn__config_resolve(&cfg->coordinator, &addr, &len);
 	if (!ret)
 		ret = kn__node_listen(&c.node, (struct sockaddr *)&addr, len);
@@ -519,5 +641,7 @@ out:
 	free(c.table);
 	free(c.servers);
 	free(c.workers);
+	free(c.actions);
+	kn__sync_planner_destroy(c.planner);
 	return ret;
 }

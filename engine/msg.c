@@ -3,6 +3,7 @@
  * msg.c - encoding and bounds-checked decoding of the control messages.
  */
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <string.h>
 
@@ -223,6 +224,14 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		put_u64(&c, m->u.job.chunk_bytes);
 		put_f32(&c, m->u.job.lr);
 		put_f32(&c, m->u.job.momentum);
+		put_u32(&c, m->u.job.staleness);
+		put_u32(&c, m->u.job.max_skip);
+		put_u32(&c, m->u.job.max_steps);
+		put_u32(&c, m->u.job.warmup);
+		put_f32(&c, m->u.job.gamma);
+		put_f32(&c, m->u.job.theta);
+		put_f32(&c, m->u.job.alpha);
+		put_f32(&c, m->u.job.miss);
 		put_u32(&c, m->u.job.rank);
 		break;
 	case KN__MSG_TENSOR:
@@ -256,6 +265,25 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 	case KN__MSG_ERROR:
 		put_u32(&c, (uint32_t)m->u.error.code);
 		put_str(&c, m->u.error.text, KN__TEXT_MAX);
+		break;
+	case KN__MSG_RELEASE:
+		put_u32(&c, m->u.release.chunk);
+		put_u32(&c, m->u.release.steps);
+		put_u64(&c, m->u.release.epoch);
+		put_f32(&c, m->u.release.hint);
+		break;
+	case KN__MSG_TIMING:
+		put_f32(&c, m->u.timing.seconds);
+		break;
+	case KN__MSG_PLAN:
+		if (m->u.plan.count > KN__PLAN_PART)
+			return -EINVAL;
+		put_u64(&c, m->u.plan.epoch);
+		put_u32(&c, m->u.plan.workers);
+		put_u32(&c, m->u.plan.first);
+		put_u32(&c, m->u.plan.count);
+		for (uint32_t i = 0; i < m->u.plan.count; i++)
+			put_u32(&c, m->u.plan.steps[i]);
 		break;
 	default:
 		return -EINVAL;
@@ -309,6 +337,14 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.job.chunk_bytes = get_u64(&c);
 		m->u.job.lr = get_f32(&c);
 		m->u.job.momentum = get_f32(&c);
+		m->u.job.staleness = get_u32(&c);
+		m->u.job.max_skip = get_u32(&c);
+		m->u.job.max_steps = get_u32(&c);
+		m->u.job.warmup = get_u32(&c);
+		m->u.job.gamma = get_f32(&c);
+		m->u.job.theta = get_f32(&c);
+		m->u.job.alpha = get_f32(&c);
+		m->u.job.miss = get_f32(&c);
 		m->u.job.rank = get_u32(&c);
 		break;
 	case KN__MSG_TENSOR:
@@ -347,6 +383,33 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		if (m->u.error.code >= 0)
 			return -EPROTO;
 		break;
+	case KN__MSG_RELEASE:
+		m->u.release.chunk = get_u32(&c);
+		m->u.release.steps = get_u32(&c);
+		m->u.release.epoch = get_u64(&c);
+		m->u.release.hint = get_f32(&c);
+		if (!(m->u.release.hint >= 0) || !isfinite(m->u.release.hint))
+			return -EPROTO;
+		break;
+	case KN__MSG_TIMING:
+		m->u.timing.seconds = get_f32(&c);
+		if (!(m->u.timing.seconds >= 0) ||
+		    !isfinite(m->u.timing.seconds))
+			return -EPROTO;
+		break;
+	case KN__MSG_PLAN:
+		m->u.plan.epoch = get_u64(&c);
+		m->u.plan.workers = get_u32(&c);
+		m->u.plan.first = get_u32(&c);
+		m->u.plan.count = get_u32(&c);
+		/* a part within the plan, and no more than one part's room */
+		if (m->u.plan.count > KN__PLAN_PART ||
+		    m->u.plan.first > m->u.plan.workers ||
+		    m->u.plan.count > m->u.plan.workers - m->u.plan.first)
+			return -EPROTO;
+		for (uint32_t i = 0; i < m->u.plan.count && !c.err; i++)
+			m->u.plan.steps[i] = get_u32(&c);
+		break;
 	default:
 		return -EPROTO;
 	}
@@ -371,6 +434,9 @@ const char *kn__msg_name(uint16_t type)
 		[KN__MSG_DONE] = "DONE",
 		[KN__MSG_SHUTDOWN] = "SHUTDOWN",
 		[KN__MSG_ERROR] = "ERROR",
+		[KN__MSG_RELEASE] = "RELEASE",
+		[KN__MSG_TIMING] = "TIMING",
+		[KN__MSG_PLAN] = "PLAN",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])

@@ -42,7 +42,14 @@ enum kn__msg_type {
 	KN__MSG_DONE,	     /* worker -> coordinator: it has finished */
 	KN__MSG_SHUTDOWN,    /* coordinator -> all: the job ends */
 	KN__MSG_ERROR,	     /* a fatal error, with a text */
+	KN__MSG_RELEASE,     /* server -> worker: a release's plan and hint */
+	KN__MSG_TIMING,	     /* worker -> coordinator: its seconds per step */
+	KN__MSG_PLAN,	     /* coordinator -> servers: a plan, in parts */
 };
+
+/* Steps of a plan one PLAN message carries (a plan of more workers
+ * travels in several, each naming its first worker). */
+#define KN__PLAN_PART 1000
 
 enum kn__ready {
 	KN__READY_LAYOUT = 1, /* server -> coordinator: slots allocated */
@@ -68,6 +75,9 @@ struct kn__msg {
 			uint32_t workers, servers, protocol, optimizer;
 			uint64_t chunk_bytes;
 			float lr, momentum;
+			/* the protocols' parameters, as kn__sync_params */
+			uint32_t staleness, max_skip, max_steps, warmup;
+			float gamma, theta, alpha, miss;
 			uint32_t
 				rank; /* the receiver's (a rejoin gets its own) */
 		} job;
@@ -98,6 +108,21 @@ struct kn__msg {
 			int32_t code; /* a negative errno */
 			char text[KN__TEXT_MAX];
 		} error;
+		struct {
+			uint32_t chunk;
+			uint32_t steps;	 /* local steps before the next push */
+			uint64_t epoch;	 /* the plan in force */
+			float hint;	 /* ESP: predicted wait, seconds */
+		} release;
+		struct {
+			float seconds; /* mean seconds per local step */
+		} timing;
+		struct {
+			uint64_t epoch;
+			uint32_t workers; /* the plan's size */
+			uint32_t first, count; /* this part: steps[first..] */
+			uint32_t steps[KN__PLAN_PART];
+		} plan;
 	} u;
 };
 

@@ -23,6 +23,15 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		   size_t secret_len);
 
 struct kn_worker;
+struct kn__msg;
+struct kn__sync_params;
+
+/*
+ * The sync/ parameters of the job @job (a JOB message) for a machine of
+ * @members members out of its workers (coordinator.c).
+ */
+void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
+			 struct kn__sync_params *out);
 
 /*
  * The job as its coordinator set it up, as worker @w was told when it
@@ -31,6 +40,19 @@ struct kn_worker;
  * kn_worker_start has succeeded.
  */
 int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg);
+
+/*
+ * ESP, PSP: what the servers said with the last releases: the local
+ * steps the plan asks before the next push, the plan's epoch, and the
+ * longest predicted wait (seconds) of any server.  0, or -EAGAIN for
+ * a protocol that sends none or before the start.  Any thread.
+ */
+int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
+			    uint64_t *epoch, float *hint);
+
+/* PSP: tell the coordinator this worker's seconds per local step in its
+ * last round (sent by the progress thread).  0 or -EINVAL.  Any thread. */
+int kn__worker_timing(struct kn_worker *w, double seconds);
 
 bool kn__addr_is_any(const struct sockaddr_storage *a);
 bool kn__addr_is_loopback(const struct sockaddr_storage *a);

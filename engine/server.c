@@ -42,6 +42,7 @@ struct srv_worker {
 	uint32_t nbuffers;
 	bool ready;  /* buffers known, slots sent */
 	bool member; /* in the chunk rules' membership */
+	uint32_t steps; /* local steps its last release asked for */
 };
 
 struct srv_chunk {
@@ -74,6 +75,7 @@ struct srv_chunk {
 struct srv_staleness {
 	uint64_t count, sum, max;
 	uint64_t hist[STALE_BUCKETS];
+	uint64_t max_lead; /* SSP, ESP: most syncs a released worker led by */
 };
 
 /* The user pointer of a release's write: which out buffer it reads. */
@@ -99,6 +101,10 @@ struct server {
 	struct srv_write *writes; /* NOUT per chunk */
 	const void **srcs;	  /* an apply's inputs, one per worker */
 	struct srv_staleness stale;
+	bool release_info; /* the protocol tells workers steps and hints */
+	uint32_t *plan;	   /* a PLAN being received, [workers] */
+	uint64_t plan_epoch;
+	uint32_t plan_have; /* its steps received so far */
 	struct sockaddr_storage advertised; /* where workers reach us */
 	bool done;
 	int status;
@@ -122,11 +128,11 @@ static int setup_chunks(struct server *s)
 {
 	const struct kn__layout *l = s->layout;
 	uint32_t self = s->cfg->rank, nw = l->nworkers;
-	struct kn__sync_params sp = { .protocol = s->job.u.job.protocol,
-				      .max_workers = nw,
-				      .members = 0 };
+	struct kn__sync_params sp;
 	int ret;
 
+	kn__job_sync_params(&s->job, 0, &sp);
+	sp.max_workers = nw;
 	for (uint32_t i = 0; i < l->nchunks; i++)
 		s->nchunks += l->chunks[i].server == self;
 	s->chunks = calloc(s->nchunks + 1, sizeof(*s->chunks));
@@ -240,16 +246,29 @@ static const void *slot_ptr(struct server *s, const struct srv_chunk *ch,
 }
 
 /* Write the newest version of @ch into worker @w's buffer. */
-static void release(struct server *s, struct srv_chunk *ch, uint32_t w,
-		    uint64_t version)
+static void release(struct server *s, struct srv_chunk *ch,
+		    const struct kn__sync_action *a)
 {
+	uint32_t w = a->worker;
 	struct srv_worker *sw = &s->workers[w];
 	const struct kn__tp_rdesc *dst;
-	uint64_t off;
+	uint64_t off, lead, version = a->version;
 	int ret;
 
 	if (!sw->ch || !sw->ready)
 		return; /* gone: it gets the model when it comes back */
+	sw->steps = a->steps;
+	if (s->release_info) {
+		/* before the write: the worker counts the chunk delivered
+		 * once it has both, whichever order they come in */
+		struct kn__msg m = { .type = KN__MSG_RELEASE };
+
+		m.u.release.chunk = ch->idx;
+		m.u.release.steps = a->steps;
+		m.u.release.epoch = a->epoch;
+		m.u.release.hint = a->hint >= 0 ? a->hint : 0;
+		kn__chan_send(sw->ch, &m);
+	}
 	dst = s->job.u.job.optimizer == KN__CONFIG_SUM
 		      ? &sw->grads[ch->c->tensor]
 		      : &sw->params[ch->c->tensor];
@@ -266,6 +285,9 @@ static void release(struct server *s, struct srv_chunk *ch, uint32_t w,
 	}
 	ch->refs[ch->cur]++;
 	ch->delivered[w] = version;
+	lead = kn__sync_rule_lead(ch->rule, w);
+	if (lead > s->stale.max_lead)
+		s->stale.max_lead = lead;
 }
 
 /* Apply one APPLY action into the free out buffer @o. */
@@ -298,10 +320,28 @@ static int apply(struct server *s, struct srv_chunk *ch,
 	if (a->ncontrib == 0 || a->ncontrib > s->layout->nworkers)
 		return -EINVAL;
 	for (uint32_t i = 0; i < a->ncontrib; i++) {
-		if (a->contrib[i].weight != w)
-			return -EINVAL; /* BSP and ASP weigh alike */
 		src[i] = slot_ptr(s, ch, a->contrib[i].worker,
 				  a->contrib[i].slot);
+		if (a->contrib[i].weight != w)
+			w = 0; /* weights differ (PSP): scaled below */
+	}
+	if (w == 0) {
+		/*
+		 * The kernels take one factor for all inputs, so each slot
+		 * is scaled by its weight in place first: the slot is
+		 * consumed by this apply and rewritten only after its
+		 * release (credits).  fp32 only; PSP's tensors are fp32.
+		 */
+		if (ch->dtype != KN_DTYPE_FP32)
+			return -ENOTSUP;
+		for (uint32_t i = 0; i < a->ncontrib; i++) {
+			float *x = (float *)(uintptr_t)src[i];
+			float k = a->contrib[i].weight;
+
+			for (size_t j = 0; j < n; j++)
+				x[j] *= k;
+		}
+		w = 1.0f;
 	}
 	count_staleness(&s->stale, ch, a);
 	if (job->u.job.optimizer == KN__CONFIG_SUM) {
@@ -375,7 +415,7 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 			}
 			o = -1;
 		} else if (a->type == KN__SYNC_ACT_RELEASE) {
-			release(s, ch, a->worker, a->version);
+			release(s, ch, a);
 		}
 	}
 	return true;
@@ -499,6 +539,7 @@ static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 			.clock = c->pushes[w]++,
 			.version = c->delivered[w],
 			.t = kn__now(),
+			.steps = s->workers[w].steps,
 		};
 		c->pushed[2 * (size_t)w + ev.slot] = ev.version;
 		event(s, c, &ev);
@@ -564,11 +605,52 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 	}
 }
 
+/*
+ * A part of a plan (PSP): the parts of one epoch come in order; once
+ * the plan is whole, every chunk rule gets it, to switch to at its
+ * next barrier.
+ */
+static void on_plan(struct server *s, const struct kn__msg *m)
+{
+	const uint32_t nw = s->layout ? s->layout->nworkers : 0;
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_PLAN };
+
+	if (!nw || m->u.plan.workers != nw ||
+	    (m->u.plan.first == 0) != (s->plan_have == 0) ||
+	    (m->u.plan.first && m->u.plan.epoch != s->plan_epoch) ||
+	    m->u.plan.first != s->plan_have) {
+		fatal(s, -EPROTO, "a plan out of order");
+		return;
+	}
+	if (!s->plan && !(s->plan = calloc(nw, sizeof(*s->plan)))) {
+		fatal(s, -ENOMEM, "out of memory");
+		return;
+	}
+	s->plan_epoch = m->u.plan.epoch;
+	memcpy(s->plan + m->u.plan.first, m->u.plan.steps,
+	       m->u.plan.count * sizeof(*s->plan));
+	s->plan_have += m->u.plan.count;
+	if (s->plan_have < nw)
+		return;
+	s->plan_have = 0;
+	ev.epoch = s->plan_epoch;
+	/* a rule copies the plan when it takes the event; one queued
+	 * behind an apply is taken within the round, long before the next
+	 * plan (a plan needs rounds of timings) overwrites the array */
+	ev.plan = s->plan;
+	ev.t = kn__now();
+	for (uint32_t i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].initialized)
+			event(s, &s->chunks[i], &ev);
+}
+
 static void on_coord_msg(struct server *s, const struct kn__msg *m)
 {
 	switch (m->type) {
 	case KN__MSG_JOB:
 		s->job = *m;
+		s->release_info = m->u.job.protocol == KN__CONFIG_ESP ||
+				  m->u.job.protocol == KN__CONFIG_PREDICTED;
 		if (m->u.job.workers == 0 ||
 		    m->u.job.workers > KN_CONFIG_MAX_COUNT)
 			fatal(s, -EPROTO, "a job without workers");
@@ -606,6 +688,9 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 			if (ch)
 				kn__chan_close(ch);
 		}
+		return;
+	case KN__MSG_PLAN:
+		on_plan(s, m);
 		return;
 	case KN__MSG_SHUTDOWN:
 		s->done = true;
@@ -724,6 +809,7 @@ static void server_free(struct server *s)
 	free(s->writes);
 	free(s->actions);
 	free(s->srcs);
+	free(s->plan);
 	free(s->slots);
 	free(s->table);
 	kn__layout_free(s->layout);
@@ -757,11 +843,12 @@ static void write_metrics(const struct server *s)
 		     "{\"role\":\"server\",\"rank\":%u,\"status\":%d,"
 		     "\"contributions\":%" PRIu64 ",\"staleness_mean\":%.4f,"
 		     "\"staleness_p50\":%" PRIu64 ",\"staleness_p99\":%" PRIu64
-		     ",\"staleness_max\":%" PRIu64 ",\"staleness_hist\":[",
+		     ",\"staleness_max\":%" PRIu64 ",\"max_lead\":%" PRIu64
+		     ",\"staleness_hist\":[",
 		     s->cfg->rank, s->status, st->count,
 		     st->count ? (double)st->sum / (double)st->count : 0.0,
 		     stale_quantile(st, 0.5), stale_quantile(st, 0.99),
-		     st->max);
+		     st->max, st->max_lead);
 	for (int t = 0; t < STALE_BUCKETS && n > 0 && n < (int)sizeof(line);
 	     t++)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%" PRIu64,

@@ -22,6 +22,7 @@
  * (answers due: the initial model plus one per push) and delivered.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -62,6 +63,12 @@ struct wk_server {
 
 struct wk_chunk {
 	uint64_t pushed, expect, delivered;
+	/* ESP, PSP: a release is delivered once both its write and its
+	 * RELEASE message are in, whichever comes first */
+	uint64_t writes, infos;
+	uint32_t steps; /* the last RELEASE message's */
+	uint64_t epoch;
+	float hint;
 };
 
 struct wk_op {
@@ -101,6 +108,9 @@ struct kn_worker {
 	uint64_t next_id, first_unposted, first_undone;
 	uint64_t clock;
 	double last_beat;
+	bool release_info;    /* the job's protocol sends RELEASE messages */
+	bool timing_pending;  /* a TIMING for the coordinator */
+	float timing;
 };
 
 /* ---- in the progress thread ---- */
@@ -353,12 +363,32 @@ static void send_init(struct kn_worker *w)
 	}
 }
 
+/* Count what of chunk @c's releases is now complete. */
+static void delivered(struct kn_worker *w, uint32_t c)
+{
+	struct wk_chunk *k = &w->chunks[c];
+	uint64_t done = k->writes;
+	struct kn__msg m = { .type = KN__MSG_READY };
+
+	if (w->release_info && k->infos < done)
+		done = k->infos;
+	for (; k->delivered < done; k->delivered++) {
+		if (k->delivered == 0 &&
+		    ++w->delivered_once == w->layout->nchunks) {
+			w->state = WK_MODEL;
+			m.u.ready.what = KN__READY_START;
+			kn__chan_send(w->coord, &m);
+		}
+	}
+	check_ops(w);
+	advance(w);
+}
+
 static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 		   uint64_t bytes)
 {
 	struct kn_worker *w = wk_of(n);
 	uint32_t c = kn__imm_chunk(imm);
-	struct kn__msg m = { .type = KN__MSG_READY };
 
 	if (!w->layout || kn__imm_op(imm) != KN__IMM_PULL ||
 	    c >= w->layout->nchunks || ch->peer_role != KN__ROLE_SERVER ||
@@ -368,14 +398,8 @@ static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 		fail(w, -EPROTO);
 		return;
 	}
-	if (w->chunks[c].delivered++ == 0 &&
-	    ++w->delivered_once == w->layout->nchunks) {
-		w->state = WK_MODEL;
-		m.u.ready.what = KN__READY_START;
-		kn__chan_send(w->coord, &m);
-	}
-	check_ops(w);
-	advance(w);
+	w->chunks[c].writes++;
+	delivered(w, c);
 }
 
 static void on_written(struct kn__node *n, void *user, int status)
@@ -410,6 +434,9 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 	if (ch == w->coord) {
 		if (m->type == KN__MSG_JOB && w->state == WK_JOINING) {
 			w->job = *m;
+			w->release_info =
+				m->u.job.protocol == KN__CONFIG_ESP ||
+				m->u.job.protocol == KN__CONFIG_PREDICTED;
 			w->servers =
 				calloc(m->u.job.servers, sizeof(*w->servers));
 			if (!w->servers || m->u.job.rank != w->cfg.rank)
@@ -440,6 +467,19 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 			w->state = WK_RUNNING;
 			pthread_cond_broadcast(&w->cond);
 			advance(w);
+			return;
+		}
+	} else if (m->type == KN__MSG_RELEASE && ch->user && w->layout &&
+		   w->release_info) {
+		uint32_t c = m->u.release.chunk;
+
+		if (c < w->layout->nchunks &&
+		    w->layout->chunks[c].server == ch->peer_rank) {
+			w->chunks[c].infos++;
+			w->chunks[c].steps = m->u.release.steps;
+			w->chunks[c].epoch = m->u.release.epoch;
+			w->chunks[c].hint = m->u.release.hint;
+			delivered(w, c);
 			return;
 		}
 	} else if (m->type == KN__MSG_SLOTS && ch->user) {
@@ -527,6 +567,13 @@ static void *progress(void *arg)
 		}
 		advance(w);
 		heartbeat(w);
+		if (w->timing_pending && w->coord) {
+			struct kn__msg m = { .type = KN__MSG_TIMING };
+
+			m.u.timing.seconds = w->timing;
+			kn__chan_send(w->coord, &m);
+			w->timing_pending = false;
+		}
 		pthread_mutex_unlock(&w->lock);
 		/* the lock is free while the thread sleeps */
 		got = kn__node_wait(&w->node, 100, w->wake, c, 64);
@@ -913,6 +960,49 @@ unsigned int kn_worker_size(const struct kn_worker *w)
 	return w->job.u.job.workers;
 }
 
+int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
+			    uint64_t *epoch, float *hint)
+{
+	uint32_t st = 0;
+	uint64_t ep = 0;
+	float h = 0;
+
+	pthread_mutex_lock(&w->lock);
+	if (!w->layout || !w->release_info) {
+		pthread_mutex_unlock(&w->lock);
+		return -EAGAIN;
+	}
+	/* every chunk switches plans at the same round: take the largest
+	 * epoch's steps, and the longest predicted wait of any server */
+	for (uint32_t c = 0; c < w->layout->nchunks; c++) {
+		const struct wk_chunk *k = &w->chunks[c];
+
+		if (k->epoch > ep || c == 0) {
+			ep = k->epoch;
+			st = k->steps;
+		}
+		if (k->hint > h)
+			h = k->hint;
+	}
+	pthread_mutex_unlock(&w->lock);
+	*steps = st;
+	*epoch = ep;
+	*hint = h;
+	return 0;
+}
+
+int kn__worker_timing(struct kn_worker *w, double seconds)
+{
+	if (!(seconds >= 0) || !isfinite(seconds))
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	w->timing = (float)seconds;
+	w->timing_pending = true;
+	wake(w);
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
 int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
 {
 	const struct kn__msg *j = &w->job;
@@ -926,6 +1016,14 @@ int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
 	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
 	cfg->lr = j->u.job.lr;
 	cfg->momentum = j->u.job.momentum;
+	cfg->staleness = j->u.job.staleness;
+	cfg->max_skip = j->u.job.max_skip;
+	cfg->max_steps = j->u.job.max_steps;
+	cfg->warmup = j->u.job.warmup;
+	cfg->gamma = j->u.job.gamma;
+	cfg->theta = j->u.job.theta;
+	cfg->alpha = j->u.job.alpha;
+	cfg->miss = j->u.job.miss;
 	return 0;
 }
 

@@ -134,6 +134,7 @@ static void export_options(const struct kn__config *cfg)
 	setenv("KANEL_LR", num, 1);
 	snprintf(num, sizeof(num), "%.9g", (double)cfg->momentum);
 	setenv("KANEL_MOMENTUM", num, 1);
+	setenv_u("KANEL_STALENESS", cfg->staleness, "");
 	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
 	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
 	if (cfg->metrics[0])

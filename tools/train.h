@@ -43,6 +43,7 @@ struct kn__train_status {
 	double t, compute_s, delay_s, wait_s;
 	uint64_t iters, samples;
 	double epoch;
+	uint32_t max_local; /* ESP, PSP: most local steps in one push */
 	bool seen, final;
 };
 
@@ -64,7 +65,7 @@ struct kn__train_results {
 	double target_t; /* first time at or above the target; < 0: not yet */
 	/* staleness, from the servers' --metrics lines */
 	bool have_staleness;
-	uint64_t contributions, stale_p50, stale_p99, stale_max;
+	uint64_t contributions, stale_p50, stale_p99, stale_max, max_lead;
 	double stale_mean;
 	bool rank0_only; /* joined a job: only rank 0's figures are here */
 };

@@ -7,7 +7,7 @@
  *
  * Report lines are text, one per write, far below PIPE_BUF so that the
  * lines of several workers never interleave:
- *   S RANK T ITERS SAMPLES COMPUTE_S DELAY_S WAIT_S EPOCH FINAL
+ *   S RANK T ITERS SAMPLES COMPUTE_S DELAY_S WAIT_S EPOCH MAXLOCAL FINAL
  *   E T ITERS EPOCH ACCURACY LOSS FINAL
  */
 #include <errno.h>
@@ -70,9 +70,10 @@ int kn__report_status(char *buf, size_t cap, unsigned int rank,
 {
 	return snprintf(buf, cap,
 			"S %u %.6f %" PRIu64 " %" PRIu64 " %.6f %.6f %.6f "
-			"%.6f %d\n",
+			"%.6f %u %d\n",
 			rank, st->t, st->iters, st->samples, st->compute_s,
-			st->delay_s, st->wait_s, st->epoch, st->final);
+			st->delay_s, st->wait_s, st->epoch, st->max_local,
+			st->final);
 }
 
 int kn__report_eval(char *buf, size_t cap, const struct kn__train_eval *ev)
@@ -91,9 +92,11 @@ int kn__results_line(struct kn__train_results *r, const char *line,
 	int final, end = 0;
 
 	if (line[0] == 'S' &&
-	    sscanf(line, "S %u %lf %" SCNu64 " %" SCNu64 " %lf %lf %lf %lf %d%n",
+	    sscanf(line,
+		   "S %u %lf %" SCNu64 " %" SCNu64 " %lf %lf %lf %lf %u %d%n",
 		   &rank, &st.t, &st.iters, &st.samples, &st.compute_s,
-		   &st.delay_s, &st.wait_s, &st.epoch, &final, &end) == 9 &&
+		   &st.delay_s, &st.wait_s, &st.epoch, &st.max_local, &final,
+		   &end) == 10 &&
 	    !line[end] && rank < r->workers) {
 		st.final = final;
 		kn__results_status(r, rank, &st);
@@ -125,7 +128,7 @@ int kn__results_metrics(struct kn__train_results *r, const char *path,
 			long from)
 {
 	uint64_t hist[STALE_BUCKETS] = { 0 }, count = 0, need, seen;
-	double sum = 0, max = 0;
+	double sum = 0, max = 0, lead = 0;
 	char line[4096];
 	FILE *f = fopen(path, "r");
 
@@ -142,6 +145,7 @@ int kn__results_metrics(struct kn__train_results *r, const char *path,
 		count += (uint64_t)c;
 		sum += c * json_number(line, "staleness_mean");
 		max = fmax(max, json_number(line, "staleness_max"));
+		lead = fmax(lead, json_number(line, "max_lead"));
 		h += strlen("\"staleness_hist\":[");
 		for (int t = 0; t < STALE_BUCKETS && *h && *h != ']'; t++) {
 			char *end;
@@ -157,6 +161,7 @@ int kn__results_metrics(struct kn__train_results *r, const char *path,
 	r->contributions = count;
 	r->stale_mean = sum / (double)count;
 	r->stale_max = (uint64_t)max;
+	r->max_lead = (uint64_t)lead;
 	for (int q = 0; q < 2; q++) {
 		uint64_t *out = q ? &r->stale_p99 : &r->stale_p50;
 
@@ -191,6 +196,17 @@ static uint64_t total(const struct kn__train_results *r, bool samples)
 	for (unsigned int w = 0; w < r->workers; w++)
 		n += samples ? r->status[w].samples : r->status[w].iters;
 	return n;
+}
+
+/* The most local steps any worker put in one push (1 without them). */
+static uint32_t max_local(const struct kn__train_results *r)
+{
+	uint32_t m = 1;
+
+	for (unsigned int w = 0; w < r->workers; w++)
+		if (r->status[w].max_local > m)
+			m = r->status[w].max_local;
+	return m;
 }
 
 double kn__results_samples_per_s(const struct kn__train_results *r)
@@ -284,9 +300,9 @@ void kn__results_summary(const struct kn__train_results *r,
 		fprintf(out,
 			"  staleness              mean %.3f, median %" PRIu64
 			", p99 %" PRIu64 ", max %" PRIu64 " (%" PRIu64
-			" contributions)\n",
+			" contributions); most pushes ahead %" PRIu64 "\n",
 			r->stale_mean, r->stale_p50, r->stale_p99, r->stale_max,
-			r->contributions);
+			r->contributions, r->max_lead);
 	else
 		fprintf(out, "  staleness              not measured\n");
 	if (o->curve)
@@ -363,12 +379,15 @@ int kn__results_write_json(const struct kn__train_results *r,
 	json_num(f, "steps", (double)total(r, false), false);
 	json_num(f, "samples", (double)total(r, true), false);
 	json_num(f, "evaluations", (double)r->nevals, false);
+	json_num(f, "max_local_steps", (double)max_local(r), false);
 	json_num(f, "staleness_mean", r->have_staleness ? r->stale_mean : NAN,
 		 false);
 	json_num(f, "staleness_p99",
 		 r->have_staleness ? (double)r->stale_p99 : NAN, false);
 	json_num(f, "staleness_max",
 		 r->have_staleness ? (double)r->stale_max : NAN, false);
+	json_num(f, "max_lead", r->have_staleness ? (double)r->max_lead : NAN,
+		 false);
 	fprintf(f, "  \"figures_of\": \"%s\"\n}\n",
 		r->rank0_only ? "worker 0" : "all workers");
 	if (fclose(f)) {

@@ -280,6 +280,33 @@ Test(train_cli, asp_with_a_straggler_measures_staleness)
 	free(json);
 }
 
+/* SSP under a straggler: fast workers reach the bound, never pass it,
+ * and the model still learns. */
+Test(train_cli, ssp_keeps_its_bound_and_learns)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
+			 "--protocol", "ssp", "--staleness", "2", "--model",
+			 "softmax", "--time-budget", "4", "--step-time", "5ms",
+			 "--imbalance", "persistent:0.25:4", "--curve", "-",
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	cr_expect(strstr(json, "\"protocol\": \"ssp\""), "%s", json);
+	cr_expect_eq(json_num(json, "max_lead"), 2, "%s", json);
+	cr_expect_gt(json_num(json, "staleness_max"), 0, "%s", json);
+	/* every push at the full rate: the curve is noisy, its best is not */
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+	cr_expect_gt(json_num(json, "final_accuracy"), 0.5, "%s", json);
+	free(json);
+}
+
 /* The injected delay is slept: every step takes at least base x factor. */
 Test(train_cli, injected_delay_is_slept)
 {
