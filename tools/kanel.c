@@ -9,6 +9,7 @@
  *   kanel launch      --workers N --servers M [options] [-- CMD [ARG...]]
  *   kanel train       [train options] [options]
  *   kanel compare     --protocols P,... [--imbalance SPEC,...] [...]
+ *   kanel sim         --protocol P --workers N --iterations K [...]
  *
  * The options are the job's (docs/configuration.md); every one has a
  * KANEL_* variable, and Slurm's or Open MPI's rank variables pick the
@@ -18,7 +19,8 @@
  * workers running CMD (default: `kanel worker`), each with its role in
  * its environment, and a fresh job secret unless one is given.  `train`
  * trains a model on Fashion-MNIST through a job (tools/train.c);
- * `compare` runs `train` under several protocols and imbalances.
+ * `compare` runs `train` under several protocols and imbalances; `sim`
+ * is the discrete-event simulator (perf/sim/, docs/simulator.md).
  */
 #include <errno.h>
 #include <signal.h>
@@ -37,8 +39,8 @@ static void usage(FILE *out)
 		     "[--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]\n"
 		     "  kanel launch --workers N --servers M [options] "
 		     "[-- CMD [ARG...]]\n"
-		     "  kanel train --help, kanel compare --help: their own "
-		     "options\n"
+		     "  kanel train --help, kanel compare --help, kanel sim "
+		     "--help: their own options\n"
 		     "The job's options (each also a KANEL_* variable):\n");
 	kn__config_usage(out);
 }
@@ -219,6 +221,8 @@ int main(int argc, char **argv)
 		return kn__train_main(argc - 1, argv + 1);
 	if (strcmp(argv[1], "compare") == 0)
 		return kn__compare_main(argc - 1, argv + 1);
+	if (strcmp(argv[1], "sim") == 0)
+		return kn__sim_main(argc - 1, argv + 1);
 	fprintf(stderr, "kanel: unknown command '%s'; try kanel --help\n",
 		argv[1]);
 	return 2;

@@ -65,5 +65,6 @@ void kn__job_fini(struct kn__job *job);
 /* The subcommands beyond the roles. */
 int kn__train_main(int argc, char **argv);
 int kn__compare_main(int argc, char **argv);
+int kn__sim_main(int argc, char **argv); /* perf/sim/sim_cli.c */
 
 #endif /* KN_TOOL_H */

@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * main.c - perf/sim/sim, the simulator as a benchmark program of its
+ * own: the same code as `kanel sim` (sim_cli.c), without the rest of
+ * the kanel command.
+ */
+#include "sim.h"
+
+int main(int argc, char **argv)
+{
+	return kn__sim_main(argc, argv);
+}

@@ -1,0 +1,435 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_sim.c - the discrete-event simulator (perf/sim/sim.h,
+ * docs/simulator.md) on small jobs: that BSP converges without
+ * staleness, that ASP is stale and outruns BSP behind a straggler, that
+ * without noise the model follows the closed-form SGD trajectory (which
+ * checks gradients, APPLYs, releases and the workers' merge), that a run
+ * is a function of its seed, that every step is taken and every
+ * push applied, that the cost model gives the exact time of a lone
+ * worker's rounds, that a slow server bounds throughput, that every
+ * protocol sync/ knows runs to the end, the loss curve, and the command
+ * line's refusals and JSON.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "sim.h"
+
+/* --- helpers ---------------------------------------------------------- */
+
+static struct kn__sim_config config(uint32_t protocol, uint32_t workers,
+				    uint32_t iterations, const char *imb)
+{
+	struct kn__sim_config cfg;
+
+	kn__sim_config_init(&cfg);
+	cfg.sync.protocol = protocol;
+	cfg.workers = workers;
+	cfg.iterations = iterations;
+	cfg.imbalance = imb;
+	return cfg;
+}
+
+/* Run @cfg to its end; the curve is not kept (it dies with the sim). */
+static struct kn__sim_result run(const struct kn__sim_config *cfg)
+{
+	struct kn__sim_result res;
+	struct kn__sim *sim = NULL;
+	char err[256] = "";
+	int ret;
+
+	ret = kn__sim_create(cfg, err, sizeof(err), &sim);
+	cr_assert_eq(ret, 0, "create: %d (%s)", ret, err);
+	ret = kn__sim_run(sim, &res);
+	cr_assert_eq(ret, 0, "run: %d (%s)", ret, kn__sim_strerror(sim));
+	kn__sim_destroy(sim);
+	res.curve = NULL;
+	res.ncurve = 0;
+	return res;
+}
+
+/* A fresh empty file under /tmp; the caller unlinks it. */
+static void temp_path(char *path, size_t cap)
+{
+	int fd;
+
+	snprintf(path, cap, "/tmp/kn-test-sim-XXXXXX");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0, "mkstemp: %s", strerror(errno));
+	close(fd);
+}
+
+/* The whole of @path, NUL-terminated, in malloc'd memory. */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	cr_assert_not_null(buf);
+	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* Cut the "wall_s" line, the one part of the JSON that may differ. */
+static void drop_wall(char *json)
+{
+	char *p = strstr(json, "  \"wall_s\"");
+
+	cr_assert_not_null(p, "no wall_s in %s", json);
+	*p = '\0';
+}
+
+/*
+ * `sim` with @args (a NULL-terminated list) plus --quiet --summary-json
+ * --curve into fresh files; returns the JSON without wall_s and, in
+ * *@curve, the CSV.
+ */
+static char *cli_run(const char *const *args, char **curve)
+{
+	char json_path[64], curve_path[64], *argv[64], *json;
+	int argc = 0, ret;
+
+	temp_path(json_path, sizeof(json_path));
+	temp_path(curve_path, sizeof(curve_path));
+	argv[argc++] = "sim";
+	for (; *args; args++)
+		argv[argc++] = (char *)*args;
+	argv[argc++] = "--quiet";
+	argv[argc++] = "--summary-json";
+	argv[argc++] = json_path;
+	argv[argc++] = "--curve";
+	argv[argc++] = curve_path;
+	argv[argc] = NULL;
+	ret = kn__sim_main(argc, argv);
+	cr_assert_eq(ret, 0, "sim exited %d", ret);
+	json = slurp(json_path);
+	*curve = slurp(curve_path);
+	unlink(json_path);
+	unlink(curve_path);
+	drop_wall(json);
+	return json;
+}
+
+/* --- convergence and staleness ---------------------------------------- */
+
+Test(sim, bsp_without_imbalance_converges_with_no_staleness)
+{
+	struct kn__sim_config cfg = config(KN__SYNC_BSP, 8, 200, "none");
+	struct kn__sim_result r;
+
+	/* a small model: the wire is short next to a step */
+	cfg.model_bytes = 65536;
+	r = run(&cfg);
+	cr_expect_eq(r.max_staleness, 0);
+	cr_expect_eq(r.mean_staleness, 0.0);
+	cr_expect_eq(r.staleness_hist[0], r.contributions);
+	cr_expect_eq(r.applies, 200, "one version per round: %lu",
+		     (unsigned long)r.applies);
+	cr_expect_lt(r.final_loss, 0.05 * r.initial_loss, "loss %g -> %g",
+		     r.initial_loss, r.final_loss);
+	cr_expect_lt(r.wait_fraction, 0.05, "wait fraction %g",
+		     r.wait_fraction);
+	cr_expect_gt(r.wait_fraction, 0.0);
+}
+
+Test(sim, asp_is_stale_and_outruns_bsp_behind_a_straggler)
+{
+	struct kn__sim_config bc =
+		config(KN__SYNC_BSP, 8, 200, "persistent:0.25:4");
+	struct kn__sim_config ac =
+		config(KN__SYNC_ASP, 8, 200, "persistent:0.25:4");
+	struct kn__sim_result b = run(&bc), a = run(&ac);
+
+	cr_expect_gt(a.max_staleness, 0);
+	cr_expect_gt(a.mean_staleness, 0.0);
+	cr_expect_gt(a.iterations_per_s, b.iterations_per_s,
+		     "asp %g <= bsp %g iterations/s", a.iterations_per_s,
+		     b.iterations_per_s);
+	/* six fast workers idle three quarters of every round */
+	cr_expect_gt(b.wait_fraction, 0.5, "bsp waits %g", b.wait_fraction);
+	cr_expect_lt(a.wait_fraction, b.wait_fraction);
+	cr_expect_lt(a.final_loss, 0.1 * a.initial_loss);
+}
+
+/*
+ * Without noise and in one dimension (h = 1) the trajectory is known in
+ * closed form, which pins down the gradients, the APPLYs, the releases
+ * and the workers' merge.  BSP: every round is one full step, e_k+1 =
+ * (1 - lr) e_k.  ASP with two workers stepping alike: worker 0 always
+ * reaches the server first, so versions alternate between them and every
+ * update uses the model of the version before last, e_n+1 = e_n -
+ * lr e_n-1 (after e_1 = (1 - lr) e_0), with staleness 1 for all but the
+ * first contribution.
+ */
+Test(sim, the_model_follows_sgd_exactly_without_noise)
+{
+	struct kn__sim_config bc = config(KN__SYNC_BSP, 4, 60, NULL);
+	struct kn__sim_config ac = config(KN__SYNC_ASP, 2, 60, NULL);
+	struct kn__sim_result b, a;
+	double lr = 0.1, e0 = 1, e1 = 1 - lr, e2, ratio;
+
+	bc.dim = ac.dim = 1;
+	bc.sigma = ac.sigma = 0;
+	bc.lr = ac.lr = lr;
+	b = run(&bc);
+	ratio = pow(1 - lr, 2 * 60);
+	cr_expect_leq(fabs(b.final_loss / b.initial_loss - ratio),
+		      1e-12 * ratio, "bsp: %.17g, expected %.17g",
+		      b.final_loss / b.initial_loss, ratio);
+
+	a = run(&ac);
+	for (int n = 1; n < 2 * 60; n++) {
+		e2 = e1 - lr * e0;
+		e0 = e1;
+		e1 = e2;
+	}
+	ratio = e1 * e1;
+	cr_expect_leq(fabs(a.final_loss / a.initial_loss - ratio), 1e-9 * ratio,
+		      "asp: %.17g, expected %.17g",
+		      a.final_loss / a.initial_loss, ratio);
+	cr_expect_eq(a.max_staleness, 1);
+	cr_expect_eq(a.staleness_hist[0], 1);
+	cr_expect_eq(a.staleness_hist[1], 2 * 60 - 1);
+}
+
+/* --- determinism ------------------------------------------------------ */
+
+Test(sim, a_seed_gives_the_same_run_and_another_a_different_one)
+{
+	const char *const one[] = {
+		"--protocol",	"asp", "--workers",   "12",
+		"--iterations", "150", "--imbalance", "random:0.1:4",
+		"--seed",	"7",   NULL
+	};
+	const char *const other[] = {
+		"--protocol",	"asp", "--workers",   "12",
+		"--iterations", "150", "--imbalance", "random:0.1:4",
+		"--seed",	"8",   NULL
+	};
+	char *c1, *c2, *c3;
+	char *j1 = cli_run(one, &c1), *j2 = cli_run(one, &c2);
+	char *j3 = cli_run(other, &c3);
+
+	cr_expect_str_eq(j1, j2);
+	cr_expect_str_eq(c1, c2);
+	cr_expect_str_neq(j1, j3);
+	cr_expect(strstr(j1, "\"seed\": 7,") != NULL, "%s", j1);
+	cr_expect(strstr(j1, "\"imbalance\": \"random:0.1:4\",") != NULL);
+	free(j1);
+	free(j2);
+	free(j3);
+	free(c1);
+	free(c2);
+	free(c3);
+}
+
+/* --- conservation ----------------------------------------------------- */
+
+Test(sim, every_step_is_taken_and_every_push_applied_once)
+{
+	static const uint32_t protocols[] = { KN__SYNC_BSP, KN__SYNC_ASP };
+
+	for (size_t p = 0; p < 2; p++) {
+		struct kn__sim_config cfg =
+			config(protocols[p], 9, 120, "persistent:0.25:4");
+		struct kn__sim_result r;
+
+		/* three uneven chunks: 5, 5 and 6 coordinates */
+		cfg.servers = 3;
+		r = run(&cfg);
+		cr_expect_eq(r.steps, 9 * 120, "%s: %lu steps",
+			     kn__sync_protocol_name(protocols[p]),
+			     (unsigned long)r.steps);
+		cr_expect_eq(r.pushes, r.steps);
+		cr_expect_eq(r.contributions, 3 * r.pushes, "%s: %lu of %lu",
+			     kn__sync_protocol_name(protocols[p]),
+			     (unsigned long)r.contributions,
+			     (unsigned long)(3 * r.pushes));
+		cr_expect_eq(r.releases, 3 * r.pushes);
+		cr_expect_eq(r.regroups, 0);
+	}
+}
+
+/* --- the cost model --------------------------------------------------- */
+
+Test(sim, a_lone_worker_round_is_step_wire_service_wire)
+{
+	static const uint32_t servers[] = { 1, 4 };
+
+	for (size_t k = 0; k < 2; k++) {
+		struct kn__sim_config cfg = config(KN__SYNC_BSP, 1, 300, NULL);
+		double chunk, expect;
+		struct kn__sim_result r;
+
+		cfg.servers = servers[k];
+		cfg.step_time = 0.0173;
+		cfg.latency = 31e-6;
+		cfg.model_bytes = 3e6;
+		cfg.bandwidth = 1.1e9;
+		cfg.server_rate = 7e9;
+		r = run(&cfg);
+		chunk = cfg.model_bytes / cfg.servers;
+		expect = cfg.iterations *
+			 (cfg.step_time +
+			  2 * (cfg.latency + chunk / cfg.bandwidth) +
+			  chunk / cfg.server_rate);
+		cr_expect_leq(fabs(r.sim_time_s - expect), 1e-9 * expect,
+			      "%u servers: %.17g s, expected %.17g s",
+			      servers[k], r.sim_time_s, expect);
+		cr_expect_leq(
+			fabs(r.wait_fraction -
+			     (1 - cfg.iterations * cfg.step_time / expect)),
+			1e-9);
+	}
+}
+
+Test(sim, a_slow_server_bounds_asp_throughput)
+{
+	static const uint32_t servers[] = { 1, 2 };
+
+	for (size_t k = 0; k < 2; k++) {
+		struct kn__sim_config cfg = config(KN__SYNC_ASP, 32, 40, NULL);
+		struct kn__sim_result r;
+		double bound;
+
+		cfg.servers = servers[k];
+		cfg.server_rate = 1e8; /* 42 ms per whole-model push */
+		r = run(&cfg);
+		bound = cfg.server_rate * cfg.servers / cfg.model_bytes;
+		cr_expect_leq(r.iterations_per_s, bound * (1 + 1e-9),
+			      "%u servers: %g iterations/s above %g",
+			      servers[k], r.iterations_per_s, bound);
+		/* and the server, not the workers, is what limits it */
+		cr_expect_geq(r.iterations_per_s, 0.95 * bound,
+			      "%u servers: %g iterations/s, bound %g",
+			      servers[k], r.iterations_per_s, bound);
+		cr_expect_gt(r.wait_fraction, 0.9);
+	}
+}
+
+/* --- every protocol --------------------------------------------------- */
+
+Test(sim, every_protocol_of_sync_runs_to_the_end)
+{
+	int n = 0;
+
+	for (uint32_t p = 0; p < 16; p++) {
+		const char *name = kn__sync_protocol_name(p);
+		struct kn__sim_config cfg =
+			config(p, 10, 150, "persistent:0.25:4");
+		struct kn__sim_result r;
+
+		if (!name)
+			continue;
+		n++;
+		cfg.servers = 2;
+		r = run(&cfg);
+		cr_expect_eq(r.steps, 10 * 150, "%s: %lu steps", name,
+			     (unsigned long)r.steps);
+		cr_expect_leq(r.pushes, r.steps, "%s", name);
+		cr_expect_leq(r.contributions, 2 * r.pushes, "%s", name);
+		cr_expect_gt(r.contributions, 0, "%s", name);
+		cr_expect_lt(r.final_loss, r.initial_loss, "%s: loss %g -> %g",
+			     name, r.initial_loss, r.final_loss);
+		cr_expect_leq(r.wait_fraction, 1.0, "%s", name);
+	}
+	cr_expect_geq(n, 2, "bsp and asp at least");
+}
+
+/* --- the loss curve --------------------------------------------------- */
+
+Test(sim, the_loss_curve_is_even_and_bounded)
+{
+	struct kn__sim_config cfg =
+		config(KN__SYNC_BSP, 4, 2000, "persistent:0.25:4");
+	struct kn__sim_result r;
+	struct kn__sim *sim = NULL;
+	double dt;
+
+	/* the straggler makes the run 4x its nominal length: decimation */
+	cr_assert_eq(kn__sim_create(&cfg, NULL, 0, &sim), 0);
+	cr_assert_eq(kn__sim_run(sim, &r), 0);
+	cr_expect_geq(r.ncurve, 100);
+	cr_expect_leq(r.ncurve, 257);
+	cr_expect_eq(r.curve[0].t, 0.0);
+	cr_expect_eq(r.curve[0].loss, r.initial_loss);
+	cr_expect_eq(r.curve[r.ncurve - 1].t, r.sim_time_s);
+	cr_expect_eq(r.curve[r.ncurve - 1].loss, r.final_loss);
+	dt = r.curve[1].t;
+	for (size_t i = 1; i + 1 < r.ncurve; i++)
+		cr_expect_leq(fabs(r.curve[i].t - (double)i * dt),
+			      1e-9 * r.curve[i].t, "sample %zu at %g", i,
+			      r.curve[i].t);
+	cr_expect_eq(kn__sim_run(sim, &r), -EALREADY);
+	kn__sim_destroy(sim);
+}
+
+/* --- the command line ------------------------------------------------- */
+
+Test(sim, the_command_line_refuses_what_it_cannot_run)
+{
+	char *bad_protocol[] = { "sim", "--protocol", "nope", NULL };
+	char *bad_imbalance[] = { "sim", "--imbalance", "persistent:2", NULL };
+	char *bad_number[] = { "sim", "--workers", "0", NULL };
+	char *bad_seconds[] = { "sim", "--step-time=5min", NULL };
+	char *no_value[] = { "sim", "--workers", NULL };
+	char *unknown[] = { "sim", "--frobnicate", NULL };
+	char *too_big_k[] = { "sim",	     "--workers",	 "2",
+			      "--imbalance", "episodic:30:10:3", "--quiet",
+			      NULL };
+	char *help[] = { "sim", "--help", NULL };
+
+	cr_expect_eq(kn__sim_main(3, bad_protocol), 2);
+	cr_expect_eq(kn__sim_main(3, bad_imbalance), 2);
+	cr_expect_eq(kn__sim_main(3, bad_number), 2);
+	cr_expect_eq(kn__sim_main(2, bad_seconds), 2);
+	cr_expect_eq(kn__sim_main(2, no_value), 2);
+	cr_expect_eq(kn__sim_main(2, unknown), 2);
+	cr_expect_eq(kn__sim_main(6, too_big_k), 2);
+	cr_expect_eq(kn__sim_main(2, help), 0);
+}
+
+Test(sim, the_json_has_every_key)
+{
+	static const char *const keys[] = {
+		"protocol",	  "workers",	      "servers",
+		"iterations",	  "imbalance",	      "seed",
+		"sim_time_s",	  "iterations_per_s", "wait_fraction",
+		"mean_staleness", "max_staleness",    "staleness_hist",
+		"final_loss",	  "initial_loss",     "events",
+	};
+	const char *const args[] = {
+		"--workers=3", "--iterations=20", "--step-time",
+		"20ms",	       "--model-bytes",	  "1MiB",
+		NULL
+	};
+	char *curve, *json = cli_run(args, &curve);
+	char key[64];
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		snprintf(key, sizeof(key), "\"%s\": ", keys[i]);
+		cr_expect(strstr(json, key) != NULL, "no %s in %s", key, json);
+	}
+	cr_expect(strstr(json, "\"protocol\": \"bsp\",") != NULL);
+	cr_expect(strstr(json, "\"model_bytes\": 1048576,") != NULL, "%s",
+		  json);
+	cr_expect(strstr(json, "\"step_time_s\": 0.02,") != NULL, "%s", json);
+	cr_expect_eq(strncmp(curve, "t_s,loss\n0,", 11), 0, "%s", curve);
+	free(json);
+	free(curve);
+}
