@@ -100,6 +100,7 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
 	/* sync.c refused versions from the future: tau >= 0 */
 	uint64_t tau = rule->version - ev->version;
+	float rounds;
 	bool now;
 
 	/*
@@ -132,10 +133,18 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		.weight = 1.0f / (float)rule->nmembers,
 	};
 	rule->version++;
+	/*
+	 * Damped by staleness in rounds: with n workers pushing in turn, a
+	 * delta is n - 1 versions old with no straggler at all, and it is
+	 * already weighted 1/n; damping by tau as well (as ASP does for
+	 * whole gradients) would shrink every round to 1/n of a step.  A
+	 * delta older than a round is damped by the rounds it missed.
+	 */
+	rounds = (float)tau / (float)rule->nmembers;
 	out[0] = (struct kn__sync_action){
 		.type = KN__SYNC_ACT_APPLY,
 		.version = rule->version,
-		.lr_scale = tau > 1 ? 1.0f / (float)tau : 1.0f,
+		.lr_scale = rounds > 1 ? 1.0f / rounds : 1.0f,
 		.ncontrib = 1,
 		.contrib = rule->contrib,
 	};

@@ -487,17 +487,18 @@ Test(esp, staleness_damps_the_learning_rate)
 		cr_assert_eq(push(rule, 0, v, v, 0, out), 2);
 		assert_apply(&out[0], 0, v & 1, v + 1, 0.25f, 1.0f);
 	}
-	/* tau = 0, 1, 2, 3, then 7 */
+	/* tau = 0, 1, 2, 3, then 7: in rounds of 4 pushes, only the last
+	 * is older than a round (7/4) */
 	cr_assert_eq(push(rule, 1, 0, 3, 0, out), 2);
 	assert_apply(&out[0], 1, 0, 4, 0.25f, 1.0f);
 	cr_assert_eq(push(rule, 2, 0, 3, 0, out), 2);
 	assert_apply(&out[0], 2, 0, 5, 0.25f, 1.0f);
 	cr_assert_eq(push(rule, 3, 0, 3, 0, out), 2);
-	assert_apply(&out[0], 3, 0, 6, 0.25f, 0.5f);
+	assert_apply(&out[0], 3, 0, 6, 0.25f, 1.0f);
 	cr_assert_eq(push(rule, 1, 1, 3, 0, out), 2);
-	assert_apply(&out[0], 1, 1, 7, 0.25f, 1.0f / 3.0f);
+	assert_apply(&out[0], 1, 1, 7, 0.25f, 1.0f);
 	cr_assert_eq(push(rule, 2, 1, 0, 0, out), 2);
-	assert_apply(&out[0], 2, 1, 8, 0.25f, 1.0f / 7.0f);
+	assert_apply(&out[0], 2, 1, 8, 0.25f, 1.0f / (7.0f / 4.0f));
 	assert_release(&out[1], 2, 8, 0);
 	kn__sync_rule_destroy(rule);
 }
@@ -526,7 +527,7 @@ Test(esp, a_worker_too_far_ahead_is_held_until_the_slowest_pushes)
 	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
 	/* the slowest pushes: worker 0 goes, with the version of now */
 	cr_assert_eq(push(rule, 2, 0, 0, 0, out), 3);
-	assert_apply(&out[0], 2, 0, 6, 1.0f / 3.0f, 1.0f / 5.0f);
+	assert_apply(&out[0], 2, 0, 6, 1.0f / 3.0f, 1.0f / (5.0f / 3.0f));
 	assert_release(&out[1], 0, 6, 0);
 	assert_release(&out[2], 2, 6, 0);
 	cr_assert_eq(kn__sync_rule_version(rule), 6);
@@ -602,7 +603,7 @@ Test(esp, a_joiner_starts_level_with_the_slowest_and_holds_no_one)
 	/* P_min is 5 while the joiner has not pushed: 0 stays held */
 	push_free(rule, 1, 5, 0);
 	cr_assert_eq(push(rule, 3, 0, 10, 0, out), 3);
-	assert_apply(&out[0], 3, 0, 15, 1.0f / 3.0f, 1.0f / 4.0f);
+	assert_apply(&out[0], 3, 0, 15, 1.0f / 3.0f, 1.0f / (4.0f / 3.0f));
 	assert_release(&out[1], 0, 15, 0);
 	assert_release(&out[2], 3, 15, 0);
 	kn__sync_rule_destroy(rule);
@@ -960,7 +961,10 @@ static void randomized(uint32_t staleness, uint64_t seed)
 			cr_assert_geq(n, 1);
 			assert_apply(&out[0], ev.worker, ev.slot, m.version,
 				     1.0f / (float)nmembers,
-				     tau > 1 ? 1.0f / (float)tau : 1.0f);
+				     (float)tau / (float)nmembers > 1
+					     ? 1.0f / ((float)tau /
+						       (float)nmembers)
+					     : 1.0f);
 			cr_assert_eq(applied[npush]++, 0);
 			npush++;
 			cr_assert_eq(kn__sync_rule_version(rule), m.version);
