@@ -117,6 +117,14 @@ static void setenv_u(const char *name, unsigned int v, const char *suffix)
 	setenv(name, num, 1);
 }
 
+static void setenv_f(const char *name, float v)
+{
+	char num[32];
+
+	snprintf(num, sizeof(num), "%.9g", (double)v);
+	setenv(name, num, 1);
+}
+
 /* The checked options, for the children to read back. */
 static void export_options(const struct kn__config *cfg)
 {
@@ -135,6 +143,13 @@ static void export_options(const struct kn__config *cfg)
 	snprintf(num, sizeof(num), "%.9g", (double)cfg->momentum);
 	setenv("KANEL_MOMENTUM", num, 1);
 	setenv_u("KANEL_STALENESS", cfg->staleness, "");
+	setenv_u("KANEL_ESP_MAX_SKIP", cfg->max_skip, "");
+	setenv_f("KANEL_ESP_GAMMA", cfg->gamma);
+	setenv_f("KANEL_ESP_THETA", cfg->theta);
+	setenv_u("KANEL_PSP_MAX_STEPS", cfg->max_steps, "");
+	setenv_u("KANEL_PSP_WARMUP", cfg->warmup, "");
+	setenv_f("KANEL_PSP_ALPHA", cfg->alpha);
+	setenv_f("KANEL_PSP_MISS", cfg->miss);
 	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
 	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
 	if (cfg->metrics[0])

@@ -307,6 +307,66 @@ Test(train_cli, ssp_keeps_its_bound_and_learns)
 	free(json);
 }
 
+/* ESP behind a straggler: fast workers skip pushes, never more than
+ * H_max local steps in one, and the model learns. */
+Test(train_cli, esp_skips_at_most_h_max_and_learns)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
+			 "--protocol", "esp", "--esp-max-skip", "4",
+			 /* softmax starts at 0: every step moves it by far
+			  * more than theta, so only cost and H_max decide */
+			 "--esp-theta", "1000",
+			 "--optimizer", "sgd", "--lr", "0.1", "--model",
+			 "softmax", "--time-budget", "4", "--step-time", "5ms",
+			 "--imbalance", "persistent:0.25:4", "--curve", "-",
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	cr_expect(strstr(json, "\"protocol\": \"esp\""), "%s", json);
+	cr_expect_leq(json_num(json, "max_local_steps"), 4, "%s", json);
+	cr_expect_geq(json_num(json, "max_local_steps"), 2, "%s", json);
+	cr_expect_leq(json_num(json, "max_lead"), 3, "%s", json);
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+	free(json);
+}
+
+/* PSP: after the warm-up the plan gives fast workers more local steps,
+ * rounds stay barriers (no stale contribution), and the model learns. */
+Test(train_cli, predicted_plans_local_steps_and_learns)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
+			 "--protocol", "predicted", "--psp-warmup", "2",
+			 "--model", "softmax", "--time-budget", "5",
+			 "--step-time", "5ms", "--imbalance",
+			 "persistent:0.25:4", "--curve", "-", "--summary-json",
+			 (char *)in_dir("s.json"), NULL };
+	char *json;
+	int rc;
+
+	need_dataset();
+	rc = run(argv);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	json = slurp(in_dir("s.json"));
+	cr_expect(strstr(json, "\"protocol\": \"predicted\""), "%s", json);
+	/* 4x faster workers get about 4 steps a round; R = 15 bounds it,
+	 * the steps taken while waiting at most double it */
+	cr_expect_geq(json_num(json, "max_local_steps"), 3, "%s", json);
+	cr_expect_leq(json_num(json, "max_local_steps"), 30, "%s", json);
+	cr_expect_eq(json_num(json, "staleness_max"), 0, "%s", json);
+	cr_expect_lt(json_num(json, "wait_fraction"), 0.3, "%s", json);
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+	free(json);
+}
+
 /* The injected delay is slept: every step takes at least base x factor. */
 Test(train_cli, injected_delay_is_slept)
 {
