@@ -270,8 +270,14 @@ uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
 {
 	uint32_t n = 0, kept = 0;
 
-	if (!rule->nheld)
+	/*
+	 * A held worker sits at P_min + s + 1, so none can go before P_min
+	 * moves: without this, every push would look at every held worker,
+	 * and behind a straggler that is most of them.
+	 */
+	if (!rule->nheld || rule->pmin == rule->held_pmin)
 		return 0;
+	rule->held_pmin = rule->pmin;
 	/* held workers sit at P_min + s + 1 until P_min moves: then all go */
 	qsort(rule->held, rule->nheld, sizeof(*rule->held), cmp_u32);
 	for (uint32_t i = 0; i < rule->nheld; i++) {

@@ -47,6 +47,7 @@ struct kn__sync_rule {
 	uint32_t *ring;	  /* [staleness + 2]: members per count, mod */
 	uint32_t *held;	  /* [max_workers]: workers held back */
 	uint32_t nheld;
+	uint64_t held_pmin; /* P_min when the held were last looked at */
 };
 
 struct kn__sync_planner {
