@@ -803,7 +803,7 @@ static int on_step_end(struct kn__sim *s, uint32_t i, double t)
 	ret = wcall(s, i, &wev, &next);
 	if (ret)
 		return ret;
-	if (w->taken >= s->k)
+	if (w->taken >= s->k || (s->cfg.duration > 0 && t >= s->cfg.duration))
 		w->stopping = true;
 	if (next == KN__SYNC_NEXT_PUSH) {
 		ret = push(s, i, t, &next);
@@ -926,6 +926,8 @@ static int check_config(const struct kn__sim_config *c, char *err,
 		return bad(err, errlen, "servers must be 1 to 1024");
 	if (c->iterations < 1)
 		return bad(err, errlen, "iterations must be at least 1");
+	if (!isfinite(c->duration) || !(c->duration >= 0))
+		return bad(err, errlen, "duration must be 0 or more");
 	if (c->dim < 1 || c->dim > KN__SIM_MAX_DIM)
 		return bad(err, errlen, "dim must be 1 to 4096");
 	if (!isfinite(c->step_time) || !(c->step_time > 0))
@@ -1081,7 +1083,11 @@ int kn__sim_create(const struct kn__sim_config *cfg, char *err, size_t errlen,
 		s->every = cfg->loss_every;
 		s->curve_max = (size_t)1 << 20;
 	} else {
-		s->every = cfg->step_time * cfg->iterations / 128;
+		s->every = cfg->duration > 0
+				   ? fmin(cfg->duration,
+					  cfg->step_time * cfg->iterations) /
+					     128
+				   : cfg->step_time * cfg->iterations / 128;
 		s->curve_max = 256;
 	}
 	*sim = s;

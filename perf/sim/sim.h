@@ -45,6 +45,9 @@ struct kn__sim_config {
 	uint32_t workers;    /* n, 1 .. KN__SYNC_MAX_WORKERS (16) */
 	uint32_t servers;    /* M, 1 .. KN__SIM_MAX_SERVERS (1) */
 	uint32_t iterations; /* K: local steps each worker takes, >= 1 (100) */
+	/* > 0: a worker also stops at its first step end at or after this
+	 * simulated time, so protocols compare over the same time (0) */
+	double duration;
 	uint32_t dim;	     /* d of the objective, 1 .. KN__SIM_MAX_DIM (16) */
 	uint64_t seed;	     /* objective, noise, imbalance (1) */
 	const char *imbalance; /* a spec of imbalance.h; NULL: "none" */

@@ -65,6 +65,8 @@ static const struct opt opts[] = {
 	  "servers, one chunk of the model each" },
 	{ "--iterations", "K", O_U32, C(cfg.iterations), 1, UINT32_MAX, "100",
 	  "local steps each worker takes" },
+	{ "--duration", "SEC", O_SECONDS, C(cfg.duration), 0, 1e12, "0",
+	  "also stop each worker at this simulated time (0: no)" },
 	{ "--imbalance", "SPEC", O_STR, C(cfg.imbalance), 0, 0, "none",
 	  "injected slowdown (docs/imbalance.md)" },
 	{ "--seed", "S", O_U64, C(cfg.seed), 0, 0, "1",
@@ -358,6 +360,7 @@ static int write_json(const struct cli *c, const struct kn__sim_result *r)
 	json_u64(f, "workers", g->workers);
 	json_u64(f, "servers", g->servers);
 	json_u64(f, "iterations", g->iterations);
+	json_num(f, "duration_s", g->duration);
 	fprintf(f, "  \"imbalance\": \"%s\",\n", r->imbalance);
 	json_u64(f, "seed", g->seed);
 	json_num(f, "step_time_s", g->step_time);

@@ -298,6 +298,26 @@ Test(sim, a_lone_worker_round_is_step_wire_service_wire)
 	}
 }
 
+/* --duration: a lone worker stops at its first step end at or after it,
+ * K being only a cap. */
+Test(sim, a_duration_stops_the_workers_in_time)
+{
+	struct kn__sim_config cfg = config(KN__SYNC_BSP, 1, 1000000, NULL);
+	struct kn__sim_result r;
+	double round;
+
+	cfg.step_time = 0.01;
+	cfg.latency = 0;
+	cfg.model_bytes = 0;
+	cfg.duration = 2.005;
+	r = run(&cfg);
+	round = cfg.step_time;
+	/* 201 steps end at 2.01 s, the first at or after 2.005 s */
+	cr_expect_eq(r.steps, 201, "%llu steps", (unsigned long long)r.steps);
+	cr_expect_geq(r.sim_time_s, cfg.duration);
+	cr_expect_lt(r.sim_time_s, cfg.duration + round + 1e-9);
+}
+
 Test(sim, a_slow_server_bounds_asp_throughput)
 {
 	static const uint32_t servers[] = { 1, 2 };
