@@ -15,7 +15,9 @@
  * A worker's step: gather a minibatch of its shard, compute the gradient
  * (OpenBLAS, one thread), sleep the injected delay (base step time times
  * the imbalance factor: sleeping, so many workers share two cores), then
- * push the gradient and pull the parameters and wait for them.  Rank 0
+ * push the gradient and pull the parameters and wait for them.  Under
+ * ESP and PSP the step is a local one instead, and the protocol's worker
+ * rule says when to push (struct local_sync, below).  Rank 0
  * copies the parameters it just received into a snapshot every
  * --eval-interval seconds or --eval-every steps, and its evaluator
  * thread tests the snapshot on the 10,000 test images, so training never
