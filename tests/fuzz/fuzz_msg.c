@@ -34,6 +34,7 @@
  * Any violation is __builtin_trap().
  */
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -152,6 +153,14 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 		       a->u.job.chunk_bytes == b->u.job.chunk_bytes &&
 		       same_f32(a->u.job.lr, b->u.job.lr) &&
 		       same_f32(a->u.job.momentum, b->u.job.momentum) &&
+		       a->u.job.staleness == b->u.job.staleness &&
+		       a->u.job.max_skip == b->u.job.max_skip &&
+		       a->u.job.max_steps == b->u.job.max_steps &&
+		       a->u.job.warmup == b->u.job.warmup &&
+		       same_f32(a->u.job.gamma, b->u.job.gamma) &&
+		       same_f32(a->u.job.theta, b->u.job.theta) &&
+		       same_f32(a->u.job.alpha, b->u.job.alpha) &&
+		       same_f32(a->u.job.miss, b->u.job.miss) &&
 		       a->u.job.rank == b->u.job.rank;
 	case KN__MSG_TENSOR:
 		return a->u.tensor.index == b->u.tensor.index &&
@@ -178,6 +187,20 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 	case KN__MSG_ERROR:
 		return a->u.error.code == b->u.error.code &&
 		       !strcmp(a->u.error.text, b->u.error.text);
+	case KN__MSG_RELEASE:
+		return a->u.release.chunk == b->u.release.chunk &&
+		       a->u.release.steps == b->u.release.steps &&
+		       a->u.release.epoch == b->u.release.epoch &&
+		       same_f32(a->u.release.hint, b->u.release.hint);
+	case KN__MSG_TIMING:
+		return same_f32(a->u.timing.seconds, b->u.timing.seconds);
+	case KN__MSG_PLAN:
+		return a->u.plan.epoch == b->u.plan.epoch &&
+		       a->u.plan.workers == b->u.plan.workers &&
+		       a->u.plan.first == b->u.plan.first &&
+		       a->u.plan.count == b->u.plan.count &&
+		       !memcmp(a->u.plan.steps, b->u.plan.steps,
+			       a->u.plan.count * sizeof(uint32_t));
 	default:
 		fail("decoded type %u", a->type);
 	}
@@ -215,6 +238,24 @@ static void msg_valid(const struct kn__msg *m)
 			fail("decoded ERROR code %d", m->u.error.code);
 		if (!terminated(m->u.error.text, KN__TEXT_MAX))
 			fail("decoded ERROR text without NUL");
+		break;
+	case KN__MSG_RELEASE:
+		if (!(m->u.release.hint >= 0) || isinf(m->u.release.hint))
+			fail("decoded RELEASE hint %g",
+			     (double)m->u.release.hint);
+		break;
+	case KN__MSG_TIMING:
+		if (!(m->u.timing.seconds >= 0) || isinf(m->u.timing.seconds))
+			fail("decoded TIMING of %g s",
+			     (double)m->u.timing.seconds);
+		break;
+	case KN__MSG_PLAN:
+		/* the part lies inside the plan and inside one message */
+		if (m->u.plan.count > KN__PLAN_PART ||
+		    m->u.plan.first > m->u.plan.workers ||
+		    m->u.plan.count > m->u.plan.workers - m->u.plan.first)
+			fail("decoded PLAN part %u+%u of %u", m->u.plan.first,
+			     m->u.plan.count, m->u.plan.workers);
 		break;
 	default:
 		break;
