@@ -290,7 +290,7 @@ static void release(struct server *s, struct srv_chunk *ch,
 		s->stale.max_lead = lead;
 }
 
-/* Apply one APPLY action into the free out buffer @o. */
+/* Count the staleness of an APPLY's contributions (--metrics). */
 static void count_staleness(struct srv_staleness *st,
 			    const struct srv_chunk *ch,
 			    const struct kn__sync_action *a)
@@ -308,6 +308,7 @@ static void count_staleness(struct srv_staleness *st,
 	}
 }
 
+/* Apply one APPLY action into the free out buffer @o. */
 static int apply(struct server *s, struct srv_chunk *ch,
 		 const struct kn__sync_action *a, int o)
 {
