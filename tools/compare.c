@@ -32,9 +32,10 @@ static void compare_usage(FILE *out)
 		"[kanel train options]\n"
 		"Runs `kanel train` once per protocol and imbalance, then "
 		"writes into DIR\n(default kanel-compare): compare.md, "
-		"compare.csv, one plot per imbalance\n(accuracy-vs-time.*), "
-		"and each run's curve and summary.  Every other\noption "
-		"goes to each `kanel train` run (kanel train --help).\n");
+		"compare.csv, one plot per imbalance\n"
+		"(accuracy-vs-time-IMBALANCE.png or .svg), and each run's "
+		"curve and summary.\nEvery other option goes to each `kanel "
+		"train` run (kanel train --help).\n");
 }
 
 /* Split @list at commas into @out (pointers into @list): the count. */
