@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cgpp.h - CGPP, the grouping problem of CGP (DESIGN.md section 4,
+ * docs/cgpp.md), and its solvers: an exhaustive oracle for n <= 20,
+ * CGP_AGA (adaptive genetic algorithm, n up to ~128) and CGP_PLS (Pareto
+ * local search, n in the thousands).  The CGP planner calls these to
+ * choose a partition of the workers; tests and perf/bench_cgpp call them
+ * directly.
+ *
+ * The cost model.  n workers with step times t_0 <= ... <= t_{n-1}
+ * (ascending: the caller sorts, and every function here refuses an
+ * unsorted array).  A partition is a set of groups contiguous in that
+ * order, written as n - 1 cut bits: cuts[i] = 1 when a group ends after
+ * worker i.  For a group G of m workers
+ *	T_G = max_{i in G} t_i + C_sync(m),  C_sync(m) = lat + m bytes / bw
+ *	Lambda(P) = sum_G m b / T_G                 (samples per second)
+ *	tau_max(P) = max_G sum_{H != G} T_G / T_H = T_max sum_{H != G*} 1/T_H
+ * where G* is the group with the largest T (T_G R - 1 grows with T_G, so
+ * the maximum is there).  One group (BSP) has tau_max = 0 exactly; n
+ * groups is ASP.  P is feasible when tau_max <= S (1 + 1e-9): the slack
+ * only absorbs rounding, so S = 0 admits one group only.
+ *
+ * Everything is pure: no I/O, no clock, no global state; randomness comes
+ * from a caller's seed through a private generator, so a seed gives the
+ * same answer everywhere.  Functions return 0 or a negative errno and
+ * fill their out-parameters only on success.  Nothing blocks; an
+ * instance may be shared read-only by any number of threads, and an
+ * archive (struct kn__cgpp_pls) is read-only once created.
+ */
+#ifndef KN_CGPP_H
+#define KN_CGPP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KN__CGPP_DEFAULT_BOUND	4.0 /* S */
+#define KN__CGPP_EXHAUSTIVE_MAX 20  /* workers the oracle accepts */
+
+/* An instance; the caller owns @t, which must stay valid during a call. */
+struct kn__cgpp {
+	const double *t; /* n step times, ascending, finite, >= 0 */
+	uint32_t n;	 /* >= 1 */
+	double batch;	 /* b, > 0 */
+	double lat;	 /* C_sync(m) = lat + m * bytes / bw; lat >= 0 */
+	double bytes;	 /* >= 0 */
+	double bw;	 /* > 0 */
+	double bound;	 /* S, >= 0 */
+};
+
+/* The figures of one partition under one instance. */
+struct kn__cgpp_eval {
+	double lambda;	 /* Lambda(P) */
+	double tau_max;	 /* tau_max(P), >= 0 */
+	bool feasible;	 /* tau_max <= S (1 + 1e-9) */
+	uint32_t groups; /* number of groups, 1..n */
+};
+
+/*
+ * Evaluate the partition @cuts (n - 1 bytes, each 0 or 1; may be NULL
+ * when n == 1) of @p.  Returns 0, or -EINVAL for a bad instance (NULL,
+ * n == 0, unsorted or non-finite t, b <= 0, bw <= 0, negative lat,
+ * bytes or S) or a cut byte other than 0 or 1.  O(n).
+ */
+int kn__cgpp_eval(const struct kn__cgpp *p, const uint8_t *cuts,
+		  struct kn__cgpp_eval *out);
+
+/*
+ * The exact optimum: the feasible partition of largest Lambda, found by
+ * trying all 2^(n-1) of them.  Ties (Lambda within 1e-12 relative) go to
+ * fewer groups, then to the lexicographically smaller @cuts.  Always
+ * finds one, since BSP is feasible.  Writes n - 1 bytes to @cuts.
+ * Returns 0, -EINVAL as kn__cgpp_eval(), or -E2BIG when
+ * n > KN__CGPP_EXHAUSTIVE_MAX.  O(2^n n); about 10 M steps at n = 20.
+ */
+int kn__cgpp_exhaustive(const struct kn__cgpp *p, uint8_t *cuts,
+			struct kn__cgpp_eval *out);
+
+/*
+ * CGP_AGA's knobs; a zero field takes its default.  k1..k4 are Srinivas
+ * and Patnaik's (1994): pc = k1 (fmax - f') / (fmax - favg) for parents
+ * whose better fitness f' >= favg, else k3; pm = k2 (fmax - f) /
+ * (fmax - favg) for a child of fitness f >= favg, else k4.
+ */
+struct kn__cgpp_aga_params {
+	uint32_t pop;	       /* population, default 64 */
+	uint32_t generations;  /* at most, default 400 */
+	uint32_t stall;	       /* stop after this many without gain, 80 */
+	uint32_t tournament;   /* tournament size, default 3 */
+	double k1, k2, k3, k4; /* defaults 1.0, 0.5, 1.0, 0.5 */
+};
+
+/*
+ * CGP_AGA: best feasible partition found by the adaptive genetic
+ * algorithm with seed @seed and knobs @ap (NULL: all defaults), then
+ * polished by bit-flip and cut-shift hill climbing.  The result is
+ * always feasible (BSP is in the first population and elitism keeps the
+ * best feasible).  Writes n - 1 bytes to @cuts.  Returns 0, -EINVAL as
+ * kn__cgpp_eval() or for k's outside [0, 1], or -ENOMEM.  Deterministic
+ * for (p, seed, ap).  About pop x generations x n steps.
+ */
+int kn__cgpp_aga(const struct kn__cgpp *p, uint64_t seed,
+		 const struct kn__cgpp_aga_params *ap, uint8_t *cuts,
+		 struct kn__cgpp_eval *out);
+
+/* CGP_PLS's archive: non-dominated partitions over (Lambda, tau_max). */
+struct kn__cgpp_pls;
+
+/* The staleness span the archive covers for an instance bound S. */
+#define KN__CGPP_PLS_SPAN(S) (2 * (S) + 4)
+
+/*
+ * CGP_PLS: run a Pareto local search on @p with seed @seed and keep at
+ * most @archive_max (0: 64; at least 3) mutually non-dominated
+ * partitions, maximizing Lambda and minimizing tau_max, over tau_max <=
+ * KN__CGPP_PLS_SPAN(p->bound): the span a later re-selection with a
+ * different bound can use, without spending the search on partitions no
+ * sensible bound admits (tau_max >= groups - 1, so this also keeps every
+ * member to at most 2 S + 5 groups).  BSP (the lowest tau_max) and the
+ * best partition for p->bound are always kept.  The archive copies what
+ * it needs; @p->t may go once this returns.  Returns 0 and sets *@out,
+ * -EINVAL as kn__cgpp_eval(), or -ENOMEM.  About 32 archive_max
+ * explorations of O(n + groups x 60) each.
+ */
+int kn__cgpp_pls_create(const struct kn__cgpp *p, uint64_t seed,
+			uint32_t archive_max, struct kn__cgpp_pls **out);
+
+/*
+ * The archive's partition of largest Lambda with tau_max <= @bound
+ * (1 + 1e-9), ties to fewer groups; no new search.  A bound above the
+ * archive's span selects from the span.  Writes n - 1 bytes
+ * to @cuts (may be NULL) and sets out->feasible against @bound.  Returns
+ * 0 or -EINVAL (NULL archive, negative or NaN bound).
+ */
+int kn__cgpp_pls_select(const struct kn__cgpp_pls *a, double bound,
+			uint8_t *cuts, struct kn__cgpp_eval *out);
+
+/* Members in the archive (0 for NULL). */
+size_t kn__cgpp_pls_size(const struct kn__cgpp_pls *a);
+
+/*
+ * Member @i (ascending tau_max, so ascending Lambda): its figures, with
+ * feasible against the instance's bound, and its cuts when @cuts is not
+ * NULL.  Returns 0 or -EINVAL (NULL archive, i out of range).
+ */
+int kn__cgpp_pls_member(const struct kn__cgpp_pls *a, size_t i, uint8_t *cuts,
+			struct kn__cgpp_eval *out);
+
+/* Free @a; NULL is fine. */
+void kn__cgpp_pls_destroy(struct kn__cgpp_pls *a);
+
+#endif /* KN_CGPP_H */
