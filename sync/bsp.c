@@ -9,70 +9,28 @@
  * leaver's contribution is dropped, and a leave may be what completes
  * the round.  A round with no members left never completes.
  */
-#include <errno.h>
 
 #include "sync_priv.h"
 
-/*
- * The APPLY and the RELEASEs of a complete round, or nothing.  The
- * contributions are listed in ascending worker id order: the engine sums
- * them in that order, which is what makes a round's result bit-exact
- * whatever order the pushes arrived in.
- */
+/* The APPLY (the mean) and the RELEASEs of a complete round, or nothing. */
 static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
 {
-	uint32_t n = 0;
-	float weight;
+	uint32_t n = kn__sync_round_complete(rule, out);
 
-	if (rule->nmembers == 0 || rule->npushed != rule->nmembers)
-		return 0;
-
-	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
-		struct kn__sync_wstate *w = &rule->w[i];
-
-		if (!w->pushed)
-			continue;
-		rule->contrib[n++] = (struct kn__sync_contrib){
-			.worker = i,
-			.slot = w->slot,
-		};
-		w->pushed = false;
-	}
-	weight = 1.0f / (float)n;
-	for (uint32_t k = 0; k < n; k++)
-		rule->contrib[k].weight = weight;
-
-	rule->version++;
-	rule->npushed = 0;
-	out[0] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = 1.0f,
-		.ncontrib = n,
-		.contrib = rule->contrib,
-	};
-	for (uint32_t k = 0; k < n; k++)
+	for (uint32_t k = 0; k < n; k++) {
+		rule->contrib[k].weight = 1.0f / (float)n;
 		kn__sync_release(&out[1 + k], rule->contrib[k].worker,
 				 rule->version);
-	return (int)(1 + n);
+	}
+	return n ? (int)(1 + n) : 0;
 }
 
 static int bsp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
-	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	int ret = kn__sync_round_push(rule, ev);
 
-	/*
-	 * Every member of a round was released with the version the round
-	 * starts from, so a push computed from any other one, or a second
-	 * push for the round, is not a push of this round.
-	 */
-	if (w->pushed || ev->version != rule->version)
-		return -EINVAL;
-	w->pushed = true;
-	w->slot = ev->slot;
-	rule->npushed++;
-	return complete(rule, out);
+	return ret ? ret : complete(rule, out);
 }
 
 /* The joiner takes part in the current round, from its base version. */
@@ -87,13 +45,7 @@ static int bsp_leave(struct kn__sync_rule *rule,
 		     const struct kn__sync_event *ev,
 		     struct kn__sync_action *out)
 {
-	struct kn__sync_wstate *w = &rule->w[ev->worker];
-
-	/* the round is applied by its members only: drop the leaver's push */
-	if (w->pushed) {
-		w->pushed = false;
-		rule->npushed--;
-	}
+	kn__sync_round_drop(rule, ev->worker);
 	return complete(rule, out);
 }
 

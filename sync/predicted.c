@@ -173,11 +173,10 @@ static void release(const struct kn__sync_rule *rule,
  */
 static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
 {
-	uint32_t n = 0;
+	uint32_t n = kn__sync_round_complete(rule, out);
 
-	if (rule->nmembers == 0 || rule->npushed != rule->nmembers)
+	if (!n)
 		return 0;
-
 	if (rule->have_next) {
 		/* copied, not swapped: plan and next_plan are one allocation */
 		memcpy(rule->plan, rule->next_plan,
@@ -185,34 +184,13 @@ static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
 		rule->epoch = rule->next_epoch;
 		rule->have_next = false;
 	}
-	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
-		struct kn__sync_wstate *w = &rule->w[i];
-
-		if (!w->pushed)
-			continue;
-		rule->contrib[n++] = (struct kn__sync_contrib){
-			.worker = i,
-			.slot = w->slot,
-		};
-		w->pushed = false;
-	}
 	/* a push is a mean of steps_i gradients: the sum of them all over n */
-	for (uint32_t c = 0; c < n; c++)
-		rule->contrib[c].weight =
-			(float)rule->w[rule->contrib[c].worker].steps /
-			(float)n;
+	for (uint32_t c = 0; c < n; c++) {
+		uint32_t w = rule->contrib[c].worker;
 
-	rule->version++;
-	rule->npushed = 0;
-	out[0] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = 1.0f,
-		.ncontrib = n,
-		.contrib = rule->contrib,
-	};
-	for (uint32_t c = 0; c < n; c++)
-		release(rule, &out[1 + c], rule->contrib[c].worker);
+		rule->contrib[c].weight = (float)rule->w[w].steps / (float)n;
+		release(rule, &out[1 + c], w);
+	}
 	return (int)(1 + n);
 }
 
@@ -227,13 +205,10 @@ static int psp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 * The worker rule never holds more than R + 1 steps (R while
 	 * waiting, then one); beyond 2R no plan explains the drift.
 	 */
-	if (w->pushed || ev->version != rule->version ||
-	    steps > 2 * rule->params.max_steps)
+	if (steps > 2 * rule->params.max_steps ||
+	    kn__sync_round_push(rule, ev))
 		return -EINVAL;
-	w->pushed = true;
-	w->slot = ev->slot;
 	w->steps = steps;
-	rule->npushed++;
 	return complete(rule, out);
 }
 
@@ -249,13 +224,7 @@ static int psp_leave(struct kn__sync_rule *rule,
 		     const struct kn__sync_event *ev,
 		     struct kn__sync_action *out)
 {
-	struct kn__sync_wstate *w = &rule->w[ev->worker];
-
-	/* the round is applied by its members only: drop the leaver's push */
-	if (w->pushed) {
-		w->pushed = false;
-		rule->npushed--;
-	}
+	kn__sync_round_drop(rule, ev->worker);
 	return complete(rule, out);
 }
 

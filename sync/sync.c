@@ -206,6 +206,66 @@ uint64_t kn__sync_rule_lead(const struct kn__sync_rule *rule, uint32_t worker)
 	return rule->w[worker].syncs - rule->pmin;
 }
 
+/* --- rounds, for BSP and PSP (sync_priv.h) ---------------------------- */
+
+int kn__sync_round_push(struct kn__sync_rule *rule,
+			const struct kn__sync_event *ev)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+
+	/*
+	 * Every member of a round was released with the version the round
+	 * starts from, so a push computed from any other one, or a second
+	 * push for the round, is not a push of this round.
+	 */
+	if (w->pushed || ev->version != rule->version)
+		return -EINVAL;
+	w->pushed = true;
+	w->slot = ev->slot;
+	rule->npushed++;
+	return 0;
+}
+
+void kn__sync_round_drop(struct kn__sync_rule *rule, uint32_t worker)
+{
+	struct kn__sync_wstate *w = &rule->w[worker];
+
+	if (w->pushed) {
+		w->pushed = false;
+		rule->npushed--;
+	}
+}
+
+uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
+				 struct kn__sync_action *out)
+{
+	uint32_t n = 0;
+
+	if (rule->nmembers == 0 || rule->npushed != rule->nmembers)
+		return 0;
+	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
+		struct kn__sync_wstate *w = &rule->w[i];
+
+		if (!w->pushed)
+			continue;
+		rule->contrib[n++] = (struct kn__sync_contrib){
+			.worker = i,
+			.slot = w->slot,
+		};
+		w->pushed = false;
+	}
+	rule->version++;
+	rule->npushed = 0;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_APPLY,
+		.version = rule->version,
+		.lr_scale = 1.0f,
+		.ncontrib = n,
+		.contrib = rule->contrib,
+	};
+	return n;
+}
+
 /* --- the bound of SSP and ESP (sync_priv.h) --------------------------- */
 
 static uint32_t *ring_at(struct kn__sync_rule *rule, uint64_t count)

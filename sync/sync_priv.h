@@ -134,6 +134,27 @@ extern const struct kn__sync_ops kn__sync_predicted_ops;
 int kn__sync_zipline(const double *t, uint32_t n, uint32_t R, uint32_t *k);
 
 /*
+ * Rounds (BSP, PSP): a round starts at the rule's version and is
+ * complete when every current member has pushed once for it.
+ */
+/* Record @ev as its worker's push of this round: 0, or -EINVAL for a
+ * second push or one from another version (nothing changes). */
+int kn__sync_round_push(struct kn__sync_rule *rule,
+			const struct kn__sync_event *ev);
+/* A member left: the round is applied by its members only, so its push,
+ * if it had one, is dropped. */
+void kn__sync_round_drop(struct kn__sync_rule *rule, uint32_t worker);
+/*
+ * If the round is complete: its contributions into rule->contrib in
+ * ascending worker id order (the summation order, which makes a round's
+ * result bit-exact whatever order the pushes came in), a new version,
+ * and out[0] = the APPLY, whose weights the caller sets; then a new
+ * round starts.  The number of contributions, 0 if not complete.
+ */
+uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
+				 struct kn__sync_action *out);
+
+/*
  * The bound of SSP and ESP: a member's sync count P (pushes accepted
  * since it joined, plus the smallest count of the members when it
  * joined) may exceed the members' smallest count P_min by at most
