@@ -137,6 +137,18 @@ static void dump(void)
 	free(err);
 }
 
+/* Run @argv, which must succeed (its output is logged if not), and
+ * return the summary JSON it wrote to s.json (the caller frees it). */
+static char *run_ok_json(char *const *argv)
+{
+	int rc = run(argv);
+
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	return slurp(in_dir("s.json"));
+}
+
 static size_t count_lines(const char *s)
 {
 	size_t n = 0;
@@ -216,14 +228,9 @@ Test(train_cli, short_bsp_run_learns_and_reports)
 		"final_accuracy", "samples_per_s", "wait_fraction",
 	};
 	char *json, *curve;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		char pat[64];
 
@@ -263,14 +270,9 @@ Test(train_cli, asp_with_a_straggler_measures_staleness)
 			 "--imbalance", "persistent:0.34:4", "--curve", "-",
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	cr_expect(strstr(json, "\"protocol\": \"asp\""));
 	cr_expect(strstr(json, "\"imbalance\": \"persistent:0.34:4\""), "%s",
 		  json);
@@ -290,14 +292,9 @@ Test(train_cli, ssp_keeps_its_bound_and_learns)
 			 "--imbalance", "persistent:0.25:4", "--curve", "-",
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	cr_expect(strstr(json, "\"protocol\": \"ssp\""), "%s", json);
 	cr_expect_eq(json_num(json, "max_lead"), 2, "%s", json);
 	cr_expect_gt(json_num(json, "staleness_max"), 0, "%s", json);
@@ -321,14 +318,9 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
 			 "--imbalance", "persistent:0.25:4", "--curve", "-",
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	cr_expect(strstr(json, "\"protocol\": \"esp\""), "%s", json);
 	cr_expect_leq(json_num(json, "max_local_steps"), 4, "%s", json);
 	cr_expect_geq(json_num(json, "max_local_steps"), 2, "%s", json);
@@ -348,14 +340,9 @@ Test(train_cli, predicted_plans_local_steps_and_learns)
 			 "persistent:0.25:4", "--curve", "-", "--summary-json",
 			 (char *)in_dir("s.json"), NULL };
 	char *json;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	cr_expect(strstr(json, "\"protocol\": \"predicted\""), "%s", json);
 	/* 4x faster workers get about 4 steps a round; R = 15 bounds it,
 	 * the steps taken while waiting at most double it */
@@ -377,14 +364,9 @@ Test(train_cli, injected_delay_is_slept)
 			 (char *)in_dir("s.json"), NULL };
 	double steps, t;
 	char *json;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	steps = json_num(json, "steps");
 	t = json_num(json, "train_time_s");
 	/* 47 steps x 30 ms, less what 5% jitter could take off */
@@ -427,14 +409,9 @@ Test(train_cli, join_runs_under_launch)
 			 "--curve", (char *)in_dir("curve.csv"),
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
-	int rc;
 
 	need_dataset();
-	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
-	json = slurp(in_dir("s.json"));
+	json = run_ok_json(argv);
 	cr_expect(strstr(json, "\"figures_of\": \"worker 0\""), "%s", json);
 	/* the job's update is its coordinator's (kanel launch's default),
 	 * not the trainer's default */
