@@ -7,9 +7,11 @@ A Criterion executable is one meson test but many tests: its own
 counts as one, by meson's result.  A test binary that crashed or timed out
 before its synthesis counts as one failure, and so does one whose output
 holds a sanitizer report: a leak found as a forked Criterion test exits
-does not change that test's verdict or the binary's exit status.  Prints one line
-"N passed, N failed, N skipped" and exits 1 if anything failed or no test
-ran at all.
+does not change that test's verdict or the binary's exit status.
+
+Names each failed test, with its failing lines, just above the one line
+"N passed, N failed, N skipped", so that a CI log cut to its tail still
+says what failed.  Exits 1 if anything failed or no test ran at all.
 """
 import json
 import re
@@ -19,6 +21,18 @@ SANITIZER = re.compile(r"ERROR: (LeakSanitizer|AddressSanitizer)|"
                        r"runtime error: ")
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| "
                    r"Failing: (\d+) \| Crashing: (\d+)")
+
+
+FAILED_LINE = re.compile(r"\[FAIL\]|\[----\] \S+:\d+: |.*(CRASH|Timed out|"
+                         r"Aborted|ERROR: [A-Za-z]+Sanitizer|runtime error: )")
+
+
+def report(t, out, why):
+    """Names a failed meson test and shows its failing lines, at most 20."""
+    lines = [l for l in out.splitlines() if FAILED_LINE.match(l)]
+    print(f"FAILED {t['name']} ({why}, {t['duration']:.1f} s)")
+    for l in lines[:20]:
+        print(f"    {l}")
 
 
 def count(path):
@@ -33,17 +47,21 @@ def count(path):
                 tested, passing, failing, crashing = map(int, m.groups())
                 passed += passing
                 failed += failing + crashing
+                if failing + crashing:
+                    report(t, out, f"{failing + crashing} of {tested} failed")
                 # a --filter run lists the tests it left out as disabled
                 skipped += out.count("[SKIP] ") - out.count(
                     ": Test is disabled")
                 if failing + crashing == 0 and (not ok or SANITIZER.search(out)):
                     failed += 1  # e.g. a leak report after the tests
+                    report(t, out, "sanitizer report" if ok else t["result"])
             elif t["result"] == "SKIP":
                 skipped += 1
             elif ok:
                 passed += 1
             else:
                 failed += 1
+                report(t, out, t["result"])
     return passed, failed, skipped
 
 
