@@ -23,6 +23,7 @@ static const struct kn__sync_ops *const protocols[] = {
 	[KN__SYNC_SSP] = &kn__sync_ssp_ops,
 	[KN__SYNC_ESP] = &kn__sync_esp_ops,
 	[KN__SYNC_PREDICTED] = &kn__sync_predicted_ops,
+	[KN__SYNC_CGP] = &kn__sync_cgp_ops,
 };
 
 #define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
@@ -54,7 +55,10 @@ int kn__sync_params_resolve(struct kn__sync_params *p)
 	if (!p || !isfinite(p->gamma) || p->gamma < 0 ||
 	    !isfinite(p->theta) || p->theta < 0 || !(p->alpha >= 0) ||
 	    p->alpha > 1 || !(p->miss >= 0) || p->miss > 1 ||
-	    p->max_steps > 1024)
+	    p->max_steps > 1024 || p->solver > KN__SYNC_CGP_PLS ||
+	    p->epoch_rounds > KN__SYNC_CGP_MAX_ROUNDS ||
+	    !isfinite(p->bound) || p->bound < 0 || !isfinite(p->latency) ||
+	    p->latency < 0 || !isfinite(p->bandwidth) || p->bandwidth < 0)
 		return -EINVAL;
 	if (!p->staleness)
 		p->staleness = 3;
@@ -72,6 +76,16 @@ int kn__sync_params_resolve(struct kn__sync_params *p)
 		p->alpha = 0.5f;
 	if (p->miss == 0)
 		p->miss = 0.25f;
+	if (!p->epoch_rounds)
+		p->epoch_rounds = 20;
+	if (!p->period)
+		p->period = 100;
+	if (p->bound == 0)
+		p->bound = 4;
+	if (p->latency == 0)
+		p->latency = 100e-6f;
+	if (p->bandwidth == 0)
+		p->bandwidth = 1e9f;
 	return 0;
 }
 
@@ -114,6 +128,8 @@ static int check_event(const struct kn__sync_params *params,
 		return 0;
 	case KN__SYNC_EV_PLAN:
 		return ev->plan ? 0 : -EINVAL;
+	case KN__SYNC_EV_BARRIER:
+		return 0;
 	case KN__SYNC_EV_TIMING:
 		if (!isfinite(ev->value) || ev->value < 0)
 			return -EINVAL;
@@ -164,6 +180,10 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 	for (uint32_t i = 0; i < params->members; i++)
 		r->w[i].member = true;
 	r->nmembers = params->members;
+	if (ops->rule_init && ops->rule_init(r)) {
+		kn__sync_rule_destroy(r);
+		return -ENOMEM;
+	}
 	*rule = r;
 	return 0;
 
@@ -185,6 +205,8 @@ void kn__sync_rule_destroy(struct kn__sync_rule *rule)
 {
 	if (!rule)
 		return;
+	if (rule->ops->rule_fini)
+		rule->ops->rule_fini(rule);
 	free(rule->held);
 	free(rule->ring);
 	free(rule->plan);
@@ -416,6 +438,8 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 		return rule->ops->timing ? rule->ops->timing(rule, ev, out) : 0;
 	case KN__SYNC_EV_PLAN:
 		return rule->ops->plan ? rule->ops->plan(rule, ev, out) : 0;
+	case KN__SYNC_EV_BARRIER: /* the planner's, from the chunk rules */
+		return -EINVAL;
 	default: /* KN__SYNC_EV_TIMER */
 		return rule->ops->timer ? rule->ops->timer(rule, ev, out) : 0;
 	}
@@ -452,6 +476,10 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	for (uint32_t i = 0; i < params->members; i++)
 		p->member[i] = true;
 	p->nmembers = params->members;
+	if (ops->planner_init && ops->planner_init(p)) {
+		kn__sync_planner_destroy(p);
+		return -ENOMEM;
+	}
 	*planner = p;
 	return 0;
 
@@ -471,6 +499,8 @@ void kn__sync_planner_destroy(struct kn__sync_planner *planner)
 {
 	if (!planner)
 		return;
+	if (planner->ops->planner_fini)
+		planner->ops->planner_fini(planner);
 	free(planner->reported);
 	free(planner->plan);
 	free(planner->pred);

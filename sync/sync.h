@@ -36,7 +36,18 @@ enum kn__sync_protocol {
 	KN__SYNC_SSP = 2,
 	KN__SYNC_ESP = 3,
 	KN__SYNC_PREDICTED = 4, /* PSP: Predicted Synchronization Parallel */
+	KN__SYNC_CGP = 5,	/* Cooperative Grouping Parallel */
 };
+
+/* CGP: how the planner solves CGPP (sync/cgpp.h). */
+enum kn__sync_cgp_solver {
+	KN__SYNC_CGP_AUTO = 0, /* AGA up to KN__SYNC_CGP_AUTO_AGA workers */
+	KN__SYNC_CGP_AGA = 1,
+	KN__SYNC_CGP_PLS = 2,
+};
+
+/* auto: CGP_AGA for at most this many workers, CGP_PLS above. */
+#define KN__SYNC_CGP_AUTO_AGA 128u
 
 /*
  * A machine's parameters.  The protocols' own ones are 0 for "the
@@ -51,17 +62,27 @@ struct kn__sync_params {
 	uint32_t staleness;   /* SSP s, ESP s_e: clocks ahead of the slowest (3) */
 	uint32_t max_skip;    /* ESP H_max: local steps before a push is due (8) */
 	uint32_t max_steps;   /* PSP R: most local steps a plan gives (15) */
-	uint32_t warmup;      /* PSP: barriers under BSP before a plan (3) */
+	uint32_t warmup;      /* PSP, CGP: barriers under BSP before a plan (3) */
 	float gamma;	      /* ESP: push when cost <= gamma x one step (1) */
 	float theta;	      /* ESP: or when |delta|/|anchor| >= theta (0.01) */
 	float alpha;	      /* PSP: EMA weight of the newest timing (0.5) */
 	float miss;	      /* PSP: re-plan when a prediction misses by more (0.25) */
+	/* CGP (alpha above is its EMA weight too) */
+	uint32_t solver;	/* enum kn__sync_cgp_solver (auto) */
+	uint32_t epoch_rounds;	/* rounds of the fastest group an epoch (20) */
+	uint32_t period;	/* T_re: iterations between regroup checks (100) */
+	float bound;		/* S: the staleness bound tau_max <= S (4) */
+	float latency;		/* C_sync: seconds per sync (100e-6) */
+	float bandwidth;	/* C_sync: bytes per second at a server (1e9) */
+	uint64_t bytes;		/* C_sync: bytes a worker pushes a round (0) */
 };
 
 /*
  * Replace the zero fields of @params by their defaults: 0, or -EINVAL
  * for a value out of range (gamma, theta not finite or negative, alpha
- * or miss outside (0, 1], max_steps above 1024).
+ * or miss outside (0, 1], max_steps above 1024, an unknown solver,
+ * epoch_rounds above KN__SYNC_CGP_MAX_ROUNDS, bound, latency or
+ * bandwidth not finite or negative).
  */
 int kn__sync_params_resolve(struct kn__sync_params *params);
 
@@ -72,6 +93,7 @@ enum kn__sync_event_type {
 	KN__SYNC_EV_TIMING,   /* worker reports an iteration time @value */
 	KN__SYNC_EV_TIMER,    /* the time is @t: deadlines may have passed */
 	KN__SYNC_EV_PLAN,     /* chunk rules: the planner's plan @epoch */
+	KN__SYNC_EV_BARRIER,  /* planner: a chunk rule waits at @epoch's end */
 };
 
 struct kn__sync_event {
@@ -83,7 +105,7 @@ struct kn__sync_event {
 	double t;	  /* seconds on the caller's clock */
 	double value;	  /* TIMING: seconds per iteration */
 	uint32_t steps;	  /* PUSH: local steps it holds (0 counts as 1) */
-	uint64_t epoch;	  /* PLAN: the plan's epoch */
+	uint64_t epoch;	  /* PLAN: the plan's epoch; BARRIER: the epoch ending */
 	const uint32_t *plan; /* PLAN: per worker id, as REGROUP's @plan */
 };
 
@@ -98,21 +120,38 @@ enum kn__sync_action_type {
 	KN__SYNC_ACT_APPLY = 1, /* sum contrib[] with weights, update */
 	KN__SYNC_ACT_RELEASE,	/* deliver @version to @worker */
 	KN__SYNC_ACT_REGROUP,	/* a new plan (CGP, PSP) from @epoch */
+	KN__SYNC_ACT_BARRIER,	/* CGP: waiting at the end of @epoch for
+				 * the plan of @epoch + 1: tell the planner */
 };
 
 struct kn__sync_action {
 	uint32_t type;	   /* enum kn__sync_action_type */
 	uint32_t worker;   /* RELEASE */
 	uint64_t version;  /* APPLY: the version it makes; RELEASE: to send */
-	uint64_t epoch;	   /* RELEASE, REGROUP: the plan in force */
+	uint64_t epoch;	   /* RELEASE, REGROUP: the plan in force; BARRIER */
 	uint32_t steps;	   /* RELEASE: local steps before the next push */
 	float lr_scale;	   /* APPLY: factor on the optimizer's rate */
 	uint32_t ncontrib; /* APPLY */
 	const struct kn__sync_contrib *contrib; /* APPLY */
 	float hint;	   /* RELEASE: ESP's predicted wait, seconds */
-	/* REGROUP: per worker id (max_workers entries); PSP: its k_i */
+	/* REGROUP: per worker id (max_workers entries); PSP: its k_i;
+	 * CGP: KN__SYNC_CGP_PLAN(group, rounds), 0 for none */
 	const uint32_t *plan;
+	/* REGROUP, CGP: the groups changed, with this predicted gain in
+	 * throughput (0.2: 20% more) over keeping the old ones */
+	bool regrouped;
+	float gain;
 };
+
+/*
+ * A CGP plan entry: the worker's group (0 .. 2^20 - 2) and the rounds
+ * its group runs in the epoch (1 .. 4095); 0 is "not in the plan".
+ */
+#define KN__SYNC_CGP_PLAN(group, rounds) \
+	(((uint32_t)(group) + 1u) | ((uint32_t)(rounds) << 20))
+#define KN__SYNC_CGP_GROUP(entry) (((entry) & 0xfffffu) - 1u)
+#define KN__SYNC_CGP_ROUNDS(entry) ((entry) >> 20)
+#define KN__SYNC_CGP_MAX_ROUNDS 4095u
 
 struct kn__sync_rule;
 
@@ -147,9 +186,10 @@ int kn__sync_protocol_parse(const char *name);
 #define KN__SYNC_MAX_WORKERS (1u << 20)
 
 /*
- * The planner (one, on the coordinator).  It sees JOIN, LEAVE, TIMING
- * and TIMER events (a PUSH is -EINVAL: pushes go to the chunk rules) and
- * answers with REGROUP actions, each naming the @epoch of the plan that
+ * The planner (one, on the coordinator).  It sees JOIN, LEAVE, TIMING,
+ * TIMER and BARRIER events (a PUSH is -EINVAL: pushes go to the chunk
+ * rules; a BARRIER is a chunk rule's BARRIER action, passed on by the
+ * caller, once or many times) and answers with REGROUP actions, each naming the @epoch of the plan that
  * it starts; what else a REGROUP carries is defined by the protocol that
  * emits it.  Membership is checked as by the chunk rule: workers
  * 0 .. members - 1 start as members, a JOIN of a member or a LEAVE of a

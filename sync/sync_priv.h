@@ -48,6 +48,7 @@ struct kn__sync_rule {
 	uint32_t *held;	  /* [max_workers]: workers held back */
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
+	struct kn__sync_cgp_rule *cgp; /* CGP: its groups (cgp.c) */
 };
 
 struct kn__sync_planner {
@@ -68,6 +69,7 @@ struct kn__sync_planner {
 	bool *reported; /* [max_workers], zeroed */
 	uint32_t nreported;
 	bool missed, changed;
+	struct kn__sync_cgp_planner *cgp; /* CGP: groups, solver (cgp.c) */
 };
 
 /* Where a worker rule stands between two events. */
@@ -97,6 +99,10 @@ typedef int kn__sync_rule_event_fn(struct kn__sync_rule *rule,
 typedef int kn__sync_planner_event_fn(struct kn__sync_planner *planner,
 				      const struct kn__sync_event *ev,
 				      struct kn__sync_action *out);
+typedef int kn__sync_rule_init_fn(struct kn__sync_rule *rule);
+typedef void kn__sync_rule_fini_fn(struct kn__sync_rule *rule);
+typedef int kn__sync_planner_init_fn(struct kn__sync_planner *planner);
+typedef void kn__sync_planner_fini_fn(struct kn__sync_planner *planner);
 typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
 				     const struct kn__sync_worker_event *ev,
 				     uint32_t *next);
@@ -112,6 +118,9 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
+ * @rule_init and @planner_init, where set, make the protocol's own state
+ * once the machine is otherwise complete (0 or -ENOMEM); @rule_fini and
+ * @planner_fini free it, and take a machine whose init failed.
  */
 struct kn__sync_ops {
 	const char *name;
@@ -124,6 +133,10 @@ struct kn__sync_ops {
 	kn__sync_rule_event_fn *plan;
 	kn__sync_planner_event_fn *planner_event;
 	kn__sync_worker_event_fn *worker_event;
+	kn__sync_rule_init_fn *rule_init;
+	kn__sync_rule_fini_fn *rule_fini;
+	kn__sync_planner_init_fn *planner_init;
+	kn__sync_planner_fini_fn *planner_fini;
 };
 
 extern const struct kn__sync_ops kn__sync_bsp_ops;
@@ -131,6 +144,7 @@ extern const struct kn__sync_ops kn__sync_asp_ops;
 extern const struct kn__sync_ops kn__sync_ssp_ops;
 extern const struct kn__sync_ops kn__sync_esp_ops;
 extern const struct kn__sync_ops kn__sync_predicted_ops;
+extern const struct kn__sync_ops kn__sync_cgp_ops;
 int kn__sync_zipline(const double *t, uint32_t n, uint32_t R, uint32_t *k);
 
 /*

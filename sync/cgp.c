@@ -1,0 +1,789 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cgp.c - CGP, Cooperative Grouping Parallel (DESIGN.md section 4,
+ * docs/protocols.md): its chunk rule and its planner.  Workers never
+ * skip or add steps, so the worker rule is BSP's (sync.c).
+ *
+ * The workers are split into groups of similar speed.  Inside a group it
+ * is BSP: a group's round is complete when each of its members has
+ * pushed once, its sum is applied to the global model at once, and the
+ * whole group is released with the new model.  Between groups there is
+ * no barrier: a fast group applies many rounds while a slow one computes
+ * one, and the slow one's update is stale by the applies in between.
+ *
+ * Time is cut into epochs, each ending at a global barrier.  Epoch 0 is
+ * the warm-up: one group of every member, `warmup` rounds, so BSP, while
+ * the planner learns the speeds.  The plan of epoch e >= 1 names every
+ * worker's group and the rounds its group runs in the epoch (the fastest
+ * group `epoch_rounds`, the others as many as end at about the same
+ * time: ZipLine over the groups' round times).  A group that has run its
+ * rounds waits; when every group waits, the epoch is over.  Only there,
+ * with nobody computing, does a new plan come into force, so no worker
+ * ever merges state made under two groupings.  Since a plan names where
+ * its epoch ends, every server ends it after the same pushes, whenever
+ * its messages come.
+ *
+ * A chunk rule at the barrier without the next plan answers BARRIER; the
+ * caller tells the planner, which then plans the next epoch from the
+ * speeds it has (an EMA of TIMING reports, as PSP's): it re-solves CGPP
+ * (sync/cgpp.h) after the warm-up, every `period` iterations, when a
+ * worker's speed drifted by more than 20% since the last look, or when
+ * the membership changed, and it regroups only when the new grouping is
+ * predicted to be more than 5% faster (or the old one broke the bound).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cgpp.h"
+#include "sync_priv.h"
+
+#define NONE UINT32_MAX
+
+/* Regroup only for a predicted throughput gain above this. */
+#define MIN_GAIN 0.05
+/* A speed that moved this much (relative) since the last look. */
+#define DRIFT 0.20
+
+/* --- the chunk rule -------------------------------------------------- */
+
+struct group {
+	uint32_t size;	  /* its members at this rule */
+	uint32_t npushed; /* of them, pushed in this round */
+	uint32_t rounds;  /* rounds applied in this epoch */
+	uint32_t due;	  /* rounds the epoch asks of it */
+	uint32_t first;	  /* its workers: order[first .. first + count) */
+	uint32_t count;
+	uint64_t read;	  /* the version its members were released with */
+	uint64_t applied; /* contributions applied by then (staleness) */
+	bool done;	  /* it ran its rounds: waits for the barrier */
+};
+
+struct kn__sync_cgp_rule {
+	struct group *g;    /* [max_workers] */
+	uint32_t *group_of; /* [max_workers]: its group, NONE: held */
+	uint32_t *order;    /* [max_workers]: planned workers by group */
+	uint32_t *scratch;  /* [max_workers]: counts; a plan's check */
+	uint32_t ngroups;
+	uint32_t nopen;	      /* groups with members not done */
+	uint32_t warm_rounds; /* epoch 0: rounds applied */
+	uint64_t applied;     /* contributions applied in all */
+	bool barrier;	      /* every group is done: waiting for a plan */
+};
+
+static int rule_init(struct kn__sync_rule *rule)
+{
+	uint32_t max = rule->params.max_workers;
+	struct kn__sync_cgp_rule *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	rule->cgp = c;
+	c->g = calloc(max, sizeof(*c->g));
+	c->group_of = malloc(max * sizeof(*c->group_of));
+	c->order = calloc(max, sizeof(*c->order));
+	c->scratch = calloc(max, sizeof(*c->scratch));
+	if (!c->g || !c->group_of || !c->order || !c->scratch)
+		return -ENOMEM;
+	/* the warm-up: the members so far are group 0 */
+	for (uint32_t i = 0; i < max; i++)
+		c->group_of[i] = rule->w[i].member ? 0 : NONE;
+	return 0;
+}
+
+static void rule_fini(struct kn__sync_rule *rule)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+
+	if (!c)
+		return;
+	free(c->g);
+	free(c->group_of);
+	free(c->order);
+	free(c->scratch);
+	free(c);
+}
+
+static void release(const struct kn__sync_rule *rule,
+		    struct kn__sync_action *act, uint32_t worker)
+{
+	kn__sync_release(act, worker, rule->version);
+	act->epoch = rule->epoch;
+}
+
+/*
+ * The plan of the next epoch comes into force: groups from its entries
+ * (each group's workers in ascending id order, the summation order),
+ * and every member it names released.  Members it does not name (they
+ * joined after it was made) stay held until a later barrier.
+ */
+static int switch_plan(struct kn__sync_rule *rule, struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+	uint32_t max = rule->params.max_workers, n = 0, pos = 0;
+
+	memcpy(rule->plan, rule->next_plan, max * sizeof(*rule->plan));
+	rule->epoch = rule->next_epoch;
+	rule->have_next = false;
+	c->barrier = false;
+
+	c->ngroups = 0;
+	for (uint32_t i = 0; i < max; i++) {
+		uint32_t e = rule->plan[i];
+
+		if (e && KN__SYNC_CGP_GROUP(e) + 1 > c->ngroups)
+			c->ngroups = KN__SYNC_CGP_GROUP(e) + 1;
+	}
+	for (uint32_t k = 0; k < c->ngroups; k++)
+		c->g[k] = (struct group){ .read = rule->version,
+					  .applied = c->applied };
+	for (uint32_t i = 0; i < max; i++) {
+		uint32_t e = rule->plan[i];
+
+		c->group_of[i] = NONE;
+		if (!e)
+			continue;
+		c->g[KN__SYNC_CGP_GROUP(e)].count++;
+		c->g[KN__SYNC_CGP_GROUP(e)].due = KN__SYNC_CGP_ROUNDS(e);
+	}
+	for (uint32_t k = 0; k < c->ngroups; k++) {
+		c->g[k].first = pos;
+		pos += c->g[k].count;
+		c->g[k].count = 0;
+	}
+	c->nopen = 0;
+	for (uint32_t i = 0; i < max; i++) {
+		uint32_t e = rule->plan[i];
+		struct group *g;
+
+		if (!e)
+			continue;
+		g = &c->g[KN__SYNC_CGP_GROUP(e)];
+		c->order[g->first + g->count++] = i;
+		if (!rule->w[i].member)
+			continue;
+		c->group_of[i] = KN__SYNC_CGP_GROUP(e);
+		rule->w[i].pushed = false;
+		if (g->size++ == 0)
+			c->nopen++;
+		release(rule, &out[n++], i);
+	}
+	if (c->nopen == 0) {
+		/* nobody in it is here: the epoch is over as it starts */
+		c->barrier = true;
+		out[n++] = (struct kn__sync_action){
+			.type = KN__SYNC_ACT_BARRIER,
+			.epoch = rule->epoch,
+		};
+	}
+	return (int)n;
+}
+
+/* Every group waits: switch if the next plan is here, else ask for it. */
+static int barrier(struct kn__sync_rule *rule, struct kn__sync_action *out)
+{
+	rule->cgp->barrier = true;
+	if (rule->have_next)
+		return switch_plan(rule, out);
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_BARRIER,
+		.epoch = rule->epoch,
+	};
+	return 1;
+}
+
+/* A warm-up round is complete (BSP's): the mean, then on or the barrier. */
+static int warm_complete(struct kn__sync_rule *rule,
+			 struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+	uint32_t n = kn__sync_round_complete(rule, out);
+	int ret;
+
+	if (!n)
+		return 0;
+	c->applied += n;
+	for (uint32_t k = 0; k < n; k++)
+		rule->contrib[k].weight = 1.0f / (float)n;
+	if (++c->warm_rounds < rule->params.warmup) {
+		for (uint32_t k = 0; k < n; k++)
+			release(rule, &out[1 + k], rule->contrib[k].worker);
+		return (int)(1 + n);
+	}
+	ret = barrier(rule, out + 1);
+	return ret < 0 ? ret : 1 + ret;
+}
+
+/*
+ * Group @k's round is complete: its sum goes in, each push weighted
+ * 1 / n (the group's mean at rate lr |G| / n) and damped by its
+ * staleness: the contributions of other groups applied since the group
+ * was released, counted in rounds of n, m, give the factor 1 / (1 + m).
+ * Then the group goes on, or waits for the barrier.
+ */
+static int group_complete(struct kn__sync_rule *rule, uint32_t k,
+			  struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct group *g = &c->g[k];
+	uint32_t n = 0, nout;
+	double m = (double)(c->applied - g->applied) / rule->nmembers;
+	float weight = (float)(1.0 / (1.0 + m) / rule->nmembers);
+
+	for (uint32_t j = 0; j < g->count; j++) {
+		uint32_t i = c->order[g->first + j];
+		struct kn__sync_wstate *w = &rule->w[i];
+
+		if (c->group_of[i] != k || !w->pushed)
+			continue;
+		rule->contrib[n++] = (struct kn__sync_contrib){
+			.worker = i,
+			.slot = w->slot,
+			.weight = weight,
+		};
+		w->pushed = false;
+	}
+	g->npushed = 0;
+	rule->version++;
+	c->applied += n;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_APPLY,
+		.version = rule->version,
+		.lr_scale = 1.0f,
+		.ncontrib = n,
+		.contrib = rule->contrib,
+	};
+	nout = 1;
+	if (++g->rounds < g->due) {
+		g->read = rule->version;
+		g->applied = c->applied;
+		for (uint32_t j = 0; j < n; j++)
+			release(rule, &out[nout++], rule->contrib[j].worker);
+		return (int)nout;
+	}
+	g->done = true;
+	if (--c->nopen > 0)
+		return (int)nout;
+	return (int)nout + barrier(rule, out + nout);
+}
+
+static int cgp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	uint32_t k = c->group_of[ev->worker];
+	struct group *g;
+
+	if (k == NONE || c->barrier)
+		return -EINVAL; /* held: it was released with nothing */
+	if (rule->epoch == 0)
+		return kn__sync_round_push(rule, ev) ? -EINVAL
+						     : warm_complete(rule, out);
+	g = &c->g[k];
+	/* one push per round, from the version the group was given */
+	if (g->done || w->pushed || ev->version != g->read)
+		return -EINVAL;
+	w->pushed = true;
+	w->slot = ev->slot;
+	if (++g->npushed < g->size)
+		return 0;
+	return group_complete(rule, k, out);
+}
+
+/*
+ * A joiner takes part in the warm-up as under BSP; after it, it waits
+ * for the first plan that names it, at a barrier.
+ */
+static int cgp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+
+	c->group_of[ev->worker] = NONE;
+	if (rule->epoch != 0 || c->barrier)
+		return 0;
+	c->group_of[ev->worker] = 0;
+	release(rule, &out[0], ev->worker);
+	return 1;
+}
+
+/* Its group is complete without it, or, if it was the last, done. */
+static int cgp_leave(struct kn__sync_rule *rule,
+		     const struct kn__sync_event *ev,
+		     struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	uint32_t k = c->group_of[ev->worker];
+	struct group *g;
+
+	c->group_of[ev->worker] = NONE;
+	if (k == NONE)
+		return 0;
+	if (rule->epoch == 0) {
+		kn__sync_round_drop(rule, ev->worker);
+		return c->barrier ? 0 : warm_complete(rule, out);
+	}
+	g = &c->g[k];
+	g->size--;
+	if (w->pushed) {
+		w->pushed = false;
+		g->npushed--;
+	}
+	if (g->done)
+		return 0;
+	if (g->size == 0) {
+		g->done = true;
+		return --c->nopen > 0 ? 0 : barrier(rule, out);
+	}
+	return g->npushed == g->size ? group_complete(rule, k, out) : 0;
+}
+
+/*
+ * The plan of the next epoch, and only that one: plans are made one
+ * per barrier, and the one of epoch e + 1 always comes before any
+ * worker can finish epoch e + 1, so anything else is a replay or a
+ * fault.  Every entry must name a group and at least one round, one
+ * group one number of rounds.  At the barrier it comes into force now.
+ */
+static int cgp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
+		    struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_rule *c = rule->cgp;
+	uint32_t max = rule->params.max_workers;
+
+	if (ev->epoch != rule->epoch + 1 || rule->have_next)
+		return -EINVAL;
+	memset(c->scratch, 0, max * sizeof(*c->scratch));
+	for (uint32_t i = 0; i < max; i++) {
+		uint32_t e = ev->plan[i], k;
+
+		if (!e)
+			continue;
+		k = KN__SYNC_CGP_GROUP(e);
+		if (k >= max || KN__SYNC_CGP_ROUNDS(e) == 0 ||
+		    (c->scratch[k] && c->scratch[k] != KN__SYNC_CGP_ROUNDS(e)))
+			return -EINVAL;
+		c->scratch[k] = KN__SYNC_CGP_ROUNDS(e);
+	}
+	memcpy(rule->next_plan, ev->plan, max * sizeof(*rule->next_plan));
+	rule->next_epoch = ev->epoch;
+	rule->have_next = true;
+	return c->barrier ? switch_plan(rule, out) : 0;
+}
+
+/* --- the planner ------------------------------------------------------ */
+
+struct kn__sync_cgp_planner {
+	uint32_t *group;  /* [max_workers]: group in the plan in force */
+	double *base;	  /* [max_workers]: speed at the last look */
+	uint32_t *ids;	  /* [max_workers]: members by speed */
+	double *t;	  /* [max_workers]: their speeds, ascending */
+	uint8_t *cuts;	  /* [max_workers]: a partition of ids */
+	double *gtime;	  /* [max_workers]: round time per group */
+	uint32_t *gsize;  /* [max_workers]: members per group */
+	uint32_t *rounds; /* [max_workers]: rounds per group in the epoch */
+	uint32_t *label;  /* [max_workers]: group per sorted position */
+	uint32_t ngroups;
+	uint64_t since;	  /* iterations since the last look */
+	bool waiting;	  /* a barrier came while nobody was a member */
+	struct kn__cgpp_pls *archive; /* PLS: from the last search */
+};
+
+static int planner_init(struct kn__sync_planner *planner)
+{
+	uint32_t max = planner->params.max_workers;
+	struct kn__sync_cgp_planner *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	planner->cgp = c;
+	c->group = calloc(max, sizeof(*c->group));
+	c->base = calloc(max, sizeof(*c->base));
+	c->ids = calloc(max, sizeof(*c->ids));
+	c->t = calloc(max, sizeof(*c->t));
+	c->cuts = calloc(max, sizeof(*c->cuts));
+	c->gtime = calloc(max, sizeof(*c->gtime));
+	c->gsize = calloc(max, sizeof(*c->gsize));
+	c->rounds = calloc(max, sizeof(*c->rounds));
+	c->label = calloc(max + 1, sizeof(*c->label));
+	if (!c->group || !c->base || !c->ids || !c->t || !c->cuts ||
+	    !c->gtime || !c->gsize || !c->rounds || !c->label)
+		return -ENOMEM;
+	/* the warm-up's grouping: every member in group 0 */
+	for (uint32_t i = 0; i < max; i++)
+		c->group[i] = planner->member[i] ? 0 : NONE;
+	c->ngroups = 1;
+	return 0;
+}
+
+static void planner_fini(struct kn__sync_planner *planner)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+
+	if (!c)
+		return;
+	kn__cgpp_pls_destroy(c->archive);
+	free(c->group);
+	free(c->base);
+	free(c->ids);
+	free(c->t);
+	free(c->cuts);
+	free(c->gtime);
+	free(c->gsize);
+	free(c->rounds);
+	free(c->label);
+	free(c);
+}
+
+/* C_sync(m), the cost model's. */
+static double sync_cost(const struct kn__sync_params *p, uint32_t m)
+{
+	return p->latency + (double)m * (double)p->bytes / p->bandwidth;
+}
+
+/* Members by predicted speed, ascending (ties by id); their number. */
+struct by_speed {
+	double t;
+	uint32_t id;
+};
+
+static int cmp_speed(const void *a, const void *b)
+{
+	const struct by_speed *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/*
+ * The members' predicted seconds per step into c->ids / c->t, sorted.
+ * A member without a timing yet (a joiner) is taken to be as slow as
+ * the slowest known one, so it cannot make a fast group wait; with no
+ * timing at all, every member counts one second.
+ */
+static int sort_members(struct kn__sync_planner *planner, uint32_t *count)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+	uint32_t max = planner->params.max_workers, n = 0;
+	double slowest = 0;
+	struct by_speed *v;
+
+	v = malloc((planner->nmembers ? planner->nmembers : 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < max; i++)
+		if (planner->member[i] && planner->pred[i] > slowest)
+			slowest = planner->pred[i];
+	if (slowest == 0)
+		slowest = 1;
+	for (uint32_t i = 0; i < max; i++) {
+		if (!planner->member[i])
+			continue;
+		v[n].t = planner->pred[i] > 0 ? planner->pred[i] : slowest;
+		v[n++].id = i;
+	}
+	qsort(v, n, sizeof(*v), cmp_speed);
+	for (uint32_t j = 0; j < n; j++) {
+		c->ids[j] = v[j].id;
+		c->t[j] = v[j].t;
+	}
+	free(v);
+	*count = n;
+	return 0;
+}
+
+/*
+ * Throughput (samples per step of each worker per second) and tau_max
+ * of a grouping of the sorted members given as @label per position:
+ * the cost model of cgpp.h, for groups that need not be contiguous.
+ */
+static void eval_labels(struct kn__sync_planner *planner, uint32_t n,
+			const uint32_t *label, uint32_t ngroups,
+			struct kn__cgpp_eval *out)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+	double lambda = 0, inv = 0, tmax = 0;
+	uint32_t used = 0;
+
+	for (uint32_t k = 0; k < ngroups; k++) {
+		c->gtime[k] = 0;
+		c->gsize[k] = 0;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t k = label[j];
+
+		c->gsize[k]++;
+		if (c->t[j] > c->gtime[k])
+			c->gtime[k] = c->t[j];
+	}
+	for (uint32_t k = 0; k < ngroups; k++) {
+		double T;
+
+		if (!c->gsize[k])
+			continue;
+		T = c->gtime[k] + sync_cost(&planner->params, c->gsize[k]);
+		used++;
+		lambda += c->gsize[k] / T;
+		inv += 1 / T;
+		if (T > tmax)
+			tmax = T;
+	}
+	out->lambda = lambda;
+	out->groups = used;
+	/* the slowest group waits longest: tau_max = T_max sum_{H} 1/T_H - 1 */
+	out->tau_max = used > 1 ? tmax * inv - 1 : 0;
+	out->feasible =
+		out->tau_max <= planner->params.bound * (1 + 1e-9);
+}
+
+/*
+ * Solve CGPP for the sorted members into c->cuts.  PLS keeps its
+ * archive: when only time has passed (no drift, no membership change),
+ * the archive is re-scored under the new speeds and the best feasible
+ * member taken, without a new search.
+ */
+static int solve(struct kn__sync_planner *planner, uint32_t n, bool fresh,
+		 struct kn__cgpp_eval *best)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+	const struct kn__sync_params *p = &planner->params;
+	struct kn__cgpp inst = {
+		.t = c->t,
+		.n = n,
+		.batch = 1,
+		.lat = p->latency,
+		.bytes = (double)p->bytes,
+		.bw = p->bandwidth,
+		.bound = p->bound,
+	};
+	bool pls = p->solver == KN__SYNC_CGP_PLS ||
+		   (p->solver == KN__SYNC_CGP_AUTO && n > KN__SYNC_CGP_AUTO_AGA);
+	size_t best_i = 0;
+	int ret;
+
+	if (!pls)
+		return kn__cgpp_aga(&inst, planner->epoch, NULL, c->cuts, best);
+	if (fresh || !c->archive) {
+		struct kn__cgpp_pls *a;
+
+		ret = kn__cgpp_pls_create(&inst, planner->epoch, 0, &a);
+		if (ret)
+			return ret;
+		kn__cgpp_pls_destroy(c->archive);
+		c->archive = a;
+		return kn__cgpp_pls_select(a, p->bound, c->cuts, best);
+	}
+	/* re-score the archive; BSP, always in it, is always feasible */
+	best->lambda = -1;
+	for (size_t i = 0; i < kn__cgpp_pls_size(c->archive); i++) {
+		struct kn__cgpp_eval e;
+
+		ret = kn__cgpp_pls_member(c->archive, i, c->cuts, &e);
+		if (!ret)
+			ret = kn__cgpp_eval(&inst, c->cuts, &e);
+		if (ret)
+			return ret;
+		if (e.feasible && e.lambda > best->lambda) {
+			*best = e;
+			best_i = i;
+		}
+	}
+	return kn__cgpp_pls_member(c->archive, best_i, c->cuts,
+				   &(struct kn__cgpp_eval){ 0 });
+}
+
+/* Labels per sorted position from c->cuts (0: the fastest group). */
+static uint32_t label_cuts(struct kn__sync_cgp_planner *c, uint32_t n)
+{
+	uint32_t k = 0;
+
+	for (uint32_t j = 0; j < n; j++) {
+		c->label[j] = k;
+		if (j + 1 < n && c->cuts[j])
+			k++;
+	}
+	return k + 1;
+}
+
+/* Whether the new labels split the members as c->group does. */
+static bool same_groups(struct kn__sync_cgp_planner *c, uint32_t n,
+			uint32_t ngroups)
+{
+	uint32_t *map = c->rounds; /* scratch: old group -> new */
+
+	if (ngroups != c->ngroups)
+		return false;
+	for (uint32_t k = 0; k < ngroups; k++)
+		map[k] = NONE;
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t old = c->group[c->ids[j]];
+
+		if (old == NONE || old >= ngroups)
+			return false;
+		if (map[old] == NONE)
+			map[old] = c->label[j];
+		else if (map[old] != c->label[j])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The plan of the next epoch, as a REGROUP in @out: the groups (new
+ * ones if a look at CGPP finds them worth it) and their rounds, the
+ * fastest group epoch_rounds, each other one the nearest whole number
+ * that ends with it, at least 1.  1 action, 0 with no members (the
+ * plan is made at the next JOIN), or a negative errno with nothing
+ * changed but the solver's archive.
+ */
+static int plan_next(struct kn__sync_planner *planner,
+		     struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+	const struct kn__sync_params *p = &planner->params;
+	uint32_t max = p->max_workers, n, ngroups = c->ngroups;
+	bool drift = false, fresh, regrouped = false;
+	struct kn__cgpp_eval now, best;
+	double gain = 0, tmin = INFINITY;
+	uint64_t longest = 0;
+	int ret;
+
+	ret = sort_members(planner, &n);
+	if (ret)
+		return ret;
+	c->waiting = n == 0;
+	if (n == 0)
+		return 0;
+	for (uint32_t j = 0; j < n; j++) {
+		double b = c->base[c->ids[j]];
+
+		if (b > 0 && fabs(c->t[j] - b) > DRIFT * b)
+			drift = true;
+	}
+	fresh = planner->epoch == 0 || planner->changed || drift;
+	if (fresh || c->since >= p->period) {
+		/* the groups in force, a joiner (none yet) in one of its own */
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t k = c->group[c->ids[j]];
+
+			c->label[j] = k == NONE || k >= c->ngroups ? c->ngroups
+								   : k;
+		}
+		eval_labels(planner, n, c->label, c->ngroups + 1, &now);
+		ret = solve(planner, n, fresh, &best);
+		if (ret)
+			return ret;
+		gain = best.lambda / now.lambda - 1;
+		ngroups = label_cuts(c, n);
+		if (!same_groups(c, n, ngroups) &&
+		    (planner->changed || gain > MIN_GAIN || !now.feasible)) {
+			regrouped = true;
+			for (uint32_t i = 0; i < max; i++)
+				c->group[i] = NONE;
+			for (uint32_t j = 0; j < n; j++)
+				c->group[c->ids[j]] = c->label[j];
+			c->ngroups = ngroups;
+		}
+		for (uint32_t j = 0; j < n; j++)
+			c->base[c->ids[j]] = c->t[j];
+		c->since = 0;
+	}
+
+	/* every member has a group now: a JOIN or LEAVE made it look */
+	for (uint32_t j = 0; j < n; j++)
+		c->label[j] = c->group[c->ids[j]];
+	eval_labels(planner, n, c->label, c->ngroups, &now);
+	for (uint32_t k = 0; k < c->ngroups; k++) {
+		c->gtime[k] += sync_cost(p, c->gsize[k]);
+		if (c->gsize[k] && c->gtime[k] < tmin)
+			tmin = c->gtime[k];
+	}
+	for (uint32_t k = 0; k < c->ngroups; k++) {
+		double r = floor(p->epoch_rounds * tmin / c->gtime[k] + 0.5);
+
+		c->rounds[k] = r < 1 ? 1 : (uint32_t)r;
+		if (c->rounds[k] > longest)
+			longest = c->rounds[k];
+	}
+	c->since += longest;
+	for (uint32_t i = 0; i < max; i++) {
+		uint32_t k = c->group[i];
+
+		planner->plan[i] = planner->member[i] && k != NONE
+					   ? KN__SYNC_CGP_PLAN(k, c->rounds[k])
+					   : 0;
+	}
+	planner->changed = false;
+	out[0] = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_REGROUP,
+		.epoch = ++planner->epoch,
+		.plan = planner->plan,
+		.regrouped = regrouped,
+		.gain = regrouped ? (float)gain : 0,
+	};
+	return 1;
+}
+
+static int cgp_planner_event(struct kn__sync_planner *planner,
+			     const struct kn__sync_event *ev,
+			     struct kn__sync_action *out)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+	uint32_t w = ev->worker;
+	double old;
+
+	switch (ev->type) {
+	case KN__SYNC_EV_TIMING:
+		if (!planner->member[w])
+			return 0;
+		old = planner->pred[w];
+		planner->pred[w] = old == 0 ? ev->value
+					    : planner->params.alpha * ev->value +
+						      (1 - planner->params.alpha) *
+							      old;
+		return 0;
+	case KN__SYNC_EV_JOIN:
+		/* a restarted worker may run on other hardware: learn anew */
+		planner->pred[w] = 0;
+		c->base[w] = 0;
+		c->group[w] = NONE;
+		planner->changed = true;
+		return c->waiting ? plan_next(planner, out) : 0;
+	case KN__SYNC_EV_LEAVE:
+		c->group[w] = NONE;
+		planner->changed = true;
+		return 0;
+	case KN__SYNC_EV_BARRIER:
+		/* every chunk rule of every server says it: plan once */
+		if (ev->epoch > planner->epoch)
+			return -EINVAL;
+		return ev->epoch == planner->epoch ? plan_next(planner, out)
+						   : 0;
+	default: /* KN__SYNC_EV_TIMER */
+		return 0;
+	}
+}
+
+/* An APPLY, a RELEASE for every worker, and a BARRIER. */
+static uint32_t cgp_max_actions(const struct kn__sync_params *params)
+{
+	return 2 + params->max_workers;
+}
+
+const struct kn__sync_ops kn__sync_cgp_ops = {
+	.name = "cgp",
+	.max_actions = cgp_max_actions,
+	.push = cgp_push,
+	.join = cgp_join,
+	.leave = cgp_leave,
+	.plan = cgp_plan,
+	.planner_event = cgp_planner_event,
+	.rule_init = rule_init,
+	.rule_fini = rule_fini,
+	.planner_init = planner_init,
+	.planner_fini = planner_fini,
+};
