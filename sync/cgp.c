@@ -25,7 +25,8 @@
  *
  * A chunk rule at the barrier without the next plan answers BARRIER; the
  * caller tells the planner, which then plans the next epoch from the
- * speeds it has (an EMA of TIMING reports, as PSP's): it re-solves CGPP
+ * speeds it has (an EMA over epochs of each epoch's mean TIMING): it
+ * re-solves CGPP
  * (sync/cgpp.h) after the warm-up, every `period` iterations, when a
  * worker's speed drifted by more than 20% since the last look, or when
  * the membership changed, and it regroups only when the new grouping is
@@ -386,6 +387,8 @@ struct kn__sync_cgp_planner {
 	uint32_t *gsize;  /* [max_workers]: members per group */
 	uint32_t *rounds; /* [max_workers]: rounds per group in the epoch */
 	uint32_t *label;  /* [max_workers]: group per sorted position */
+	double *sum;	  /* [max_workers]: its timings this epoch ... */
+	uint32_t *count;  /* [max_workers]: ... and how many */
 	uint32_t ngroups;
 	uint64_t since;	  /* iterations since the last look */
 	bool waiting;	  /* a barrier came while nobody was a member */
@@ -409,8 +412,11 @@ static int planner_init(struct kn__sync_planner *planner)
 	c->gsize = calloc(max, sizeof(*c->gsize));
 	c->rounds = calloc(max, sizeof(*c->rounds));
 	c->label = calloc(max + 1, sizeof(*c->label));
+	c->sum = calloc(max, sizeof(*c->sum));
+	c->count = calloc(max, sizeof(*c->count));
 	if (!c->group || !c->base || !c->ids || !c->t || !c->cuts ||
-	    !c->gtime || !c->gsize || !c->rounds || !c->label)
+	    !c->gtime || !c->gsize || !c->rounds || !c->label || !c->sum ||
+	    !c->count)
 		return -ENOMEM;
 	/* the warm-up's grouping: every member in group 0 */
 	for (uint32_t i = 0; i < max; i++)
@@ -435,6 +441,8 @@ static void planner_fini(struct kn__sync_planner *planner)
 	free(c->gsize);
 	free(c->rounds);
 	free(c->label);
+	free(c->sum);
+	free(c->count);
 	free(c);
 }
 
@@ -633,6 +641,35 @@ static bool same_groups(struct kn__sync_cgp_planner *c, uint32_t n,
 }
 
 /*
+ * The prediction moves once per epoch, by the mean of the epoch's
+ * timings: t = alpha mean + (1 - alpha) t, or t = mean for the first.
+ * A single step's time is noisy (a scheduler hiccup doubles it), and a
+ * grouping follows it for a whole epoch: one late step must not move a
+ * worker to the slow group and back.
+ */
+static void fold_timings(struct kn__sync_planner *planner)
+{
+	struct kn__sync_cgp_planner *c = planner->cgp;
+	double alpha = planner->params.alpha;
+
+	for (uint32_t i = 0; i < planner->params.max_workers; i++) {
+		double mean;
+
+		if (!c->count[i])
+			continue;
+		mean = c->sum[i] / c->count[i];
+		if (mean < 1e-9)
+			mean = 1e-9; /* 0 is "no timing yet" */
+		planner->pred[i] = planner->pred[i] == 0
+					   ? mean
+					   : alpha * mean +
+						     (1 - alpha) * planner->pred[i];
+		c->sum[i] = 0;
+		c->count[i] = 0;
+	}
+}
+
+/*
  * The plan of the next epoch, as a REGROUP in @out: the groups (new
  * ones if a look at CGPP finds them worth it) and their rounds, the
  * fastest group epoch_rounds, each other one the nearest whole number
@@ -646,12 +683,13 @@ static int plan_next(struct kn__sync_planner *planner,
 	struct kn__sync_cgp_planner *c = planner->cgp;
 	const struct kn__sync_params *p = &planner->params;
 	uint32_t max = p->max_workers, n, ngroups = c->ngroups;
-	bool drift = false, fresh, regrouped = false;
+	bool drift = false, fresh, regrouped = false, homeless = false;
 	struct kn__cgpp_eval now, best;
 	double gain = 0, tmin = INFINITY;
 	uint64_t longest = 0;
 	int ret;
 
+	fold_timings(planner);
 	ret = sort_members(planner, &n);
 	if (ret)
 		return ret;
@@ -670,8 +708,11 @@ static int plan_next(struct kn__sync_planner *planner,
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t k = c->group[c->ids[j]];
 
-			c->label[j] = k == NONE || k >= c->ngroups ? c->ngroups
-								   : k;
+			if (k == NONE || k >= c->ngroups) {
+				homeless = true;
+				k = c->ngroups;
+			}
+			c->label[j] = k;
 		}
 		eval_labels(planner, n, c->label, c->ngroups + 1, &now);
 		ret = solve(planner, n, fresh, &best);
@@ -680,7 +721,7 @@ static int plan_next(struct kn__sync_planner *planner,
 		gain = best.lambda / now.lambda - 1;
 		ngroups = label_cuts(c, n);
 		if (!same_groups(c, n, ngroups) &&
-		    (planner->changed || gain > MIN_GAIN || !now.feasible)) {
+		    (homeless || gain > MIN_GAIN || !now.feasible)) {
 			regrouped = true;
 			for (uint32_t i = 0; i < max; i++)
 				c->group[i] = NONE;
@@ -693,7 +734,7 @@ static int plan_next(struct kn__sync_planner *planner,
 		c->since = 0;
 	}
 
-	/* every member has a group now: a JOIN or LEAVE made it look */
+	/* every member has a group: a homeless one made the new ones stick */
 	for (uint32_t j = 0; j < n; j++)
 		c->label[j] = c->group[c->ids[j]];
 	eval_labels(planner, n, c->label, c->ngroups, &now);
@@ -734,22 +775,21 @@ static int cgp_planner_event(struct kn__sync_planner *planner,
 {
 	struct kn__sync_cgp_planner *c = planner->cgp;
 	uint32_t w = ev->worker;
-	double old;
 
 	switch (ev->type) {
 	case KN__SYNC_EV_TIMING:
-		if (!planner->member[w])
-			return 0;
-		old = planner->pred[w];
-		planner->pred[w] = old == 0 ? ev->value
-					    : planner->params.alpha * ev->value +
-						      (1 - planner->params.alpha) *
-							      old;
+		/* kept for the epoch's mean (fold_timings) */
+		if (planner->member[w]) {
+			c->sum[w] += ev->value;
+			c->count[w]++;
+		}
 		return 0;
 	case KN__SYNC_EV_JOIN:
 		/* a restarted worker may run on other hardware: learn anew */
 		planner->pred[w] = 0;
 		c->base[w] = 0;
+		c->sum[w] = 0;
+		c->count[w] = 0;
 		c->group[w] = NONE;
 		planner->changed = true;
 		return c->waiting ? plan_next(planner, out) : 0;

@@ -73,7 +73,7 @@ struct kn__sync_params {
 	uint32_t period;	/* T_re: iterations between regroup checks (100) */
 	float bound;		/* S: the staleness bound tau_max <= S (4) */
 	float latency;		/* C_sync: seconds per sync (100e-6) */
-	float bandwidth;	/* C_sync: bytes per second at a server (1e9) */
+	float bandwidth;	/* C_sync: bytes per second the servers take in (1e9) */
 	uint64_t bytes;		/* C_sync: bytes a worker pushes a round (0) */
 };
 

@@ -452,18 +452,26 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	cr_assert(out[0].regrouped);
 	cr_assert(together(&out[0], 0, 6));
 	cr_assert(!together(&out[0], 0, 7));
-	/* worker 7 leaves: everyone is equal, one group, 7 not planned */
+	/* worker 7 leaves: the rest is one group already, 7 not planned */
 	cr_assert_eq(kn__sync_planner_event(pl, &ev, out), 0);
 	cr_assert_eq(barrier_ev(pl, 2, out), 1);
-	cr_assert(out[0].regrouped);
+	cr_assert(!out[0].regrouped);
 	cr_assert_eq(out[0].plan[7], 0);
 	for (uint32_t w = 0; w < 7; w++)
 		cr_assert(together(&out[0], 0, w));
-	/* it comes back: planned at once, in a group, as slow as the slowest */
+	/* it comes back: without a timing it counts as slow as the slowest
+	 * (all equal), and it needs a group: a regroup, whatever the gain */
 	ev.type = KN__SYNC_EV_JOIN;
 	cr_assert_eq(kn__sync_planner_event(pl, &ev, out), 0);
 	cr_assert_eq(barrier_ev(pl, 3, out), 1);
+	cr_assert(out[0].regrouped);
 	cr_assert_neq(out[0].plan[7], 0);
+	/* a slow joiner, once timed, goes to a group of its own */
+	t[7] = .08;
+	timings(pl, t, 8);
+	cr_assert_eq(barrier_ev(pl, 4, out), 1);
+	cr_assert(out[0].regrouped);
+	cr_assert(!together(&out[0], 0, 7));
 	kn__sync_planner_destroy(pl);
 }
 
