@@ -55,6 +55,13 @@ static const struct name_val sync_names[] = {
 	{ "ssp", KN__CONFIG_SSP },
 	{ "esp", KN__CONFIG_ESP },
 	{ "predicted", KN__CONFIG_PREDICTED },
+	{ "cgp", KN__CONFIG_CGP },
+};
+
+static const struct name_val cgp_solver_names[] = {
+	{ "aga", KN__CONFIG_CGP_AGA },
+	{ "pls", KN__CONFIG_CGP_PLS },
+	{ "auto", KN__CONFIG_CGP_AUTO },
 };
 
 static const struct name_val optimizer_names[] = {
@@ -90,6 +97,11 @@ const char *kn__config_sync_name(enum kn__config_sync s)
 const char *kn__config_optimizer_name(enum kn__config_optimizer o)
 {
 	return name_of(optimizer_names, ARRAY_SIZE(optimizer_names), (int)o);
+}
+
+const char *kn__config_cgp_solver_name(enum kn__config_cgp_solver s)
+{
+	return name_of(cgp_solver_names, ARRAY_SIZE(cgp_solver_names), (int)s);
 }
 
 /* One parse: the configuration being built and where errors go. */
@@ -458,6 +470,43 @@ static int opt_miss(struct parse *p, const char *src, const char *val)
 	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.miss);
 }
 
+static int opt_cgp_solver(struct parse *p, const char *src, const char *val)
+{
+	int v;
+	int ret = parse_name(p, src, val, cgp_solver_names,
+			     ARRAY_SIZE(cgp_solver_names), &v);
+
+	if (!ret)
+		p->cfg.solver = (enum kn__config_cgp_solver)v;
+	return ret;
+}
+
+static int opt_cgp_bound(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.bound);
+}
+
+static int opt_cgp_epoch(struct parse *p, const char *src, const char *val)
+{
+	return parse_range(p, src, val, 1, KN_CONFIG_CGP_MAX_ROUNDS,
+			   &p->cfg.epoch_rounds);
+}
+
+static int opt_cgp_period(struct parse *p, const char *src, const char *val)
+{
+	return parse_range(p, src, val, 1, UINT32_MAX, &p->cfg.period);
+}
+
+static int opt_cgp_latency(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.latency);
+}
+
+static int opt_cgp_bandwidth(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.bandwidth);
+}
+
 static int opt_momentum(struct parse *p, const char *src, const char *val)
 {
 	return parse_float(p, src, val, 0, false, 1, &p->cfg.momentum);
@@ -532,6 +581,12 @@ enum opt_id {
 	O_WARMUP,
 	O_ALPHA,
 	O_MISS,
+	O_CGP_SOLVER,
+	O_CGP_BOUND,
+	O_CGP_EPOCH,
+	O_CGP_PERIOD,
+	O_CGP_LATENCY,
+	O_CGP_BANDWIDTH,
 	O_CHUNK,
 	O_HEARTBEAT,
 	O_STARTUP,
@@ -615,17 +670,45 @@ static const struct opt opts[O_COUNT] = {
 				  "1 to 1024",
 			  .parse = opt_max_steps },
 	[O_WARMUP] = { "--psp-warmup", "KANEL_PSP_WARMUP", "B", .deflt = "3",
-		       .help = "predicted: barriers under BSP before the "
-			       "first plan",
+		       .help = "predicted, cgp: barriers under BSP before "
+			       "the first plan",
 		       .parse = opt_warmup },
 	[O_ALPHA] = { "--psp-alpha", "KANEL_PSP_ALPHA", "A", .deflt = "0.5",
-		      .help = "predicted: weight of the newest timing, "
+		      .help = "predicted, cgp: weight of the newest timing, "
 			      "(0, 1]",
 		      .parse = opt_alpha },
 	[O_MISS] = { "--psp-miss", "KANEL_PSP_MISS", "M", .deflt = "0.25",
 		     .help = "predicted: re-plan when a prediction misses by "
 			     "more, (0, 1]",
 		     .parse = opt_miss },
+	[O_CGP_SOLVER] = { "--cgp-solver", "KANEL_CGP_SOLVER",
+			   CHOICE(cgp_solver_names), .deflt = "auto",
+			   .help = "cgp: how workers are grouped; auto: aga "
+				   "up to 128 workers, pls above",
+			   .parse = opt_cgp_solver },
+	[O_CGP_BOUND] = { "--cgp-bound", "KANEL_CGP_BOUND", "S", .deflt = "4",
+			  .help = "cgp: most staleness the groups may cause, "
+				  "above 0",
+			  .parse = opt_cgp_bound },
+	[O_CGP_EPOCH] = { "--cgp-epoch", "KANEL_CGP_EPOCH", "R", .deflt = "20",
+			  .help = "cgp: rounds the fastest group runs between "
+				  "two barriers, 1 to 4095",
+			  .parse = opt_cgp_epoch },
+	[O_CGP_PERIOD] = { "--cgp-period", "KANEL_CGP_PERIOD", "T",
+			   .deflt = "100",
+			   .help = "cgp: iterations between regroup checks, "
+				   "1 or more",
+			   .parse = opt_cgp_period },
+	[O_CGP_LATENCY] = { "--cgp-latency", "KANEL_CGP_LATENCY", "SECONDS",
+			    .deflt = "100e-6",
+			    .help = "cgp: fixed seconds of a sync in its cost "
+				    "model, 0 or more",
+			    .parse = opt_cgp_latency },
+	[O_CGP_BANDWIDTH] = { "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH",
+			      "BYTES_PER_S", .deflt = "1e9",
+			      .help = "cgp: bytes per second the servers take "
+				      "in, in its cost model",
+			      .parse = opt_cgp_bandwidth },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "1M",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "

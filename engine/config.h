@@ -26,6 +26,8 @@
 #define KN_CONFIG_HOST_MAX  256u   /* host of HOST:PORT, with its NUL */
 #define KN_CONFIG_PATH_MAX  4096u  /* --secret-file, with its NUL */
 #define KN_CONFIG_MAX_COUNT 65536u /* most workers, and most servers */
+/* most --cgp-epoch rounds: KN__SYNC_CGP_MAX_ROUNDS of sync/sync.h */
+#define KN_CONFIG_CGP_MAX_ROUNDS 4095u
 
 /* What a process is.  Also the role byte of auth.h's ANSWER. */
 enum kn__role {
@@ -46,6 +48,15 @@ enum kn__config_sync {
 	KN__CONFIG_SSP = 2,
 	KN__CONFIG_ESP = 3,
 	KN__CONFIG_PREDICTED = 4,
+	KN__CONFIG_CGP = 5,
+};
+
+/* CGP: how the planner groups workers; numbered as enum
+ * kn__sync_cgp_solver in sync/sync.h. */
+enum kn__config_cgp_solver {
+	KN__CONFIG_CGP_AUTO = 0,
+	KN__CONFIG_CGP_AGA = 1,
+	KN__CONFIG_CGP_PLS = 2,
 };
 
 /*
@@ -85,8 +96,16 @@ struct kn__config {
 	uint32_t max_skip;  /* ESP's H_max */
 	float gamma, theta; /* ESP */
 	uint32_t max_steps; /* PSP's R */
-	uint32_t warmup;    /* PSP */
-	float alpha, miss;  /* PSP */
+	uint32_t warmup;    /* PSP, CGP */
+	float alpha;	    /* PSP, CGP */
+	float miss;	    /* PSP */
+	/* CGP; its cost model is C_sync(m) = latency + m * bytes / bandwidth */
+	enum kn__config_cgp_solver solver;
+	uint32_t epoch_rounds; /* rounds of the fastest group an epoch */
+	uint32_t period;       /* T_re: iterations between regroup checks */
+	float bound;	       /* S: the staleness bound */
+	float latency;	       /* seconds */
+	float bandwidth;       /* bytes per second */
 	uint32_t heartbeat_timeout_ms;
 	uint32_t startup_timeout_ms;
 	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */
@@ -125,5 +144,6 @@ const char *kn__role_name(enum kn__role role);
 const char *kn__config_transport_name(enum kn__config_transport t);
 const char *kn__config_sync_name(enum kn__config_sync s);
 const char *kn__config_optimizer_name(enum kn__config_optimizer o);
+const char *kn__config_cgp_solver_name(enum kn__config_cgp_solver s);
 
 #endif /* KN_ENGINE_CONFIG_H */

@@ -20,6 +20,7 @@
  * names who never came.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,11 +55,24 @@ struct coordinator {
 	bool table_sent, started, done;
 	double t0;
 	int status;
-	/* the planner of the job's protocol (PSP's plans; none for most) */
+	/* the planner of the job's protocol (PSP's, CGP's plans; none for
+	 * most) */
 	struct kn__sync_planner *planner;
 	struct kn__sync_action *actions;
 	uint64_t plans; /* plans sent */
+	/* CGP: the last plan sent, [workers], for the regroup line */
+	uint32_t *last_plan;
 };
+
+/* The engine's numbers are sync/'s: they go from one to the other as is. */
+_Static_assert((int)KN__CONFIG_CGP == (int)KN__SYNC_CGP,
+	       "protocol numbers differ");
+_Static_assert((int)KN__CONFIG_CGP_AUTO == (int)KN__SYNC_CGP_AUTO &&
+		       (int)KN__CONFIG_CGP_AGA == (int)KN__SYNC_CGP_AGA &&
+		       (int)KN__CONFIG_CGP_PLS == (int)KN__SYNC_CGP_PLS,
+	       "solver numbers differ");
+_Static_assert(KN_CONFIG_CGP_MAX_ROUNDS == KN__SYNC_CGP_MAX_ROUNDS,
+	       "the most epoch rounds differ");
 
 void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 			 struct kn__sync_params *out)
@@ -75,6 +89,14 @@ void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 		.theta = job->u.job.theta,
 		.alpha = job->u.job.alpha,
 		.miss = job->u.job.miss,
+		.solver = job->u.job.solver,
+		.epoch_rounds = job->u.job.epoch_rounds,
+		.period = job->u.job.period,
+		.bound = job->u.job.bound,
+		.latency = job->u.job.latency,
+		.bandwidth = job->u.job.bandwidth,
+		/* .bytes: only the coordinator's planner needs the model's
+		 * size, and it sets it (plan_with_table) */
 	};
 }
 
@@ -100,6 +122,12 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.theta = c->cfg->theta;
 	m.u.job.alpha = c->cfg->alpha;
 	m.u.job.miss = c->cfg->miss;
+	m.u.job.solver = c->cfg->solver;
+	m.u.job.epoch_rounds = c->cfg->epoch_rounds;
+	m.u.job.period = c->cfg->period;
+	m.u.job.bound = c->cfg->bound;
+	m.u.job.latency = c->cfg->latency;
+	m.u.job.bandwidth = c->cfg->bandwidth;
 	m.u.job.optimizer = c->cfg->optimizer;
 	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
 	m.u.job.lr = c->cfg->lr;
@@ -187,6 +215,82 @@ static void check_end(struct coordinator *c)
 	shutdown_job(c, 0);
 }
 
+#define GROUPS_TEXT 200 /* characters of a grouping in the regroup line */
+
+static int by_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The groups of the CGP plan @plan (NULL: one group of every worker) as
+ * "{0,1,2} {3,4}", groups in their order and ranks ascending, into @buf
+ * (GROUPS_TEXT + 64 bytes at least).  Past GROUPS_TEXT characters the
+ * rest is cut and the count given instead: "{0,1} ... (9 groups)".
+ */
+static void format_groups(const uint32_t *plan, uint32_t n, char *buf,
+			  size_t cap)
+{
+	uint64_t *key = malloc((n ? n : 1) * sizeof(*key));
+	uint32_t k = 0, ngroups = 0;
+	size_t len = 0;
+	bool cut = false;
+
+	buf[0] = '\0';
+	if (!key) {
+		snprintf(buf, cap, "(no memory to list them)");
+		return;
+	}
+	for (uint32_t w = 0; w < n; w++) {
+		if (plan && !plan[w])
+			continue; /* not in the plan */
+		key[k++] = (uint64_t)(plan ? KN__SYNC_CGP_GROUP(plan[w]) : 0)
+				   << 32 |
+			   w;
+	}
+	qsort(key, k, sizeof(*key), by_u64);
+	for (uint32_t i = 0; i < k; i++) {
+		bool first = i == 0 || key[i] >> 32 != key[i - 1] >> 32;
+		bool last = i + 1 == k || key[i + 1] >> 32 != key[i] >> 32;
+
+		ngroups += first;
+		if (cut)
+			continue; /* only counting now */
+		if (len >= GROUPS_TEXT) {
+			if (!first)
+				len += (size_t)snprintf(buf + len, cap - len,
+							",...}");
+			cut = true;
+			continue;
+		}
+		len += (size_t)snprintf(buf + len, cap - len, "%s%u%s",
+					first ? (i ? " {" : "{") : ",",
+					(uint32_t)key[i], last ? "}" : "");
+	}
+	if (cut)
+		snprintf(buf + len, cap - len, " ... (%u group%s)", ngroups,
+			 ngroups == 1 ? "" : "s");
+	else if (!k)
+		snprintf(buf, cap, "(none)");
+	free(key);
+}
+
+/* CGP changed the groups: one line that says from what to what. */
+static void log_regroup(struct coordinator *c, const struct kn__sync_action *a)
+{
+	char from[GROUPS_TEXT + 64], to[GROUPS_TEXT + 64];
+
+	format_groups(c->plans ? c->last_plan : NULL, c->cfg->workers, from,
+		      sizeof(from));
+	format_groups(a->plan, c->cfg->workers, to, sizeof(to));
+	kn__log(&c->node,
+		"cgp: epoch %llu: groups %s -> %s, predicted gain "
+		"%+.1f%%",
+		(unsigned long long)a->epoch, from, to, 100.0 * a->gain);
+}
+
 /* A REGROUP's plan to every server, in parts of KN__PLAN_PART steps. */
 static void send_plan(struct coordinator *c, const struct kn__sync_action *a)
 {
@@ -203,13 +307,30 @@ static void send_plan(struct coordinator *c, const struct kn__sync_action *a)
 		       m.u.plan.count * sizeof(uint32_t));
 		broadcast_servers(c, &m);
 	}
+	if (c->last_plan) {
+		if (a->regrouped)
+			log_regroup(c, a);
+		memcpy(c->last_plan, a->plan, n * sizeof(*c->last_plan));
+	}
 	c->plans++;
 	if (c->cfg->verbose)
 		kn__log(&c->node, "plan %llu sent",
 			(unsigned long long)a->epoch);
 }
 
-/* Feed the planner; its plans go out. */
+/* Feed @ev to the planner and send its plans: 0, or its refusal. */
+static int feed_planner(struct coordinator *c, const struct kn__sync_event *ev)
+{
+	int n = kn__sync_planner_event(c->planner, ev, c->actions);
+
+	for (int i = 0; i < n; i++)
+		if (c->actions[i].type == KN__SYNC_ACT_REGROUP &&
+		    c->actions[i].plan)
+			send_plan(c, &c->actions[i]);
+	return n < 0 ? n : 0;
+}
+
+/* A worker's event for the planner: JOIN, LEAVE or TIMING. */
 static void plan_event(struct coordinator *c, uint32_t type, uint32_t w,
 		       double value)
 {
@@ -217,23 +338,34 @@ static void plan_event(struct coordinator *c, uint32_t type, uint32_t w,
 		.type = type, .worker = w, .t = kn__now(), .value = value
 	};
 	struct crd_worker *cw = &c->workers[w];
-	int n;
 
 	if (!c->planner || (type == KN__SYNC_EV_JOIN) == cw->planned ||
 	    (type == KN__SYNC_EV_TIMING && !cw->planned))
 		return; /* not a change, or not a member */
-	n = kn__sync_planner_event(c->planner, &ev, c->actions);
-	if (n < 0) {
+	if (feed_planner(c, &ev)) {
 		kn__log(&c->node, "worker %u: the planner refused %s", w,
 			type == KN__SYNC_EV_TIMING ? "a timing" : "a change");
 		return;
 	}
 	if (type != KN__SYNC_EV_TIMING)
 		cw->planned = type == KN__SYNC_EV_JOIN;
-	for (int i = 0; i < n; i++)
-		if (c->actions[i].type == KN__SYNC_ACT_REGROUP &&
-		    c->actions[i].plan)
-			send_plan(c, &c->actions[i]);
+}
+
+/*
+ * CGP: server @s's chunk rules wait at the end of @epoch for the next
+ * plan.  Every server says so once per epoch; the planner takes each.
+ */
+static void plan_barrier(struct coordinator *c, uint32_t s, uint64_t epoch)
+{
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_BARRIER,
+				     .t = kn__now(),
+				     .epoch = epoch };
+
+	if (c->planner && feed_planner(c, &ev))
+		kn__log(&c->node,
+			"server %u: the planner refused the barrier "
+			"of epoch %llu",
+			s, (unsigned long long)epoch);
 }
 
 static void remove_worker(struct coordinator *c, uint32_t w, const char *why)
@@ -312,6 +444,76 @@ static void check_table(struct coordinator *c, uint32_t w)
 		send_ready(cw->ch, KN__READY_TABLE);
 }
 
+/* The bytes of the model, which every worker pushes each round. */
+static uint64_t table_bytes(const struct coordinator *c)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < c->ntable; i++) {
+		uint64_t es = kn_dtype_size(c->table[i].dtype);
+		uint64_t b = c->table[i].len > UINT64_MAX / (es ? es : 1)
+				     ? UINT64_MAX
+				     : c->table[i].len * es;
+
+		sum = b > UINT64_MAX - sum ? UINT64_MAX : sum + b;
+	}
+	return sum;
+}
+
+/* The parameters of the job's planner, for a model of @bytes. */
+static void planner_params(struct coordinator *c, uint64_t bytes,
+			   struct kn__sync_params *sp)
+{
+	struct kn__msg job;
+
+	/* every worker starts as a member of the planner's membership */
+	job_msg(c, &job, 0);
+	kn__job_sync_params(&job, c->cfg->workers, sp);
+	sp->bytes = bytes;
+}
+
+/*
+ * CGP's cost model needs the bytes a worker pushes a round, known once
+ * worker 0's table is.  The planner made at start-up (which checked the
+ * parameters before anyone connected) gives way to one that knows them.
+ * Before the start it can have seen LEAVEs alone (timings and rejoins
+ * come after it), so the new one is told those again.  The other
+ * protocols' planners do not read the bytes and stay.  0, or -errno.
+ */
+static int plan_with_table(struct coordinator *c)
+{
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_LEAVE };
+	struct kn__sync_params sp;
+	struct kn__sync_planner *p;
+	int ret;
+
+	if (c->cfg->sync != KN__CONFIG_CGP)
+		return 0;
+	planner_params(c, table_bytes(c), &sp);
+	ret = kn__sync_planner_create(&sp, &p);
+	if (ret)
+		return ret;
+	/* (no plan is due before the start: its warm-up has not begun) */
+	for (uint32_t w = 0; w < c->cfg->workers && ret >= 0; w++) {
+		if (c->workers[w].planned)
+			continue;
+		ev.worker = w;
+		ev.t = kn__now();
+		ret = kn__sync_planner_event(p, &ev, c->actions);
+	}
+	if (ret < 0) {
+		kn__sync_planner_destroy(p);
+		return ret;
+	}
+	kn__sync_planner_destroy(c->planner);
+	c->planner = p;
+	if (c->cfg->verbose)
+		kn__log(&c->node,
+			"cgp: the planner knows the model: %llu bytes",
+			(unsigned long long)sp.bytes);
+	return 0;
+}
+
 /*
  * Worker 0's table is the job's (its values are the initial model);
  * the others' wait for it and must match it.
@@ -319,6 +521,7 @@ static void check_table(struct coordinator *c, uint32_t w)
 static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 {
 	struct crd_worker *cw = &c->workers[w];
+	int ret;
 
 	if (count != cw->ntable || cw->table_done) {
 		kn__chan_send_error(cw->ch, -EPROTO, "a torn tensor table");
@@ -336,6 +539,13 @@ static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 	c->ntable = cw->ntable;
 	cw->table = NULL;
 	cw->ntable = 0;
+	ret = plan_with_table(c);
+	if (ret) {
+		kn__log(&c->node, "cannot make the planner for the model: %s",
+			strerror(-ret));
+		shutdown_job(c, ret);
+		return;
+	}
 	for (uint32_t s = 0; s < c->cfg->servers; s++)
 		if (c->servers[s].ch && c->servers[s].hello)
 			send_table(c, c->servers[s].ch);
@@ -393,9 +603,14 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 				"all %u workers hold the model: "
 				"start",
 				c->cfg->workers);
-		for (uint32_t i = 0; i < c->cfg->workers; i++)
-			if (c->workers[i].ch)
-				send_ready(c->workers[i].ch, KN__READY_START);
+		for (uint32_t i = 0; i < c->cfg->workers; i++) {
+			if (!c->workers[i].ch)
+				continue;
+			send_ready(c->workers[i].ch, KN__READY_START);
+			/* one that left before the start and came back is
+			 * a member of the servers' rules again */
+			plan_event(c, KN__SYNC_EV_JOIN, i, 0);
+		}
 		return;
 	case KN__MSG_DONE:
 		plan_event(c, KN__SYNC_EV_LEAVE, w, 0);
@@ -442,6 +657,10 @@ static void on_server_msg(struct coordinator *c, uint32_t s,
 		for (uint32_t w = 0; w < c->cfg->workers; w++)
 			if (c->workers[w].ch && c->workers[w].table_ok)
 				send_ready(c->workers[w].ch, KN__READY_TABLE);
+		return;
+	}
+	if (m->type == KN__MSG_BARRIER && c->started) {
+		plan_barrier(c, s, m->u.barrier.epoch);
 		return;
 	}
 	if (m->type == KN__MSG_ERROR) {
@@ -572,10 +791,8 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	struct coordinator c = { .cfg = cfg, .t0 = kn__now() };
 	struct sockaddr_storage addr;
 	socklen_t len;
-	int ret;
-
-	struct kn__msg job;
 	struct kn__sync_params sp;
+	int ret;
 
 	c.servers = calloc(cfg->servers, sizeof(*c.servers));
 	c.workers = calloc(cfg->workers, sizeof(*c.workers));
@@ -590,14 +807,17 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	if (ret)
 		goto out;
 	c.node.verbose = cfg->verbose;
-	/* every worker starts as a member of the planner's membership */
-	job_msg(&c, &job, 0);
-	kn__job_sync_params(&job, cfg->workers, &sp);
+	/* the model's bytes come with its table (plan_with_table) */
+	planner_params(&c, 0, &sp);
 	ret = kn__sync_planner_create(&sp, &c.planner);
 	if (!ret) {
 		c.actions = calloc(kn__sync_max_actions(&sp),
 				   sizeof(*c.actions));
 		ret = c.actions ? 0 : -ENOMEM;
+	}
+	if (!ret && cfg->sync == KN__CONFIG_CGP) {
+		c.last_plan = calloc(cfg->workers, sizeof(*c.last_plan));
+		ret = c.last_plan ? 0 : -ENOMEM;
 	}
 	if (ret) {
 		kn__log(&c.node, "cannot make the planner: %s",
@@ -642,6 +862,7 @@ out:
 	free(c.servers);
 	free(c.workers);
 	free(c.actions);
+	free(c.last_plan);
 	kn__sync_planner_destroy(c.planner);
 	return ret;
 }

@@ -232,6 +232,12 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		put_f32(&c, m->u.job.theta);
 		put_f32(&c, m->u.job.alpha);
 		put_f32(&c, m->u.job.miss);
+		put_u32(&c, m->u.job.solver);
+		put_u32(&c, m->u.job.epoch_rounds);
+		put_u32(&c, m->u.job.period);
+		put_f32(&c, m->u.job.bound);
+		put_f32(&c, m->u.job.latency);
+		put_f32(&c, m->u.job.bandwidth);
 		put_u32(&c, m->u.job.rank);
 		break;
 	case KN__MSG_TENSOR:
@@ -285,6 +291,9 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		for (uint32_t i = 0; i < m->u.plan.count; i++)
 			put_u32(&c, m->u.plan.steps[i]);
 		break;
+	case KN__MSG_BARRIER:
+		put_u64(&c, m->u.barrier.epoch);
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -297,6 +306,12 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 	for (int i = 0; i < 4; i++)
 		buf[4 + i] = (uint8_t)((c.pos - KN__MSG_HDR) >> (8 * i));
 	return (int)c.pos;
+}
+
+/* A CGP cost-model or bound value: finite and not negative. */
+static bool cgp_cost(float f)
+{
+	return f >= 0 && isfinite(f);
 }
 
 int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
@@ -345,7 +360,19 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.job.theta = get_f32(&c);
 		m->u.job.alpha = get_f32(&c);
 		m->u.job.miss = get_f32(&c);
+		m->u.job.solver = get_u32(&c);
+		m->u.job.epoch_rounds = get_u32(&c);
+		m->u.job.period = get_u32(&c);
+		m->u.job.bound = get_f32(&c);
+		m->u.job.latency = get_f32(&c);
+		m->u.job.bandwidth = get_f32(&c);
 		m->u.job.rank = get_u32(&c);
+		/* CGP's, as kn__sync_params_resolve takes them (0: default) */
+		if (m->u.job.solver > KN__CONFIG_CGP_PLS ||
+		    m->u.job.epoch_rounds > KN_CONFIG_CGP_MAX_ROUNDS ||
+		    !cgp_cost(m->u.job.bound) || !cgp_cost(m->u.job.latency) ||
+		    !cgp_cost(m->u.job.bandwidth))
+			return -EPROTO;
 		break;
 	case KN__MSG_TENSOR:
 		m->u.tensor.index = get_u32(&c);
@@ -410,6 +437,9 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		for (uint32_t i = 0; i < m->u.plan.count && !c.err; i++)
 			m->u.plan.steps[i] = get_u32(&c);
 		break;
+	case KN__MSG_BARRIER:
+		m->u.barrier.epoch = get_u64(&c);
+		break;
 	default:
 		return -EPROTO;
 	}
@@ -437,6 +467,7 @@ const char *kn__msg_name(uint16_t type)
 		[KN__MSG_RELEASE] = "RELEASE",
 		[KN__MSG_TIMING] = "TIMING",
 		[KN__MSG_PLAN] = "PLAN",
+		[KN__MSG_BARRIER] = "BARRIER",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])

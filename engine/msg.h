@@ -45,6 +45,7 @@ enum kn__msg_type {
 	KN__MSG_RELEASE,     /* server -> worker: a release's plan and hint */
 	KN__MSG_TIMING,	     /* worker -> coordinator: its seconds per step */
 	KN__MSG_PLAN,	     /* coordinator -> servers: a plan, in parts */
+	KN__MSG_BARRIER,     /* server -> coordinator: CGP epoch end */
 };
 
 /* Steps of a plan one PLAN message carries (a plan of more workers
@@ -78,6 +79,10 @@ struct kn__msg {
 			/* the protocols' parameters, as kn__sync_params */
 			uint32_t staleness, max_skip, max_steps, warmup;
 			float gamma, theta, alpha, miss;
+			/* CGP's; the model's bytes are the coordinator's
+			 * alone, known only after this message */
+			uint32_t solver, epoch_rounds, period;
+			float bound, latency, bandwidth;
 			uint32_t
 				rank; /* the receiver's (a rejoin gets its own) */
 		} job;
@@ -123,6 +128,9 @@ struct kn__msg {
 			uint32_t first, count; /* this part: steps[first..] */
 			uint32_t steps[KN__PLAN_PART];
 		} plan;
+		struct {
+			uint64_t epoch; /* the epoch whose end was reached */
+		} barrier;
 	} u;
 };
 

@@ -35,8 +35,8 @@ void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 
 /*
  * The job as its coordinator set it up, as worker @w was told when it
- * joined: counts, protocol, optimizer, rate, momentum and chunk size into
- * those fields of @cfg (the rest untouched).  0, or -EAGAIN before
+ * joined: counts, protocol, optimizer, rate, momentum, chunk size and the
+ * protocols' parameters into those fields of @cfg (the rest untouched).  0, or -EAGAIN before
  * kn_worker_start has succeeded.
  */
 int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg);
@@ -50,8 +50,12 @@ int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg);
 int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
 			    uint64_t *epoch, float *hint);
 
-/* PSP: tell the coordinator this worker's seconds per local step in its
- * last round (sent by the progress thread).  0 or -EINVAL.  Any thread. */
+/*
+ * PSP, CGP: tell the coordinator this worker's seconds per local step in
+ * its last round (sent by the progress thread; reports that come before
+ * it sent the last go as their mean).  0, or -EINVAL for a value that is
+ * negative, not finite or above FLT_MAX.  Any thread; does not block.
+ */
 int kn__worker_timing(struct kn_worker *w, double seconds);
 
 bool kn__addr_is_any(const struct sockaddr_storage *a);

@@ -105,6 +105,9 @@ struct server {
 	uint32_t *plan;	   /* a PLAN being received, [workers] */
 	uint64_t plan_epoch;
 	uint32_t plan_have; /* its steps received so far */
+	/* CGP: the highest epoch whose end we told the coordinator of */
+	uint64_t barrier_epoch;
+	bool barrier_sent;
 	struct sockaddr_storage advertised; /* where workers reach us */
 	bool done;
 	int status;
@@ -383,6 +386,23 @@ static int free_out(const struct srv_chunk *ch)
 }
 
 /*
+ * CGP: a chunk rule waits at the end of @epoch for the next plan.  Each
+ * of our rules says so; the coordinator hears it from us once an epoch.
+ */
+static void barrier(struct server *s, uint64_t epoch)
+{
+	struct kn__msg m = { .type = KN__MSG_BARRIER };
+
+	if (s->barrier_sent && epoch <= s->barrier_epoch)
+		return;
+	s->barrier_sent = true;
+	s->barrier_epoch = epoch;
+	m.u.barrier.epoch = epoch;
+	if (s->coord)
+		kn__chan_send(s->coord, &m);
+}
+
+/*
  * Feed @ev to @ch's rule and carry out its actions.  False when an
  * APPLY found no free out buffer: the event waits in the queue.
  */
@@ -394,6 +414,13 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 	if (ev->type == KN__SYNC_EV_PUSH && (o = free_out(ch)) < 0)
 		return false; /* a push may apply: it needs a free buffer */
 	n = kn__sync_rule_event(ch->rule, ev, s->actions);
+	if (n < 0 && ev->type == KN__SYNC_EV_PLAN) {
+		/* the coordinator's plan, which no worker is to blame for */
+		kn__log(&s->node, "chunk %u: the rule refused plan %llu: %s",
+			ch->idx, (unsigned long long)ev->epoch, strerror(-n));
+		fatal(s, -EPROTO, "a plan the protocol refuses");
+		return true;
+	}
 	if (n < 0) {
 		struct srv_worker *sw = &s->workers[ev->worker];
 
@@ -417,6 +444,8 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 			o = -1;
 		} else if (a->type == KN__SYNC_ACT_RELEASE) {
 			release(s, ch, a);
+		} else if (a->type == KN__SYNC_ACT_BARRIER) {
+			barrier(s, a->epoch);
 		}
 	}
 	return true;
@@ -607,9 +636,11 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 }
 
 /*
- * A part of a plan (PSP): the parts of one epoch come in order; once
- * the plan is whole, every chunk rule gets it, to switch to at its
- * next barrier.
+ * A part of a plan (PSP, CGP): the parts of one epoch come in order;
+ * once the plan is whole, every chunk rule gets it, to switch to at its
+ * next barrier (CGP's rules may then release the workers they held
+ * there).  The entries are the protocol's to check: PSP's steps, CGP's
+ * groups and rounds.
  */
 static void on_plan(struct server *s, const struct kn__msg *m)
 {

@@ -22,6 +22,7 @@
  * (answers due: the initial model plus one per push) and delivered.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -109,8 +110,10 @@ struct kn_worker {
 	uint64_t clock;
 	double last_beat;
 	bool release_info;    /* the job's protocol sends RELEASE messages */
-	bool timing_pending;  /* a TIMING for the coordinator */
-	float timing;
+	/* PSP, CGP: the timings reported since the last TIMING was sent;
+	 * it carries their mean */
+	double timing_sum;
+	uint32_t timing_count;
 };
 
 /* ---- in the progress thread ---- */
@@ -567,12 +570,14 @@ static void *progress(void *arg)
 		}
 		advance(w);
 		heartbeat(w);
-		if (w->timing_pending && w->coord) {
+		if (w->timing_count && w->coord) {
 			struct kn__msg m = { .type = KN__MSG_TIMING };
 
-			m.u.timing.seconds = w->timing;
+			m.u.timing.seconds =
+				(float)(w->timing_sum / w->timing_count);
 			kn__chan_send(w->coord, &m);
-			w->timing_pending = false;
+			w->timing_sum = 0;
+			w->timing_count = 0;
 		}
 		pthread_mutex_unlock(&w->lock);
 		/* the lock is free while the thread sleeps */
@@ -993,11 +998,18 @@ int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
 
 int kn__worker_timing(struct kn_worker *w, double seconds)
 {
-	if (!(seconds >= 0) || !isfinite(seconds))
+	/* a float on the wire: above FLT_MAX it would be infinite */
+	if (!(seconds >= 0) || !(seconds <= FLT_MAX))
 		return -EINVAL;
 	pthread_mutex_lock(&w->lock);
-	w->timing = (float)seconds;
-	w->timing_pending = true;
+	/* reports that come faster than the thread sends them are
+	 * averaged, not lost (their mean fits a float, as each does) */
+	if (w->timing_count == UINT32_MAX) {
+		w->timing_sum = 0;
+		w->timing_count = 0;
+	}
+	w->timing_sum += seconds;
+	w->timing_count++;
 	wake(w);
 	pthread_mutex_unlock(&w->lock);
 	return 0;
@@ -1024,6 +1036,12 @@ int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
 	cfg->theta = j->u.job.theta;
 	cfg->alpha = j->u.job.alpha;
 	cfg->miss = j->u.job.miss;
+	cfg->solver = (enum kn__config_cgp_solver)j->u.job.solver;
+	cfg->epoch_rounds = j->u.job.epoch_rounds;
+	cfg->period = j->u.job.period;
+	cfg->bound = j->u.job.bound;
+	cfg->latency = j->u.job.latency;
+	cfg->bandwidth = j->u.job.bandwidth;
 	return 0;
 }
 

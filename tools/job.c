@@ -150,6 +150,12 @@ static void export_options(const struct kn__config *cfg)
 	setenv_u("KANEL_PSP_WARMUP", cfg->warmup, "");
 	setenv_f("KANEL_PSP_ALPHA", cfg->alpha);
 	setenv_f("KANEL_PSP_MISS", cfg->miss);
+	setenv("KANEL_CGP_SOLVER", kn__config_cgp_solver_name(cfg->solver), 1);
+	setenv_f("KANEL_CGP_BOUND", cfg->bound);
+	setenv_u("KANEL_CGP_EPOCH", cfg->epoch_rounds, "");
+	setenv_u("KANEL_CGP_PERIOD", cfg->period, "");
+	setenv_f("KANEL_CGP_LATENCY", cfg->latency);
+	setenv_f("KANEL_CGP_BANDWIDTH", cfg->bandwidth);
 	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
 	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
 	if (cfg->metrics[0])

@@ -785,7 +785,12 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 	double t0 = now_s(), next_status = STATUS_PERIOD;
 	double next_eval = 0;
 	uint64_t next_eval_step = 0;
+	struct kn__config job = { .sync = KN__CONFIG_BSP };
+	bool cgp;
 	int ret = 0;
+
+	kn__worker_job(w, &job);
+	cgp = job.sync == KN__CONFIG_CGP;
 
 	for (uint64_t i = 0; i < steps; i++) {
 		uint64_t pos = i % per_epoch;
@@ -820,6 +825,10 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 		} else {
 			ret = kn_worker_step(w, NULL);
 			st.wait_s += now_s() - c;
+			/* CGP groups workers by these: the step's compute
+			 * and delay, not its wait, as PSP reports them */
+			if (!ret && cgp)
+				ret = kn__worker_timing(w, c - a);
 		}
 		if (ret) {
 			fprintf(stderr, "kanel train: worker %u: step %llu: %s\n",

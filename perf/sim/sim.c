@@ -5,15 +5,15 @@
  * each driving its own machine of sync/ exactly as the engine would.
  *
  * Every message has a fixed delay: a push takes latency + chunk / bw to
- * reach a server, a release as long to come back, a timing report or a
- * plan takes the latency.  Events are processed in time order, so the
- * pushes reach each server in the order they were sent, and the server's
- * FIFO queue can be settled the moment a push leaves: its aggregation
- * ends at max(arrival, end of the previous one) + chunk / server_rate.
- * That end is the one event a push makes per server; the chunk rule sees
- * the PUSH then.  Ties in time are broken by a sequence number given
- * when an event is scheduled, so a run depends on its configuration and
- * seed alone.
+ * reach a server, a release as long to come back, a timing report, a
+ * plan or a barrier (CGP) takes the latency.  Events are processed in
+ * time order, so the pushes reach each server in the order they were
+ * sent, and the server's FIFO queue can be settled the moment a push
+ * leaves: its aggregation ends at max(arrival, end of the previous one)
+ * + chunk / server_rate.  That end is the one event a push makes per
+ * server; the chunk rule sees the PUSH then.  Ties in time are broken
+ * by a sequence number given when an event is scheduled, so a run
+ * depends on its configuration and seed alone.
  *
  * Per-worker data lives in flat arrays indexed by worker (and by worker
  * and server, or worker and slot), allocated once in kn__sim_create();
@@ -38,8 +38,9 @@ enum ev_type {
 	EV_STEP_END = 1, /* worker: its local step ended */
 	EV_SERVICE,	 /* worker, server, a clock, b version, steps */
 	EV_RELEASE,	 /* worker, server, a version, b epoch, steps, value */
-	EV_TIMING, /* worker, value: a timing report reached the planner */
-	EV_PLAN,   /* server, a: index of the plan copy */
+	EV_TIMING,  /* worker, value: a timing report reached the planner */
+	EV_PLAN,    /* server, a: index of the plan copy */
+	EV_BARRIER, /* a: the epoch whose end a chunk rule reached (CGP) */
 };
 
 struct event {
@@ -120,6 +121,9 @@ struct kn__sim {
 	struct kn__sync_planner *planner;
 	struct plan *plans;
 	uint32_t nplans;
+	/* CGP: the highest epoch whose barrier went to the planner */
+	uint64_t barrier_epoch;
+	bool barrier_sent;
 
 	struct worker *w;	   /* [n] */
 	struct kn__imb_worker *iw; /* [n] */
@@ -375,6 +379,8 @@ static const char *ev_name(uint32_t type)
 		return "TIMER";
 	case KN__SYNC_EV_PLAN:
 		return "PLAN";
+	case KN__SYNC_EV_BARRIER:
+		return "BARRIER";
 	default:
 		return "?";
 	}
@@ -456,6 +462,23 @@ static int release(struct kn__sim *s, uint32_t sv,
 	return schedule(s, t + s->wire, &ev);
 }
 
+/*
+ * CGP: a chunk rule waits at the end of @epoch.  The planner hears it
+ * once an epoch, one latency later, from whichever server got there
+ * first (the engine's coordinator hears it from each server; the
+ * planner takes it once or many times).
+ */
+static int barrier(struct kn__sim *s, uint64_t epoch, double t)
+{
+	struct event ev = { .type = EV_BARRIER, .a = epoch };
+
+	if (s->barrier_sent && epoch <= s->barrier_epoch)
+		return 0;
+	s->barrier_sent = true;
+	s->barrier_epoch = epoch;
+	return schedule(s, t + s->cfg.latency, &ev);
+}
+
 /* Feed @ev to the chunk rule of server @sv and carry out its actions. */
 static int rule_call(struct kn__sim *s, uint32_t sv,
 		     const struct kn__sync_event *ev)
@@ -476,6 +499,8 @@ static int rule_call(struct kn__sim *s, uint32_t sv,
 			ret = apply(s, sv, a);
 		else if (a->type == KN__SYNC_ACT_RELEASE)
 			ret = release(s, sv, a, ev->t);
+		else if (a->type == KN__SYNC_ACT_BARRIER)
+			ret = barrier(s, a->epoch, ev->t);
 		else
 			ret = fail(s, -EPROTO,
 				   "server %u: the chunk rule answered action "
@@ -537,6 +562,11 @@ static int planner_call(struct kn__sim *s, const struct kn__sync_event *ev)
 {
 	int n = kn__sync_planner_event(s->planner, ev, s->out);
 
+	if (n < 0 && ev->type == KN__SYNC_EV_BARRIER)
+		return fail(s, -EPROTO,
+			    "the planner refused the BARRIER of epoch %llu at "
+			    "t = %.9g s: %s",
+			    (unsigned long long)ev->epoch, ev->t, strerror(-n));
 	if (n < 0)
 		return fail(s, -EPROTO,
 			    "the planner refused %s of worker %u at t = %.9g "
@@ -871,6 +901,17 @@ static int on_service(struct kn__sim *s, const struct event *e, double t)
 	return rule_call(s, e->server, &ev);
 }
 
+static int on_barrier(struct kn__sim *s, const struct event *e, double t)
+{
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_BARRIER,
+		.t = t,
+		.epoch = e->a,
+	};
+
+	return planner_call(s, &ev);
+}
+
 static int on_timing(struct kn__sim *s, const struct event *e, double t)
 {
 	struct kn__sync_event ev = {
@@ -1009,6 +1050,38 @@ static void init_objective(struct kn__sim *s)
 	s->loss_dirty = true;
 }
 
+/* @v as a float that stays finite and, if @v is not 0, not 0. */
+static float to_float(double v)
+{
+	if (v > FLT_MAX)
+		return FLT_MAX;
+	if (v > 0 && v < FLT_MIN)
+		return FLT_MIN;
+	return (float)v;
+}
+
+/*
+ * CGP's cost model, C_sync(m) = latency + m * bytes / bandwidth, as the
+ * simulation prices a round of m workers: each push crosses the wire and
+ * its release comes back (2 wire, whatever m), and at every server the
+ * m pushes queue for their chunk's service, model_bytes / M each at
+ * server_rate, so m * model_bytes / (M * server_rate).  A caller's own
+ * value (not 0) stays.
+ */
+static void cost_model(struct kn__sim *s)
+{
+	struct kn__sync_params *p = &s->params;
+
+	if (p->latency == 0)
+		p->latency = to_float(2 * s->wire);
+	if (p->bandwidth == 0)
+		p->bandwidth = to_float(s->cfg.server_rate * s->m);
+	if (p->bytes == 0)
+		p->bytes = s->cfg.model_bytes < 0x1p64
+				   ? (uint64_t)s->cfg.model_bytes
+				   : UINT64_MAX;
+}
+
 int kn__sim_create(const struct kn__sim_config *cfg, char *err, size_t errlen,
 		   struct kn__sim **sim)
 {
@@ -1048,6 +1121,7 @@ int kn__sim_create(const struct kn__sim_config *cfg, char *err, size_t errlen,
 	chunk = cfg->model_bytes / s->m;
 	s->wire = cfg->latency + chunk / cfg->bandwidth;
 	s->service = chunk / cfg->server_rate;
+	cost_model(s);
 
 	ret = alloc_arrays(s);
 	if (ret) {
@@ -1152,6 +1226,8 @@ static int dispatch(struct kn__sim *s, const struct event *e, double t)
 		return on_release(s, e, t);
 	case EV_TIMING:
 		return on_timing(s, e, t);
+	case EV_BARRIER:
+		return on_barrier(s, e, t);
 	default: /* EV_PLAN */
 		return on_plan(s, e, t);
 	}

@@ -41,6 +41,7 @@ enum opt_kind {
 	O_BYTES,    /* double: bytes, or with a suffix KiB, MiB, GiB */
 	O_STR,	    /* const char * */
 	O_PROTOCOL, /* uint32_t: kn__sync_protocol_parse */
+	O_SOLVER,   /* uint32_t: enum kn__sync_cgp_solver by name */
 	O_FLAG,	    /* bool, takes no value */
 };
 
@@ -100,11 +101,20 @@ static const struct opt opts[] = {
 	{ "--max-steps", "R", O_U32, C(cfg.sync.max_steps), 0, 1024, "0",
 	  "PSP R (0: default)" },
 	{ "--warmup", "W", O_U32, C(cfg.sync.warmup), 0, UINT32_MAX, "0",
-	  "PSP warm-up barriers (0: default)" },
+	  "PSP, CGP warm-up barriers (0: default)" },
 	{ "--alpha", "A", O_F32, C(cfg.sync.alpha), 0, 1, "0",
-	  "PSP EMA weight (0: default)" },
+	  "PSP, CGP EMA weight (0: default)" },
 	{ "--miss", "X", O_F32, C(cfg.sync.miss), 0, 1, "0",
 	  "PSP re-plan threshold (0: default)" },
+	{ "--cgp-solver", "S", O_SOLVER, C(cfg.sync.solver), 0, 0, "auto",
+	  "CGP grouping: aga, pls or auto" },
+	{ "--cgp-bound", "S", O_F32, C(cfg.sync.bound), 0, 1e30, "0",
+	  "CGP staleness bound S (0: default)" },
+	{ "--cgp-epoch", "R", O_U32, C(cfg.sync.epoch_rounds), 0,
+	  KN__SYNC_CGP_MAX_ROUNDS, "0",
+	  "CGP fastest group's rounds an epoch (0: default)" },
+	{ "--cgp-period", "T", O_U32, C(cfg.sync.period), 0, UINT32_MAX, "0",
+	  "CGP steps between regroup checks (0: default)" },
 	{ "--summary-json", "FILE", O_STR, C(json), 0, 0, "-",
 	  "write the summary as one JSON object" },
 	{ "--curve", "FILE", O_STR, C(curve), 0, 0, "-",
@@ -115,6 +125,15 @@ static const struct opt opts[] = {
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+/* By enum kn__sync_cgp_solver. */
+static const char *const solver_names[] = {
+	[KN__SYNC_CGP_AUTO] = "auto",
+	[KN__SYNC_CGP_AGA] = "aga",
+	[KN__SYNC_CGP_PLS] = "pls",
+};
+
+#define NSOLVERS (int)(sizeof(solver_names) / sizeof(solver_names[0]))
 
 /* "bsp, asp, ...": the protocols sync/ knows now. */
 static void protocol_list(char *buf, size_t cap)
@@ -260,6 +279,14 @@ static int set_option(struct cli *c, const struct opt *o, const char *val)
 			snprintf(want, sizeof(want), "one of %s", list);
 			return bad_value(c, o->name, val, want);
 		}
+		*(uint32_t *)field = (uint32_t)p;
+		return 0;
+	case O_SOLVER:
+		for (p = 0; p < NSOLVERS; p++)
+			if (strcmp(val, solver_names[p]) == 0)
+				break;
+		if (p == NSOLVERS)
+			return bad_value(c, o->name, val, "aga, pls or auto");
 		*(uint32_t *)field = (uint32_t)p;
 		return 0;
 	default: /* O_FLAG */

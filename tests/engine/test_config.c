@@ -197,6 +197,57 @@ Test(config, an_empty_variable_counts_as_unset)
 	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
 }
 
+/* CGP's options: defaults, flags, variables, a flag over its variable. */
+Test(config, cgp_options)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE), NULL, &c);
+	cr_assert_eq(c.solver, KN__CONFIG_CGP_AUTO);
+	cr_assert_float_eq(c.bound, 4.0f, 1e-9);
+	cr_assert_eq(c.epoch_rounds, 20);
+	cr_assert_eq(c.period, 100);
+	cr_assert_float_eq(c.latency, 100e-6f, 1e-12);
+	cr_assert_float_eq(c.bandwidth, 1e9f, 1);
+	/* the PSP options CGP shares keep their defaults */
+	cr_assert_eq(c.warmup, 3);
+	cr_assert_float_eq(c.alpha, 0.5f, 1e-9);
+
+	parse_ok(ARGV(BASE, "--sync", "cgp", "--cgp-solver", "pls",
+		      "--cgp-bound=0.5", "--cgp-epoch", "4095", "--cgp-period",
+		      "1", "--cgp-latency", "1e-9", "--cgp-bandwidth", "12.5e9",
+		      "--psp-warmup", "7", "--psp-alpha", "1"),
+		 NULL, &c);
+	cr_assert_eq(c.sync, KN__CONFIG_CGP);
+	cr_assert_eq(c.solver, KN__CONFIG_CGP_PLS);
+	cr_assert_float_eq(c.bound, 0.5f, 1e-9);
+	cr_assert_eq(c.epoch_rounds, 4095);
+	cr_assert_eq(c.period, 1);
+	cr_assert_float_eq(c.latency, 1e-9f, 1e-15);
+	cr_assert_float_eq(c.bandwidth, 12.5e9f, 1);
+	cr_assert_eq(c.warmup, 7);
+	cr_assert_float_eq(c.alpha, 1.0f, 1e-9);
+
+	parse_ok(ARGV(BASE),
+		 ENV("KANEL_SYNC=cgp", "KANEL_CGP_SOLVER=aga",
+		     "KANEL_CGP_BOUND=8", "KANEL_CGP_EPOCH=1",
+		     "KANEL_CGP_PERIOD=4294967295", "KANEL_CGP_LATENCY=2e-3",
+		     "KANEL_CGP_BANDWIDTH=1e6"),
+		 &c);
+	cr_assert_eq(c.sync, KN__CONFIG_CGP);
+	cr_assert_eq(c.solver, KN__CONFIG_CGP_AGA);
+	cr_assert_float_eq(c.bound, 8.0f, 1e-9);
+	cr_assert_eq(c.epoch_rounds, 1);
+	cr_assert_eq(c.period, 4294967295u);
+	cr_assert_float_eq(c.latency, 2e-3f, 1e-12);
+	cr_assert_float_eq(c.bandwidth, 1e6f, 1e-3);
+
+	parse_ok(ARGV(BASE, "--cgp-solver", "auto", "--cgp-epoch", "3"),
+		 ENV("KANEL_CGP_SOLVER=pls", "KANEL_CGP_EPOCH=bogus"), &c);
+	cr_assert_eq(c.solver, KN__CONFIG_CGP_AUTO);
+	cr_assert_eq(c.epoch_rounds, 3);
+}
+
 /* Slurm, 1 coordinator + 2 servers + 3 workers. */
 Test(config, slurm_ranks_map_to_roles)
 {
@@ -446,7 +497,44 @@ Test(config, every_error_names_the_culprit)
 		{ { BASE, "--sync", "hogwild" },
 		  { NULL },
 		  "--sync='hogwild'",
-		  "bsp, asp, ssp, esp, predicted" },
+		  "bsp, asp, ssp, esp, predicted, cgp" },
+		{ { BASE, "--cgp-solver", "ga" },
+		  { NULL },
+		  "--cgp-solver='ga'",
+		  "aga, pls, auto" },
+		{ { BASE },
+		  { "KANEL_CGP_SOLVER=AGA" },
+		  "KANEL_CGP_SOLVER='AGA'" },
+		{ { BASE, "--cgp-bound", "0" }, { NULL }, "--cgp-bound='0'" },
+		{ { BASE, "--cgp-bound", "-1" }, { NULL }, "--cgp-bound='-1'" },
+		{ { BASE, "--cgp-bound", "inf" },
+		  { NULL },
+		  "--cgp-bound='inf'" },
+		{ { BASE, "--cgp-epoch", "0" }, { NULL }, "--cgp-epoch=0" },
+		{ { BASE, "--cgp-epoch", "4096" },
+		  { NULL },
+		  "--cgp-epoch=4096",
+		  "between 1 and 4095" },
+		{ { BASE }, { "KANEL_CGP_EPOCH=x" }, "KANEL_CGP_EPOCH='x'" },
+		{ { BASE, "--cgp-period", "0" }, { NULL }, "--cgp-period=0" },
+		{ { BASE, "--cgp-period", "4294967296" },
+		  { NULL },
+		  "--cgp-period='4294967296': too large" },
+		{ { BASE, "--cgp-latency", "-1e-6" },
+		  { NULL },
+		  "--cgp-latency='-1e-6'" },
+		{ { BASE, "--cgp-latency", "nan" },
+		  { NULL },
+		  "--cgp-latency='nan'" },
+		{ { BASE, "--cgp-latency", "0" },
+		  { NULL },
+		  "--cgp-latency='0'" },
+		{ { BASE, "--cgp-bandwidth", "0" },
+		  { NULL },
+		  "--cgp-bandwidth='0'" },
+		{ { BASE },
+		  { "KANEL_CGP_BANDWIDTH=1e39" },
+		  "KANEL_CGP_BANDWIDTH" },
 		{ { BASE, "--staleness", "0" }, { NULL }, "--staleness=0" },
 		{ { BASE }, { "KANEL_SYNC=BSP" }, "KANEL_SYNC='BSP'" },
 		{ { BASE, "--optimizer", "lamb" },
@@ -704,9 +792,23 @@ Test(config, usage_lists_every_option_variable_and_default)
 		"--transport tcp|verbs",
 		"KANEL_TRANSPORT",
 		"default tcp]",
-		"--sync bsp|asp",
+		"--sync bsp|asp|ssp|esp|predicted|cgp",
 		"KANEL_SYNC",
 		"default bsp]",
+		"--cgp-solver aga|pls|auto",
+		"KANEL_CGP_SOLVER, default auto]",
+		"--cgp-bound S",
+		"KANEL_CGP_BOUND, default 4]",
+		"--cgp-epoch R",
+		"KANEL_CGP_EPOCH, default 20]",
+		"--cgp-period T",
+		"KANEL_CGP_PERIOD, default 100]",
+		"--cgp-latency SECONDS",
+		"KANEL_CGP_LATENCY, default 100e-6]",
+		"--cgp-bandwidth BYTES_PER_S",
+		"KANEL_CGP_BANDWIDTH, default 1e9]",
+		"predicted, cgp: barriers under BSP",
+		"predicted, cgp: weight of the newest timing",
 		"--optimizer sgd|momentum|adam|sum",
 		"KANEL_OPTIMIZER",
 		"--lr RATE",
@@ -759,6 +861,13 @@ Test(config, names)
 	cr_assert_str_eq(kn__config_transport_name(KN__CONFIG_VERBS), "verbs");
 	cr_assert_str_eq(kn__config_sync_name(KN__CONFIG_ASP), "asp");
 	cr_assert_str_eq(kn__config_optimizer_name(KN__CONFIG_SUM), "sum");
+	cr_assert_str_eq(kn__config_sync_name(KN__CONFIG_CGP), "cgp");
+	cr_assert_str_eq(kn__config_cgp_solver_name(KN__CONFIG_CGP_AUTO),
+			 "auto");
+	cr_assert_str_eq(kn__config_cgp_solver_name(KN__CONFIG_CGP_AGA), "aga");
+	cr_assert_str_eq(kn__config_cgp_solver_name(KN__CONFIG_CGP_PLS), "pls");
+	cr_assert_null(
+		kn__config_cgp_solver_name((enum kn__config_cgp_solver)3));
 	cr_assert_null(kn__config_optimizer_name((enum kn__config_optimizer)9));
 }
 

@@ -161,6 +161,12 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 		       same_f32(a->u.job.theta, b->u.job.theta) &&
 		       same_f32(a->u.job.alpha, b->u.job.alpha) &&
 		       same_f32(a->u.job.miss, b->u.job.miss) &&
+		       a->u.job.solver == b->u.job.solver &&
+		       a->u.job.epoch_rounds == b->u.job.epoch_rounds &&
+		       a->u.job.period == b->u.job.period &&
+		       same_f32(a->u.job.bound, b->u.job.bound) &&
+		       same_f32(a->u.job.latency, b->u.job.latency) &&
+		       same_f32(a->u.job.bandwidth, b->u.job.bandwidth) &&
 		       a->u.job.rank == b->u.job.rank;
 	case KN__MSG_TENSOR:
 		return a->u.tensor.index == b->u.tensor.index &&
@@ -201,6 +207,8 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 		       a->u.plan.count == b->u.plan.count &&
 		       !memcmp(a->u.plan.steps, b->u.plan.steps,
 			       a->u.plan.count * sizeof(uint32_t));
+	case KN__MSG_BARRIER:
+		return a->u.barrier.epoch == b->u.barrier.epoch;
 	default:
 		fail("decoded type %u", a->type);
 	}
@@ -224,6 +232,19 @@ static void msg_valid(const struct kn__msg *m)
 		    m->u.hello.addr.ss_family != AF_INET6)
 			fail("decoded HELLO family %u",
 			     m->u.hello.addr.ss_family);
+		break;
+	case KN__MSG_JOB:
+		/* CGP's parameters as sync/ takes them */
+		if (m->u.job.solver > KN__CONFIG_CGP_PLS ||
+		    m->u.job.epoch_rounds > KN_CONFIG_CGP_MAX_ROUNDS)
+			fail("decoded JOB solver %u, epoch rounds %u",
+			     m->u.job.solver, m->u.job.epoch_rounds);
+		if (!(m->u.job.bound >= 0) || isinf(m->u.job.bound) ||
+		    !(m->u.job.latency >= 0) || isinf(m->u.job.latency) ||
+		    !(m->u.job.bandwidth >= 0) || isinf(m->u.job.bandwidth))
+			fail("decoded JOB bound %g, latency %g, bandwidth %g",
+			     (double)m->u.job.bound, (double)m->u.job.latency,
+			     (double)m->u.job.bandwidth);
 		break;
 	case KN__MSG_TENSOR:
 		if (!terminated(m->u.tensor.key, KN__KEY_MAX))

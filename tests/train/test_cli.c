@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "imbalance.h"
+
 #define DATA "/usr/share/datasets/fashion-mnist"
 
 static char dir[64];
@@ -351,6 +353,77 @@ Test(train_cli, predicted_plans_local_steps_and_learns)
 	cr_expect_eq(json_num(json, "staleness_max"), 0, "%s", json);
 	cr_expect_lt(json_num(json, "wait_fraction"), 0.3, "%s", json);
 	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+	free(json);
+}
+
+/*
+ * Whether every group of a logged grouping ("{0,1,2} {3}", up to the
+ * end of @s's line or a comma after a brace) holds only slow or only
+ * fast workers under @m, and there are both kinds of group.
+ */
+static bool splits_slow_from_fast(const char *s, const struct kn__imb *m,
+				  unsigned int n)
+{
+	int kinds = 0; /* bit 0: a fast group, bit 1: a slow one */
+
+	while (*s == ' ' || *s == '{') {
+		int kind = -1;
+
+		if (*s++ == ' ')
+			continue;
+		while (*s && *s != '}') {
+			unsigned int w = (unsigned int)strtoul(s, (char **)&s, 10);
+			int k = kn__imb_is_slow(m, w, n) ? 2 : 1;
+
+			if (kind >= 0 && kind != k)
+				return false;
+			kind = k;
+			if (*s == ',')
+				s++;
+		}
+		if (*s++ != '}' || kind < 0)
+			return false;
+		kinds |= kind;
+	}
+	return kinds == 3;
+}
+
+/* CGP under a straggler: after the warm-up the coordinator groups the
+ * slow worker apart from the fast ones, logs it, and the model learns. */
+Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
+			 "--protocol", "cgp", "--model", "softmax",
+			 "--time-budget", "5", "--step-time", "5ms", "--seed",
+			 "1", "--imbalance", "persistent:0.25:4", "--curve",
+			 "-", "--summary-json", (char *)in_dir("s.json"), NULL };
+	struct kn__imb m;
+	char err[128], *json, *log;
+	const char *line;
+	int regroups = 0;
+
+	need_dataset();
+	cr_assert_eq(kn__imb_parse("persistent:0.25:4", 1, &m, err,
+				   sizeof(err)),
+		     0, "%s", err);
+	json = run_ok_json(argv);
+	log = slurp(in_dir("stderr"));
+	cr_expect(strstr(json, "\"protocol\": \"cgp\""), "%s", json);
+	/* the warm-up is one group; its end regroups */
+	line = strstr(log, "cgp: epoch 1: groups {0,1,2,3} -> ");
+	cr_assert_not_null(line, "no first regroup in\n%s", log);
+	for (line = log; (line = strstr(line, "cgp: epoch ")); line++) {
+		const char *to = strstr(line, " -> ");
+
+		cr_assert_not_null(to);
+		cr_expect(splits_slow_from_fast(to + 4, &m, 4), "%.*s",
+			  (int)strcspn(line, "\n"), line);
+		regroups++;
+	}
+	/* persistent speeds: regrouped once, not again and again */
+	cr_expect_leq(regroups, 2, "%s", log);
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+	free(log);
 	free(json);
 }
 
