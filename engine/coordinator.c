@@ -287,8 +287,12 @@ static void log_regroup(struct coordinator *c, const struct kn__sync_action *a)
 	format_groups(a->plan, c->cfg->workers, to, sizeof(to));
 	kn__log(&c->node,
 		"cgp: epoch %llu: groups %s -> %s, predicted gain "
-		"%+.1f%%",
-		(unsigned long long)a->epoch, from, to, 100.0 * a->gain);
+		"%+.1f%%%s",
+		(unsigned long long)a->epoch, from, to, 100.0 * a->gain,
+		a->why == KN__SYNC_REGROUP_BOUND  ? " (the old groups broke the "
+						    "staleness bound)"
+		: a->why == KN__SYNC_REGROUP_JOIN ? " (a worker without a group)"
+						  : "");
 }
 
 /* A REGROUP's plan to every server, in parts of KN__PLAN_PART steps. */

@@ -684,6 +684,7 @@ static int plan_next(struct kn__sync_planner *planner,
 	const struct kn__sync_params *p = &planner->params;
 	uint32_t max = p->max_workers, n, ngroups = c->ngroups;
 	bool drift = false, fresh, regrouped = false, homeless = false;
+	uint32_t why = 0;
 	struct kn__cgpp_eval now, best;
 	double gain = 0, tmin = INFINITY;
 	uint64_t longest = 0;
@@ -720,8 +721,11 @@ static int plan_next(struct kn__sync_planner *planner,
 			return ret;
 		gain = best.lambda / now.lambda - 1;
 		ngroups = label_cuts(c, n);
-		if (!same_groups(c, n, ngroups) &&
-		    (homeless || gain > MIN_GAIN || !now.feasible)) {
+		why = homeless		? KN__SYNC_REGROUP_JOIN
+		      : !now.feasible	? KN__SYNC_REGROUP_BOUND
+		      : gain > MIN_GAIN ? KN__SYNC_REGROUP_GAIN
+					: 0;
+		if (why && !same_groups(c, n, ngroups)) {
 			regrouped = true;
 			for (uint32_t i = 0; i < max; i++)
 				c->group[i] = NONE;
@@ -764,6 +768,7 @@ static int plan_next(struct kn__sync_planner *planner,
 		.epoch = ++planner->epoch,
 		.plan = planner->plan,
 		.regrouped = regrouped,
+		.why = regrouped ? why : 0,
 		.gain = regrouped ? (float)gain : 0,
 	};
 	return 1;

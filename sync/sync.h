@@ -137,10 +137,18 @@ struct kn__sync_action {
 	/* REGROUP: per worker id (max_workers entries); PSP: its k_i;
 	 * CGP: KN__SYNC_CGP_PLAN(group, rounds), 0 for none */
 	const uint32_t *plan;
-	/* REGROUP, CGP: the groups changed, with this predicted gain in
+	/* REGROUP, CGP: the groups changed, why, and the predicted gain in
 	 * throughput (0.2: 20% more) over keeping the old ones */
 	bool regrouped;
+	uint32_t why; /* enum kn__sync_regroup_why */
 	float gain;
+};
+
+/* Why CGP's planner changed the groups. */
+enum kn__sync_regroup_why {
+	KN__SYNC_REGROUP_GAIN = 1, /* more than 5% more throughput */
+	KN__SYNC_REGROUP_BOUND,	   /* the old groups broke the bound S */
+	KN__SYNC_REGROUP_JOIN,	   /* a member had no group */
 };
 
 /*
