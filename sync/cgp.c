@@ -383,9 +383,9 @@ struct kn__sync_cgp_planner {
 	uint32_t *ids;	  /* [max_workers]: members by speed */
 	double *t;	  /* [max_workers]: their speeds, ascending */
 	uint8_t *cuts;	  /* [max_workers]: a partition of ids */
-	double *gtime;	  /* [max_workers]: round time per group */
-	uint32_t *gsize;  /* [max_workers]: members per group */
-	uint32_t *rounds; /* [max_workers]: rounds per group in the epoch */
+	double *gtime;	  /* [max_workers + 1]: round time per group */
+	uint32_t *gsize;  /* [max_workers + 1]: members per group */
+	uint32_t *rounds; /* [max_workers + 1]: rounds per group */
 	uint32_t *label;  /* [max_workers]: group per sorted position */
 	double *sum;	  /* [max_workers]: its timings this epoch ... */
 	uint32_t *count;  /* [max_workers]: ... and how many */
@@ -408,9 +408,9 @@ static int planner_init(struct kn__sync_planner *planner)
 	c->ids = calloc(max, sizeof(*c->ids));
 	c->t = calloc(max, sizeof(*c->t));
 	c->cuts = calloc(max, sizeof(*c->cuts));
-	c->gtime = calloc(max, sizeof(*c->gtime));
-	c->gsize = calloc(max, sizeof(*c->gsize));
-	c->rounds = calloc(max, sizeof(*c->rounds));
+	c->gtime = calloc((size_t)max + 1, sizeof(*c->gtime));
+	c->gsize = calloc((size_t)max + 1, sizeof(*c->gsize));
+	c->rounds = calloc((size_t)max + 1, sizeof(*c->rounds));
 	c->label = calloc(max + 1, sizeof(*c->label));
 	c->sum = calloc(max, sizeof(*c->sum));
 	c->count = calloc(max, sizeof(*c->count));
@@ -705,7 +705,8 @@ static int plan_next(struct kn__sync_planner *planner,
 	}
 	fresh = planner->epoch == 0 || planner->changed || drift;
 	if (fresh || c->since >= p->period) {
-		/* the groups in force, a joiner (none yet) in one of its own */
+		/* the groups in force, joiners (none yet) in one more of their
+		 * own: gtime and gsize have room for it */
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t k = c->group[c->ids[j]];
 
