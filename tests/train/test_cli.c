@@ -263,12 +263,19 @@ Test(train_cli, short_bsp_run_learns_and_reports)
 	free(curve);
 }
 
+/*
+ * The protocols' runs below train one epoch (of each worker's shard), not
+ * for some seconds: what a model reaches then depends on the work done,
+ * not on how busy the machine is (a 4 s SSP run reached 0.69 under
+ * AddressSanitizer beside another test run, against a 0.7 floor).
+ */
+
 /* ASP under a straggler: the servers see stale gradients. */
 Test(train_cli, asp_with_a_straggler_measures_staleness)
 {
 	char *argv[] = { (char *)kanel(), "train", "--workers", "3",
 			 "--protocol", "asp", "--model", "softmax",
-			 "--time-budget", "3", "--step-time", "5ms",
+			 "--epochs", "1", "--step-time", "5ms",
 			 "--imbalance", "persistent:0.34:4", "--curve", "-",
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
@@ -290,7 +297,7 @@ Test(train_cli, ssp_keeps_its_bound_and_learns)
 {
 	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
 			 "--protocol", "ssp", "--staleness", "2", "--model",
-			 "softmax", "--time-budget", "4", "--step-time", "5ms",
+			 "softmax", "--epochs", "1", "--step-time", "5ms",
 			 "--imbalance", "persistent:0.25:4", "--curve", "-",
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
@@ -316,7 +323,7 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
 			  * more than theta, so only cost and H_max decide */
 			 "--esp-theta", "1000",
 			 "--optimizer", "sgd", "--lr", "0.1", "--model",
-			 "softmax", "--time-budget", "4", "--step-time", "5ms",
+			 "softmax", "--epochs", "1", "--step-time", "5ms",
 			 "--imbalance", "persistent:0.25:4", "--curve", "-",
 			 "--summary-json", (char *)in_dir("s.json"), NULL };
 	char *json;
@@ -337,7 +344,7 @@ Test(train_cli, predicted_plans_local_steps_and_learns)
 {
 	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
 			 "--protocol", "predicted", "--psp-warmup", "2",
-			 "--model", "softmax", "--time-budget", "5",
+			 "--model", "softmax", "--epochs", "1",
 			 "--step-time", "5ms", "--imbalance",
 			 "persistent:0.25:4", "--curve", "-", "--summary-json",
 			 (char *)in_dir("s.json"), NULL };
@@ -394,7 +401,7 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 {
 	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
 			 "--protocol", "cgp", "--model", "softmax",
-			 "--time-budget", "5", "--step-time", "5ms", "--seed",
+			 "--epochs", "1", "--step-time", "5ms", "--seed",
 			 "1", "--imbalance", "persistent:0.25:4", "--curve",
 			 "-", "--summary-json", (char *)in_dir("s.json"), NULL };
 	struct kn__imb m;
