@@ -722,6 +722,12 @@ static int plan_next(struct kn__sync_planner *planner,
 			return ret;
 		gain = best.lambda / now.lambda - 1;
 		ngroups = label_cuts(c, n);
+		if (ngroups > KN__SYNC_CGP_MAX_GROUPS) {
+			/* more than a plan entry can name (every one of 2^20
+			 * workers alone): BSP, which is always feasible */
+			memset(c->cuts, 0, n);
+			ngroups = label_cuts(c, n);
+		}
 		why = homeless		? KN__SYNC_REGROUP_JOIN
 		      : !now.feasible	? KN__SYNC_REGROUP_BOUND
 		      : gain > MIN_GAIN ? KN__SYNC_REGROUP_GAIN
@@ -749,8 +755,14 @@ static int plan_next(struct kn__sync_planner *planner,
 			tmin = c->gtime[k];
 	}
 	for (uint32_t k = 0; k < c->ngroups; k++) {
+		/* T_G >= tmin, so r <= epoch_rounds; a group whose members
+		 * all left has no T and no entry */
 		double r = floor(p->epoch_rounds * tmin / c->gtime[k] + 0.5);
 
+		if (!c->gsize[k]) {
+			c->rounds[k] = 0;
+			continue;
+		}
 		c->rounds[k] = r < 1 ? 1 : (uint32_t)r;
 		if (c->rounds[k] > longest)
 			longest = c->rounds[k];

@@ -160,6 +160,7 @@ enum kn__sync_regroup_why {
 #define KN__SYNC_CGP_GROUP(entry) (((entry) & 0xfffffu) - 1u)
 #define KN__SYNC_CGP_ROUNDS(entry) ((entry) >> 20)
 #define KN__SYNC_CGP_MAX_ROUNDS 4095u
+#define KN__SYNC_CGP_MAX_GROUPS 0xfffffu /* ids 0 .. 2^20 - 2 */
 
 struct kn__sync_rule;
 
