@@ -674,8 +674,9 @@ static void fold_timings(struct kn__sync_planner *planner)
  * ones if a look at CGPP finds them worth it) and their rounds, the
  * fastest group epoch_rounds, each other one the nearest whole number
  * that ends with it, at least 1.  1 action, 0 with no members (the
- * plan is made at the next JOIN), or a negative errno with nothing
- * changed but the solver's archive.
+ * plan is made at the next JOIN), or -ENOMEM with the groups and the
+ * epoch as they were (the epoch's timings are folded in already, and
+ * the solver's archive may be new: the next BARRIER tries again).
  */
 static int plan_next(struct kn__sync_planner *planner,
 		     struct kn__sync_action *out)

@@ -8,7 +8,7 @@
  * protocol's hook, so a hook sees events that are valid for every
  * protocol and adds only its own checks.  A hook that returns a negative
  * errno must have changed nothing.  Each protocol is one file (bsp.c,
- * asp.c, later ssp.c, esp.c, predicted.c, cgp.c) that defines its table.
+ * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table.
  */
 #ifndef KN_SYNC_PRIV_H
 #define KN_SYNC_PRIV_H
