@@ -21,14 +21,7 @@ static int asp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		.slot = ev->slot,
 		.weight = 1.0f,
 	};
-	rule->version++;
-	out[0] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = tau > 1 ? 1.0f / (float)tau : 1.0f,
-		.ncontrib = 1,
-		.contrib = rule->contrib,
-	};
+	kn__sync_apply(rule, 1, tau > 1 ? 1.0f / (float)tau : 1.0f, &out[0]);
 	kn__sync_release(&out[1], ev->worker, rule->version);
 	return 2;
 }

@@ -246,15 +246,8 @@ static int group_complete(struct kn__sync_rule *rule, uint32_t k,
 		w->pushed = false;
 	}
 	g->npushed = 0;
-	rule->version++;
 	c->applied += n;
-	out[0] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = 1.0f,
-		.ncontrib = n,
-		.contrib = rule->contrib,
-	};
+	kn__sync_apply(rule, n, 1.0f, &out[0]);
 	nout = 1;
 	if (++g->rounds < g->due) {
 		g->read = rule->version;

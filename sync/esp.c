@@ -132,7 +132,6 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		/* deltas averaged over n; the pusher is a member: n >= 1 */
 		.weight = 1.0f / (float)rule->nmembers,
 	};
-	rule->version++;
 	/*
 	 * Damped by staleness in rounds: with n workers pushing in turn, a
 	 * delta is n - 1 versions old with no straggler at all, and it is
@@ -141,13 +140,7 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 * delta older than a round is damped by the rounds it missed.
 	 */
 	rounds = (float)tau / (float)rule->nmembers;
-	out[0] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = rounds > 1 ? 1.0f / rounds : 1.0f,
-		.ncontrib = 1,
-		.contrib = rule->contrib,
-	};
+	kn__sync_apply(rule, 1, rounds > 1 ? 1.0f / rounds : 1.0f, &out[0]);
 	/* held beyond the bound, or released with the others it frees */
 	now = kn__sync_bound_push(rule, ev->worker);
 	return 1 + releases(rule, now ? ev->worker : NONE, ev->t, out + 1);

@@ -28,14 +28,8 @@ static int ssp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		.slot = ev->slot,
 		.weight = 1.0f,
 	};
-	rule->version++;
-	out[n++] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = tau > 1 ? 1.0f / (float)tau : 1.0f,
-		.ncontrib = 1,
-		.contrib = rule->contrib,
-	};
+	kn__sync_apply(rule, 1, tau > 1 ? 1.0f / (float)tau : 1.0f,
+		       &out[n++]);
 	if (kn__sync_bound_push(rule, ev->worker))
 		kn__sync_release(&out[n++], ev->worker, rule->version);
 	/* the slowest may just have caught up: let the held ones go */

@@ -276,15 +276,8 @@ uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
 		};
 		w->pushed = false;
 	}
-	rule->version++;
 	rule->npushed = 0;
-	out[0] = (struct kn__sync_action){
-		.type = KN__SYNC_ACT_APPLY,
-		.version = rule->version,
-		.lr_scale = 1.0f,
-		.ncontrib = n,
-		.contrib = rule->contrib,
-	};
+	kn__sync_apply(rule, n, 1.0f, &out[0]);
 	return n;
 }
 

@@ -190,6 +190,24 @@ bool kn__sync_bound_push(struct kn__sync_rule *rule, uint32_t worker);
 uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
 				struct kn__sync_action *out);
 
+/*
+ * A new version from rule->contrib[0 .. @n) (weights set by the caller,
+ * before or after): the version goes up and @act is its APPLY, at the
+ * optimizer's rate times @lr_scale.
+ */
+static inline void kn__sync_apply(struct kn__sync_rule *rule, uint32_t n,
+				  float lr_scale, struct kn__sync_action *act)
+{
+	rule->version++;
+	*act = (struct kn__sync_action){
+		.type = KN__SYNC_ACT_APPLY,
+		.version = rule->version,
+		.lr_scale = lr_scale,
+		.ncontrib = n,
+		.contrib = rule->contrib,
+	};
+}
+
 /* Write "deliver @version to @worker" (plan 0, one step) into @act. */
 static inline void kn__sync_release(struct kn__sync_action *act,
 				    uint32_t worker, uint64_t version)
