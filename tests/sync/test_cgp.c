@@ -367,6 +367,7 @@ Test(cgp_planner, a_persistent_straggler_pair_gets_its_own_group)
 	cr_assert_eq(out[0].type, KN__SYNC_ACT_REGROUP);
 	cr_assert_eq(out[0].epoch, 1);
 	cr_assert(out[0].regrouped);
+	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_GAIN);
 	/* 3.25x BSP's throughput, less the sync costs: far above 5% */
 	cr_assert_gt(out[0].gain, 1.0f);
 	cr_assert(together(&out[0], 2, 5));
@@ -465,6 +466,7 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	cr_assert_eq(kn__sync_planner_event(pl, &ev, out), 0);
 	cr_assert_eq(barrier_ev(pl, 3, out), 1);
 	cr_assert(out[0].regrouped);
+	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_JOIN);
 	cr_assert_neq(out[0].plan[7], 0);
 	/* a slow joiner, once timed, goes to a group of its own */
 	t[7] = .08;
@@ -472,6 +474,59 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	cr_assert_eq(barrier_ev(pl, 4, out), 1);
 	cr_assert(out[0].regrouped);
 	cr_assert(!together(&out[0], 0, 7));
+	kn__sync_planner_destroy(pl);
+}
+
+Test(cgp_planner, groups_that_break_the_bound_are_replaced_whatever_the_gain)
+{
+	struct kn__sync_params p = params(8);
+	struct kn__sync_planner *pl;
+	struct kn__sync_action out[MAXACT];
+	double t[8] = { .02, .02, .02, .02, .02, .02, .08, .08 };
+
+	p.alpha = 1;
+	pl = make_planner(&p);
+	timings(pl, t, 8);
+	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	cr_assert(!together(&out[0], 0, 6));
+	/* the pair is 6x slower now: tau_max = 6 > S = 4 */
+	t[6] = t[7] = .12;
+	timings(pl, t, 8);
+	cr_assert_eq(barrier_ev(pl, 1, out), 1);
+	cr_assert(out[0].regrouped);
+	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_BOUND);
+	kn__sync_planner_destroy(pl);
+}
+
+/*
+ * One late step (a scheduler hiccup) among an epoch's timings moves the
+ * prediction by its share of the epoch's mean, not by alpha of itself:
+ * the worker stays with the fast ones.
+ */
+Test(cgp_planner, one_late_step_does_not_move_a_worker)
+{
+	struct kn__sync_params p = params(8);
+	struct kn__sync_planner *pl = make_planner(&p);
+	struct kn__sync_action out[MAXACT];
+	const double t[8] = { .02, .02, .02, .02, .02, .02, .08, .08 };
+
+	timings(pl, t, 8);
+	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	cr_assert(!together(&out[0], 0, 6));
+	for (int step = 0; step < 19; step++)
+		timings(pl, t, 8);
+	/* worker 0's 20th step of the epoch takes 4x as long */
+	cr_assert_eq(kn__sync_planner_event(
+			     pl,
+			     &(struct kn__sync_event){
+				     .type = KN__SYNC_EV_TIMING,
+				     .worker = 0,
+				     .value = .08 },
+			     out),
+		     0);
+	cr_assert_eq(barrier_ev(pl, 1, out), 1);
+	cr_assert(together(&out[0], 0, 1));
+	cr_assert(!together(&out[0], 0, 6));
 	kn__sync_planner_destroy(pl);
 }
 
