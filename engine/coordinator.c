@@ -464,58 +464,31 @@ static uint64_t table_bytes(const struct coordinator *c)
 	return sum;
 }
 
-/* The parameters of the job's planner, for a model of @bytes. */
-static void planner_params(struct coordinator *c, uint64_t bytes,
-			   struct kn__sync_params *sp)
+/* The parameters of the job's planner (the model's bytes come later). */
+static void planner_params(struct coordinator *c, struct kn__sync_params *sp)
 {
 	struct kn__msg job;
 
 	/* every worker starts as a member of the planner's membership */
 	job_msg(c, &job, 0);
 	kn__job_sync_params(&job, c->cfg->workers, sp);
-	sp->bytes = bytes;
 }
 
 /*
  * CGP's cost model needs the bytes a worker pushes a round, known once
- * worker 0's table is.  The planner made at start-up (which checked the
- * parameters before anyone connected) gives way to one that knows them.
- * Before the start it can have seen LEAVEs alone (timings and rejoins
- * come after it), so the new one is told those again.  The other
- * protocols' planners do not read the bytes and stay.  0, or -errno.
+ * worker 0's table is (no plan comes before: the warm-up has not begun).
+ * The other protocols' planners do not read them.
  */
-static int plan_with_table(struct coordinator *c)
+static void plan_with_table(struct coordinator *c)
 {
-	struct kn__sync_event ev = { .type = KN__SYNC_EV_LEAVE };
-	struct kn__sync_params sp;
-	struct kn__sync_planner *p;
-	int ret;
+	uint64_t bytes = table_bytes(c);
 
 	if (c->cfg->sync != KN__CONFIG_CGP)
-		return 0;
-	planner_params(c, table_bytes(c), &sp);
-	ret = kn__sync_planner_create(&sp, &p);
-	if (ret)
-		return ret;
-	/* (no plan is due before the start: its warm-up has not begun) */
-	for (uint32_t w = 0; w < c->cfg->workers && ret >= 0; w++) {
-		if (c->workers[w].planned)
-			continue;
-		ev.worker = w;
-		ev.t = kn__now();
-		ret = kn__sync_planner_event(p, &ev, c->actions);
-	}
-	if (ret < 0) {
-		kn__sync_planner_destroy(p);
-		return ret;
-	}
-	kn__sync_planner_destroy(c->planner);
-	c->planner = p;
+		return;
+	kn__sync_planner_set_bytes(c->planner, bytes);
 	if (c->cfg->verbose)
-		kn__log(&c->node,
-			"cgp: the planner knows the model: %llu bytes",
-			(unsigned long long)sp.bytes);
-	return 0;
+		kn__log(&c->node, "cgp: the planner knows the model: %llu bytes",
+			(unsigned long long)bytes);
 }
 
 /*
@@ -525,7 +498,6 @@ static int plan_with_table(struct coordinator *c)
 static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 {
 	struct crd_worker *cw = &c->workers[w];
-	int ret;
 
 	if (count != cw->ntable || cw->table_done) {
 		kn__chan_send_error(cw->ch, -EPROTO, "a torn tensor table");
@@ -543,13 +515,7 @@ static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 	c->ntable = cw->ntable;
 	cw->table = NULL;
 	cw->ntable = 0;
-	ret = plan_with_table(c);
-	if (ret) {
-		kn__log(&c->node, "cannot make the planner for the model: %s",
-			strerror(-ret));
-		shutdown_job(c, ret);
-		return;
-	}
+	plan_with_table(c);
 	for (uint32_t s = 0; s < c->cfg->servers; s++)
 		if (c->servers[s].ch && c->servers[s].hello)
 			send_table(c, c->servers[s].ch);
@@ -812,7 +778,7 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 		goto out;
 	c.node.verbose = cfg->verbose;
 	/* the model's bytes come with its table (plan_with_table) */
-	planner_params(&c, 0, &sp);
+	planner_params(&c, &sp);
 	ret = kn__sync_planner_create(&sp, &c.planner);
 	if (!ret) {
 		c.actions = calloc(kn__sync_max_actions(&sp),

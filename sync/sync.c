@@ -506,6 +506,13 @@ uint64_t kn__sync_planner_epoch(const struct kn__sync_planner *planner)
 	return planner ? planner->epoch : 0;
 }
 
+void kn__sync_planner_set_bytes(struct kn__sync_planner *planner,
+				uint64_t bytes)
+{
+	if (planner)
+		planner->params.bytes = bytes;
+}
+
 int kn__sync_planner_event(struct kn__sync_planner *planner,
 			   const struct kn__sync_event *ev,
 			   struct kn__sync_action *out)

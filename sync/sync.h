@@ -222,6 +222,14 @@ int kn__sync_planner_event(struct kn__sync_planner *planner,
 uint64_t kn__sync_planner_epoch(const struct kn__sync_planner *planner);
 
 /*
+ * Set params.bytes (CGP's cost model: the bytes a worker pushes a round)
+ * once the caller knows the model, as the coordinator does when the
+ * tensor table is in.  Plans made from then on use it.
+ */
+void kn__sync_planner_set_bytes(struct kn__sync_planner *planner,
+				uint64_t bytes);
+
+/*
  * The worker rule (one per worker, in the worker).  The worker tells it
  * what just happened and it answers what to do next:
  *
