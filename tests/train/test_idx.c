@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -282,6 +283,31 @@ Test(idx, missing_directory)
 	cr_assert_eq(
 		kn__dataset_load("/nonexistent/kanel", "train", &d, NULL, 0),
 		-ENOENT);
+}
+
+/*
+ * A FIFO in the data folder must be refused, not opened for reading: a
+ * blocking open waits for a writer that never comes.  The timeout only
+ * turns that hang into a failure.
+ */
+Test(idx, fifo_refused, .timeout = 30)
+{
+	const char *fifo = in_dir("train-images-idx3-ubyte.gz", 1);
+
+	write_labels("train", 1, N, 0);
+	cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo: %s", strerror(errno));
+	expect_failure("train", -EINVAL, fifo, "not a regular file", NULL);
+}
+
+/* A directory where a file belongs: the same answer, not a read error. */
+Test(idx, directory_refused)
+{
+	const char *sub = in_dir("train-images-idx3-ubyte.gz", 1);
+
+	write_labels("train", 1, N, 0);
+	cr_assert_eq(mkdir(sub, 0700), 0, "mkdir: %s", strerror(errno));
+	expect_failure("train", -EINVAL, sub, "not a regular file", NULL);
+	rmdir(sub);
 }
 
 Test(idx, wrong_magic)

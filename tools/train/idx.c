@@ -204,6 +204,7 @@ int kn__idx_read(const char *path, uint32_t magic, uint32_t dims[3],
 	const char *what = ndims == 3 ? "pixels" : "labels";
 	uint8_t head[16];
 	uint32_t d[3] = { 1, 1, 1 };
+	struct stat st;
 	uint32_t got_magic;
 	uint8_t *buf;
 	size_t n, need;
@@ -216,10 +217,32 @@ int kn__idx_read(const char *path, uint32_t magic, uint32_t dims[3],
 		       magic);
 		return -EINVAL;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer; what is
+	 * not a regular file (a FIFO, a device, a directory) is refused
+	 * before anything is read from it */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		ret = -errno;
 		seterr(err, errlen, "cannot open %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		seterr(err, errlen, "%s: %s", path, strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		seterr(err, errlen, "%s: not a regular file", path);
+		close(fd);
+		return -EINVAL;
+	}
+	/* a regular file never blocks; clear the flag all the same so that
+	 * zlib's reads see the plain semantics they expect */
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) {
+		ret = -errno;
+		seterr(err, errlen, "%s: %s", path, strerror(-ret));
+		close(fd);
 		return ret;
 	}
 	f = gzdopen(fd, "rb");

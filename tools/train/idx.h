@@ -12,7 +12,9 @@
  * caller's buffer @err (@errlen bytes, NUL-terminated, truncated if
  * needed; @err may be NULL when @errlen is 0):
  *   -ENOENT  a file is missing;
- *   -EINVAL  malformed content: a .gz file that is not gzip, bad magic,
+ *   -EINVAL  not a regular file (a FIFO, a device or a directory is
+ *            refused before it is read, so a FIFO cannot hang the load);
+ *            malformed content: a .gz file that is not gzip, bad magic,
  *            zero or absurd dimensions, truncated data, trailing bytes,
  *            a label >= 10, image and label counts that differ;
  *   -EIO     a corrupt gzip stream (bad deflate data, CRC mismatch, a
