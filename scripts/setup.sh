@@ -1,26 +1,39 @@
 #!/usr/bin/env bash
-# setup.sh BUILD_DIR [MESON_OPTION...]
+# setup.sh [--packages main|all] BUILD_DIR [MESON_OPTION...]
 #
 # Everything a fresh Debian 12 machine needs to build Kanel: installs the
-# Debian packages the project uses (only when one is missing, after an
+# Debian packages of the chosen set (only those missing, after an
 # apt-get update), then configures BUILD_DIR with the given Meson options
 # (reconfiguring an existing one) and builds it.  Used by main.sh and
 # test.sh; safe to run again.
+#
+# --packages main: what the main job needs, the build and `kanel train`
+# (main.sh).  --packages all, the default: also the test framework, the
+# verbs headers, gnuplot for kanel compare's plots, clang for the fuzz
+# targets and the rxe suite's VM (test.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:?usage: setup.sh BUILD_DIR [MESON_OPTION...]}
+set=all
+case ${1-} in
+--packages=*) set=${1#--packages=}; shift ;;
+--packages) set=${2-}; shift 2 || shift ;;
+esac
+usage="usage: setup.sh [--packages main|all] BUILD_DIR [MESON_OPTION...]"
+build=${1:?$usage}
 shift
 
-packages=(
+main_packages=(
 	gcc libc6-dev pkg-config meson ninja-build python3
-	libcriterion-dev    # test framework
 	libssl-dev          # libcrypto: job-secret HMAC (engine/auth.c)
-	liburing-dev        # TCP transport (io_uring)
+	liburing-dev        # TCP transport (io_uring; epoll without it)
+	# kanel train: the dataset, its gzip files, the models' sgemm
+	dataset-fashion-mnist zlib1g-dev libopenblas-dev
+)
+test_packages=(
+	libcriterion-dev    # test framework
 	libibverbs-dev librdmacm-dev # verbs transport
-	# kanel train: the dataset, its gzip files, the models' sgemm, and
-	# the plots of kanel compare
-	dataset-fashion-mnist zlib1g-dev libopenblas-dev gnuplot-nox
+	gnuplot-nox         # the plots of kanel compare (train/cli, docs)
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
 	# The rxe suite's VM (tests/rxe/vm.sh fetches the kernel itself),
 	# and the rdma-core userspace the guest uses from the host's root:
@@ -28,6 +41,13 @@ packages=(
 	qemu-system-x86 busybox-static xz-utils rdma-core
 	ibverbs-providers iproute2 ibverbs-utils rdmacm-utils
 )
+case $set in
+main) packages=("${main_packages[@]}") ;;
+all) packages=("${main_packages[@]}" "${test_packages[@]}") ;;
+*) echo "setup.sh: --packages: main or all, not '$set'" >&2
+   echo "$usage" >&2
+   exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

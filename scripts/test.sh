@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh - builds Kanel with warnings as errors and runs the whole test
-# suite, then builds it again under AddressSanitizer and
+# suite, builds the release build with warnings as errors too (without
+# running it), then builds it again under AddressSanitizer and
 # UndefinedBehaviorSanitizer and runs the suite a second time, then runs
 # the libFuzzer targets for a minute each.  Ends with one line "N passed, N
 # failed, N skipped" counted from the three runs' meson test logs; exits
@@ -11,6 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 status=0
 logs=()
+failed_builds=()
 
 # $suite, where set, runs that meson test suite alone.
 run_suite() { # BUILD_DIR MESON_OPTION...
@@ -18,6 +20,7 @@ run_suite() { # BUILD_DIR MESON_OPTION...
 	shift
 	if ! scripts/setup.sh "$build" "$@"; then
 		echo "test.sh: building $build failed" >&2
+		failed_builds+=("$build")
 		status=1
 		return
 	fi
@@ -28,6 +31,18 @@ run_suite() { # BUILD_DIR MESON_OPTION...
 }
 
 run_suite build-test -Dwerror=true -Dbuildtype=debugoptimized
+
+# The release build with warnings as errors, built and not run: -O3
+# without asserts inlines further and finds warnings the debugoptimized
+# builds do not (-Wmaybe-uninitialized), and the main job and the
+# benchmarks are release builds.  The suites themselves ran above.
+if ! scripts/setup.sh build-release-werror -Dbuildtype=release \
+	-Dwerror=true; then
+	echo "test.sh: building build-release-werror failed" >&2
+	failed_builds+=(build-release-werror)
+	status=1
+fi
+
 # UBSan stops at its first finding (the build also has
 # -fno-sanitize-recover), so that a finding fails the test; LeakSanitizer
 # checks every test process as it exits.  The rxe suite runs here too:
@@ -50,5 +65,10 @@ CC=clang suite=fuzz run_suite build-fuzz -Dfuzz=enabled \
 	-Db_sanitize=address,undefined \
 	'-Dc_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all'
 
+# Next to test_summary's FAILED lines, so that the tail of a log names
+# every build that failed too.
+for b in "${failed_builds[@]}"; do
+	echo "FAILED building $b (its compiler output is above)"
+done
 python3 scripts/test_summary.py "${logs[@]}" || status=1
 exit $status
