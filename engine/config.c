@@ -162,6 +162,8 @@ static int parse_name(struct parse *p, const char *src, const char *val,
 {
 	char list[128] = "";
 
+	/* written on every path, so that no caller reads it unset */
+	*out = -1;
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(val, t[i].name)) {
 			*out = t[i].val;
@@ -238,6 +240,18 @@ static int parse_addr(struct parse *p, const char *src, const char *val,
 
 		if (inet_pton(AF_INET6, a.host, &in6) != 1)
 			return bad(p, "%s='%s': not an IPv6 address", src, val);
+	} else if (a.host[strspn(a.host, "0123456789.")] == '\0') {
+		struct in_addr in4;
+
+		/* digits and dots only: no host name looks like that, so it
+		 * must be an IPv4 literal, four numbers up to 255 each (the
+		 * resolver would otherwise just not find "999.0.0.1") */
+		if (inet_pton(AF_INET, a.host, &in4) != 1)
+			return bad(p,
+				   "%s='%s': '%s' is not an IPv4 address "
+				   "(four numbers from 0 to 255, as "
+				   "10.0.0.1)",
+				   src, val, a.host);
 	} else {
 		for (size_t i = 0; i < hlen; i++) {
 			char c = a.host[i];
@@ -423,8 +437,8 @@ static int parse_range(struct parse *p, const char *src, const char *val,
 	if (!parse_u32(val, &v, NULL))
 		return bad(p, "%s='%s': %s", src, val, not_u32(val));
 	if (v < lo || v > hi)
-		return bad(p, "%s=%s: must be between %u and %u", src, val,
-			   lo, hi);
+		return bad(p, "%s=%s: must be between %u and %u", src, val, lo,
+			   hi);
 	*out = v;
 	return 0;
 }
@@ -607,6 +621,7 @@ struct opt {
 	const char *none;  /* usage: what happens when not given */
 	const char *help;
 	int (*parse)(struct parse *p, const char *src, const char *val);
+	unsigned int group; /* KN__CONFIG_OPT_*; 0: every command's */
 };
 
 #define CHOICE(t) .names = t, .nnames = ARRAY_SIZE(t)
@@ -614,129 +629,143 @@ struct opt {
 static const struct opt opts[O_COUNT] = {
 	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names),
 		     .none = "default from the launcher",
-		     .help = "what this process is", .parse = opt_role },
+		     .help = "what this process is", .parse = opt_role,
+		     .group = KN__CONFIG_OPT_ROLE },
 	[O_RANK] = { "--rank", "KANEL_RANK", "R",
 		     .none = "default from the launcher",
 		     .help = "index within the role, from 0 (with --role)",
-		     .parse = opt_rank },
+		     .parse = opt_rank, .group = KN__CONFIG_OPT_RANK },
 	[O_SERVERS] = { "--servers", "KANEL_SERVERS", "M", .deflt = "1",
-			.help = "number of servers", .parse = opt_servers },
+			.help = "number of servers", .parse = opt_servers,
+			.group = KN__CONFIG_OPT_COUNTS },
 	[O_WORKERS] = { "--workers", "KANEL_WORKERS", "N",
 			.none = "default launcher size - 1 - M",
-			.help = "number of workers", .parse = opt_workers },
+			.help = "number of workers", .parse = opt_workers,
+			.group = KN__CONFIG_OPT_COUNTS },
 	[O_COORDINATOR] = { "--coordinator", "KANEL_COORDINATOR", "HOST:PORT",
 			    .none = "required",
 			    .help = "the coordinator's address, which every "
 				    "process needs",
-			    .parse = opt_coordinator },
+			    .parse = opt_coordinator,
+			    .group = KN__CONFIG_OPT_COORDINATOR },
 	[O_LISTEN] = { "--listen", "KANEL_LISTEN", "HOST:PORT",
 		       .deflt = "0.0.0.0:0",
 		       .help = "a server's bind address (port 0: any)",
-		       .parse = opt_listen },
+		       .parse = opt_listen, .group = KN__CONFIG_OPT_LISTEN },
 	[O_TRANSPORT] = { "--transport", "KANEL_TRANSPORT",
 			  CHOICE(transport_names), .deflt = "tcp",
 			  .help = "tcp (io_uring) or verbs (RDMA)",
-			  .parse = opt_transport },
+			  .parse = opt_transport,
+			  .group = KN__CONFIG_OPT_COMMON },
 	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(sync_names), .deflt = "bsp",
-		     .help = "synchronization protocol", .parse = opt_sync },
+		     .help = "synchronization protocol", .parse = opt_sync,
+		     .group = KN__CONFIG_OPT_JOB },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
 			  CHOICE(optimizer_names), .deflt = "sgd",
 			  .help = "the servers' update; sum: servers publish "
 				  "the mean, workers apply it",
-			  .parse = opt_optimizer },
+			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB },
 	[O_LR] = { "--lr", "KANEL_LR", "RATE", .deflt = "0.01",
-		   .help = "learning rate, above 0", .parse = opt_lr },
+		   .help = "learning rate, above 0", .parse = opt_lr,
+		   .group = KN__CONFIG_OPT_JOB },
 	[O_MOMENTUM] = { "--momentum", "KANEL_MOMENTUM", "MU", .deflt = "0.9",
-			 .help = "momentum, in [0, 1)", .parse = opt_momentum },
+			 .help = "momentum, in [0, 1)", .parse = opt_momentum,
+			 .group = KN__CONFIG_OPT_JOB },
 	[O_STALENESS] = { "--staleness", "KANEL_STALENESS", "S", .deflt = "3",
-			   .help = "SSP, ESP: pushes a worker may run ahead "
-				   "of the slowest",
-			   .parse = opt_staleness },
+			  .help = "SSP, ESP: pushes a worker may run ahead "
+				  "of the slowest",
+			  .parse = opt_staleness, .group = KN__CONFIG_OPT_JOB },
 	[O_MAX_SKIP] = { "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "H",
 			 .deflt = "8",
 			 .help = "ESP: local steps after which a push is due",
-			 .parse = opt_max_skip },
+			 .parse = opt_max_skip, .group = KN__CONFIG_OPT_JOB },
 	[O_GAMMA] = { "--esp-gamma", "KANEL_ESP_GAMMA", "G", .deflt = "1",
 		      .help = "ESP: push when the expected cost is at most "
 			      "G local steps",
-		      .parse = opt_gamma },
+		      .parse = opt_gamma, .group = KN__CONFIG_OPT_JOB },
 	[O_THETA] = { "--esp-theta", "KANEL_ESP_THETA", "T", .deflt = "0.01",
 		      .help = "ESP: or when the model moved by T relative to "
 			      "its last version",
-		      .parse = opt_theta },
+		      .parse = opt_theta, .group = KN__CONFIG_OPT_JOB },
 	[O_MAX_STEPS] = { "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "R",
 			  .deflt = "15",
 			  .help = "predicted: most local steps a plan gives, "
 				  "1 to 1024",
-			  .parse = opt_max_steps },
+			  .parse = opt_max_steps, .group = KN__CONFIG_OPT_JOB },
 	[O_WARMUP] = { "--psp-warmup", "KANEL_PSP_WARMUP", "B", .deflt = "3",
 		       .help = "predicted, cgp: barriers under BSP before "
 			       "the first plan",
-		       .parse = opt_warmup },
+		       .parse = opt_warmup, .group = KN__CONFIG_OPT_JOB },
 	[O_ALPHA] = { "--psp-alpha", "KANEL_PSP_ALPHA", "A", .deflt = "0.5",
 		      .help = "predicted, cgp: weight of the newest timing, "
 			      "(0, 1]",
-		      .parse = opt_alpha },
+		      .parse = opt_alpha, .group = KN__CONFIG_OPT_JOB },
 	[O_MISS] = { "--psp-miss", "KANEL_PSP_MISS", "M", .deflt = "0.25",
 		     .help = "predicted: re-plan when a prediction misses by "
 			     "more, (0, 1]",
-		     .parse = opt_miss },
+		     .parse = opt_miss, .group = KN__CONFIG_OPT_JOB },
 	[O_CGP_SOLVER] = { "--cgp-solver", "KANEL_CGP_SOLVER",
 			   CHOICE(cgp_solver_names), .deflt = "auto",
 			   .help = "cgp: how workers are grouped; auto: aga "
 				   "up to 128 workers, pls above",
-			   .parse = opt_cgp_solver },
+			   .parse = opt_cgp_solver,
+			   .group = KN__CONFIG_OPT_JOB },
 	[O_CGP_BOUND] = { "--cgp-bound", "KANEL_CGP_BOUND", "S", .deflt = "4",
 			  .help = "cgp: most staleness the groups may cause, "
 				  "above 0",
-			  .parse = opt_cgp_bound },
+			  .parse = opt_cgp_bound, .group = KN__CONFIG_OPT_JOB },
 	[O_CGP_EPOCH] = { "--cgp-epoch", "KANEL_CGP_EPOCH", "R", .deflt = "20",
 			  .help = "cgp: rounds the fastest group runs between "
 				  "two barriers, 1 to 4095",
-			  .parse = opt_cgp_epoch },
+			  .parse = opt_cgp_epoch, .group = KN__CONFIG_OPT_JOB },
 	[O_CGP_PERIOD] = { "--cgp-period", "KANEL_CGP_PERIOD", "T",
 			   .deflt = "100",
 			   .help = "cgp: iterations between regroup checks, "
 				   "1 or more",
-			   .parse = opt_cgp_period },
+			   .parse = opt_cgp_period,
+			   .group = KN__CONFIG_OPT_JOB },
 	[O_CGP_LATENCY] = { "--cgp-latency", "KANEL_CGP_LATENCY", "SECONDS",
 			    .deflt = "100e-6",
 			    .help = "cgp: fixed seconds of a sync in its cost "
-				    "model, 0 or more",
-			    .parse = opt_cgp_latency },
+				    "model, above 0",
+			    .parse = opt_cgp_latency,
+			    .group = KN__CONFIG_OPT_JOB },
 	[O_CGP_BANDWIDTH] = { "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH",
 			      "BYTES_PER_S", .deflt = "1e9",
 			      .help = "cgp: bytes per second the servers take "
 				      "in, in its cost model",
-			      .parse = opt_cgp_bandwidth },
+			      .parse = opt_cgp_bandwidth,
+			      .group = KN__CONFIG_OPT_JOB },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "1M",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "
 			      "4K to 1024M",
-		      .parse = opt_chunk },
+		      .parse = opt_chunk, .group = KN__CONFIG_OPT_JOB },
 	[O_HEARTBEAT] = { "--heartbeat-timeout", "KANEL_HEARTBEAT_TIMEOUT",
 			  "MS", .deflt = "3000",
 			  .help = "silence after which a peer is dead; "
 				  "ms, or an ms or s suffix",
-			  .parse = opt_heartbeat },
+			  .parse = opt_heartbeat,
+			  .group = KN__CONFIG_OPT_HEARTBEAT },
 	[O_STARTUP] = { "--startup-timeout", "KANEL_STARTUP_TIMEOUT", "S",
 			.deflt = "30",
 			.help = "how long the job may take to assemble; "
 				"s, or an ms or s suffix",
-			.parse = opt_startup },
+			.parse = opt_startup, .group = KN__CONFIG_OPT_COMMON },
 	[O_SECRET_FILE] = { "--secret-file", "KANEL_SECRET_FILE", "PATH",
 			    .none = "else KANEL_SECRET",
 			    .help = "file holding the job secret "
 				    "(mode 600 or stricter)",
-			    .parse = opt_secret_file },
+			    .parse = opt_secret_file,
+			    .group = KN__CONFIG_OPT_COMMON },
 	[O_METRICS] = { "--metrics", "KANEL_METRICS", "PATH",
 			.none = "not written",
 			.help = "append this process's figures to PATH as "
 				"one JSON line when it ends",
-			.parse = opt_metrics },
+			.parse = opt_metrics, .group = KN__CONFIG_OPT_METRICS },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
-			.parse = opt_verbose },
+			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON },
 	[O_HELP] = { "--help", NULL, NULL, .help = "print this and exit" },
 };
 
@@ -755,9 +784,12 @@ static const char *env_lookup(char *const *envp, const char *name)
 	return NULL;
 }
 
-/* Flags into @val (switches as "1"); -EINVAL for anything else. */
-static int scan_flags(struct parse *p, int argc, char **argv,
-		      const char *val[O_COUNT])
+/*
+ * Flags into @val (switches as "1"); -EINVAL for anything else, and for
+ * a flag outside @scope's options.
+ */
+static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
+		      int argc, char **argv, const char *val[O_COUNT])
 {
 	struct option lo[O_COUNT + 1];
 	int saved_opterr = opterr, c, ret = 0;
@@ -780,10 +812,33 @@ static int scan_flags(struct parse *p, int argc, char **argv,
 		const char *arg = argv[optind - 1];
 
 		if (c >= 256 && c < 256 + O_COUNT) {
+			const struct opt *o = &opts[c - 256];
+
+			if (o->group && !(scope->options & o->group)) {
+				ret = bad(p,
+					  "%s is not an option of %s (see "
+					  "%s --help)",
+					  o->flag, scope->command,
+					  scope->command);
+				break;
+			}
+			/* "--lr --momentum 0.9": the value is missing, and
+			 * no value of ours starts with "--" */
+			if (optarg && !strncmp(optarg, "--", 2) &&
+			    optind - 1 > 0 && argv[optind - 1] == optarg) {
+				ret = bad(p,
+					  "%s needs a value, but the next "
+					  "argument is '%s'",
+					  o->flag, optarg);
+				break;
+			}
 			val[c - 256] = optarg ? optarg : "1";
 			continue;
 		}
-		if (c == ':')
+		if (c == ':' && optopt >= 256 && optopt < 256 + O_COUNT)
+			ret = bad(p, "%s needs a value",
+				  opts[optopt - 256].flag);
+		else if (c == ':')
 			ret = bad(p, "%s needs a value", arg);
 		else if (optopt >= 256 && optopt < 256 + O_COUNT)
 			ret = bad(p, "%s takes no value",
@@ -916,6 +971,16 @@ static int check_rank(struct parse *p, const bool set[O_COUNT],
 int kn__config_parse(int argc, char **argv, char *const *envp,
 		     struct kn__config *cfg, char *err, size_t errlen)
 {
+	return kn__config_parse_as(NULL, argc, argv, envp, cfg, err, errlen);
+}
+
+int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
+			char **argv, char *const *envp, struct kn__config *cfg,
+			char *err, size_t errlen)
+{
+	static const struct kn__config_scope any = {
+		.command = "kanel", .options = KN__CONFIG_OPT_ALL
+	};
 	struct parse p = { .err = err, .errlen = errlen };
 	const char *val[O_COUNT] = { NULL }, *src[O_COUNT] = { NULL };
 	bool set[O_COUNT] = { false };
@@ -934,7 +999,9 @@ int kn__config_parse(int argc, char **argv, char *const *envp,
 				return ret;
 		}
 	}
-	ret = scan_flags(&p, argc, argv, val);
+	if (!scope)
+		scope = &any;
+	ret = scan_flags(&p, scope, argc, argv, val);
 	if (ret)
 		return ret;
 	if (val[O_HELP]) {
@@ -946,6 +1013,11 @@ int kn__config_parse(int argc, char **argv, char *const *envp,
 		const char *v = val[i];
 
 		src[i] = opts[i].flag;
+		/* the command's own role; a variable outside the command's
+		 * options is not its business (a job shares one environment) */
+		if ((i == O_ROLE && scope->role) ||
+		    (opts[i].group && !(scope->options & opts[i].group)))
+			continue;
 		if (!v && opts[i].env) {
 			v = env_lookup(envp, opts[i].env);
 			src[i] = opts[i].env;
@@ -961,6 +1033,11 @@ int kn__config_parse(int argc, char **argv, char *const *envp,
 		set[i] = true;
 	}
 
+	if (scope->role) {
+		p.cfg.role = scope->role;
+		set[O_ROLE] = true;
+		src[O_ROLE] = scope->command;
+	}
 	if (set[O_ROLE])
 		ret = check_rank(&p, set, src);
 	else if (set[O_RANK])
@@ -970,7 +1047,9 @@ int kn__config_parse(int argc, char **argv, char *const *envp,
 		ret = from_launcher(&p, envp, set, src);
 	if (ret)
 		return ret;
-	if (!set[O_COORDINATOR])
+	/* a command without the option places the coordinator itself */
+	if (!set[O_COORDINATOR] &&
+	    (scope->options & KN__CONFIG_OPT_COORDINATOR))
 		return bad(&p, "missing coordinator address: pass "
 			       "--coordinator HOST:PORT or set "
 			       "KANEL_COORDINATOR");
@@ -980,8 +1059,13 @@ int kn__config_parse(int argc, char **argv, char *const *envp,
 
 void kn__config_usage(FILE *out)
 {
+	fprintf(out, "Usage: kanel [OPTION]...\n");
+	kn__config_usage_of(out, KN__CONFIG_OPT_ALL);
+}
+
+void kn__config_usage_of(FILE *out, unsigned int options)
+{
 	fprintf(out,
-		"Usage: kanel [OPTION]...\n"
 		"Each option can be set by its variable instead; a flag wins "
 		"over its\nvariable, a variable over the launcher.  Under "
 		"srun or mpirun, global\nrank 0 is the coordinator, ranks "
@@ -991,6 +1075,8 @@ void kn__config_usage(FILE *out)
 	for (int i = 0; i < O_COUNT; i++) {
 		const struct opt *o = &opts[i];
 
+		if (o->group && !(options & o->group))
+			continue;
 		fprintf(out, "  %s", o->flag);
 		if (o->names) {
 			for (size_t k = 0; k < o->nnames; k++)

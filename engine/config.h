@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.h - the job configuration every kanel process starts from
- * (DESIGN.md section 6; every option is in docs/configuration.md).
+ * (every option is in docs/configuration.md).
  *
  * Three sources, per field: command-line flags (long options only), then
  * KANEL_* environment variables, then the launcher's own variables (Slurm
@@ -109,10 +109,44 @@ struct kn__config {
 	uint32_t heartbeat_timeout_ms;
 	uint32_t startup_timeout_ms;
 	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */
-	char metrics[KN_CONFIG_PATH_MAX]; /* "": no figures file */
+	char metrics[KN_CONFIG_PATH_MAX];     /* "": no figures file */
 	bool verbose;
 	/* --help was given: nothing else was checked; print the usage. */
 	bool help;
+};
+
+/*
+ * The groups of options, for a command that takes only some of them
+ * (kn__config_parse_as): each option belongs to one.
+ */
+enum {
+	KN__CONFIG_OPT_ROLE = 1u << 0,	      /* --role */
+	KN__CONFIG_OPT_RANK = 1u << 1,	      /* --rank */
+	KN__CONFIG_OPT_COUNTS = 1u << 2,      /* --servers, --workers */
+	KN__CONFIG_OPT_COORDINATOR = 1u << 3, /* --coordinator */
+	KN__CONFIG_OPT_LISTEN = 1u << 4,      /* --listen */
+	/* --transport, --secret-file, --startup-timeout, --verbose */
+	KN__CONFIG_OPT_COMMON = 1u << 5,
+	KN__CONFIG_OPT_HEARTBEAT = 1u << 6, /* --heartbeat-timeout */
+	/* the job's rules: --sync, the protocols' parameters, --optimizer,
+	 * --lr, --momentum, --chunk-bytes */
+	KN__CONFIG_OPT_JOB = 1u << 7,
+	KN__CONFIG_OPT_METRICS = 1u << 8, /* --metrics */
+	KN__CONFIG_OPT_ALL = (1u << 9) - 1,
+};
+
+/*
+ * What a command takes: kn__config_parse_as refuses a flag outside
+ * @options with a message naming the flag and @command.  Variables are
+ * never refused (the environment is shared by every process of a job);
+ * those outside @options are simply not read.  --help is always taken.
+ */
+struct kn__config_scope {
+	const char *command;  /* "kanel train", for messages; a constant */
+	unsigned int options; /* KN__CONFIG_OPT_* */
+	/* the role the command is, which no flag or variable changes;
+	 * 0: from --role, KANEL_ROLE or the launcher */
+	enum kn__role role;
 };
 
 /*
@@ -126,8 +160,20 @@ struct kn__config {
 int kn__config_parse(int argc, char **argv, char *const *envp,
 		     struct kn__config *cfg, char *err, size_t errlen);
 
+/*
+ * kn__config_parse for a command that takes the options @scope names
+ * (NULL: every option, any role, as kn__config_parse).  With a role in
+ * @scope, role_source is @scope->command.
+ */
+int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
+			char **argv, char *const *envp, struct kn__config *cfg,
+			char *err, size_t errlen);
+
 /* Print every option with its variable and default to @out. */
 void kn__config_usage(FILE *out);
+
+/* The same for the options in @options (KN__CONFIG_OPT_*) only. */
+void kn__config_usage_of(FILE *out, unsigned int options);
 
 /*
  * Resolve @addr (getaddrinfo: may block on DNS).  Hostnames and IPv4

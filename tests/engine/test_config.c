@@ -905,3 +905,140 @@ Test(config, resolve)
 
 	cr_assert_eq(kn__config_resolve(&empty, &ss, &len), -EINVAL);
 }
+
+/* A value that is the next option is a missing value, named as such. */
+Test(config, a_missing_value_names_its_option)
+{
+	struct kn__config c;
+
+	cr_assert_eq(parse(ARGV(BASE, "--lr", "--momentum", "0.9"), NULL, &c),
+		     -EINVAL);
+	cr_assert_not_null(strstr(err, "--lr needs a value"), "%s", err);
+	cr_assert_not_null(strstr(err, "'--momentum'"), "%s", err);
+	/* at the end of argv, even written short (getopt's prefix match) */
+	cr_assert_eq(parse(ARGV(BASE, "--lr"), NULL, &c), -EINVAL);
+	cr_assert_str_eq(err, "--lr needs a value");
+	cr_assert_eq(parse(ARGV(BASE, "--moment"), NULL, &c), -EINVAL);
+	cr_assert_str_eq(err, "--momentum needs a value");
+	/* given with '=', a value is taken as it is */
+	cr_assert_eq(parse(ARGV(BASE, "--metrics=--x"), NULL, &c), 0, "%s",
+		     err);
+	cr_assert_str_eq(c.metrics, "--x");
+}
+
+/* Digits and dots only: an IPv4 literal, checked as one. */
+Test(config, a_bad_ipv4_literal_is_named)
+{
+	struct kn__config c;
+	static char *bad_hosts[] = { "999.0.0.1:7000", "1.2.3:7000",
+				     "1.2.3.4.5:7000", "256.1.1.1:1" };
+
+	for (size_t i = 0; i < sizeof(bad_hosts) / sizeof(bad_hosts[0]); i++) {
+		char host[32];
+
+		cr_assert_eq(parse(ARGV(BASE, "--coordinator", bad_hosts[i]),
+				   NULL, &c),
+			     -EINVAL, "%s accepted", bad_hosts[i]);
+		snprintf(host, sizeof(host), "'%.*s' is not an IPv4 address",
+			 (int)(strchr(bad_hosts[i], ':') - bad_hosts[i]),
+			 bad_hosts[i]);
+		cr_assert_not_null(strstr(err, host), "%s", err);
+		cr_assert_not_null(strstr(err, "--coordinator"), "%s", err);
+	}
+	cr_assert_eq(parse(ARGV(BASE), ENV("KANEL_LISTEN=10.0.0.300:0"), &c),
+		     -EINVAL);
+	cr_assert_not_null(strstr(err, "KANEL_LISTEN='10.0.0.300:0'"), "%s",
+			   err);
+	parse_ok(ARGV(BASE, "--listen", "10.1.2.3:0", "--coordinator",
+		      "127.0.0.1:7000"),
+		 NULL, &c);
+	cr_assert_str_eq(c.listen.host, "10.1.2.3");
+	/* a name with a digit-only label is still a name */
+	parse_ok(ARGV(BASE, "--coordinator", "node01.1:7000"), NULL, &c);
+}
+
+/* A command's scope: its flags only, its variables only, its role. */
+Test(config, a_scope_refuses_other_flags)
+{
+	static const struct kn__config_scope train = {
+		.command = "kanel train",
+		.options = KN__CONFIG_OPT_COUNTS | KN__CONFIG_OPT_COMMON |
+			   KN__CONFIG_OPT_JOB,
+		.role = KN__ROLE_COORDINATOR,
+	};
+	struct kn__config c;
+	char **a = ARGV("--workers", "2", "--listen", "0.0.0.0:1");
+
+	cr_assert_eq(
+		kn__config_parse_as(&train, 5, a, no_env, &c, err, sizeof(err)),
+		-EINVAL);
+	cr_assert_str_eq(err, "--listen is not an option of kanel train (see "
+			      "kanel train --help)");
+	/* the same as a variable is not read, nor is the coordinator
+	 * required when the command places it */
+	cr_assert_eq(
+		kn__config_parse_as(&train, 3, a,
+				    ENV("KANEL_LISTEN=bad", "KANEL_ROLE=worker",
+					"KANEL_SYNC=asp"),
+				    &c, err, sizeof(err)),
+		0, "%s", err);
+	cr_assert_eq(c.role, KN__ROLE_COORDINATOR);
+	cr_assert_str_eq(c.role_source, "kanel train");
+	cr_assert_eq(c.sync, KN__CONFIG_ASP);
+	cr_assert_str_eq(c.listen.host, "0.0.0.0");
+	/* --role itself is the command's */
+	a = ARGV("--workers", "2", "--role", "worker");
+	cr_assert_eq(
+		kn__config_parse_as(&train, 5, a, no_env, &c, err, sizeof(err)),
+		-EINVAL);
+	cr_assert_not_null(strstr(err, "--role is not an option of kanel "
+				       "train"),
+			   "%s", err);
+	/* --help always */
+	a = ARGV("--listen", "x", "--help");
+	cr_assert_eq(kn__config_parse_as(&train, 2, a + 2, no_env, &c, err,
+					 sizeof(err)),
+		     0, "%s", err);
+	cr_assert(c.help);
+	/* NULL: every option, as kn__config_parse */
+	cr_assert_eq(kn__config_parse_as(NULL, 7, ARGV(BASE), no_env, &c, err,
+					 sizeof(err)),
+		     0, "%s", err);
+}
+
+/* The usage of a scope lists its options and no other. */
+Test(config, usage_of_a_scope)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	cr_assert_not_null(f);
+	kn__config_usage_of(f, KN__CONFIG_OPT_RANK | KN__CONFIG_OPT_COMMON);
+	fclose(f);
+	cr_assert_not_null(strstr(text, "--rank R"), "%s", text);
+	cr_assert_not_null(strstr(text, "--transport"), "%s", text);
+	cr_assert_not_null(strstr(text, "--help"), "%s", text);
+	cr_assert_null(strstr(text, "--sync"), "%s", text);
+	cr_assert_null(strstr(text, "--listen"), "%s", text);
+	cr_assert_null(strstr(text, "Usage: kanel"), "%s", text);
+	free(text);
+}
+
+/* The help says what the parser takes. */
+Test(config, cgp_latency_help_matches_the_parser)
+{
+	struct kn__config c;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	cr_assert_not_null(f);
+	kn__config_usage(f);
+	fclose(f);
+	cr_assert_eq(parse(ARGV(BASE, "--cgp-latency", "0"), NULL, &c),
+		     -EINVAL);
+	cr_assert_null(strstr(text, "0 or more"), "help promises 0: %s",
+		       strstr(text, "0 or more"));
+	free(text);
+}
