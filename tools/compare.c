@@ -4,10 +4,13 @@
  * and imbalances, one `kanel train` run each (a child process, so every
  * run starts from a clean job), then one table of them all (Markdown,
  * and CSV with the summary JSON's keys as columns) and, per imbalance,
- * a plot of test accuracy against wall time with one line per protocol,
- * drawn by gnuplot when it is installed (docs/training.md).
+ * a plot of test accuracy against worker 0's training time with one line
+ * per protocol and the target accuracy, drawn by gnuplot when it is
+ * installed from a script that names its files relative to its own
+ * folder, so that it runs from anywhere (docs/compare.md).
  */
 #include <errno.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +36,11 @@ static void compare_usage(FILE *out)
 		"Runs `kanel train` once per protocol and imbalance, then "
 		"writes into DIR\n(default kanel-compare): compare.md, "
 		"compare.csv, one plot per imbalance\n"
-		"(accuracy-vs-time-IMBALANCE.png or .svg), and each run's "
-		"curve and summary.\nEvery other option goes to each `kanel "
-		"train` run (kanel train --help).\n");
+		"(accuracy-vs-time-IMBALANCE.png or .svg) with the gnuplot "
+		"script that draws it\n(accuracy-vs-time-IMBALANCE.gp, which "
+		"runs from any directory), and each\nrun's curve and summary. "
+		"Every other option goes to each `kanel train` run\n(kanel "
+		"train --help).\n");
 }
 
 /* Split @list at commas into @out (pointers into @list): the count. */
@@ -135,40 +140,60 @@ static bool have_gnuplot(void)
 	return ok;
 }
 
-/* The plot of one imbalance: each protocol's curve, accuracy vs time. */
+/*
+ * The plot of one imbalance: each protocol's curve, test accuracy against
+ * worker 0's training time (the curve's t_s), and the runs' target
+ * accuracy as a dashed line.  The script finds its files through ARG0,
+ * the script's own path as gnuplot (5.0 and later) gives it to
+ * `gnuplot FILE`, `gnuplot -c FILE` and `load`, so that it can be run
+ * again from any directory and the folder can be moved.
+ */
 static int plot(const char *dir, const char *imb, char **protocols, int np,
-		const char *format, const char *target)
+		const char *format, double target)
 {
-	char gp[4096], out[4096];
+	char gp[4096], out[4096], name[256];
 	char *argv[] = { "gnuplot", gp, NULL };
 	char s[128];
 	FILE *f;
 
 	slug(imb, s, sizeof(s));
 	snprintf(gp, sizeof(gp), "%s/accuracy-vs-time-%s.gp", dir, s);
-	snprintf(out, sizeof(out), "%s/accuracy-vs-time-%s.%s", dir, s,
-		 format);
+	snprintf(name, sizeof(name), "accuracy-vs-time-%s.%s", s, format);
+	snprintf(out, sizeof(out), "%s/%s", dir, name);
 	f = fopen(gp, "w");
 	if (!f)
 		return -errno;
+	fprintf(f,
+		"# kanel compare: test accuracy under imbalance %s.\n"
+		"# gnuplot %s, from any directory: the files are "
+		"found next to this script.\n",
+		imb, strrchr(gp, '/') ? strrchr(gp, '/') + 1 : gp);
+	fprintf(f, "here = '.'\n"
+		   "i = strlen(ARG0)\n"
+		   "while (i > 0 && ARG0[i:i] ne '/') { i = i - 1 }\n"
+		   "if (i == 1) { here = '' } else { if (i > 1) "
+		   "{ here = ARG0[1:i-1] } }\n");
 	fprintf(f, "set terminal %s size 900,560\n",
-		strcmp(format, "svg") == 0 ? "svg dynamic" : "png");
-	fprintf(f, "set output '%s'\nset datafile separator ','\n", out);
+		strcmp(format, "svg") == 0 ? "svg dynamic" : "pngcairo");
+	fprintf(f, "set output here.'/%s'\nset datafile separator ','\n", name);
 	fprintf(f, "set title 'Test accuracy, imbalance %s'\n", imb);
-	fprintf(f, "set xlabel 'wall time (s)'\nset ylabel 'test accuracy'\n");
+	fprintf(f, "set xlabel \"worker 0's training time (s)\"\n"
+		   "set ylabel 'test accuracy'\n");
 	fprintf(f, "set key bottom right\nset grid\n");
-	if (*target)
-		fprintf(f, "set arrow from graph 0, first %s to graph 1, "
-			   "first %s nohead dashtype 2\n",
-			target, target);
 	fprintf(f, "plot ");
 	for (int p = 0; p < np; p++)
 		fprintf(f,
-			"%s'%s/run-%s-%s.csv' using 1:4 skip 1 with lines "
+			"%shere.'/run-%s-%s.csv' using 1:4 skip 1 with lines "
 			"linewidth 2 title '%s'",
-			p ? ", " : "", dir, protocols[p], s, protocols[p]);
+			p ? ", \\\n     " : "", protocols[p], s, protocols[p]);
+	if (isfinite(target))
+		fprintf(f,
+			", \\\n     %.6g with lines dashtype 2 linecolor "
+			"'gray40' title 'target %.4g'",
+			target, target);
 	fprintf(f, "\n");
-	fclose(f);
+	if (fclose(f))
+		return -EIO;
 	if (run(argv) != 0) {
 		fprintf(stderr, "kanel compare: gnuplot failed on %s\n", gp);
 		return -EIO;
@@ -177,15 +202,87 @@ static int plot(const char *dir, const char *imb, char **protocols, int np,
 	return 0;
 }
 
+/* @key of @s as a number; NAN where it is missing or null. */
+static double num(const struct summary *s, const char *key)
+{
+	const char *v = get(s, key);
+	char *end;
+	double d;
+
+	if (!*v)
+		return NAN;
+	d = strtod(v, &end);
+	return end == v ? NAN : d;
+}
+
+/*
+ * The time to target of the bsp run under @r's imbalance, for the "vs
+ * bsp" column: NAN where there is none or it did not reach the target.
+ */
+static double bsp_time(const struct summary *runs, int nruns,
+		       const struct summary *r)
+{
+	for (int i = 0; i < nruns; i++)
+		if (strcmp(get(&runs[i], "protocol"), "bsp") == 0 &&
+		    strcmp(get(&runs[i], "imbalance"), get(r, "imbalance")) ==
+			    0)
+			return num(&runs[i], "time_to_target_s");
+	return NAN;
+}
+
+/*
+ * compare.md: one row per run, the figures rounded as a reader compares
+ * them (time to 0.01 s, accuracy to 4 places, samples/s whole); a "vs
+ * bsp" column, bsp's time to target over the run's, when bsp is among
+ * the protocols.
+ */
+static void write_markdown(FILE *m, const struct summary *runs, int nruns)
+{
+	bool have_bsp = false;
+	double target = num(&runs[0], "target_accuracy");
+
+	for (int r = 0; r < nruns; r++)
+		have_bsp |= strcmp(get(&runs[r], "protocol"), "bsp") == 0;
+	fprintf(m,
+		"| protocol | imbalance | time to %.4g (s) |%s best "
+		"accuracy | final accuracy | samples/s | wait fraction | "
+		"mean staleness |\n",
+		target, have_bsp ? " vs bsp |" : "");
+	fprintf(m, "|---|---|---:|%s---:|---:|---:|---:|---:|\n",
+		have_bsp ? "---:|" : "");
+	for (int r = 0; r < nruns; r++) {
+		const struct summary *s = &runs[r];
+		double t = num(s, "time_to_target_s"), b;
+		double st = num(s, "staleness_mean");
+
+		fprintf(m, "| %s | %s | ", get(s, "protocol"),
+			get(s, "imbalance"));
+		if (isfinite(t))
+			fprintf(m, "%.2f |", t);
+		else
+			fprintf(m, "not reached |");
+		if (have_bsp) {
+			b = bsp_time(runs, nruns, s);
+			if (isfinite(t) && isfinite(b) && t > 0)
+				fprintf(m, " %.2fx |", b / t);
+			else
+				fprintf(m, " - |");
+		}
+		fprintf(m, " %.4f | %.4f | %.0f | %.3f | ",
+			num(s, "best_accuracy"), num(s, "final_accuracy"),
+			num(s, "samples_per_s"), num(s, "wait_fraction"));
+		if (isfinite(st))
+			fprintf(m, "%.2f |\n", st);
+		else
+			fprintf(m, "- |\n");
+	}
+}
+
 static int write_tables(const char *dir, struct summary *runs, int nruns)
 {
-	static const char *const md[] = {
-		"protocol",	 "imbalance",	  "time_to_target_s",
-		"best_accuracy", "final_accuracy", "samples_per_s",
-		"wait_fraction", "staleness_mean",
-	};
 	char path[4096];
 	FILE *csv, *m;
+	int ret = 0;
 
 	snprintf(path, sizeof(path), "%s/compare.csv", dir);
 	csv = fopen(path, "w");
@@ -210,31 +307,19 @@ static int write_tables(const char *dir, struct summary *runs, int nruns)
 		}
 		fputc('\n', csv);
 	}
-	for (size_t i = 0; i < sizeof(md) / sizeof(md[0]); i++)
-		fprintf(m, "| %s ", md[i]);
-	fprintf(m, "|\n");
-	for (size_t i = 0; i < sizeof(md) / sizeof(md[0]); i++)
-		fprintf(m, "|%s", i < 2 ? "---" : "---:");
-	fprintf(m, "|\n");
-	for (int r = 0; r < nruns; r++) {
-		for (size_t i = 0; i < sizeof(md) / sizeof(md[0]); i++) {
-			const char *v = get(&runs[r], md[i]);
-
-			fprintf(m, "| %s ",
-				strcmp(v, "null") == 0 ? "not reached" : v);
-		}
-		fprintf(m, "|\n");
-	}
-	fclose(csv);
-	fclose(m);
-	return 0;
+	write_markdown(m, runs, nruns);
+	if (fclose(csv))
+		ret = -EIO;
+	if (fclose(m))
+		ret = -EIO;
+	return ret;
 }
 
 int kn__compare_main(int argc, char **argv)
 {
 	char *protocols[MAX_LIST], *imbalances[MAX_LIST];
 	char *plist = NULL, *ilist = NULL, none[] = "none";
-	const char *dir = "kanel-compare", *format = "png", *target = "";
+	const char *dir = "kanel-compare", *format = "png";
 	char self[4096], **targv;
 	struct summary *runs;
 	int np = 0, ni = 1, nargs = 0, nruns = 0, failed = 0;
@@ -278,8 +363,6 @@ int kn__compare_main(int argc, char **argv)
 			free(targv);
 			return 2;
 		} else {
-			if (has && strcmp(a, "--target-accuracy") == 0)
-				target = argv[i + 1];
 			targv[nargs++] = argv[i];
 		}
 	}
@@ -344,13 +427,17 @@ int kn__compare_main(int argc, char **argv)
 		}
 	}
 	if (nruns && write_tables(dir, runs, nruns) == 0) {
-		printf("kanel compare: %s/compare.md and %s/compare.csv\n",
-		       dir, dir);
+		printf("kanel compare: %s/compare.md and %s/compare.csv\n", dir,
+		       dir);
 	} else if (nruns) {
 		fprintf(stderr, "kanel compare: cannot write the tables\n");
 		failed++;
 	}
 	if (nruns && have_gnuplot()) {
+		/* Every run has the same target: the one kanel train used,
+		 * given or its default, as its summary says. */
+		double target = num(&runs[0], "target_accuracy");
+
 		for (int i = 0; i < ni; i++)
 			if (plot(dir, imbalances[i], protocols, np, format,
 				 target))
