@@ -30,7 +30,7 @@ struct kn__chunk {
 	uint64_t first;	   /* first element */
 	uint64_t count;	   /* elements */
 	uint64_t bytes;	   /* count * element size */
-	uint64_t slot_off; /* in its server's slot area */
+	uint64_t slot_off; /* in each worker's slice of its server's slots */
 };
 
 struct kn__layout {
@@ -40,6 +40,7 @@ struct kn__layout {
 	uint32_t *first_chunk;	/* per tensor, and ntensors: nchunks */
 	uint64_t *server_bytes; /* parameter bytes per server */
 	uint64_t *slot_bytes;	/* slot area bytes per server */
+	uint64_t *worker_slot_bytes; /* per server: one worker's slice */
 };
 
 void kn__layout_sort(struct kn__tensor_desc *t, uint32_t n);
@@ -47,8 +48,12 @@ int kn__layout_build(const struct kn__tensor_desc *tensors, uint32_t ntensors,
 		     uint32_t nservers, uint32_t nworkers, uint64_t chunk_bytes,
 		     struct kn__layout **out);
 void kn__layout_free(struct kn__layout *l);
+/* Where worker @worker's slot @parity of @chunk is in the slot area. */
 uint64_t kn__layout_slot(const struct kn__layout *l, uint32_t chunk,
 			 uint32_t worker, uint32_t parity);
+/* The same slot's offset in its worker's own slice (what it names). */
+uint64_t kn__layout_own_slot(const struct kn__layout *l, uint32_t chunk,
+			     uint32_t parity);
 
 /*
  * The immediate of a data write: op (3 bits), clock parity (1 bit),

@@ -5,8 +5,10 @@
  * each cut into chunks of chunk_bytes (the last one shorter), each chunk
  * placed on the server that holds the fewest bytes so far (the lowest
  * index on a tie).  On its server a chunk has 2 slots per worker (by
- * clock parity) in one slot area: worker w's slot p of chunk c starts at
- * slot_off + (2 w + p) * bytes.
+ * clock parity) in one slot area, cut into one slice per worker: worker
+ * w's slot p of chunk c starts at w * worker_slot_bytes + slot_off +
+ * p * bytes.  A worker's slots are one contiguous range, so that the
+ * server can grant each worker its own slice and nothing else.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -57,9 +59,11 @@ int kn__layout_build(const struct kn__tensor_desc *tensors, uint32_t ntensors,
 	l->chunks = calloc(nchunks + 1, sizeof(*l->chunks));
 	l->server_bytes = calloc(nservers, sizeof(*l->server_bytes));
 	l->slot_bytes = calloc(nservers, sizeof(*l->slot_bytes));
+	l->worker_slot_bytes =
+		calloc(nservers, sizeof(*l->worker_slot_bytes));
 	l->first_chunk = calloc(ntensors + 1, sizeof(*l->first_chunk));
 	if (!l->tensors || !l->chunks || !l->server_bytes || !l->slot_bytes ||
-	    !l->first_chunk) {
+	    !l->worker_slot_bytes || !l->first_chunk) {
 		kn__layout_free(l);
 		return -ENOMEM;
 	}
@@ -87,13 +91,15 @@ int kn__layout_build(const struct kn__tensor_desc *tensors, uint32_t ntensors,
 					   : per;
 			c->bytes = c->count * es;
 			c->server = s;
-			c->slot_off = l->slot_bytes[s];
+			c->slot_off = l->worker_slot_bytes[s];
 			l->server_bytes[s] += c->bytes;
-			l->slot_bytes[s] += (2 * (uint64_t)nworkers * c->bytes +
-					     SLOT_ALIGN - 1) /
-					    SLOT_ALIGN * SLOT_ALIGN;
+			l->worker_slot_bytes[s] +=
+				(2 * c->bytes + SLOT_ALIGN - 1) / SLOT_ALIGN *
+				SLOT_ALIGN;
 		}
 	}
+	for (uint32_t s = 0; s < nservers; s++)
+		l->slot_bytes[s] = nworkers * l->worker_slot_bytes[s];
 	l->first_chunk[ntensors] = k;
 	*out = l;
 	return 0;
@@ -107,6 +113,7 @@ void kn__layout_free(struct kn__layout *l)
 	free(l->chunks);
 	free(l->server_bytes);
 	free(l->slot_bytes);
+	free(l->worker_slot_bytes);
 	free(l->first_chunk);
 	free(l);
 }
@@ -116,5 +123,14 @@ uint64_t kn__layout_slot(const struct kn__layout *l, uint32_t chunk,
 {
 	const struct kn__chunk *c = &l->chunks[chunk];
 
-	return c->slot_off + (2 * (uint64_t)worker + parity) * c->bytes;
+	return worker * l->worker_slot_bytes[c->server] +
+	       kn__layout_own_slot(l, chunk, parity);
+}
+
+uint64_t kn__layout_own_slot(const struct kn__layout *l, uint32_t chunk,
+			     uint32_t parity)
+{
+	const struct kn__chunk *c = &l->chunks[chunk];
+
+	return c->slot_off + parity * c->bytes;
 }

@@ -598,6 +598,7 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 	uint32_t w = ch->peer_rank;
 	struct srv_worker *sw = &s->workers[w];
 	struct kn__msg r = { .type = KN__MSG_SLOTS };
+	int ret;
 
 	switch (m->type) {
 	case KN__MSG_BUFFERS:
@@ -620,8 +621,19 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 			kn__chan_close(ch);
 			return;
 		}
+		/* the worker's own slice of the slots, and nothing else */
+		ret = kn__tp_ep_grant(
+			ch->ep, s->slots_mr,
+			w * s->layout->worker_slot_bytes[s->cfg->rank],
+			s->layout->worker_slot_bytes[s->cfg->rank],
+			KN_TP_REMOTE_WRITE, &r.u.slots.slots);
+		if (ret) {
+			kn__chan_send_error(ch, ret, "granting the slots: %s",
+					    strerror(-ret));
+			kn__chan_close(ch);
+			return;
+		}
 		sw->ready = true;
-		kn__tp_mr_rdesc(s->slots_mr, &r.u.slots.slots);
 		kn__chan_send(ch, &r);
 		join(s, w);
 		return;
@@ -771,9 +783,17 @@ static void on_open(struct kn__node *n, struct kn__chan *ch)
 	}
 	sw = &s->workers[ch->peer_rank];
 	if (sw->ch) {
-		kn__log(n, "%s connected again: the old connection goes",
-			ch->name);
-		kn__chan_close(sw->ch);
+		/*
+		 * The coordinator refuses a second connection for a rank
+		 * too: whoever holds the secret must not take over a
+		 * live worker's slots.  A worker that reconnects has
+		 * closed its old connection first.
+		 */
+		kn__chan_send_error(ch, -EEXIST,
+				    "%s is already connected: refused",
+				    ch->name);
+		kn__chan_close(ch);
+		return;
 	}
 	free(sw->params);
 	free(sw->grads);

@@ -215,7 +215,7 @@ static void advance(struct kn_worker *w)
 				s->ch->ep, t->gmr,
 				kc->first * kn_dtype_size(t->d.dtype),
 				kc->bytes, &s->slots,
-				kn__layout_slot(l, c, w->cfg.rank, parity),
+				kn__layout_own_slot(l, c, parity),
 				kn__imm(KN__IMM_PUSH, parity, c), op);
 			if (ret) {
 				kn__log(&w->node, "push to server %u: %s",
@@ -322,6 +322,21 @@ static void go_to_servers(struct kn_worker *w)
 	w->state = WK_SERVERS;
 }
 
+/*
+ * What server @ws may write of @mr: all of it when the server writes
+ * there at all (the region has remote write), else nothing (an empty
+ * descriptor that no write can name).
+ */
+static int grant(struct wk_server *ws, struct kn__tp_mr *mr,
+		 struct kn__tp_rdesc *rd)
+{
+	*rd = (struct kn__tp_rdesc){ 0 };
+	if (!(kn__tp_mr_access(mr) & KN_TP_REMOTE_WRITE))
+		return 0;
+	return kn__tp_ep_grant(ws->ch->ep, mr, 0, kn__tp_mr_len(mr),
+			       KN_TP_REMOTE_WRITE, rd);
+}
+
 static void send_buffers(struct kn_worker *w, struct wk_server *ws)
 {
 	struct kn__msg m = { .type = KN__MSG_BUFFERS };
@@ -329,12 +344,20 @@ static void send_buffers(struct kn_worker *w, struct wk_server *ws)
 	for (uint32_t i = 0; i < w->ntensors; i++) {
 		const struct wk_tensor *t = &w->tensors[i];
 		bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+		int ret;
 
 		m.u.buffers.index = i;
-		kn__tp_mr_rdesc(t->imr && !sum ? t->imr : t->pmr,
-				&m.u.buffers.params);
-		kn__tp_mr_rdesc(t->imr && sum ? t->imr : t->gmr,
-				&m.u.buffers.grads);
+		ret = grant(ws, t->imr && !sum ? t->imr : t->pmr,
+			    &m.u.buffers.params);
+		if (!ret)
+			ret = grant(ws, t->imr && sum ? t->imr : t->gmr,
+				    &m.u.buffers.grads);
+		if (ret) {
+			kn__log(&w->node, "granting server %u its buffers: %s",
+				ws->ch->peer_rank, strerror(-ret));
+			fail(w, ret);
+			return;
+		}
 		kn__chan_send(ws->ch, &m);
 	}
 	m = (struct kn__msg){ .type = KN__MSG_READY };
@@ -356,7 +379,7 @@ static void send_init(struct kn_worker *w)
 		int ret = kn__tp_post_write_imm(
 			s->ch->ep, t->pmr,
 			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
-			&s->slots, kn__layout_slot(l, c, 0, 0),
+			&s->slots, kn__layout_own_slot(l, c, 0),
 			kn__imm(KN__IMM_INIT, 0, c), NULL);
 
 		if (ret) {

@@ -355,8 +355,6 @@ static void side_open(struct side *s)
 	check(kn__tp_mr_reg(s->ctx, s->dst, cfg.buf_bytes, KN_TP_REMOTE_WRITE,
 			    &s->dst_mr),
 	      "kn__tp_mr_reg");
-	/* a remote peer would get the descriptor in a control message */
-	kn__tp_mr_rdesc(s->dst_mr, &s->mine);
 	if (s->id == 1) {
 		check(kn__tp_listen(s->ctx, (struct sockaddr *)&a, sizeof(a),
 				    NULL, &l),
@@ -365,7 +363,6 @@ static void side_open(struct side *s)
 		      "kn__tp_listener_addr");
 	}
 	pthread_barrier_wait(&bar);
-	s->peer = sides[!s->id].mine;
 	if (s->id == 0)
 		check(kn__tp_connect(s->ctx, (struct sockaddr *)&listen_addr,
 				     sizeof(a), NULL, &s->ep),
@@ -380,6 +377,12 @@ static void side_open(struct side *s)
 		check(-EPROTO, "connection set-up");
 	s->ep = c.ep;
 	kn__tp_listener_close(l);
+	/* a remote peer would get the descriptor in a control message */
+	check(kn__tp_ep_grant(s->ep, s->dst_mr, 0, cfg.buf_bytes,
+			      KN_TP_REMOTE_WRITE, &s->mine),
+	      "kn__tp_ep_grant");
+	pthread_barrier_wait(&bar);
+	s->peer = sides[!s->id].mine;
 	if (s->id == 0)
 		kn_name = kn__tp_ctx_provider(s->ctx);
 	pthread_barrier_wait(&bar);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,15 +70,69 @@ int kn__tp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 	return ctx->ops->mr_reg(ctx, addr, len, access, mr);
 }
 
+size_t kn__tp_mr_len(const struct kn__tp_mr *mr)
+{
+	return mr->len;
+}
+
+uint32_t kn__tp_mr_access(const struct kn__tp_mr *mr)
+{
+	return mr->access;
+}
+
 void kn__tp_mr_dereg(struct kn__tp_mr *mr)
 {
 	if (mr)
 		mr->ctx->ops->mr_dereg(mr);
 }
 
-void kn__tp_mr_rdesc(const struct kn__tp_mr *mr, struct kn__tp_rdesc *rdesc)
+int kn__tp_ep_grant(struct kn__tp_ep *ep, struct kn__tp_mr *mr, uint64_t off,
+		    uint64_t len, uint32_t access, struct kn__tp_rdesc *rdesc)
 {
-	mr->ctx->ops->mr_rdesc(mr, rdesc);
+	if (!ep || !mr || !rdesc || mr->ctx != ep->ctx || !access ||
+	    (access & ~mr->access) || off > mr->len || len > mr->len - off)
+		return -EINVAL;
+	return ep->ctx->ops->ep_grant(ep, mr, off, len, access, rdesc);
+}
+
+int kn__tp_ep_peer(const struct kn__tp_ep *ep, struct sockaddr_storage *addr)
+{
+	if (!ep || !addr)
+		return -EINVAL;
+	return ep->ctx->ops->ep_peer(ep, addr);
+}
+
+int kn__tp_random(void *buf, size_t len)
+{
+	for (size_t got = 0; got < len;) {
+		ssize_t n = getrandom((char *)buf + got, len - got, 0);
+
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0)
+			got += (size_t)n;
+	}
+	return 0;
+}
+
+void kn__tp_vlog(const char *prefix, const char *fmt, va_list ap)
+{
+	char line[512];
+	int n = snprintf(line, sizeof(line), "kanel: %s: ", prefix);
+
+	if (n < 0)
+		return;
+	if ((size_t)n < sizeof(line) - 1) {
+		int m = vsnprintf(line + n, sizeof(line) - 1 - (size_t)n, fmt,
+				  ap);
+
+		if (m > 0)
+			n += m;
+	}
+	if ((size_t)n > sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	(void)!write(STDERR_FILENO, line, (size_t)n);
 }
 
 int kn__tp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,

@@ -11,6 +11,9 @@
  * queue: write_imm (place a local range into a peer's region, then
  * deliver a 32-bit immediate to the peer), read (fetch a peer's range
  * into a local region), and small two-sided send/recv control messages.
+ * A peer reaches only what was granted to its own endpoint
+ * (kn__tp_ep_grant): an endpoint starts with nothing granted, and a
+ * one-sided operation a peer aims at anything else fails that endpoint.
  * Connection set-up and teardown are completions too, so one progress
  * loop (poll, and sleep on the fd when idle) drives everything.
  *
@@ -53,9 +56,10 @@ struct kn__tp_listener;
 #define KN_TP_REMOTE_READ  (1u << 1)
 
 /*
- * A region as a peer names it.  Plain old data, 24 bytes, sent to peers
- * in control messages: verbs puts the virtual address and rkey here, tcp
- * a region id (key) with a base address of 0.
+ * A granted range as the peer names it.  Plain old data, 24 bytes, sent
+ * to the peer in a control message: verbs puts the range's virtual
+ * address and a memory window's rkey here, tcp a random grant key with a
+ * base address of 0.  Offsets a peer names are relative to the range.
  */
 struct kn__tp_rdesc {
 	uint64_t addr;	 /* what offset 0 of the region is, to the provider */
@@ -94,6 +98,13 @@ struct kn__tp_completion {
 #define KN_TP_CTX_FORCE_EPOLL (1u << 0) /* tcp: never use io_uring */
 /* tcp/io_uring: zero-copy sends also to loopback peers (for tests) */
 #define KN_TP_CTX_ZC_LOOPBACK (1u << 1)
+/*
+ * tcp: an endpoint's grants get the keys 0x100001, 0x200002, ... in
+ * order instead of random ones, so that a fuzzer's inputs can name them.
+ * For tests only: a job never sets it (a peer could guess the keys; it
+ * would still reach only its own endpoint's grants).
+ */
+#define KN_TP_CTX_TEST_KEYS (1u << 2)
 
 struct kn__tp_ctx_attr {
 	const char *provider;  /* "tcp" or "verbs" (NULL: the default, tcp) */
@@ -126,11 +137,13 @@ const char *kn__tp_ctx_provider(const struct kn__tp_ctx *ctx);
 int kn__tp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 		  uint32_t access, struct kn__tp_mr **mr);
 
+/* The length and remote rights @mr was registered with. */
+size_t kn__tp_mr_len(const struct kn__tp_mr *mr);
+uint32_t kn__tp_mr_access(const struct kn__tp_mr *mr);
+
 /* Deregister; no operation may still be using it.  NULL-safe. */
 void kn__tp_mr_dereg(struct kn__tp_mr *mr);
 
-/* The descriptor a peer needs to target @mr. */
-void kn__tp_mr_rdesc(const struct kn__tp_mr *mr, struct kn__tp_rdesc *rdesc);
 
 /*
  * Listen on @addr (port 0 picks one; kn__tp_listener_addr tells which).
@@ -163,6 +176,23 @@ int kn__tp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
  */
 int kn__tp_adopt(struct kn__tp_ctx *ctx, int fd, void *user,
 		 struct kn__tp_ep **ep);
+
+/*
+ * Let the peer of @ep reach @len bytes of @mr from @off with the rights
+ * @access (not empty, and a subset of the region's), and fill @rdesc
+ * with the descriptor it must name: send it in a control message.  Until
+ * its first grant an endpoint accepts no one-sided operation at all; the
+ * peer of one endpoint can never name what was granted to another (tcp:
+ * grants are per endpoint, under random keys; verbs: a type-2 memory
+ * window bound to the endpoint's queue pair).  A grant lasts until the
+ * endpoint closes or the region is deregistered.  Grant only after the
+ * peer has proven who it is.
+ */
+int kn__tp_ep_grant(struct kn__tp_ep *ep, struct kn__tp_mr *mr, uint64_t off,
+		    uint64_t len, uint32_t access, struct kn__tp_rdesc *rdesc);
+
+/* The peer's address (for logs and refusals): 0, or a negative errno. */
+int kn__tp_ep_peer(const struct kn__tp_ep *ep, struct sockaddr_storage *addr);
 
 void kn__tp_ep_set_user(struct kn__tp_ep *ep, void *user);
 void *kn__tp_ep_user(const struct kn__tp_ep *ep);

@@ -8,6 +8,8 @@
 #ifndef KN_TRANSPORT_PRIV_H
 #define KN_TRANSPORT_PRIV_H
 
+#include <stdarg.h>
+
 #include "transport.h"
 
 struct kn__tp_ops {
@@ -18,8 +20,6 @@ struct kn__tp_ops {
 	int (*mr_reg)(struct kn__tp_ctx *ctx, void *addr, size_t len,
 		      uint32_t access, struct kn__tp_mr **mr);
 	void (*mr_dereg)(struct kn__tp_mr *mr);
-	void (*mr_rdesc)(const struct kn__tp_mr *mr,
-			 struct kn__tp_rdesc *rdesc);
 	int (*listen)(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		      socklen_t addrlen, void *user,
 		      struct kn__tp_listener **listener);
@@ -31,6 +31,12 @@ struct kn__tp_ops {
 	int (*adopt)(struct kn__tp_ctx *ctx, int fd, void *user,
 		     struct kn__tp_ep **ep);
 	void (*ep_close)(struct kn__tp_ep *ep);
+	/* arguments checked: the range lies in @mr, @access is a subset */
+	int (*ep_grant)(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
+			uint64_t off, uint64_t len, uint32_t access,
+			struct kn__tp_rdesc *rdesc);
+	int (*ep_peer)(const struct kn__tp_ep *ep,
+		       struct sockaddr_storage *addr);
 	/* posts: arguments already checked against mr and rdesc bounds */
 	int (*post_write_imm)(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
 			      size_t off, size_t len,
@@ -118,6 +124,16 @@ static inline int kn__tp_cq_take(struct kn__tp_cq *q,
 		out[n++] = q->ring[q->head++ & (q->cap - 1)];
 	return n;
 }
+
+/* Fill @buf with @len bytes from the kernel's CSPRNG: 0 or -errno. */
+int kn__tp_random(void *buf, size_t len);
+
+/*
+ * One log line "kanel: @prefix: <fmt>" to stderr, written whole by one
+ * write(2) so that lines of processes sharing the stream never splice.
+ */
+void kn__tp_vlog(const char *prefix, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 
 extern const struct kn__tp_ops kn__tp_tcp_ops;
 #ifdef KN_HAVE_VERBS

@@ -20,11 +20,15 @@
  *	key 0x100001  4 KiB  REMOTE_WRITE
  *	key 0x200002  4 KiB  REMOTE_READ
  *	key 0x300003 64 KiB  REMOTE_WRITE | REMOTE_READ
- *	key 0x400004  local  (no remote right): two recv buffers of 256 B
- *	                     and 4 KiB, and the 512 B destination of a read
+ *	local, never granted: two recv buffers of 256 B and 4 KiB, and the
+ *	                     512 B destination of a read
  *
- * (the keys tcp.c gives the first four registrations of a context; the
- * seed corpus in corpus/frames/ uses them).  Per input the endpoint has
+ * (the keys of an endpoint's first three grants in a context made with
+ * KN_TP_CTX_TEST_KEYS; the seed corpus in corpus/frames/ uses them).
+ * Each input runs twice per context: on an endpoint granted the three
+ * regions, and on one granted nothing, where no frame may change a byte
+ * of any region (a one-sided frame before a grant that reaches memory is
+ * a finding).  Per input the endpoint has
  * the two recvs and one read (of 512 B, so a READ_RESP can answer it)
  * posted.  The target polls until the endpoint reports DISCONNECT, stalls
  * (a SEND with no recv left waits forever) or MAX_POLLS pass, discarding
@@ -102,8 +106,8 @@ static const struct {
 /* A context under test and the memory it exposes. */
 struct rig {
 	struct kn__tp_ctx *ctx;
-	struct kn__tp_mr *local_mr;
-	char *arena;
+	struct kn__tp_mr *local_mr, *remote_mr[NREGIONS];
+	char *arena, *before; /* before: the regions' bytes, for a check */
 };
 
 /* The default backend's, and the epoll backend's where that differs. */
@@ -219,20 +223,21 @@ static struct kn__tp_mr *region_reg(struct rig *rig, size_t off, size_t len,
 static void rig_init(struct rig *rig, uint32_t flags)
 {
 	struct kn__tp_ctx_attr attr = { .provider = "tcp",
-					.flags = flags,
+					.flags = flags | KN_TP_CTX_TEST_KEYS,
 					.cq_depth = CQ_DEPTH };
 	int ret = kn__tp_ctx_create(&attr, &rig->ctx);
 
 	if (ret)
 		fail("ctx_create: %s", strerror(-ret));
 	rig->arena = aligned_alloc(64, arena_len);
-	if (!rig->arena)
+	rig->before = malloc(arena_len);
+	if (!rig->arena || !rig->before)
 		fail("out of memory");
 	memset(rig->arena, 0x5a, arena_len);
 	canaries_set(rig->arena);
-	/* in this order: the keys in the comment above, and the seeds' */
 	for (int i = 0; i < NREGIONS; i++)
-		region_reg(rig, region_off[i], remote[i].len, remote[i].access);
+		rig->remote_mr[i] = region_reg(rig, region_off[i],
+					       remote[i].len, remote[i].access);
 	rig->local_mr = region_reg(rig, local_at, arena_len - local_at, 0);
 }
 
@@ -420,8 +425,29 @@ static void post(struct run *run)
 		fail("post: %s", strerror(-ret));
 }
 
-/* Step 2: the input as a peer's byte stream into an adopted endpoint. */
-static void run_stream(struct rig *rig, const uint8_t *data, size_t size)
+/* The remote regions as they are now, into rig->before. */
+static void regions_save(struct rig *rig)
+{
+	for (int i = 0; i < NREGIONS; i++)
+		memcpy(rig->before + region_off[i], rig->arena + region_off[i],
+		       remote[i].len);
+}
+
+static void regions_unchanged(const struct rig *rig)
+{
+	for (int i = 0; i < NREGIONS; i++)
+		if (memcmp(rig->before + region_off[i],
+			   rig->arena + region_off[i], remote[i].len))
+			fail("a frame reached region %d before any grant", i);
+}
+
+/*
+ * Step 2: the input as a peer's byte stream into an adopted endpoint,
+ * which is @granted the three regions (in order: the keys above) or
+ * nothing.
+ */
+static void run_stream(struct rig *rig, const uint8_t *data, size_t size,
+		       bool granted)
 {
 	struct run run = { .rig = rig };
 	size_t written = 0;
@@ -435,6 +461,16 @@ static void run_stream(struct rig *rig, const uint8_t *data, size_t size)
 	ret = kn__tp_adopt(rig->ctx, sv[0], &ep_tag, &run.ep);
 	if (ret)
 		fail("adopt: %s", strerror(-ret));
+	for (int i = 0; granted && i < NREGIONS; i++) {
+		struct kn__tp_rdesc rd;
+
+		ret = kn__tp_ep_grant(run.ep, rig->remote_mr[i], 0,
+				      remote[i].len, remote[i].access, &rd);
+		if (ret || rd.key != (uint32_t)(i + 1) * 0x100001u)
+			fail("grant %d: %d, key %#x", i, ret, rd.key);
+	}
+	if (!granted)
+		regions_save(rig);
 	post(&run);
 
 	for (int i = 0; i < MAX_POLLS && !run.disconnects; i++) {
@@ -476,6 +512,8 @@ static void run_stream(struct rig *rig, const uint8_t *data, size_t size)
 		if (run.done[t] != 1)
 			fail("operation %d completed %d times", t, run.done[t]);
 	canaries_check(rig->arena);
+	if (!granted)
+		regions_unchanged(rig);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -497,7 +535,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size > MAX_INPUT)
 		size = MAX_INPUT;
 	check_decode(data, size);
-	for (int i = 0; i < nrigs; i++)
-		run_stream(&rigs[i], data, size);
+	for (int i = 0; i < nrigs; i++) {
+		run_stream(&rigs[i], data, size, true);
+		run_stream(&rigs[i], data, size, false);
+	}
 	return 0;
 }

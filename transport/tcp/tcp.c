@@ -6,7 +6,11 @@
  * Each endpoint is one non-blocking TCP connection carrying the frames of
  * wire.h.  A one-sided write is a WRITE_IMM frame whose payload the
  * receiver reads straight into the target region, after checking the
- * region key, bounds and rights: no intermediate buffer.  A read is a
+ * key, bounds and rights against what this endpoint's peer was granted
+ * (kn__tp_ep_grant): no intermediate buffer.  Grants belong to one
+ * endpoint, and their keys are random: a peer reaches only the ranges
+ * granted to its own connection, and before the first grant a one-sided
+ * frame fails the endpoint.  A read is a
  * READ_REQ answered by a READ_RESP whose payload goes straight into the
  * reader's local region.  SEND frames fill the oldest posted recv buffer;
  * with none posted, the receiver stops reading that socket until one is
@@ -52,7 +56,6 @@
 #define RQ_DEPTH     1024 /* posted recv buffers per endpoint */
 #define CQ_DEPTH     4096
 #define MAX_MSG	     4096
-#define KEY_BITS     20 /* region table index; the rest is a generation */
 #define RECV_CHUNK   (1u << 30)
 #define EPOLL_BATCH  64
 #define RING_ENTRIES 1024
@@ -82,7 +85,15 @@ struct handle {
 
 struct tcp_mr {
 	struct kn__tp_mr base;
-	uint32_t key;
+	struct tcp_mr *prev, *next; /* the context's, freed with it */
+};
+
+/* A range of one of our regions that an endpoint's peer may touch. */
+struct grant {
+	uint32_t key;	 /* random; unique among the endpoint's grants */
+	uint32_t access; /* KN_TP_REMOTE_* */
+	struct tcp_mr *mr;
+	uint64_t off, len;
 };
 
 struct tcp_listener {
@@ -139,6 +150,8 @@ struct tcp_ep {
 	bool disc_event;    /* a DISCONNECT completion is owed */
 	uint32_t events;    /* epoll interest now registered */
 	char peer[64];
+	struct grant *grants; /* sorted by key */
+	uint32_t ngrants, grant_cap;
 
 	struct op ops[SQ_DEPTH]; /* ring: head released, sent, tail */
 	uint32_t op_head, op_sent, op_tail, rd_next;
@@ -174,8 +187,8 @@ struct tcp_ctx {
 	struct kn__tp_ctx base;
 	int epfd;
 	struct kn__tp_cq cq; /* completions not yet polled */
-	struct tcp_mr **regions;
-	uint32_t nregions, region_gen;
+	struct tcp_mr *mrs;
+	bool test_keys; /* KN_TP_CTX_TEST_KEYS */
 	struct tcp_ep *eps;
 	struct tcp_listener *listeners;
 #ifdef KN_HAVE_URING
@@ -216,13 +229,13 @@ static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
 
 static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
 {
+	char prefix[96];
 	va_list ap;
 
-	fprintf(stderr, "kanel: tcp: peer %s: ", ep->peer);
+	snprintf(prefix, sizeof(prefix), "tcp: peer %s", ep->peer);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	kn__tp_vlog(prefix, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* ---- epoll interest ---- */
@@ -474,41 +487,58 @@ static void ep_tx(struct tcp_ep *ep)
 
 /* ---- receive ---- */
 
-static struct tcp_mr *region_of(struct tcp_ctx *c, uint32_t key)
+/* The grant of @ep's with @key, or NULL. */
+static const struct grant *grant_find(const struct tcp_ep *ep, uint32_t key)
 {
-	uint32_t idx = key & ((1u << KEY_BITS) - 1);
+	uint32_t lo = 0, hi = ep->ngrants;
 
-	if (idx == 0 || idx > c->nregions || !c->regions[idx - 1] ||
-	    c->regions[idx - 1]->key != key)
-		return NULL;
-	return c->regions[idx - 1];
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (ep->grants[mid].key == key)
+			return &ep->grants[mid];
+		if (ep->grants[mid].key < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
 }
 
-/* The region range a WRITE_IMM or READ_REQ names, or NULL (logged). */
+/*
+ * The local range a WRITE_IMM or READ_REQ names, or NULL (the endpoint
+ * failed, logged): only what this endpoint's peer was granted.
+ */
 static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 {
-	struct tcp_mr *mr = region_of(ep_ctx(ep), ep->rh.region);
+	const struct grant *g = grant_find(ep, ep->rh.region);
 	const char *what = right == KN_TP_REMOTE_WRITE ? "write" : "read";
 
-	if (!mr) {
-		ep_fail(ep, -EPROTO, "%s of unknown region key 0x%x", what,
+	if (!ep->ngrants) {
+		ep_fail(ep, -EACCES,
+			"one-sided %s before anything was granted to this "
+			"peer",
+			what);
+		return NULL;
+	}
+	if (!g) {
+		ep_fail(ep, -EACCES, "%s with key 0x%x, never granted to this "
+				     "peer", what, ep->rh.region);
+		return NULL;
+	}
+	if (!(g->access & right)) {
+		ep_fail(ep, -EACCES, "%s of key 0x%x without the right", what,
 			ep->rh.region);
 		return NULL;
 	}
-	if (!(mr->base.access & right)) {
-		ep_fail(ep, -EACCES, "%s of region 0x%x without the right",
-			what, ep->rh.region);
-		return NULL;
-	}
-	if (ep->rh.offset > mr->base.len ||
-	    ep->rh.length > mr->base.len - ep->rh.offset) {
-		ep_fail(ep, -EPROTO,
-			"%s of [%llu, +%u) outside region 0x%x of %zu bytes",
+	if (ep->rh.offset > g->len || ep->rh.length > g->len - ep->rh.offset) {
+		ep_fail(ep, -EACCES,
+			"%s of [%llu, +%u) outside the %llu bytes of key 0x%x",
 			what, (unsigned long long)ep->rh.offset, ep->rh.length,
-			ep->rh.region, mr->base.len);
+			(unsigned long long)g->len, ep->rh.region);
 		return NULL;
 	}
-	return mr->base.addr + ep->rh.offset;
+	return g->mr->base.addr + g->off + ep->rh.offset;
 }
 
 /* The oldest read we sent that has no answer yet, or NULL. */
@@ -1020,6 +1050,7 @@ static void ep_free(struct tcp_ep *ep)
 		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
 	}
 	close(ep->h.fd);
+	free(ep->grants);
 	free(ep);
 }
 
@@ -1201,34 +1232,28 @@ static int tcp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 static int tcp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 		      uint32_t access, struct kn__tp_mr **out)
 {
-	struct tcp_ctx *c = tctx(ctx);
-	struct tcp_mr *mr;
-	uint32_t idx;
+	struct tcp_mr *mr = calloc(1, sizeof(*mr));
 
-	for (idx = 0; idx < c->nregions && c->regions[idx]; idx++)
-		;
-	if (idx == c->nregions) {
-		uint32_t n = c->nregions ? 2 * c->nregions : 64;
-		struct tcp_mr **t;
-
-		if (n >= 1u << KEY_BITS)
-			return -ENOSPC;
-		t = realloc(c->regions, n * sizeof(*t));
-		if (!t)
-			return -ENOMEM;
-		memset(t + c->nregions, 0, (n - c->nregions) * sizeof(*t));
-		c->regions = t;
-		c->nregions = n;
-	}
-	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return -ENOMEM;
 	mr->base = (struct kn__tp_mr){ ctx, addr, len, access };
-	/* a stale key of a deregistered region never matches again */
-	mr->key = (idx + 1) | (++c->region_gen << KEY_BITS);
-	c->regions[idx] = mr;
+	mr->next = tctx(ctx)->mrs;
+	if (mr->next)
+		mr->next->prev = mr;
+	tctx(ctx)->mrs = mr;
 	*out = &mr->base;
 	return 0;
+}
+
+/* Drop @ep's grants of @mr (a region going away). */
+static void ep_revoke(struct tcp_ep *ep, const struct tcp_mr *mr)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < ep->ngrants; i++)
+		if (ep->grants[i].mr != mr)
+			ep->grants[k++] = ep->grants[i];
+	ep->ngrants = k;
 }
 
 static void tcp_mr_dereg(struct kn__tp_mr *m)
@@ -1236,17 +1261,68 @@ static void tcp_mr_dereg(struct kn__tp_mr *m)
 	struct tcp_mr *mr = container_of(m, struct tcp_mr, base);
 	struct tcp_ctx *c = tctx(m->ctx);
 
-	c->regions[(mr->key & ((1u << KEY_BITS) - 1)) - 1] = NULL;
+	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next)
+		ep_revoke(ep, mr);
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		c->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
 	free(mr);
 }
 
-static void tcp_mr_rdesc(const struct kn__tp_mr *m, struct kn__tp_rdesc *r)
+static int tcp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
+			uint64_t len, uint32_t access,
+			struct kn__tp_rdesc *rdesc)
 {
-	const struct tcp_mr *mr = container_of(m, struct tcp_mr, base);
+	struct tcp_ep *ep = tep(e);
+	uint32_t key, pos;
 
-	*r = (struct kn__tp_rdesc){
-		.addr = 0, .len = m->len, .key = mr->key, .access = m->access
+	if (ep->ngrants == ep->grant_cap) {
+		uint32_t n = ep->grant_cap ? 2 * ep->grant_cap : 8;
+		struct grant *g = realloc(ep->grants, n * sizeof(*g));
+
+		if (!g)
+			return -ENOMEM;
+		ep->grants = g;
+		ep->grant_cap = n;
+	}
+	/* a key a peer cannot guess, and none it was given before */
+	do {
+		int ret = 0;
+
+		if (tctx(e->ctx)->test_keys)
+			key = (ep->ngrants + 1) * 0x100001u;
+		else
+			ret = kn__tp_random(&key, sizeof(key));
+		if (ret)
+			return ret;
+	} while (!key || grant_find(ep, key));
+	for (pos = ep->ngrants; pos && ep->grants[pos - 1].key > key; pos--)
+		ep->grants[pos] = ep->grants[pos - 1];
+	ep->grants[pos] = (struct grant){
+		.key = key,
+		.access = access,
+		.mr = container_of(m, struct tcp_mr, base),
+		.off = off,
+		.len = len,
 	};
+	ep->ngrants++;
+	*rdesc = (struct kn__tp_rdesc){
+		.addr = 0, .len = len, .key = key, .access = access
+	};
+	return 0;
+}
+
+static int tcp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
+{
+	const struct tcp_ep *ep = container_of(e, struct tcp_ep, base);
+	socklen_t len = sizeof(*ss);
+
+	if (getpeername(ep->h.fd, (struct sockaddr *)ss, &len))
+		return -errno;
+	return 0;
 }
 
 /* ---- listeners ---- */
@@ -1647,7 +1723,14 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 
 		c->eps = ep->next;
 		close(ep->h.fd);
+		free(ep->grants);
 		free(ep);
+	}
+	while (c->mrs) {
+		struct tcp_mr *mr = c->mrs;
+
+		c->mrs = mr->next;
+		free(mr);
 	}
 	while (c->listeners) {
 		struct tcp_listener *l = c->listeners;
@@ -1666,6 +1749,7 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 
 			c->zombies = ep->next;
 			close(ep->h.fd);
+			free(ep->grants);
 			free(ep);
 		}
 		while (c->zombie_listeners) {
@@ -1677,9 +1761,6 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 		}
 	}
 #endif
-	for (uint32_t i = 0; i < c->nregions; i++)
-		free(c->regions[i]);
-	free(c->regions);
 	kn__tp_cq_fini(&c->cq);
 	if (c->epfd >= 0)
 		close(c->epfd);
@@ -1745,8 +1826,9 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	struct tcp_ctx *c;
 	int ret;
 
-	if (attr &&
-	    (attr->flags & ~(KN_TP_CTX_FORCE_EPOLL | KN_TP_CTX_ZC_LOOPBACK)))
+	if (attr && (attr->flags & ~(KN_TP_CTX_FORCE_EPOLL |
+				     KN_TP_CTX_ZC_LOOPBACK |
+				     KN_TP_CTX_TEST_KEYS)))
 		return -EINVAL;
 	if (attr && attr->max_msg > KN_WIRE_MAX_LEN)
 		return -EINVAL;
@@ -1756,6 +1838,7 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->base.ops = &kn__tp_tcp_ops;
 	c->base.name = "tcp/epoll";
 	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : MAX_MSG;
+	c->test_keys = attr && (attr->flags & KN_TP_CTX_TEST_KEYS);
 	ret = kn__tp_cq_init(&c->cq, depth);
 	if (ret)
 		goto err_free;
@@ -1788,7 +1871,8 @@ const struct kn__tp_ops kn__tp_tcp_ops = {
 	.ctx_destroy = tcp_ctx_destroy,
 	.mr_reg = tcp_mr_reg,
 	.mr_dereg = tcp_mr_dereg,
-	.mr_rdesc = tcp_mr_rdesc,
+	.ep_grant = tcp_ep_grant,
+	.ep_peer = tcp_ep_peer,
 	.listen = tcp_listen,
 	.listener_addr = tcp_listener_addr,
 	.listener_close = tcp_listener_close,

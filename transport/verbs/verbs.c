@@ -20,6 +20,19 @@
  * slot of the peer (an "inbox" registered by each context), which the
  * peer reads when the immediate arrives.
  *
+ * Access.  A peer reaches only what was granted to its own endpoint.
+ * Where the device has type-2 memory windows (every current NIC, and
+ * rxe), no registration has remote rights of its own: a grant binds a
+ * memory window over the granted range to the endpoint's queue pair (a
+ * BIND_MW work request on it), so the rkey the peer gets works on that
+ * queue pair alone, and its low byte is random.  The endpoint's mailbox
+ * slice is granted the same way when the connection comes up, and its
+ * address and rkey reach the peer in an internal SEND_WITH_IMM (INFO)
+ * instead of the connection's private data: before the connection is up
+ * nothing at all is open to the peer.  Without type-2 windows a grant is
+ * a registration of its own range, whose rkey works on any queue pair of
+ * the context: said once in the log when the context is created.
+ *
  * Receiving.  The shared receive queue holds bounce buffers of max_msg
  * bytes.  A write-with-immediate consumes one and leaves it untouched; a
  * SEND lands in it and is copied into the oldest recv the application
@@ -73,7 +86,11 @@
 #define CONNECT_S   20	 /* a connection comes up in this or fails */
 
 #define HELLO_MAGIC   0x4b4e5642u /* "KNVB" */
-#define HELLO_VERSION 1
+#define HELLO_VERSION 2
+#define INFO_IMM      0x4b4e4946u /* "KNIF": the internal INFO message */
+
+/* Internal operations: they complete without a completion of their own. */
+enum { VOP_BIND = 0x100, VOP_INFO };
 
 /* wr_id: bit 63 recv (bounce index below), else slot | gen | seq. */
 #define WR_RECV	    (1ull << 63)
@@ -102,6 +119,25 @@ struct vop {
 	uint64_t last_seq; /* the WR whose retirement completes it */
 	uint64_t msg_no;   /* write_imm: which message of the endpoint */
 	void *user;
+	struct ibv_mw *mw; /* VOP_BIND: the window, over bind_mr */
+	struct ibv_mr *bind_mr;
+	uint32_t mw_access;
+};
+
+/* The INFO message: where this endpoint's mailbox is, to the peer. */
+struct info {
+	uint64_t inbox_addr;
+	uint32_t inbox_rkey;
+	uint32_t pad;
+};
+
+/* What an endpoint granted: freed with the endpoint or the region. */
+struct vgrant {
+	struct vgrant *next;
+	struct vep *ep;
+	struct reg *reg;   /* NULL: the mailbox's */
+	struct ibv_mw *mw; /* type-2 windows */
+	struct ibv_mr *mr; /* else a registration of the range */
 };
 
 struct vrecv {
@@ -156,6 +192,8 @@ struct vep {
 	uint32_t peer_max_msg;
 	uint32_t peer_inbox_rkey;
 	uint64_t peer_inbox_addr;
+	bool peer_inbox_ok; /* known: split writes may go */
+	bool info_sent;
 	uint64_t tx_msgs, rx_msgs; /* write_imm messages each way */
 	uint32_t max_inline;
 	uint64_t next_seq; /* the next WR's sequence number (from 1) */
@@ -248,6 +286,10 @@ struct vctx {
 	/* mailboxes: inbox (peers write), outbox (our records' source) */
 	struct mailrec *inbox, *outbox;
 	struct ibv_mr *inbox_mr, *outbox_mr;
+	struct info *infos; /* per endpoint slot, INFO's source */
+	struct ibv_mr *infos_mr;
+	bool mw2;	     /* type-2 memory windows: grants bind them */
+	struct vgrant *grants;
 	/* endpoints by slot, with generations; qp_num -> slot hash */
 	struct vep *slots[MAX_EPS];
 	uint8_t gens[MAX_EPS];
@@ -281,6 +323,11 @@ static struct vctx *ep_ctx(const struct vep *ep)
 #define container_of(p, type, member) \
 	((type *)(void *)((char *)(p)-offsetof(type, member)))
 
+static struct vop *op_new(struct vep *ep, uint32_t kind, int *err);
+static int op_post(struct vep *ep, struct vop *op, void *user);
+static void grants_drop(struct vctx *c, const struct vep *ep,
+			const struct reg *reg);
+
 static struct vep *ep_of_id(const struct rdma_cm_id *id)
 {
 	struct owner *o = id->context;
@@ -294,11 +341,9 @@ static void vlog(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("kanel: verbs: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	kn__tp_vlog("verbs", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 static double now_s(void)
@@ -385,13 +430,13 @@ static void ep_log(const struct vep *ep, const char *fmt, ...)
 
 static void ep_log(const struct vep *ep, const char *fmt, ...)
 {
+	char prefix[96];
 	va_list ap;
 
-	fprintf(stderr, "kanel: verbs: peer %s: ", ep->peer);
+	snprintf(prefix, sizeof(prefix), "verbs: peer %s", ep->peer);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	kn__tp_vlog(prefix, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* What a failed work completion means, as an errno. */
@@ -570,6 +615,10 @@ static void ep_release(struct vep *ep)
 
 		if (op->last_seq > ep->acked)
 			break;
+		if (op->kind >= VOP_BIND) {
+			ep->op_head++;
+			continue;
+		}
 		comp = (struct kn__tp_completion){
 			.user = op->user,
 			.ep = self,
@@ -658,6 +707,7 @@ static void ep_issue(struct vep *ep)
 		struct ibv_send_wr wrs[BATCH], *bad;
 		struct ibv_sge sges[BATCH];
 		uint64_t inflight = ep->next_seq - 1 - ep->acked;
+		bool stall = false;
 		int n = 0, ret;
 
 		while (n < BATCH && inflight + (uint64_t)n < SQ_DEPTH &&
@@ -676,6 +726,27 @@ static void ep_issue(struct vep *ep)
 				if (op->last_seq <= ep->acked)
 					ready(ep);
 				continue;
+			}
+			if (op->kind == KN_TP_OP_WRITE_IMM &&
+			    op->len > max_piece && !ep->peer_inbox_ok) {
+				/* its length record needs the peer's INFO */
+				stall = true;
+				break;
+			}
+			if (op->kind == VOP_BIND) {
+				wr->opcode = IBV_WR_BIND_MW;
+				wr->bind_mw.mw = op->mw;
+				wr->bind_mw.rkey = op->rkey;
+				wr->bind_mw.bind_info = (struct ibv_mw_bind_info){
+					.mr = op->bind_mr,
+					.addr = (uintptr_t)op->laddr,
+					.length = op->len,
+					.mw_access_flags = op->mw_access,
+				};
+				sge->length = 0;
+				op->last_seq = ep->next_seq;
+				ep->op_issue++;
+				goto chain;
 			}
 			if (op->kind == KN_TP_OP_WRITE_IMM &&
 			    op->len > max_piece && !op->mailbox_sent &&
@@ -720,6 +791,12 @@ static void ep_issue(struct vep *ep)
 					op->raddr + op->issued;
 				wr->wr.rdma.rkey = op->rkey;
 				break;
+			case VOP_INFO:
+				wr->opcode = IBV_WR_SEND_WITH_IMM;
+				wr->imm_data = htonl(INFO_IMM);
+				if (piece <= ep->max_inline)
+					wr->send_flags = IBV_SEND_INLINE;
+				break;
 			default:
 				wr->opcode = IBV_WR_SEND;
 				if (piece <= ep->max_inline)
@@ -752,6 +829,8 @@ chain:
 			ep_fail(ep, -ret, "ibv_post_send: %s", strerror(ret));
 			return;
 		}
+		if (stall)
+			return;
 	}
 }
 
@@ -784,6 +863,26 @@ static void on_send_wc(struct vctx *c, const struct ibv_wc *wc)
 
 static void ep_established(struct vep *ep);
 
+/* The peer's INFO: where its mailbox for us is; split writes may go. */
+static void on_info(struct vep *ep, const void *data, uint32_t len,
+		    uint32_t imm)
+{
+	struct info in;
+
+	if (imm != INFO_IMM || len != sizeof(in) || ep->peer_inbox_ok) {
+		ep_fail(ep, -EPROTO,
+			"an immediate with a message (%u bytes, %#x), or a "
+			"second INFO",
+			len, imm);
+		return;
+	}
+	memcpy(&in, data, sizeof(in));
+	ep->peer_inbox_addr = be64toh(in.inbox_addr);
+	ep->peer_inbox_rkey = ntohl(in.inbox_rkey);
+	ep->peer_inbox_ok = true;
+	ep_issue(ep);
+}
+
 static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 {
 	uint32_t idx = (uint32_t)wc->wr_id;
@@ -802,6 +901,12 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 	if (ep && ep->state == EP_ACCEPTING)
 		ep_established(ep);
 	if (!ep || ep->zombie || ep->state != EP_OPEN) {
+		bounce_repost(c, idx);
+		return;
+	}
+	if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM)) {
+		on_info(ep, c->bounce + (size_t)idx * c->base.max_msg,
+			wc->byte_len, ntohl(wc->imm_data));
 		bounce_repost(c, idx);
 		return;
 	}
@@ -918,6 +1023,7 @@ static struct rdma_cm_id *ep_unlink(struct vep *ep)
 		rdma_destroy_qp(id);
 		c->nqps--;
 	}
+	grants_drop(c, ep, NULL);
 	c->slots[ep->slot] = NULL;
 	free(ep);
 	return id;
@@ -993,8 +1099,11 @@ static void hello_fill(const struct vep *ep, struct hello *h, int reject)
 	h->magic = htonl(HELLO_MAGIC);
 	h->version = htons(HELLO_VERSION);
 	h->max_msg = htonl(c->base.max_msg);
-	h->inbox_rkey = htonl(c->inbox_mr->rkey);
-	h->inbox_addr = htobe64((uintptr_t)&c->inbox[ep->slot * MAILBOX]);
+	if (!c->mw2) { /* with windows, INFO says it once the QP is up */
+		h->inbox_rkey = htonl(c->inbox_mr->rkey);
+		h->inbox_addr =
+			htobe64((uintptr_t)&c->inbox[ep->slot * MAILBOX]);
+	}
 	h->reject = (int32_t)htonl((uint32_t)reject);
 }
 
@@ -1013,6 +1122,7 @@ static int hello_take(struct vep *ep, const void *data, size_t len)
 	ep->peer_max_msg = ntohl(h.max_msg);
 	ep->peer_inbox_rkey = ntohl(h.inbox_rkey);
 	ep->peer_inbox_addr = be64toh(h.inbox_addr);
+	ep->peer_inbox_ok = ep->peer_inbox_rkey != 0; /* else INFO tells */
 	return 0;
 }
 
@@ -1028,6 +1138,123 @@ static void conn_param(const struct vctx *c, const struct hello *h,
 	p->rnr_retry_count = 7; /* infinite: a full SRQ only slows a peer */
 }
 
+static void grant_free(struct vgrant *g)
+{
+	if (g->mw)
+		ibv_dealloc_mw(g->mw);
+	if (g->mr)
+		ibv_dereg_mr(g->mr);
+	free(g);
+}
+
+/* Free the grants of @ep (NULL: any) on @reg (NULL: any). */
+static void grants_drop(struct vctx *c, const struct vep *ep,
+			const struct reg *reg)
+{
+	for (struct vgrant **p = &c->grants; *p;) {
+		struct vgrant *g = *p;
+
+		if ((!ep || g->ep == ep) && (!reg || g->reg == reg)) {
+			*p = g->next;
+			grant_free(g);
+		} else {
+			p = &g->next;
+		}
+	}
+}
+
+/*
+ * Open [@addr, +@len) of @mr to @ep's peer with the remote rights
+ * @access (IBV_ACCESS_REMOTE_*): a type-2 window bound to @ep's queue
+ * pair (its BIND_MW goes before anything posted after it), or without
+ * windows a registration of the range.  The rkey in *@rkey.
+ */
+static int grant_new(struct vep *ep, struct reg *reg, struct ibv_mr *mr,
+		     char *addr, uint64_t len, int access, uint32_t *rkey)
+{
+	struct vctx *c = ep_ctx(ep);
+	struct vgrant *g = calloc(1, sizeof(*g));
+	struct vop *op;
+	uint8_t salt;
+	int err = 0;
+
+	if (!g)
+		return -ENOMEM;
+	g->ep = ep;
+	g->reg = reg;
+	if (!c->mw2) {
+		g->mr = ibv_reg_mr(c->pd, addr, len,
+				   IBV_ACCESS_LOCAL_WRITE | access);
+		if (!g->mr) {
+			err = errno ? -errno : -ENOMEM;
+			goto fail;
+		}
+		*rkey = g->mr->rkey;
+		goto done;
+	}
+	op = op_new(ep, VOP_BIND, &err);
+	if (!op)
+		goto fail;
+	g->mw = ibv_alloc_mw(c->pd, IBV_MW_TYPE_2);
+	if (!g->mw) {
+		err = errno ? -errno : -ENOMEM;
+		goto fail;
+	}
+	/* the window's index, with a key byte nobody can predict */
+	err = kn__tp_random(&salt, sizeof(salt));
+	if (err)
+		goto fail;
+	op->rkey = (g->mw->rkey & ~0xffu) | salt;
+	if (op->rkey == g->mw->rkey)
+		op->rkey ^= 1;
+	op->mw = g->mw;
+	op->bind_mr = mr;
+	op->laddr = addr;
+	op->len = len;
+	op->mw_access = (uint32_t)access;
+	*rkey = op->rkey;
+	op_post(ep, op, NULL);
+done:
+	g->next = c->grants;
+	c->grants = g;
+	return 0;
+fail:
+	grant_free(g);
+	return err;
+}
+
+/*
+ * With windows, the mailbox slice of @ep is opened to its peer only
+ * now, on its own queue pair, and the peer learns where it is from the
+ * INFO message; without, the connection's private data said so.
+ */
+static int send_info(struct vep *ep)
+{
+	struct vctx *c = ep_ctx(ep);
+	struct mailrec *box = &c->inbox[ep->slot * MAILBOX];
+	struct info *in = &c->infos[ep->slot];
+	uint32_t rkey;
+	struct vop *op;
+	int err;
+
+	if (!c->mw2 || ep->info_sent)
+		return 0;
+	ep->info_sent = true;
+	err = grant_new(ep, NULL, c->inbox_mr, (char *)box,
+			MAILBOX * sizeof(*box), IBV_ACCESS_REMOTE_WRITE, &rkey);
+	if (err)
+		return err;
+	*in = (struct info){ .inbox_addr = htobe64((uintptr_t)box),
+			     .inbox_rkey = htonl(rkey) };
+	op = op_new(ep, VOP_INFO, &err);
+	if (!op)
+		return err;
+	op->laddr = (char *)in;
+	op->lkey = c->infos_mr->lkey;
+	op->len = sizeof(*in);
+	return op_post(ep, op, NULL);
+}
+
 /*
  * The connection is up: report it at once (before anything it carries)
  * and issue what was posted while it came up.
@@ -1036,6 +1263,7 @@ static void ep_established(struct vep *ep)
 {
 	struct vctx *c = ep_ctx(ep);
 	struct kn__tp_completion comp = { .ep = &ep->base };
+	int ret;
 
 	if (ep->state == EP_RESOLVING) {
 		c->resolving--;
@@ -1049,6 +1277,10 @@ static void ep_established(struct vep *ep)
 	ep->state = EP_OPEN;
 	addr_str(rdma_get_peer_addr(ep->id), ep->peer, sizeof(ep->peer));
 	kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
+	ret = send_info(ep);
+	if (ret)
+		ep_fail(ep, ret, "opening the mailbox to the peer: %s",
+			strerror(-ret));
 	ep_issue(ep);
 }
 
@@ -1476,6 +1708,16 @@ static int ctx_setup(struct vctx *c)
 			     ? (uint32_t)da.max_qp_init_rd_atom
 			     : RD_ATOMIC;
 	c->max_cqe = da.max_cqe;
+	c->mw2 = (da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+					 IBV_DEVICE_MEM_WINDOW_TYPE_2B)) &&
+		 !(getenv("KANEL_RDMA_MW") &&
+		   strcmp(getenv("KANEL_RDMA_MW"), "0") == 0);
+	if (!c->mw2)
+		vlog("%s: no type-2 memory windows%s: each grant is a "
+		     "registration whose rkey works on every connection of "
+		     "this process, so a peer that knows the job secret and "
+		     "guesses another's rkey reaches that memory too",
+		     c->name, getenv("KANEL_RDMA_MW") ? " (KANEL_RDMA_MW=0)" : "");
 	c->pd = ibv_alloc_pd(c->verbs);
 	c->chan = ibv_create_comp_channel(c->verbs);
 	c->cq_size = 16 * SQ_DEPTH + SRQ_DEPTH;
@@ -1501,17 +1743,20 @@ static int ctx_setup(struct vctx *c)
 	c->bounce = aligned_alloc(4096, (size_t)SRQ_DEPTH * c->base.max_msg);
 	c->inbox = aligned_alloc(4096, mbox);
 	c->outbox = aligned_alloc(4096, mbox);
-	if (!c->bounce || !c->inbox || !c->outbox)
+	c->infos = aligned_alloc(4096, MAX_EPS * sizeof(*c->infos));
+	if (!c->bounce || !c->inbox || !c->outbox || !c->infos)
 		return -ENOMEM;
 	memset(c->inbox, 0, mbox);
 	c->bounce_mr =
 		reg_private(c, c->bounce, (size_t)SRQ_DEPTH * c->base.max_msg,
 			    IBV_ACCESS_LOCAL_WRITE);
-	c->inbox_mr =
-		reg_private(c, c->inbox, mbox,
-			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	c->inbox_mr = reg_private(c, c->inbox, mbox,
+				  IBV_ACCESS_LOCAL_WRITE |
+					  (c->mw2 ? IBV_ACCESS_MW_BIND
+						  : IBV_ACCESS_REMOTE_WRITE));
 	c->outbox_mr = reg_private(c, c->outbox, mbox, 0);
-	if (!c->bounce_mr || !c->inbox_mr || !c->outbox_mr) {
+	c->infos_mr = reg_private(c, c->infos, MAX_EPS * sizeof(*c->infos), 0);
+	if (!c->bounce_mr || !c->inbox_mr || !c->outbox_mr || !c->infos_mr) {
 		ret = -errno;
 		vlog("registering the context's buffers: %s", strerror(errno));
 		return ret ? ret : -ENOMEM;
@@ -1598,6 +1843,7 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 			ep_free(c->slots[s]);
 	while (c->listeners)
 		verbs_listener_close(&c->listeners->base);
+	grants_drop(c, NULL, NULL);
 	while (c->mrs) {
 		struct vmr *m = c->mrs;
 
@@ -1623,6 +1869,7 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 	dereg_private(c->bounce_mr);
 	dereg_private(c->inbox_mr);
 	dereg_private(c->outbox_mr);
+	dereg_private(c->infos_mr);
 	if (c->pd)
 		ibv_dealloc_pd(c->pd);
 	if (c->cm)
@@ -1636,17 +1883,28 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 	free(c->bounce);
 	free(c->inbox);
 	free(c->outbox);
+	free(c->infos);
 	kn__tp_cq_fini(&c->cq_ring);
 	free(c);
 }
 
 /* ---- memory regions ---- */
 
-static int ibv_access(uint32_t access)
+/* Remote rights as verbs spells them. */
+static int ibv_remote(uint32_t access)
+{
+	return (access & KN_TP_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
+	       (access & KN_TP_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0);
+}
+
+/*
+ * A registration never has remote rights of its own: peers reach only
+ * grants (windows bound over it, or registrations of their ranges).
+ */
+static int ibv_access(const struct vctx *c, uint32_t access)
 {
 	return IBV_ACCESS_LOCAL_WRITE |
-	       (access & KN_TP_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
-	       (access & KN_TP_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0);
+	       (access && c->mw2 ? IBV_ACCESS_MW_BIND : 0);
 }
 
 /*
@@ -1693,7 +1951,7 @@ static int verbs_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 			ret = memlock_check(len);
 			if (!ret) {
 				r->mr = reg_private(c, addr, len,
-						    ibv_access(access));
+						    ibv_access(c, access));
 				if (!r->mr) {
 					ret = errno ? -errno : -ENOMEM;
 					vlog("ibv_reg_mr of %zu bytes: %s", len,
@@ -1743,19 +2001,48 @@ static void verbs_mr_dereg(struct kn__tp_mr *mr)
 			*p = r->next;
 			break;
 		}
+	grants_drop(c, NULL, r); /* windows over it go first */
 	dereg_private(r->mr);
 	free(r);
 }
 
-static void verbs_mr_rdesc(const struct kn__tp_mr *mr,
-			   struct kn__tp_rdesc *rdesc)
+static int verbs_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			  uint64_t off, uint64_t len, uint32_t access,
+			  struct kn__tp_rdesc *rdesc)
 {
-	const struct vmr *m = (const struct vmr *)mr;
+	struct vep *ep = vep_of(e);
+	struct reg *r = ((struct vmr *)mr)->reg;
+	uint32_t rkey = 0;
+	int ret;
 
-	rdesc->addr = (uintptr_t)mr->addr;
-	rdesc->len = mr->len;
-	rdesc->key = m->reg->mr ? m->reg->mr->rkey : 0;
-	rdesc->access = mr->access;
+	if (ep->state == EP_ERROR)
+		return -ENOTCONN;
+	if (len) {
+		ret = grant_new(ep, r, r->mr, mr->addr + off, len,
+				ibv_remote(access), &rkey);
+		if (ret)
+			return ret;
+	}
+	*rdesc = (struct kn__tp_rdesc){ .addr = (uintptr_t)(mr->addr + off),
+					.len = len,
+					.key = rkey,
+					.access = access };
+	return 0;
+}
+
+static int verbs_ep_peer(const struct kn__tp_ep *e,
+			 struct sockaddr_storage *ss)
+{
+	const struct vep *ep = (const struct vep *)e;
+	const struct sockaddr *sa = ep->id ? rdma_get_peer_addr(ep->id) : NULL;
+
+	if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+		return -ENOTCONN;
+	memset(ss, 0, sizeof(*ss));
+	memcpy(ss, sa,
+	       sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+					: sizeof(struct sockaddr_in6));
+	return 0;
 }
 
 static uint32_t lkey_of(const struct kn__tp_mr *mr)
@@ -2069,7 +2356,8 @@ const struct kn__tp_ops kn__tp_verbs_ops = {
 	.ctx_destroy = verbs_ctx_destroy,
 	.mr_reg = verbs_mr_reg,
 	.mr_dereg = verbs_mr_dereg,
-	.mr_rdesc = verbs_mr_rdesc,
+	.ep_grant = verbs_ep_grant,
+	.ep_peer = verbs_ep_peer,
 	.listen = verbs_listen,
 	.listener_addr = verbs_listener_addr,
 	.listener_close = verbs_listener_close,
