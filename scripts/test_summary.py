@@ -3,8 +3,10 @@
 
 A Criterion executable is one meson test but many tests: its own
 "Synthesis" line gives how many it ran, passed and failed, and its
---verbose output one "[SKIP]" line per skipped test.  Any other meson test
-counts as one, by meson's result.  A test binary that crashed or timed out
+--verbose output one "[SKIP]" line per skipped test.  The docs suite's
+run_doc_commands.py is one meson test too, and its last line, "doc
+commands: N passed, N failed, N skipped", counts each documented block.
+Any other meson test counts as one, by meson's result.  A test binary that crashed or timed out
 before its synthesis counts as one failure, and so does one whose output
 holds a sanitizer report: a leak found as a forked Criterion test exits
 does not change that test's verdict or the binary's exit status.
@@ -21,6 +23,8 @@ SANITIZER = re.compile(r"ERROR: (LeakSanitizer|AddressSanitizer)|"
                        r"runtime error: ")
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| "
                    r"Failing: (\d+) \| Crashing: (\d+)")
+DOCS = re.compile(r"^doc commands: (\d+) passed, (\d+) failed, "
+                  r"(\d+) skipped$", re.M)
 
 
 FAILED_LINE = re.compile(r"\[FAIL\]|\[----\] \S+:\d+: |.*(CRASH|Timed out|"
@@ -42,8 +46,19 @@ def count(path):
             t = json.loads(line)
             out = (t.get("stdout") or "") + (t.get("stderr") or "")
             m = SYNTH.search(out)
+            d = DOCS.search(out)
             ok = t["result"] in ("OK", "EXPECTEDFAIL")
-            if m:
+            if d and not m:
+                p, f_, s_ = map(int, d.groups())
+                passed += p
+                failed += f_
+                skipped += s_
+                if f_:
+                    report(t, out, f"{f_} of {p + f_} blocks failed")
+                elif not ok and t["result"] != "SKIP":
+                    failed += 1  # e.g. killed after its count
+                    report(t, out, t["result"])
+            elif m:
                 tested, passing, failing, crashing = map(int, m.groups())
                 passed += passing
                 failed += failing + crashing
