@@ -10,41 +10,60 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
 #include "roles.h"
 #include "tool.h"
 
-int kn__tool_parse(int argc, char **argv, const char *role,
+void kn__tool_log(const char *fmt, ...)
+{
+	char buf[4096];
+	size_t len;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	len = (size_t)n;
+	if (len >= sizeof(buf)) {
+		memcpy(buf + sizeof(buf) - 5, "...\n", 5);
+		len = sizeof(buf) - 1;
+	}
+	/* one write: up to PIPE_BUF bytes reach a pipe whole, and a
+	 * terminal gets the line in one piece in practice */
+	while (write(STDERR_FILENO, buf, len) < 0 && errno == EINTR)
+		;
+}
+
+int kn__tool_parse(int argc, char **argv, const struct kn__config_scope *scope,
 		   struct kn__config *cfg)
 {
-	char **args = calloc((size_t)argc + 3, sizeof(*args));
 	char err[512];
-	int n = 0, ret;
+	int ret = kn__config_parse_as(scope, argc, argv, NULL, cfg, err,
+				      sizeof(err));
 
-	if (!args)
-		return -ENOMEM;
-	args[n++] = argv[0];
-	if (role) {
-		args[n++] = "--role";
-		args[n++] = (char *)role;
-	}
-	for (int i = 1; i < argc; i++)
-		args[n++] = argv[i];
-	ret = kn__config_parse(n, args, NULL, cfg, err, sizeof(err));
-	free(args);
 	if (ret)
-		fprintf(stderr, "kanel: %s\n", err);
-	else if (cfg->help)
-		kn__config_usage(stdout);
+		kn__tool_log("kanel: %s\n", err);
 	return ret;
+}
+
+void kn__tool_usage(FILE *out, const char *head, unsigned int options)
+{
+	fputs(head, out);
+	fprintf(out, "Job options (each also a KANEL_* variable):\n");
+	kn__config_usage_of(out, options);
 }
 
 int kn__tool_run_role(const struct kn__config *cfg)
@@ -54,12 +73,11 @@ int kn__tool_run_role(const struct kn__config *cfg)
 	size_t len;
 	int ret;
 
-	ret = kn__auth_load_secret(cfg->secret_file[0] ? cfg->secret_file
-						       : NULL,
-				   NULL, secret, KN_AUTH_SECRET_MAX, &len, err,
-				   sizeof(err));
+	ret = kn__auth_load_secret(
+		cfg->secret_file[0] ? cfg->secret_file : NULL, NULL, secret,
+		KN_AUTH_SECRET_MAX, &len, err, sizeof(err));
 	if (ret) {
-		fprintf(stderr, "kanel: %s\n", err);
+		kn__tool_log("kanel: %s\n", err);
 		return 2;
 	}
 	if (cfg->role == KN__ROLE_COORDINATOR)
@@ -125,6 +143,26 @@ static void setenv_f(const char *name, float v)
 	setenv(name, num, 1);
 }
 
+void kn__tool_export_member(const struct kn__config *cfg)
+{
+	char v[KN_CONFIG_HOST_MAX + 16];
+	bool v6 = strchr(cfg->coordinator.host, ':') != NULL;
+
+	snprintf(v, sizeof(v), "%s%s%s:%u", v6 ? "[" : "",
+		 cfg->coordinator.host, v6 ? "]" : "", cfg->coordinator.port);
+	setenv("KANEL_COORDINATOR", v, 1);
+	setenv("KANEL_ROLE", kn__role_name(cfg->role), 1);
+	setenv_u("KANEL_RANK", cfg->rank, "");
+	setenv_u("KANEL_WORKERS", cfg->workers, "");
+	setenv_u("KANEL_SERVERS", cfg->servers, "");
+	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport), 1);
+	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
+	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
+	if (cfg->secret_file[0])
+		setenv("KANEL_SECRET_FILE", cfg->secret_file, 1);
+	setenv("KANEL_VERBOSE", cfg->verbose ? "1" : "0", 1);
+}
+
 /* The checked options, for the children to read back. */
 static void export_options(const struct kn__config *cfg)
 {
@@ -132,11 +170,9 @@ static void export_options(const struct kn__config *cfg)
 
 	setenv_u("KANEL_WORKERS", cfg->workers, "");
 	setenv_u("KANEL_SERVERS", cfg->servers, "");
-	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport),
-	       1);
+	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport), 1);
 	setenv("KANEL_SYNC", kn__config_sync_name(cfg->sync), 1);
-	setenv("KANEL_OPTIMIZER", kn__config_optimizer_name(cfg->optimizer),
-	       1);
+	setenv("KANEL_OPTIMIZER", kn__config_optimizer_name(cfg->optimizer), 1);
 	setenv_u("KANEL_CHUNK_BYTES", cfg->chunk_bytes, "");
 	snprintf(num, sizeof(num), "%.9g", (double)cfg->lr);
 	setenv("KANEL_LR", num, 1);
@@ -164,24 +200,34 @@ static void export_options(const struct kn__config *cfg)
 		setenv("KANEL_VERBOSE", "1", 1);
 }
 
-int kn__job_init(struct kn__job *job, int argc, char **argv)
+int kn__job_init(struct kn__job *job, const char *command, int argc,
+		 char **argv)
 {
+	const struct kn__config_scope scope = {
+		.command = command,
+		.options = KN__TOOL_OPTS_LOCAL,
+		.role = KN__ROLE_COORDINATOR,
+	};
 	char coord[64];
 	int port, n;
 
 	memset(job, 0, sizeof(*job));
+	job->command = command;
+	/* the job's options, checked once here; children read the env */
+	if (kn__tool_parse(argc, argv, &scope, &job->cfg))
+		return -EINVAL;
+	if (job->cfg.help)
+		return 0;
 	port = free_port();
 	if (port < 0) {
-		fprintf(stderr, "kanel: no free port on 127.0.0.1\n");
+		kn__tool_log("%s: no free port on 127.0.0.1\n", command);
 		return -EADDRNOTAVAIL;
 	}
 	snprintf(coord, sizeof(coord), "127.0.0.1:%d", port);
 	setenv("KANEL_COORDINATOR", coord, 1);
-	/* the job's options, checked once here; children read the env */
-	if (kn__tool_parse(argc, argv, "coordinator", &job->cfg))
-		return -EINVAL;
-	if (job->cfg.help)
-		return 0;
+	snprintf(job->cfg.coordinator.host, sizeof(job->cfg.coordinator.host),
+		 "127.0.0.1");
+	job->cfg.coordinator.port = (uint16_t)port;
 	n = (int)readlink("/proc/self/exe", job->self, sizeof(job->self) - 1);
 	if (n <= 0)
 		return -errno;
@@ -191,31 +237,85 @@ int kn__job_init(struct kn__job *job, int argc, char **argv)
 		setenv("KANEL_SECRET_FILE", job->cfg.secret_file, 1);
 	} else if (!getenv("KANEL_SECRET")) {
 		if (make_secret(job->secret_path, sizeof(job->secret_path))) {
-			fprintf(stderr, "kanel: cannot make a job secret\n");
+			kn__tool_log("%s: cannot make a job secret\n", command);
 			return -EIO;
 		}
 		setenv("KANEL_SECRET_FILE", job->secret_path, 1);
 	}
 	unsetenv("SLURM_PROCID"); /* the roles are ours to give */
 	unsetenv("OMPI_COMM_WORLD_RANK");
+	/* a variable the job's processes would read instead of ours */
+	unsetenv("KANEL_LISTEN");
 	job->total = 1 + job->cfg.servers + job->cfg.workers;
 	job->pids = calloc(job->total, sizeof(*job->pids));
-	return job->pids ? 0 : -ENOMEM;
+	job->names = calloc(job->total, sizeof(*job->names));
+	return job->pids && job->names ? 0 : -ENOMEM;
 }
 
+/* Process @idx of @job as messages name it: "worker 3". */
+static void describe(const struct kn__job *job, unsigned int idx, char *buf,
+		     size_t cap)
+{
+	if (idx == 0)
+		snprintf(buf, cap, "the coordinator");
+	else if (idx <= job->cfg.servers)
+		snprintf(buf, cap, "server %u", idx - 1);
+	else
+		snprintf(buf, cap, "worker %u", idx - 1 - job->cfg.servers);
+}
+
+/*
+ * Fork and exec @argv with the role in the environment.  The exec's
+ * failure comes back through a close-on-exec pipe: a successful exec
+ * closes it empty, a failed one writes its errno first, so the parent
+ * knows at once, without waiting for a start-up that cannot happen.
+ */
 static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
 		 const char *role, unsigned int rank)
 {
-	pid_t pid = fork();
+	char who[32];
+	int fds[2], err = 0;
+	ssize_t n;
+	pid_t pid;
 
-	if (pid < 0)
-		return -errno;
+	describe(job, idx, who, sizeof(who));
+	if (pipe2(fds, O_CLOEXEC)) {
+		err = errno;
+		kn__tool_log("%s: %s: cannot start: %s\n", job->command, who,
+			     strerror(err));
+		return -err;
+	}
+	pid = fork();
+	if (pid < 0) {
+		err = errno;
+		close(fds[0]);
+		close(fds[1]);
+		kn__tool_log("%s: %s: cannot start: %s\n", job->command, who,
+			     strerror(err));
+		return -err;
+	}
 	if (pid == 0) {
+		close(fds[0]);
 		setenv("KANEL_ROLE", role, 1);
 		setenv_u("KANEL_RANK", rank, "");
 		execvp(argv[0], argv);
-		fprintf(stderr, "kanel: %s: %s\n", argv[0], strerror(errno));
+		err = errno;
+		while (write(fds[1], &err, sizeof(err)) < 0 && errno == EINTR)
+			;
 		_exit(127);
+	}
+	close(fds[1]);
+	do
+		n = read(fds[0], &err, sizeof(err));
+	while (n < 0 && errno == EINTR);
+	close(fds[0]);
+	job->names[idx] = argv[0];
+	if (n == (ssize_t)sizeof(err)) {
+		kn__tool_log("%s: %s: cannot run '%s': %s\n", job->command, who,
+			     argv[0], strerror(err));
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		return -err;
 	}
 	job->pids[idx] = pid;
 	job->running++;
@@ -239,7 +339,8 @@ int kn__job_start_worker(struct kn__job *job, unsigned int rank,
 	return spawn(job, 1 + job->cfg.servers + rank, argv, "worker", rank);
 }
 
-unsigned int kn__job_reap(struct kn__job *job, bool block)
+/* Reap what has ended (@block: wait for all; @one: for one at most). */
+static unsigned int reap(struct kn__job *job, bool block, bool one)
 {
 	while (job->running) {
 		int st;
@@ -249,28 +350,84 @@ unsigned int kn__job_reap(struct kn__job *job, bool block)
 			break;
 		if (pid < 0)
 			continue;
+		if (one)
+			block = false;
 		for (unsigned int i = 0; i < job->total; i++) {
+			char who[32];
+
 			if (job->pids[i] != pid)
 				continue;
 			job->pids[i] = 0;
 			job->running--;
 			if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 				break;
+			/* those we stopped need no word */
+			if (job->ending) {
+				job->stopped++;
+				break;
+			}
 			job->failed++;
 			if (!job->status)
 				job->status =
 					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+			describe(job, i, who, sizeof(who));
+			if (WIFEXITED(st))
+				kn__tool_log("%s: %s (%s, pid %d) exited with "
+					     "status %d\n",
+					     job->command, who, job->names[i],
+					     (int)pid, WEXITSTATUS(st));
+			else
+				kn__tool_log("%s: %s (%s, pid %d) was killed "
+					     "by signal %d (%s)\n",
+					     job->command, who, job->names[i],
+					     (int)pid, WTERMSIG(st),
+					     strsignal(WTERMSIG(st)));
 			break;
 		}
 	}
 	return job->running;
 }
 
+unsigned int kn__job_reap(struct kn__job *job, bool block)
+{
+	return reap(job, block, false);
+}
+
 void kn__job_kill(struct kn__job *job, int sig)
 {
+	job->ending = true;
 	for (unsigned int i = 0; i < job->total; i++)
 		if (job->pids[i] > 0)
 			kill(job->pids[i], sig);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void kn__job_wait(struct kn__job *job, double grace_s)
+{
+	const struct timespec tick = { .tv_nsec = 20 * 1000 * 1000 };
+	double until;
+
+	/* one child at a time, until one fails or all are done */
+	while (job->running && !job->failed)
+		reap(job, true, true);
+	if (!job->running)
+		return;
+	kn__tool_log("%s: ending the job: %u process%s stopped\n", job->command,
+		     job->running, job->running == 1 ? "" : "es");
+	kn__job_kill(job, SIGTERM);
+	until = now_s() + grace_s;
+	while (kn__job_reap(job, false) && now_s() < until)
+		nanosleep(&tick, NULL);
+	if (job->running)
+		kn__job_kill(job, SIGKILL);
+	kn__job_reap(job, true);
 }
 
 void kn__job_fini(struct kn__job *job)
@@ -280,4 +437,6 @@ void kn__job_fini(struct kn__job *job)
 	job->secret_path[0] = '\0';
 	free(job->pids);
 	job->pids = NULL;
+	free(job->names);
+	job->names = NULL;
 }

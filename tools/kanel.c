@@ -6,14 +6,17 @@
  *   kanel server      [options]
  *   kanel worker      [options] [--steps N] [--tensors N]
  *                     [--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]
- *   kanel launch      --workers N --servers M [options] [-- CMD [ARG...]]
+ *   kanel launch      --workers N [--servers M] [options] [-- CMD [ARG...]]
+ *   kanel [options]   the role from --role, KANEL_ROLE or the launcher
  *   kanel train       [train options] [options]
  *   kanel compare     --protocols P,... [--imbalance SPEC,...] [...]
  *   kanel sim         --protocol P --workers N --iterations K [...]
  *
  * The options are the job's (docs/configuration.md); every one has a
  * KANEL_* variable, and Slurm's or Open MPI's rank variables pick the
- * role where no flag or variable does.  `worker` exchanges synthetic
+ * role where no flag or variable does.  A subcommand takes the options it
+ * uses and refuses the others (tool.h); without one, the process is
+ * whatever role its sources say, and a worker is the synthetic one.  `worker` exchanges synthetic
  * tensors (for tests and benchmarks).  `launch` runs a whole job on this
  * machine: a coordinator on a free loopback port, M servers, and N
  * workers running CMD (default: `kanel worker`), each with its role in
@@ -24,6 +27,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,25 +37,80 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: kanel coordinator|server|worker|launch|train|"
-		     "compare [options]\n"
-		     "  kanel worker ... [--steps N] [--tensors N] "
-		     "[--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]\n"
-		     "  kanel launch --workers N --servers M [options] "
-		     "[-- CMD [ARG...]]\n"
-		     "  kanel train --help, kanel compare --help, kanel sim "
-		     "--help: their own options\n"
-		     "The job's options (each also a KANEL_* variable):\n");
+	fprintf(out,
+		"usage: kanel coordinator|server|worker|launch|train|compare|"
+		"sim [options]\n"
+		"       kanel [options]   (the role from --role, KANEL_ROLE, "
+		"or srun/mpirun)\n"
+		"  kanel COMMAND --help: the command's own usage and options\n"
+		"  kanel launch --workers N [--servers M] [options] "
+		"[-- CMD [ARG...]]\n"
+		"  kanel worker [--steps N] [--tensors N] "
+		"[--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]\n\n"
+		"The job's options (each also a KANEL_* variable):\n");
 	kn__config_usage(out);
 }
 
-static int run_role(int argc, char **argv, const char *role)
+static const char coordinator_head[] =
+	"usage: kanel coordinator [options]\n"
+	"The job's coordinator: listens on the --coordinator address, "
+	"gathers the\nservers and the workers and sends them the job.\n\n";
+
+static const char server_head[] =
+	"usage: kanel server [--rank R] [options]\n"
+	"One of the job's servers: connects to the coordinator, listens on "
+	"--listen\nand aggregates the workers' pushes.\n\n";
+
+static const char worker_head[] =
+	"usage: kanel worker [--steps N] [--tensors N] [--tensor-bytes BYTES]\n"
+	"                    [--dtype fp32|fp16|bf16] [options]\n"
+	"A synthetic worker, for tests and benchmarks: registers N tensors "
+	"of\nBYTES each and does N steps.\n"
+	"  --steps N               steps (default 10)\n"
+	"  --tensors N             tensors, 1 or more (default 1)\n"
+	"  --tensor-bytes BYTES    bytes of each, 1 or more (default "
+	"1048576)\n"
+	"  --dtype fp32|fp16|bf16  their element type (default fp32)\n\n";
+
+static const char launch_head[] =
+	"usage: kanel launch --workers N [--servers M] [options] "
+	"[-- CMD [ARG...]]\n"
+	"A whole job on this machine: a coordinator on a free loopback port, "
+	"M servers\nand N workers running CMD (default: kanel worker), each "
+	"with its role in\nKANEL_ROLE/KANEL_RANK and the job in KANEL_* "
+	"variables, and a fresh job\nsecret unless one is given.  A process "
+	"that fails, or a CMD that cannot be\nrun, ends the job at once.\n\n";
+
+static const struct kn__config_scope coordinator_scope = {
+	.command = "kanel coordinator",
+	.options = KN__TOOL_OPTS_COORDINATOR,
+	.role = KN__ROLE_COORDINATOR,
+};
+
+static const struct kn__config_scope server_scope = {
+	.command = "kanel server",
+	.options = KN__TOOL_OPTS_SERVER,
+	.role = KN__ROLE_SERVER,
+};
+
+static const struct kn__config_scope worker_scope = {
+	.command = "kanel worker",
+	.options = KN__TOOL_OPTS_WORKER,
+	.role = KN__ROLE_WORKER,
+};
+
+static int run_role(int argc, char **argv, const struct kn__config_scope *sc,
+		    const char *head)
 {
 	struct kn__config cfg;
 
-	if (kn__tool_parse(argc, argv, role, &cfg))
+	if (kn__tool_parse(argc, argv, sc, &cfg))
 		return 2;
-	return cfg.help ? 0 : kn__tool_run_role(&cfg);
+	if (cfg.help) {
+		kn__tool_usage(stdout, head, sc->options);
+		return 0;
+	}
+	return kn__tool_run_role(&cfg);
 }
 
 /* ---- kanel worker: synthetic tensors ---- */
@@ -62,53 +121,96 @@ struct synth {
 	enum kn_dtype dtype;
 };
 
+static bool is_synth_flag(const char *a, const char *flag, const char **val)
+{
+	size_t n = strlen(flag);
+
+	if (strncmp(a, flag, n))
+		return false;
+	if (a[n] == '=')
+		*val = a + n + 1;
+	else if (a[n])
+		return false;
+	else
+		*val = NULL;
+	return true;
+}
+
 /* Take the synthetic worker's own options out of argv. */
 static int synth_options(int *argc, char **argv, struct synth *o)
 {
+	static const char *const flags[] = { "--steps", "--tensors",
+					     "--tensor-bytes", "--dtype" };
 	int out = 1;
 
 	for (int i = 1; i < *argc; i++) {
-		const char *a = argv[i];
-		char *end = NULL;
+		const char *a = argv[i], *v = NULL;
+		unsigned long n;
+		size_t k;
+		char *end;
 
-		if (i + 1 < *argc && strcmp(a, "--steps") == 0)
-			o->steps = strtoul(argv[++i], &end, 10);
-		else if (i + 1 < *argc && strcmp(a, "--tensors") == 0)
-			o->tensors = strtoul(argv[++i], &end, 10);
-		else if (i + 1 < *argc && strcmp(a, "--tensor-bytes") == 0)
-			o->bytes = strtoul(argv[++i], &end, 10);
-		else if (i + 1 < *argc && strcmp(a, "--dtype") == 0) {
-			const char *d = argv[++i];
-
-			o->dtype = strcmp(d, "fp16") == 0   ? KN_DTYPE_FP16
-				   : strcmp(d, "bf16") == 0 ? KN_DTYPE_BF16
-				   : strcmp(d, "fp32") == 0 ? KN_DTYPE_FP32
-							    : (enum kn_dtype)99;
-			if (!kn_dtype_size(o->dtype)) {
-				fprintf(stderr,
-					"kanel worker: --dtype %s: "
-					"fp32, fp16 or bf16\n",
-					d);
-				return -EINVAL;
-			}
-			continue;
-		} else {
+		if (strcmp(a, "--") == 0) {
+			while (i < *argc)
+				argv[out++] = argv[i++];
+			break;
+		}
+		for (k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
+			if (is_synth_flag(a, flags[k], &v))
+				break;
+		if (k == sizeof(flags) / sizeof(flags[0])) {
 			argv[out++] = argv[i];
 			continue;
 		}
-		if (!end || *end || !o->tensors || !o->bytes) {
-			fprintf(stderr,
-				"kanel worker: %s %s: a positive "
-				"number\n",
-				a, argv[i]);
+		if (!v) {
+			v = i + 1 < *argc ? argv[++i] : NULL;
+			if (!v || strncmp(v, "--", 2) == 0) {
+				kn__tool_log("kanel worker: %s needs a "
+					     "value%s%s%s\n",
+					     flags[k],
+					     v ? ", but the next argument "
+						 "is '"
+					       : "",
+					     v ? v : "", v ? "'" : "");
+				return -EINVAL;
+			}
+		}
+		if (k == 3) {
+			o->dtype = strcmp(v, "fp16") == 0   ? KN_DTYPE_FP16
+				   : strcmp(v, "bf16") == 0 ? KN_DTYPE_BF16
+				   : strcmp(v, "fp32") == 0 ? KN_DTYPE_FP32
+							    : (enum kn_dtype)99;
+			if (!kn_dtype_size(o->dtype)) {
+				kn__tool_log("kanel worker: --dtype %s: "
+					     "fp32, fp16 or bf16\n",
+					     v);
+				return -EINVAL;
+			}
+			continue;
+		}
+		errno = 0;
+		n = strtoul(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || (k > 0 && !n)) {
+			kn__tool_log("kanel worker: %s %s: a%s number\n",
+				     flags[k], v, k > 0 ? " positive" : "");
 			return -EINVAL;
 		}
+		if (k == 0)
+			o->steps = n;
+		else if (k == 1)
+			o->tensors = n;
+		else
+			o->bytes = n;
 	}
+	argv[out] = NULL;
 	*argc = out;
 	return 0;
 }
 
-static int run_worker(int argc, char **argv)
+/*
+ * kanel worker, or (@given: its configuration, already parsed) a process
+ * whose sources made it a worker.
+ */
+static int run_worker(int argc, char **argv, const struct kn__config *given)
 {
 	struct synth o = { .steps = 10,
 			   .tensors = 1,
@@ -121,15 +223,32 @@ static int run_worker(int argc, char **argv)
 	size_t count;
 	int ret;
 
-	if (synth_options(&argc, argv, &o) || kn__tool_parse(argc, argv, "worker", &cfg))
+	if (synth_options(&argc, argv, &o))
 		return 2;
-	if (cfg.help)
-		return 0;
+	if (given) {
+		cfg = *given;
+	} else {
+		if (kn__tool_parse(argc, argv, &worker_scope, &cfg))
+			return 2;
+		if (cfg.help) {
+			kn__tool_usage(stdout, worker_head,
+				       worker_scope.options);
+			return 0;
+		}
+	}
 	count = o.bytes / kn_dtype_size(o.dtype);
-	bufs = calloc(2 * o.tensors, sizeof(*bufs));
-	if (!bufs || !count)
+	if (!count) {
+		kn__tool_log("kanel worker: --tensor-bytes %zu: less than one "
+			     "element of its dtype\n",
+			     o.bytes);
 		return 2;
-	/* the options reach kn_worker_create through the same sources */
+	}
+	bufs = calloc(2 * o.tensors, sizeof(*bufs));
+	if (!bufs)
+		return 2;
+	/* kn_worker_create reads the environment: what this command was
+	 * told, flags included, goes there first */
+	kn__tool_export_member(&cfg);
 	ret = kn_worker_create(&wo, &w);
 	if (ret) {
 		free(bufs);
@@ -152,16 +271,44 @@ static int run_worker(int argc, char **argv)
 	for (unsigned long s = 0; !ret && s < o.steps; s++)
 		ret = kn_worker_step(w, NULL);
 	if (ret)
-		fprintf(stderr, "kanel: worker %u: %s\n", cfg.rank,
-			strerror(-ret));
+		kn__tool_log("kanel: worker %u: %s\n", cfg.rank,
+			     strerror(-ret));
 	else if (cfg.verbose)
-		fprintf(stderr, "kanel: worker %u: %lu steps done\n", cfg.rank,
-			o.steps);
+		kn__tool_log("kanel: worker %u: %lu steps done\n", cfg.rank,
+			     o.steps);
 	kn_worker_destroy(w);
 	for (unsigned long t = 0; t < 2 * o.tensors; t++)
 		free(bufs[t]);
 	free(bufs);
 	return ret ? 1 : 0;
+}
+
+/* ---- kanel [options]: the role from the sources ---- */
+
+static int run_any(int argc, char **argv)
+{
+	char **job_args = calloc((size_t)argc + 1, sizeof(*job_args));
+	struct kn__config cfg;
+	struct synth o;
+	int nargs = argc, ret;
+
+	if (!job_args)
+		return 2;
+	/* the synthetic worker's options are taken whatever the role: one
+	 * command line serves every rank under srun or mpirun */
+	memcpy(job_args, argv, (size_t)argc * sizeof(*argv));
+	ret = synth_options(&nargs, job_args, &o) ||
+	      kn__tool_parse(nargs, job_args, NULL, &cfg);
+	free(job_args);
+	if (ret)
+		return 2;
+	if (cfg.help) {
+		usage(stdout);
+		return 0;
+	}
+	if (cfg.role != KN__ROLE_WORKER)
+		return kn__tool_run_role(&cfg);
+	return run_worker(argc, argv, &cfg);
 }
 
 /* ---- kanel launch ---- */
@@ -179,25 +326,34 @@ static int run_launch(int argc, char **argv)
 			argc = i;
 			break;
 		}
-	ret = kn__job_init(&job, argc, argv);
+	ret = kn__job_init(&job, "kanel launch", argc, argv);
 	if (ret || job.cfg.help) {
+		if (!ret)
+			kn__tool_usage(stdout, launch_head,
+				       KN__TOOL_OPTS_LOCAL);
 		kn__job_fini(&job);
 		return ret ? 2 : 0;
+	}
+	if (cmd && !cmd[0]) {
+		kn__tool_log("kanel launch: nothing after '--': give the "
+			     "workers' command, or no '--'\n");
+		kn__job_fini(&job);
+		return 2;
 	}
 	wargv[0] = job.self;
 	ret = kn__job_start_roles(&job);
 	for (unsigned int w = 0; !ret && w < job.cfg.workers; w++)
-		ret = kn__job_start_worker(&job, w,
-					   cmd && cmd[0] ? cmd : wargv);
+		ret = kn__job_start_worker(&job, w, cmd ? cmd : wargv);
 	if (ret) {
-		fprintf(stderr, "kanel launch: cannot start: %s\n",
-			strerror(-ret));
+		/* the reason is printed: end what did start */
 		kn__job_kill(&job, SIGTERM);
+		kn__job_reap(&job, true);
+	} else {
+		kn__job_wait(&job, 5);
 	}
-	kn__job_reap(&job, true);
-	if (job.failed)
-		fprintf(stderr, "kanel launch: %u of %u processes failed\n",
-			job.failed, job.total);
+	if (job.failed && !ret)
+		kn__tool_log("kanel launch: %u of %u process%s failed\n",
+			     job.failed, job.total, job.total == 1 ? "" : "es");
 	ret = ret ? 2 : job.status;
 	kn__job_fini(&job);
 	return ret;
@@ -210,20 +366,27 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (strcmp(argv[1], "coordinator") == 0 ||
-	    strcmp(argv[1], "server") == 0)
-		return run_role(argc - 1, argv + 1, argv[1]);
+	if (argv[1][0] == '-')
+		return run_any(argc, argv);
+	if (strcmp(argv[1], "coordinator") == 0)
+		return run_role(argc - 1, argv + 1, &coordinator_scope,
+				coordinator_head);
+	if (strcmp(argv[1], "server") == 0)
+		return run_role(argc - 1, argv + 1, &server_scope, server_head);
 	if (strcmp(argv[1], "worker") == 0)
-		return run_worker(argc - 1, argv + 1);
+		return run_worker(argc - 1, argv + 1, NULL);
 	if (strcmp(argv[1], "launch") == 0)
 		return run_launch(argc - 1, argv + 1);
 	if (strcmp(argv[1], "train") == 0)
 		return kn__train_main(argc - 1, argv + 1);
 	if (strcmp(argv[1], "compare") == 0)
 		return kn__compare_main(argc - 1, argv + 1);
-	if (strcmp(argv[1], "sim") == 0)
+	if (strcmp(argv[1], "sim") == 0) {
+		/* its messages and usage say "kanel sim" */
+		argv[1] = "kanel sim";
 		return kn__sim_main(argc - 1, argv + 1);
-	fprintf(stderr, "kanel: unknown command '%s'; try kanel --help\n",
-		argv[1]);
+	}
+	kn__tool_log("kanel: unknown command '%s'; try kanel --help\n",
+		     argv[1]);
 	return 2;
 }

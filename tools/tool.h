@@ -8,17 +8,73 @@
 #define KN_TOOL_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "config.h"
 
 /*
- * Parse the job's options in @argv (argv[0] is the command's name) with
- * @role forced (NULL: from the usual sources); the error, or the usage
- * for --help, is printed.  0 or -EINVAL.
+ * The job options each command takes (KN__CONFIG_OPT_* of config.h); a
+ * flag outside them is refused, naming the flag and the command.
+ *   coordinator: the counts, its address, the job's rules, heartbeats;
+ *   server: its rank, the counts, the coordinator, --listen, --metrics;
+ *   worker: its rank, the counts, the coordinator, heartbeats;
+ *   launch and train (a job on this machine): the counts, the job's
+ *     rules, heartbeats and --metrics; they place the coordinator and
+ *     the servers themselves and give every process its role;
+ *   no subcommand, or train --join: every option, the role coming from
+ *     --role, KANEL_ROLE or the launcher (one command line serves every
+ *     rank under srun or mpirun).
+ * All of them take --transport, --secret-file, --startup-timeout and
+ * --verbose.
  */
-int kn__tool_parse(int argc, char **argv, const char *role,
+#define KN__TOOL_OPTS_COORDINATOR                             \
+	(KN__CONFIG_OPT_COUNTS | KN__CONFIG_OPT_COORDINATOR | \
+	 KN__CONFIG_OPT_COMMON | KN__CONFIG_OPT_HEARTBEAT |   \
+	 KN__CONFIG_OPT_JOB)
+#define KN__TOOL_OPTS_SERVER                                  \
+	(KN__CONFIG_OPT_RANK | KN__CONFIG_OPT_COUNTS |        \
+	 KN__CONFIG_OPT_COORDINATOR | KN__CONFIG_OPT_LISTEN | \
+	 KN__CONFIG_OPT_COMMON | KN__CONFIG_OPT_METRICS)
+#define KN__TOOL_OPTS_WORKER                                  \
+	(KN__CONFIG_OPT_RANK | KN__CONFIG_OPT_COUNTS |        \
+	 KN__CONFIG_OPT_COORDINATOR | KN__CONFIG_OPT_COMMON | \
+	 KN__CONFIG_OPT_HEARTBEAT)
+#define KN__TOOL_OPTS_LOCAL                              \
+	(KN__CONFIG_OPT_COUNTS | KN__CONFIG_OPT_COMMON | \
+	 KN__CONFIG_OPT_HEARTBEAT | KN__CONFIG_OPT_JOB | \
+	 KN__CONFIG_OPT_METRICS)
+
+/*
+ * Parse the job's options in @argv (argv[0] is the command's name) as
+ * @scope says (NULL: every option, the role from the usual sources); an
+ * error is printed.  0 or -EINVAL.  The caller prints the usage for
+ * --help (@cfg->help).
+ */
+int kn__tool_parse(int argc, char **argv, const struct kn__config_scope *scope,
 		   struct kn__config *cfg);
+
+/*
+ * Print the usage of a command: @head (its usage lines, then a blank
+ * line), then the job options of @options with their variables.
+ */
+void kn__tool_usage(FILE *out, const char *head, unsigned int options);
+
+/*
+ * Put @cfg's identity and connection options (coordinator, role, rank,
+ * counts, transport, timeouts, secret file, verbosity) in the process's
+ * environment, where kn_worker_create reads them, so that the flags a
+ * command was given win over the KANEL_* variables it inherited.
+ */
+void kn__tool_export_member(const struct kn__config *cfg);
+
+/*
+ * Log: format into a buffer and write it to stderr with one write(2), so
+ * that the lines of the job's processes, which share the terminal, never
+ * splice.  The text is written as formatted (give the newline); at most
+ * 4 KiB, cut with "...\n" beyond.
+ */
+__attribute__((format(printf, 1, 2))) void kn__tool_log(const char *fmt, ...);
 
 /* Run a coordinator or a server as @cfg says: the process's exit code. */
 int kn__tool_run_role(const struct kn__config *cfg);
@@ -29,32 +85,51 @@ struct kn__job {
 	char self[4096];       /* this program, for the roles */
 	char secret_path[256]; /* a secret made for the job; "" if given */
 	pid_t *pids;	       /* coordinator, servers, then workers */
+	char **names;	       /* the command each runs, for messages */
 	unsigned int total;    /* 1 + servers + workers */
 	unsigned int running;
-	unsigned int failed;
-	int status; /* the first failure's exit code, else 0 */
+	unsigned int failed;  /* ended badly on their own */
+	unsigned int stopped; /* ended badly once kn__job_kill was called */
+	int status;	      /* the first failure's exit code, else 0 */
+	const char *command;  /* "kanel launch", for messages */
+	bool ending;	      /* the job is being stopped: kn__job_kill */
 };
 
 /*
- * Check the job's options in @argv, pick a free loopback port for the
+ * Check the job's options in @argv as @command ("kanel launch") takes
+ * them (KN__TOOL_OPTS_LOCAL), pick a free loopback port for the
  * coordinator, make a fresh secret unless one is given, and export all
  * of it to the environment, where the children read it.  0, or -EINVAL
  * (printed); @job->cfg.help is set (and nothing else done) for --help.
  */
-int kn__job_init(struct kn__job *job, int argc, char **argv);
+int kn__job_init(struct kn__job *job, const char *command, int argc,
+		 char **argv);
 
-/* Start the coordinator and the servers: 0 or a negative errno. */
+/* Start the coordinator and the servers: 0 or a negative errno (printed). */
 int kn__job_start_roles(struct kn__job *job);
 
-/* Start worker @rank running @argv: 0 or a negative errno. */
+/*
+ * Start worker @rank running @argv: 0 or a negative errno, printed
+ * naming the process.  A command that cannot be run (not found, not
+ * executable) is known at once, not when the job fails to assemble.
+ */
 int kn__job_start_worker(struct kn__job *job, unsigned int rank,
 			 char *const *argv);
 
 /*
  * Reap the children that have ended, waiting for all of them if @block;
- * a failure is counted in @job->failed.  Returns how many still run.
+ * a failure is counted in @job->failed and printed, naming the process
+ * (its role, rank, command and pid) and how it ended.  Returns how many
+ * still run.
  */
 unsigned int kn__job_reap(struct kn__job *job, bool block);
+
+/*
+ * Wait for the children; the first that fails ends the job at once:
+ * the others get SIGTERM (and SIGKILL if they are still there after
+ * @grace_s seconds) and are reaped.
+ */
+void kn__job_wait(struct kn__job *job, double grace_s);
 
 /* Send @sig to every child still running. */
 void kn__job_kill(struct kn__job *job, int sig);

@@ -47,7 +47,7 @@
 
 #define REPORT_FD_ENV "KANEL_TRAIN_REPORT_FD"
 #define STATUS_PERIOD 0.5 /* seconds between a worker's status lines */
-#define EVAL_BATCH 1000
+#define EVAL_BATCH    1000
 
 /* Ctrl-C (SIGINT) or SIGTERM: stop after this step and report. */
 static volatile sig_atomic_t stop_requested;
@@ -91,6 +91,9 @@ static void sleep_s(double s)
 
 /* ---- options ---- */
 
+/* kanel train's workers when neither --workers nor KANEL_WORKERS says */
+#define KN__TRAIN_DEFAULT_WORKERS "4"
+
 static void train_usage(FILE *out)
 {
 	fprintf(out,
@@ -132,21 +135,24 @@ static void train_usage(FILE *out)
 		"  --protocol P            the same as --sync P\n"
 		"  --join                  be one process of a job started "
 		"elsewhere\n\n"
-		"The trainer's defaults for the job: --optimizer momentum "
-		"--lr 0.05.\n",
-		KN_FASHION_MNIST_DIR);
+		"The trainer's defaults for the job: --workers %s "
+		"--optimizer momentum --lr 0.05.\n"
+		"With --join every job option is taken (one command line "
+		"serves every rank);\nwithout, those below (the job on this "
+		"machine places its processes itself).\n\n",
+		KN_FASHION_MNIST_DIR, KN__TRAIN_DEFAULT_WORKERS);
 	fprintf(out, "Job options (each also a KANEL_* variable):\n");
-	kn__config_usage(out);
+	kn__config_usage_of(out, KN__TOOL_OPTS_LOCAL);
 }
 
 static int bad_value(const char *flag, const char *val, const char *want)
 {
-	fprintf(stderr, "kanel train: %s %s: %s\n", flag, val, want);
+	kn__tool_log("kanel train: %s %s: %s\n", flag, val, want);
 	return -EINVAL;
 }
 
-static int parse_double(const char *flag, const char *val, double lo,
-			double hi, double *out)
+static int parse_double(const char *flag, const char *val, double lo, double hi,
+			double *out)
 {
 	char *end;
 	double v;
@@ -205,10 +211,10 @@ static int parse_duration(const char *flag, const char *val, double *out)
 }
 
 static const char *const own_flags[] = {
-	"--model",	   "--hidden",	       "--batch",	 "--epochs",
-	"--time-budget",   "--target-accuracy", "--imbalance",	 "--step-time",
-	"--seed",	   "--eval-interval",   "--eval-every",	 "--data",
-	"--curve",	   "--summary-json",    "--progress",	 "--protocol",
+	"--model",	 "--hidden",	      "--batch",      "--epochs",
+	"--time-budget", "--target-accuracy", "--imbalance",  "--step-time",
+	"--seed",	 "--eval-interval",   "--eval-every", "--data",
+	"--curve",	 "--summary-json",    "--progress",   "--protocol",
 };
 
 static int set_option(struct kn__train_opts *o, const char *flag,
@@ -293,8 +299,16 @@ static int take_options(int *argc, char **argv, struct kn__train_opts *o,
 			argv[out++] = argv[i];
 			continue;
 		}
-		if (!eq && i + 1 >= *argc) {
-			fprintf(stderr, "kanel train: %s needs a value\n", a);
+		if (!eq && (i + 1 >= *argc || !strncmp(argv[i + 1], "--", 2))) {
+			/* no value of ours starts with "--": that is the
+			 * next option, and this one's value is missing */
+			kn__tool_log("kanel train: %s needs a value%s%s%s\n",
+				     own_flags[k],
+				     i + 1 < *argc ? ", but the next argument "
+						     "is '"
+						   : "",
+				     i + 1 < *argc ? argv[i + 1] : "",
+				     i + 1 < *argc ? "'" : "");
 			return -EINVAL;
 		}
 		val = eq ? eq + 1 : argv[++i];
@@ -325,7 +339,7 @@ struct evaluator {
 	const struct kn__dataset *test;
 	float *snapshot;
 	struct kn__train_eval pending; /* what the snapshot is */
-	bool busy; /* a snapshot waits or is being tested */
+	bool busy;		       /* a snapshot waits or is being tested */
 	bool stop;
 	void (*report)(void *arg, const struct kn__train_eval *ev);
 	void *arg;
@@ -397,7 +411,7 @@ static void evaluator_stop(struct evaluator *e)
 struct worker_run {
 	const struct kn__train_opts *o;
 	unsigned int rank, n;
-	int report_fd;			  /* the parent's pipe; -1: joined */
+	int report_fd;			 /* the parent's pipe; -1: joined */
 	struct kn__train_results *local; /* joined rank 0: its own results */
 	pthread_mutex_t report_lock;
 };
@@ -423,8 +437,8 @@ static void report_eval(void *arg, const struct kn__train_eval *ev)
 	pthread_mutex_lock(&wr->report_lock);
 	kn__results_eval(wr->local, ev, wr->o->target);
 	pthread_mutex_unlock(&wr->report_lock);
-	fprintf(stderr, "kanel train: %.1f s, step %llu: test accuracy %.4f\n",
-		ev->t, (unsigned long long)ev->iters, ev->accuracy);
+	kn__tool_log("kanel train: %.1f s, step %llu: test accuracy %.4f\n",
+		     ev->t, (unsigned long long)ev->iters, ev->accuracy);
 }
 
 static void report_status(struct worker_run *wr,
@@ -433,9 +447,9 @@ static void report_status(struct worker_run *wr,
 	char line[256];
 
 	if (wr->report_fd >= 0) {
-		report_line(wr, line,
-			    kn__report_status(line, sizeof(line), wr->rank,
-					      st));
+		report_line(
+			wr, line,
+			kn__report_status(line, sizeof(line), wr->rank, st));
 		return;
 	}
 	if (wr->local) {
@@ -444,7 +458,7 @@ static void report_status(struct worker_run *wr,
 		pthread_mutex_unlock(&wr->report_lock);
 	}
 	if (st->final)
-		fprintf(stderr,
+		kn__tool_log(
 			"kanel train: worker %u: %llu steps, %llu samples in "
 			"%.1f s, %.1f%% waiting\n",
 			wr->rank, (unsigned long long)st->iters,
@@ -504,21 +518,19 @@ static int worker_setup(struct worker_state *s, const struct kn__train_opts *o,
 		ret = kn__dataset_load(o->data, "t10k", &s->test, err,
 				       sizeof(err));
 	if (ret) {
-		fprintf(stderr, "kanel train: worker %u: %s\n", rank, err);
+		kn__tool_log("kanel train: worker %u: %s\n", rank, err);
 		return ret;
 	}
 	ret = kn__imb_parse(o->imbalance, o->seed, &s->imb, err, sizeof(err));
 	if (!ret)
 		ret = kn__imb_worker_init(&s->imb, rank, n, &s->imb_worker);
 	if (ret) {
-		fprintf(stderr,
-			"kanel train: --imbalance %s does not fit %u "
-			"workers\n",
-			o->imbalance, n);
+		kn__tool_log("kanel train: --imbalance %s does not fit %u "
+			     "workers\n",
+			     o->imbalance, n);
 		return ret;
 	}
-	ret = kn__model_init(&s->model, o->model,
-			     s->train.rows * s->train.cols,
+	ret = kn__model_init(&s->model, o->model, s->train.rows * s->train.cols,
 			     o->model == KN__MODEL_MLP ? o->hidden : 0, 10);
 	if (!ret)
 		ret = kn__model_work_create(&s->model, o->batch, &s->work);
@@ -530,18 +542,16 @@ static int worker_setup(struct worker_state *s, const struct kn__train_opts *o,
 	s->bx = malloc((size_t)o->batch * s->model.inputs * sizeof(float));
 	s->by = malloc(o->batch);
 	s->bidx = malloc((size_t)o->batch * sizeof(*s->bidx));
-	s->shard = make_shard(s->train.count, rank, n, o->seed,
-			      &s->shard_len);
-	s->order = malloc((s->shard_len ? s->shard_len : 1) *
-			  sizeof(*s->order));
+	s->shard = make_shard(s->train.count, rank, n, o->seed, &s->shard_len);
+	s->order =
+		malloc((s->shard_len ? s->shard_len : 1) * sizeof(*s->order));
 	if (!s->params || !s->grads || !s->bx || !s->by || !s->bidx ||
 	    !s->shard || !s->order)
 		return -ENOMEM;
 	if (s->shard_len < o->batch) {
-		fprintf(stderr,
-			"kanel train: worker %u: its shard has %u images, "
-			"fewer than --batch %u\n",
-			rank, s->shard_len, o->batch);
+		kn__tool_log("kanel train: worker %u: its shard has %u images, "
+			     "fewer than --batch %u\n",
+			     rank, s->shard_len, o->batch);
 		return -EINVAL;
 	}
 	memset(s->grads, 0, bytes);
@@ -570,10 +580,10 @@ static void shuffle_epoch(struct worker_state *s, uint64_t seed,
  */
 struct local_sync {
 	struct kn__sync_worker *rule;
-	bool mean;    /* PSP: push the mean of the steps' gradients */
+	bool mean; /* PSP: push the mean of the steps' gradients */
 	float lr;
-	float *g;     /* this step's gradient */
-	float *acc;   /* the sum since the last push */
+	float *g;      /* this step's gradient */
+	float *acc;    /* the sum since the last push */
 	float *anchor; /* the model last released: ESP's delta is from it */
 	float *inbox, *at_push;
 	uint32_t since_push; /* local steps in the contribution */
@@ -581,7 +591,7 @@ struct local_sync {
 	bool pending;	     /* a pushpull is on its way */
 	uint64_t handle;
 	double push_t;
-	double round_s; /* PSP's timing: seconds of local steps ... */
+	double round_s;	      /* PSP's timing: seconds of local steps ... */
 	uint32_t round_steps; /* ... and their number, since the release */
 };
 
@@ -740,10 +750,10 @@ static int local_sync_start(struct worker_state *s, struct local_sync *ls,
 	bool local_job;
 
 	kn__worker_job(w, &job);
-	local_job = job.sync == KN__CONFIG_ESP ||
-		    job.sync == KN__CONFIG_PREDICTED;
+	local_job =
+		job.sync == KN__CONFIG_ESP || job.sync == KN__CONFIG_PREDICTED;
 	if (local_job != (ls != NULL) || (ls && job.sync != cfg->sync)) {
-		fprintf(stderr,
+		kn__tool_log(
 			"kanel train: worker %u: the job runs %s, this worker "
 			"was told %s: give every process the same --protocol\n",
 			cfg->rank, kn__config_sync_name(job.sync),
@@ -831,9 +841,9 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 				ret = kn__worker_timing(w, c - a);
 		}
 		if (ret) {
-			fprintf(stderr, "kanel train: worker %u: step %llu: %s\n",
-				wr->rank, (unsigned long long)i,
-				strerror(-ret));
+			kn__tool_log("kanel train: worker %u: step %llu: %s\n",
+				     wr->rank, (unsigned long long)i,
+				     strerror(-ret));
 			break;
 		}
 		st.iters = i + 1;
@@ -875,34 +885,6 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 	return ret;
 }
 
-/* Export @cfg where kn_worker_create reads it: flags given to --join. */
-static void export_worker_options(const struct kn__config *cfg)
-{
-	char v[KN_CONFIG_HOST_MAX + 16];
-
-	snprintf(v, sizeof(v), "%s%s%s:%u",
-		 strchr(cfg->coordinator.host, ':') ? "[" : "",
-		 cfg->coordinator.host,
-		 strchr(cfg->coordinator.host, ':') ? "]" : "",
-		 cfg->coordinator.port);
-	setenv("KANEL_COORDINATOR", v, 1);
-	setenv("KANEL_ROLE", "worker", 1);
-	snprintf(v, sizeof(v), "%u", cfg->rank);
-	setenv("KANEL_RANK", v, 1);
-	snprintf(v, sizeof(v), "%u", cfg->workers);
-	setenv("KANEL_WORKERS", v, 1);
-	snprintf(v, sizeof(v), "%u", cfg->servers);
-	setenv("KANEL_SERVERS", v, 1);
-	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport),
-	       1);
-	snprintf(v, sizeof(v), "%ums", cfg->startup_timeout_ms);
-	setenv("KANEL_STARTUP_TIMEOUT", v, 1);
-	if (cfg->secret_file[0])
-		setenv("KANEL_SECRET_FILE", cfg->secret_file, 1);
-	if (cfg->verbose)
-		setenv("KANEL_VERBOSE", "1", 1);
-}
-
 static int run_worker(const struct kn__train_opts *o,
 		      const struct kn__config *cfg, int report_fd)
 {
@@ -941,7 +923,8 @@ static int run_worker(const struct kn__train_opts *o,
 	ret = worker_setup(&s, o, wr.rank, wr.n);
 	if (ret)
 		goto out;
-	export_worker_options(cfg);
+	/* where kn_worker_create reads them: the flags given to --join */
+	kn__tool_export_member(cfg);
 	ret = kn_worker_create(&wo, &w);
 	for (unsigned int t = 0; !ret && t < s.model.ntensors; t++) {
 		const struct kn__model_tensor *mt = &s.model.tensor[t];
@@ -955,17 +938,17 @@ static int run_worker(const struct kn__train_opts *o,
 		ls = &lsync;
 		ret = local_sync_alloc(&s, ls);
 		for (unsigned int t = 0; !ret && t < s.model.ntensors; t++)
-			ret = kn_worker_set_inbox(w, s.model.tensor[t].key,
-						  ls->inbox +
-							  s.model.tensor[t].offset);
+			ret = kn_worker_set_inbox(
+				w, s.model.tensor[t].key,
+				ls->inbox + s.model.tensor[t].offset);
 	}
 	if (!ret)
 		ret = kn_worker_start(w);
 	if (!ret)
 		ret = local_sync_start(&s, ls, w, cfg);
 	if (ret) {
-		fprintf(stderr, "kanel train: worker %u: cannot start: %s\n",
-			wr.rank, strerror(-ret));
+		kn__tool_log("kanel train: worker %u: cannot start: %s\n",
+			     wr.rank, strerror(-ret));
 		goto out;
 	}
 	if (wr.rank == 0) {
@@ -1038,7 +1021,7 @@ static int check_dataset(const struct kn__train_opts *o)
 		ret = kn__dataset_load(o->data, "train", &d, err, sizeof(err));
 	kn__dataset_fini(&d);
 	if (ret)
-		fprintf(stderr, "kanel train: %s\n", err);
+		kn__tool_log("kanel train: %s\n", err);
 	return ret;
 }
 
@@ -1053,11 +1036,11 @@ static void worker_cmd(struct worker_cmd *c, const char *self,
 {
 	int a = 0, k = 0;
 
-#define ARG(flag, fmt, ...)                                           \
-	do {                                                          \
+#define ARG(flag, fmt, ...)                                               \
+	do {                                                              \
 		snprintf(c->num[k], sizeof(c->num[k]), fmt, __VA_ARGS__); \
-		c->argv[a++] = flag;                                  \
-		c->argv[a++] = c->num[k++];                           \
+		c->argv[a++] = flag;                                      \
+		c->argv[a++] = c->num[k++];                               \
 	} while (0)
 
 	c->argv[a++] = (char *)self;
@@ -1102,13 +1085,12 @@ static void show_progress(struct monitor *m, bool force)
 		return;
 	kn__results_progress(m->r, m->o, line, sizeof(line));
 	if (m->tty) {
-		fprintf(stderr, "\r%s\033[K", line);
+		kn__tool_log("\r%s\033[K", line);
 	} else {
-		fprintf(stderr, "%s\n", line);
+		kn__tool_log("%s\n", line);
 		m->next_log = t + 10;
 		m->logged_evals = m->r->nevals;
 	}
-	fflush(stderr);
 }
 
 /* Read what the pipe has: false at its end. */
@@ -1126,9 +1108,9 @@ static bool drain_reports(struct monitor *m, int fd)
 	for (line = m->buf; (nl = strchr(line, '\n')); line = nl + 1) {
 		*nl = '\0';
 		if (kn__results_line(m->r, line, m->o->target))
-			fprintf(stderr, "kanel train: a report line makes no "
-					"sense, ignored: %.80s\n",
-				line);
+			kn__tool_log("kanel train: a report line makes no "
+				     "sense, ignored: %.80s\n",
+				     line);
 	}
 	m->len = (size_t)(m->buf + m->len - line);
 	memmove(m->buf, line, m->len);
@@ -1149,12 +1131,11 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	int fds[2] = { -1, -1 }, ret;
 	bool open_pipe = true, stopping = false;
 
-	if (check_dataset(o))
-		return 2;
-	ret = kn__job_init(&job, nargs, args);
-	if (ret || job.cfg.help) {
+	/* the options first, which are cheap to check, then the data */
+	ret = kn__job_init(&job, "kanel train", nargs, args);
+	if (ret || job.cfg.help || check_dataset(o)) {
 		kn__job_fini(&job);
-		return ret ? 2 : 0;
+		return ret || !job.cfg.help ? 2 : 0;
 	}
 	if (kn__results_init(&r, job.cfg.workers)) {
 		kn__job_fini(&job);
@@ -1194,13 +1175,12 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	worker_cmd(&cmd, job.self, o);
 	m.tty = strcmp(o->progress, "tty") == 0 ||
 		(strcmp(o->progress, "auto") == 0 && isatty(STDERR_FILENO));
-	fprintf(stderr,
-		"kanel train: %s, %s, %u worker%s, %u server%s, imbalance "
-		"%s, on this machine\n",
-		kn__config_sync_name(job.cfg.sync), kn__model_name(o->model),
-		job.cfg.workers, job.cfg.workers == 1 ? "" : "s",
-		job.cfg.servers, job.cfg.servers == 1 ? "" : "s",
-		o->imbalance);
+	kn__tool_log("kanel train: %s, %s, %u worker%s, %u server%s, imbalance "
+		     "%s, on this machine\n",
+		     kn__config_sync_name(job.cfg.sync),
+		     kn__model_name(o->model), job.cfg.workers,
+		     job.cfg.workers == 1 ? "" : "s", job.cfg.servers,
+		     job.cfg.servers == 1 ? "" : "s", o->imbalance);
 	/* Ctrl-C stops the workers, which finish their step, report and
 	 * leave; the coordinator and servers ignore it and end the job as
 	 * usual.  A second Ctrl-C ends everything at once. */
@@ -1211,11 +1191,8 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		ret = kn__job_start_worker(&job, w, cmd.argv);
 	close(fds[1]);
 	unsetenv(REPORT_FD_ENV);
-	if (ret) {
-		fprintf(stderr, "kanel train: cannot start the job: %s\n",
-			strerror(-ret));
+	if (ret) /* the reason is printed: end what did start */
 		kn__job_kill(&job, SIGTERM);
-	}
 	m.t0 = now_s();
 	while (open_pipe || kn__job_reap(&job, false)) {
 		struct pollfd p = { .fd = fds[0], .events = POLLIN };
@@ -1227,9 +1204,9 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		kn__job_reap(&job, false);
 		show_progress(&m, false);
 		if (stop_requested == 1 && !stopping) {
-			fprintf(stderr, "%skanel train: stopping after the "
-					"current step (Ctrl-C again: now)\n",
-				m.tty ? "\n" : "");
+			kn__tool_log("%skanel train: stopping after the "
+				     "current step (Ctrl-C again: now)\n",
+				     m.tty ? "\n" : "");
 			stopping = true;
 		} else if (stop_requested > 1) {
 			kn__job_kill(&job, SIGKILL);
@@ -1244,7 +1221,7 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		}
 	}
 	if (m.tty)
-		fputc('\n', stderr);
+		kn__tool_log("\n");
 	if (metrics_path[0])
 		kn__results_metrics(&r, metrics_path, metrics_from);
 	kn__results_summary(&r, o, &job.cfg, stdout);
@@ -1254,8 +1231,8 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	    kn__results_write_json(&r, o, &job.cfg, o->summary_json))
 		ret = ret ? ret : -EIO;
 	if (job.failed)
-		fprintf(stderr, "kanel train: %u of %u processes failed\n",
-			job.failed, job.total);
+		kn__tool_log("kanel train: %u of %u processes failed\n",
+			     job.failed, job.total);
 out:
 	if (fds[0] >= 0)
 		close(fds[0]);
@@ -1295,12 +1272,13 @@ int kn__train_main(int argc, char **argv)
 		return 0;
 	}
 	/* the trainer's defaults for the job, where the user gave none;
-	 * a joined coordinator makes them the job's */
-	args = calloc((size_t)argc + 5, sizeof(*args));
+	 * a joined coordinator makes them the job's.  They go before the
+	 * user's arguments, so that a message about those (a value missing
+	 * at the end) is about what the user wrote. */
+	args = calloc((size_t)argc + 7, sizeof(*args));
 	if (!args)
 		return 2;
-	for (int i = 0; i < argc; i++)
-		args[nargs++] = argv[i];
+	args[nargs++] = argv[0];
 	if (!job_option_given(argc, argv, "--optimizer", "KANEL_OPTIMIZER")) {
 		args[nargs++] = "--optimizer";
 		args[nargs++] = "momentum";
@@ -1309,6 +1287,15 @@ int kn__train_main(int argc, char **argv)
 		args[nargs++] = "--lr";
 		args[nargs++] = "0.05";
 	}
+	/* a job of its own: the workers are ours to count; under --join
+	 * they come from the job's sources like every role's */
+	if (!o.join &&
+	    !job_option_given(argc, argv, "--workers", "KANEL_WORKERS")) {
+		args[nargs++] = "--workers";
+		args[nargs++] = KN__TRAIN_DEFAULT_WORKERS;
+	}
+	for (int i = 1; i < argc; i++)
+		args[nargs++] = argv[i];
 	if (!o.join) {
 		ret = run_local(nargs, args, &o);
 	} else if (kn__tool_parse(nargs, args, NULL, &cfg)) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tool.h"
 #include "train.h"
 
 #define STALE_BUCKETS 64 /* as engine/server.c writes them */
@@ -103,9 +104,8 @@ int kn__results_line(struct kn__train_results *r, const char *line,
 		return 0;
 	}
 	if (line[0] == 'E' &&
-	    sscanf(line, "E %lf %" SCNu64 " %lf %lf %lf %d%n", &ev.t,
-		   &ev.iters, &ev.epoch, &ev.accuracy, &ev.loss, &final,
-		   &end) == 6 &&
+	    sscanf(line, "E %lf %" SCNu64 " %lf %lf %lf %d%n", &ev.t, &ev.iters,
+		   &ev.epoch, &ev.accuracy, &ev.loss, &final, &end) == 6 &&
 	    !line[end]) {
 		ev.final = final;
 		return kn__results_eval(r, &ev, target);
@@ -255,8 +255,7 @@ final_eval(const struct kn__train_results *r)
 }
 
 void kn__results_progress(const struct kn__train_results *r,
-			  const struct kn__train_opts *o, char *buf,
-			  size_t cap)
+			  const struct kn__train_opts *o, char *buf, size_t cap)
 {
 	const struct kn__train_eval *e = last_eval(r);
 	char acc[64] = "test accuracy -";
@@ -282,6 +281,12 @@ void kn__results_summary(const struct kn__train_results *r,
 		kn__config_sync_name(cfg->sync), kn__model_name(o->model),
 		r->workers, r->workers == 1 ? "" : "s", o->imbalance,
 		r->rank0_only ? " (worker 0's figures only)" : "");
+	/* the job's update, which its coordinator decided */
+	fprintf(out, "  optimizer              %s, lr %g",
+		kn__config_optimizer_name(cfg->optimizer), (double)cfg->lr);
+	if (cfg->optimizer == KN__CONFIG_MOMENTUM)
+		fprintf(out, ", momentum %g", (double)cfg->momentum);
+	fputc('\n', out);
 	if (r->target_t >= 0)
 		fprintf(out, "  time to %.4g accuracy  %.2f s\n", o->target,
 			r->target_t);
@@ -291,8 +296,9 @@ void kn__results_summary(const struct kn__train_results *r,
 	fprintf(out, "  best accuracy          %.4f\n", r->best);
 	fprintf(out, "  final accuracy         %.4f\n",
 		fin ? fin->accuracy : NAN);
-	fprintf(out, "  samples/s              %.0f (%" PRIu64
-		     " samples in %.1f s)\n",
+	fprintf(out,
+		"  samples/s              %.0f (%" PRIu64
+		" samples in %.1f s)\n",
 		kn__results_samples_per_s(r), total(r, true), train_time(r));
 	fprintf(out, "  wait fraction          %.3f\n",
 		kn__results_wait_fraction(r));
@@ -311,15 +317,14 @@ void kn__results_summary(const struct kn__train_results *r,
 	fflush(out);
 }
 
-int kn__results_write_curve(const struct kn__train_results *r,
-			    const char *path)
+int kn__results_write_curve(const struct kn__train_results *r, const char *path)
 {
 	FILE *f = fopen(path, "w");
 	int ret = 0;
 
 	if (!f) {
 		ret = -errno;
-		fprintf(stderr, "kanel train: %s: %s\n", path, strerror(-ret));
+		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
 		return ret;
 	}
 	fprintf(f, "t_s,steps,epoch,test_accuracy,test_loss,final\n");
@@ -331,7 +336,7 @@ int kn__results_write_curve(const struct kn__train_results *r,
 	}
 	if (fclose(f)) {
 		ret = -errno;
-		fprintf(stderr, "kanel train: %s: %s\n", path, strerror(-ret));
+		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
 	}
 	return ret;
 }
@@ -355,7 +360,7 @@ int kn__results_write_json(const struct kn__train_results *r,
 
 	if (!f) {
 		ret = -errno;
-		fprintf(stderr, "kanel train: %s: %s\n", path, strerror(-ret));
+		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
 		return ret;
 	}
 	fprintf(f, "{\n  \"protocol\": \"%s\",\n  \"model\": \"%s\",\n",
@@ -392,7 +397,7 @@ int kn__results_write_json(const struct kn__train_results *r,
 		r->rank0_only ? "worker 0" : "all workers");
 	if (fclose(f)) {
 		ret = -errno;
-		fprintf(stderr, "kanel train: %s: %s\n", path, strerror(-ret));
+		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
 	}
 	return ret;
 }

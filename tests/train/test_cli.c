@@ -264,6 +264,29 @@ Test(train_cli, short_bsp_run_learns_and_reports)
 }
 
 /*
+ * No --workers: the documented default of 4, and the text summary names
+ * the update the job used (the trainer's default, momentum at 0.05).
+ */
+Test(train_cli, default_workers_and_the_update_in_the_summary)
+{
+	char *argv[] = { (char *)kanel(), "train", "--model", "softmax",
+			 "--epochs", "0.02", "--step-time", "0", "--curve", "-",
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json, *out;
+
+	need_dataset();
+	json = run_ok_json(argv);
+	cr_expect_eq(json_num(json, "workers"), 4, "%s", json);
+	out = slurp(in_dir("stdout"));
+	cr_expect(strstr(out, "4 workers"), "%s", out);
+	cr_expect(strstr(out, "optimizer              momentum, lr 0.05, "
+			      "momentum 0.9\n"),
+		  "%s", out);
+	free(out);
+	free(json);
+}
+
+/*
  * The protocols' runs below train one epoch (of each worker's shard), not
  * for some seconds: what a model reaches then depends on the work done,
  * not on how busy the machine is (a 4 s SSP run reached 0.69 under

@@ -1,0 +1,499 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_kanel.c - the kanel command as a user meets it: each subcommand
+ * takes the job options it uses and refuses the others, naming both; a
+ * flag wins over its KANEL_* variable in every role; a process started
+ * without a subcommand takes its role from --role, KANEL_ROLE or the
+ * launcher; a missing value and a bad address are named; kanel launch
+ * ends a job at once when a command cannot run or a child fails; every
+ * subcommand has its own --help; log lines reach stderr whole.
+ *
+ * The processes run with the test's environment minus every KANEL_*,
+ * SLURM_* and OMPI_* variable, plus what each test gives.  A role that
+ * should connect is pointed at a socket the test listens on: the
+ * connection arriving proves where the process went.  A start-up timeout
+ * of a day makes a process that would wait out its start-up hang, which
+ * the suite's timeout turns into a failure; nothing here measures time.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+extern char **environ;
+
+static char dir[64];
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/kanel-cli-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+}
+
+static void teardown(void)
+{
+	static const char *const names[] = { "stdout", "stderr" };
+	char path[128];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+TestSuite(kanel, .init = setup, .fini = teardown, .timeout = 120);
+
+static char *kanel(void)
+{
+	char *exe = getenv("KANEL_EXE");
+
+	cr_assert_not_null(exe, "KANEL_EXE is not set (meson sets it)");
+	return exe;
+}
+
+static const char *in_dir(const char *name)
+{
+	static char bufs[4][128];
+	static int next;
+	char *b = bufs[next++ % 4];
+
+	snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
+	return b;
+}
+
+/* The environment for a child: ours without the job's, plus @extra. */
+static char **child_env(char *const *extra)
+{
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	for (size_t i = 0; extra && extra[i]; i++)
+		n++;
+	env = calloc(n + 1, sizeof(*env));
+	cr_assert_not_null(env);
+	for (size_t i = 0; environ[i]; i++)
+		if (strncmp(environ[i], "KANEL_", 6) &&
+		    strncmp(environ[i], "SLURM_", 6) &&
+		    strncmp(environ[i], "OMPI_", 5))
+			env[k++] = environ[i];
+	for (size_t i = 0; extra && extra[i]; i++)
+		env[k++] = extra[i];
+	return env;
+}
+
+/* Start kanel with @args and @extra variables; stdout and stderr go to
+ * files of the test's directory, or stderr to @err_fd if >= 0. */
+static pid_t start(char *const *args, char *const *extra, int err_fd)
+{
+	char *argv[32] = { kanel() };
+	char **env = child_env(extra);
+	size_t n = 1;
+	pid_t pid;
+
+	for (; args[n - 1]; n++) {
+		cr_assert_lt(n, 31);
+		argv[n] = args[n - 1];
+	}
+	argv[n] = NULL;
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
+			       0644);
+		int err = err_fd >= 0
+				  ? err_fd
+				  : open(in_dir("stderr"),
+					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		setpgid(0, 0);
+		dup2(out, 1);
+		dup2(err, 2);
+		execve(argv[0], argv, env);
+		_exit(127);
+	}
+	free(env);
+	return pid;
+}
+
+static int wait_exit(pid_t pid)
+{
+	int st;
+
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run(char *const *args, char *const *extra)
+{
+	return wait_exit(start(args, extra, -1));
+}
+
+static char *slurp(const char *name)
+{
+	FILE *f = fopen(in_dir(name), "r");
+	char *buf;
+	long n;
+
+	cr_assert_not_null(f, "%s: %s", name, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	cr_assert_not_null(buf);
+	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+/* Run; expect exit code @rc and @needle in stderr. */
+static void expect_refusal(char *const *args, char *const *extra, int rc,
+			   const char *needle)
+{
+	int got = run(args, extra);
+	char *err = slurp("stderr");
+
+	cr_expect_eq(got, rc, "%s %s: exit %d, stderr: %s", args[0],
+		     args[1] ? args[1] : "", got, err);
+	cr_expect_not_null(strstr(err, needle), "%s %s: no \"%s\" in: %s",
+			   args[0], args[1] ? args[1] : "", needle, err);
+	free(err);
+}
+
+/* A TCP socket listening on 127.0.0.1, its port in @port. */
+static int listener(unsigned int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(fd, 16), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A port nothing listens on (bound, then released). */
+static unsigned int dead_port(void)
+{
+	unsigned int port;
+
+	close(listener(&port));
+	return port;
+}
+
+/*
+ * Wait until @pid connects to @fd (true), or exits first (false, with
+ * its stderr logged); then end it.
+ */
+static bool connects(int fd, pid_t pid)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int st;
+
+		if (poll(&p, 1, 100) > 0) {
+			int c = accept(fd, NULL, NULL);
+
+			cr_assert_geq(c, 0);
+			close(c);
+			kill(-pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			return true;
+		}
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			char *err = slurp("stderr");
+
+			cr_log_error("exited (%d) without connecting: %s",
+				     WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
+			free(err);
+			return false;
+		}
+	}
+}
+
+#define ARGS(...)     ((char *[]){ __VA_ARGS__, NULL })
+#define FMT(buf, ...) (snprintf(buf, sizeof(buf), __VA_ARGS__), buf)
+
+/* --- precedence and roles ---------------------------------------------- */
+
+/*
+ * kanel worker's flags beat the KANEL_* variables: the variables name a
+ * dead coordinator and one worker, the flags ours and four.
+ */
+Test(kanel, worker_flags_win_over_variables)
+{
+	unsigned int port;
+	int fd = listener(&port);
+	char coord[64], env_coord[64];
+	pid_t pid;
+
+	pid = start(ARGS("worker", "--coordinator",
+			 FMT(coord, "127.0.0.1:%u", port), "--workers", "4",
+			 "--rank", "3", "--startup-timeout", "86400s"),
+		    ARGS(FMT(env_coord, "KANEL_COORDINATOR=127.0.0.1:%u",
+			     dead_port()),
+			 "KANEL_WORKERS=1", "KANEL_RANK=0", "KANEL_SECRET=s"),
+		    -1);
+	cr_expect(connects(fd, pid), "the worker did not use its flags");
+	close(fd);
+}
+
+/* kanel --role worker, as configuration.md's recipe by hand. */
+Test(kanel, role_from_the_role_flag_without_subcommand)
+{
+	unsigned int port;
+	int fd = listener(&port);
+	char coord[64];
+	pid_t pid;
+
+	pid = start(ARGS("--role", "worker", "--rank", "1"),
+		    ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", port),
+			 "KANEL_WORKERS=2", "KANEL_SECRET=s",
+			 "KANEL_STARTUP_TIMEOUT=86400s"),
+		    -1);
+	cr_expect(connects(fd, pid), "kanel --role worker did not run");
+	close(fd);
+}
+
+/* srun -n 3 kanel --coordinator ...: rank 2 of 3 is worker 0. */
+Test(kanel, role_from_the_launcher_without_subcommand)
+{
+	unsigned int port;
+	int fd = listener(&port);
+	char coord[64];
+	pid_t pid;
+
+	pid = start(ARGS("--coordinator", FMT(coord, "127.0.0.1:%u", port),
+			 "--startup-timeout", "86400s"),
+		    ARGS("SLURM_PROCID=2", "SLURM_NTASKS=3", "KANEL_SECRET=s"),
+		    -1);
+	cr_expect(connects(fd, pid), "rank 2 did not run as a worker");
+	close(fd);
+}
+
+/* KANEL_ROLE=coordinator kanel: a coordinator, which listens. */
+Test(kanel, role_from_the_variable_without_subcommand)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	unsigned int port = dead_port();
+	char coord[64];
+	bool listening = false;
+	pid_t pid;
+
+	pid = start(ARGS("--workers", "1"),
+		    ARGS("KANEL_ROLE=coordinator", "KANEL_SECRET=s",
+			 FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", port),
+			 "KANEL_STARTUP_TIMEOUT=86400s"),
+		    -1);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	while (!listening && waitpid(pid, NULL, WNOHANG) == 0) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		listening = !connect(fd, (struct sockaddr *)&a, sizeof(a));
+		close(fd);
+		if (!listening)
+			usleep(50 * 1000);
+	}
+	if (!listening) {
+		char *err = slurp("stderr");
+
+		cr_log_error("stderr: %s", err);
+		free(err);
+	} else {
+		kill(-pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	cr_expect(listening, "KANEL_ROLE=coordinator kanel did not listen");
+}
+
+/* --- options a command does not use --------------------------------- */
+
+Test(kanel, subcommands_refuse_options_they_do_not_use)
+{
+	char coord[64];
+	char **env =
+		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
+		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
+		     "KANEL_STARTUP_TIMEOUT=2s");
+
+	expect_refusal(ARGS("train", "--listen", "0.0.0.0:1", "--data",
+			    "/nonexistent"),
+		       env, 2, "--listen is not an option of kanel train");
+	expect_refusal(ARGS("train", "--coordinator", "127.0.0.1:1", "--data",
+			    "/nonexistent"),
+		       env, 2, "--coordinator is not an option of kanel train");
+	expect_refusal(ARGS("launch", "--workers", "1", "--rank", "0"), env, 2,
+		       "--rank is not an option of kanel launch");
+	expect_refusal(ARGS("launch", "--workers", "1", "--listen", ":0"), env,
+		       2, "--listen is not an option of kanel launch");
+	expect_refusal(ARGS("worker", "--sync", "asp"), env, 2,
+		       "--sync is not an option of kanel worker");
+	expect_refusal(ARGS("worker", "--role", "server"), env, 2,
+		       "--role is not an option of kanel worker");
+	expect_refusal(ARGS("coordinator", "--listen", ":1"), env, 2,
+		       "--listen is not an option of kanel coordinator");
+	expect_refusal(ARGS("server", "--lr", "0.1"), env, 2,
+		       "--lr is not an option of kanel server");
+}
+
+/* --- bad input is named ------------------------------------------------ */
+
+Test(kanel, a_missing_value_names_its_option)
+{
+	char **env = ARGS("KANEL_SECRET=s");
+
+	expect_refusal(ARGS("train", "--lr", "--momentum", "0.9"), env, 2,
+		       "--lr needs a value, but the next argument is "
+		       "'--momentum'");
+	expect_refusal(ARGS("train", "--lr"), env, 2, "--lr needs a value");
+	expect_refusal(ARGS("train", "--epochs", "--lr", "0.1"), env, 2,
+		       "--epochs needs a value");
+	expect_refusal(ARGS("worker", "--workers", "1", "--steps"), env, 2,
+		       "--steps needs a value");
+	expect_refusal(ARGS("worker", "--steps", "--tensors", "2"), env, 2,
+		       "--steps needs a value");
+	expect_refusal(ARGS("launch", "--workers"), env, 2,
+		       "--workers needs a value");
+}
+
+Test(kanel, a_bad_address_is_named)
+{
+	expect_refusal(ARGS("worker", "--workers", "1", "--coordinator",
+			    "999.0.0.1:7000"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "'999.0.0.1' is not an IPv4 address");
+	expect_refusal(ARGS("server", "--workers", "1", "--coordinator",
+			    "127.0.0.1:7000", "--listen", "10.0.0.256:0"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "'10.0.0.256' is not an IPv4 address");
+}
+
+/* --- kanel launch ---------------------------------------------------- */
+
+Test(kanel, launch_fails_at_once_when_its_command_cannot_run)
+{
+	char *err;
+
+	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--startup-timeout",
+			      "86400s", "--", "./does-not-exist"),
+			 NULL),
+		     2);
+	err = slurp("stderr");
+	cr_expect_not_null(strstr(err, "kanel launch: worker 0: cannot run "
+				       "'./does-not-exist': No such file"),
+			   "%s", err);
+	free(err);
+}
+
+Test(kanel, launch_ends_the_job_when_a_child_fails)
+{
+	char *err;
+
+	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--startup-timeout",
+			      "86400s", "--", "/bin/sh", "-c", "exit 3"),
+			 NULL),
+		     3);
+	err = slurp("stderr");
+	cr_expect_not_null(strstr(err, "(/bin/sh, pid "), "%s", err);
+	cr_expect_not_null(strstr(err, "exited with status 3"), "%s", err);
+	cr_expect_not_null(strstr(err, "kanel launch: ending the job"), "%s",
+			   err);
+	free(err);
+}
+
+/* --- help ------------------------------------------------------------ */
+
+static void expect_help(char *const *args, const char *const *want,
+			const char *const * not )
+{
+	char *out;
+
+	cr_expect_eq(run(args, NULL), 0, "%s --help", args[0]);
+	out = slurp("stdout");
+	for (; want && *want; want++)
+		cr_expect_not_null(strstr(out, *want), "%s: no \"%s\" in: %s",
+				   args[0], *want, out);
+	for (; not &&*not ; not ++)
+		cr_expect_null(strstr(out, *not ), "%s: \"%s\" in: %s", args[0],
+			       *not, out);
+	free(out);
+}
+
+#define LIST(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+Test(kanel, each_subcommand_has_its_own_help)
+{
+	expect_help(ARGS("launch", "--help"),
+		    LIST("usage: kanel launch", "[-- CMD [ARG...]]",
+			 "--workers N", "--sync"),
+		    LIST("--listen", "--rank R", "--role"));
+	expect_help(ARGS("worker", "--help"),
+		    LIST("usage: kanel worker", "--steps N", "--tensors N",
+			 "--tensor-bytes BYTES", "--dtype fp32|fp16|bf16",
+			 "--coordinator HOST:PORT", "--rank R"),
+		    LIST("--sync", "--listen"));
+	expect_help(ARGS("coordinator", "--help"),
+		    LIST("usage: kanel coordinator", "--sync", "--workers N"),
+		    LIST("--listen HOST", "--rank R", "--steps"));
+	expect_help(
+		ARGS("server", "--help"),
+		LIST("usage: kanel server", "--listen HOST:PORT", "--rank R"),
+		LIST("--sync", "--steps"));
+	expect_help(ARGS("sim", "--help"), LIST("usage: kanel sim"),
+		    LIST("usage: sim"));
+	expect_help(ARGS("--help"),
+		    LIST("kanel [options]", "--role coordinator|server|worker"),
+		    NULL);
+}
+
+/* --- log lines --------------------------------------------------------- */
+
+/*
+ * Every write to stderr is a whole line: with stderr a SOCK_SEQPACKET
+ * socket each write(2) is one record, so a line written in pieces shows
+ * as records that do not end in a newline.  A failing launch makes the
+ * launcher and its children write to the same socket.
+ */
+Test(kanel, log_lines_are_written_whole)
+{
+	char buf[8192];
+	int sv[2], records = 0;
+	ssize_t n;
+	pid_t pid;
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	pid = start(ARGS("launch", "--workers", "2", "--", "/bin/sh", "-c",
+			 "exit 4"),
+		    NULL, sv[1]);
+	close(sv[1]);
+	while ((n = recv(sv[0], buf, sizeof(buf) - 1, 0)) > 0) {
+		buf[n] = '\0';
+		records++;
+		cr_expect_eq(buf[n - 1], '\n',
+			     "a record without its newline: "
+			     "'%s'",
+			     buf);
+		cr_expect_eq(strchr(buf, '\n'), buf + n - 1,
+			     "a record of several lines: '%s'", buf);
+	}
+	close(sv[0]);
+	cr_expect_eq(wait_exit(pid), 4);
+	cr_expect_gt(records, 0);
+}
