@@ -66,6 +66,38 @@ void kn__tool_usage(FILE *out, const char *head, unsigned int options)
 	kn__config_usage_of(out, options);
 }
 
+/* Resolve @a, or say why not, naming it: 0 or a negative errno. */
+static int check_address(const char *what, const struct kn__config_addr *a)
+{
+	struct sockaddr_storage ss;
+	bool v6 = strchr(a->host, ':') != NULL;
+	socklen_t len;
+	const char *why;
+	int ret = kn__config_resolve(a, &ss, &len);
+
+	if (!ret)
+		return 0;
+	if (ret == -ENOENT)
+		why = v6 ? "not an IPv6 address this machine can use"
+			 : "no such host, or it has no IPv4 address";
+	else if (ret == -EAGAIN)
+		why = "the name service failed for now; try again";
+	else
+		why = strerror(-ret);
+	kn__tool_log("kanel: %s %s%s%s:%u: %s\n", what, v6 ? "[" : "", a->host,
+		     v6 ? "]" : "", (unsigned int)a->port, why);
+	return ret;
+}
+
+int kn__tool_check_addresses(const struct kn__config *cfg)
+{
+	int ret = check_address("the coordinator's address", &cfg->coordinator);
+
+	if (!ret && cfg->role == KN__ROLE_SERVER)
+		ret = check_address("--listen", &cfg->listen);
+	return ret;
+}
+
 int kn__tool_run_role(const struct kn__config *cfg)
 {
 	uint8_t secret[KN_AUTH_SECRET_MAX];
@@ -80,6 +112,8 @@ int kn__tool_run_role(const struct kn__config *cfg)
 		kn__tool_log("kanel: %s\n", err);
 		return 2;
 	}
+	if (kn__tool_check_addresses(cfg))
+		return 2;
 	if (cfg->role == KN__ROLE_COORDINATOR)
 		ret = kn__coordinator_run(cfg, secret, len);
 	else

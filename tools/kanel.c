@@ -249,6 +249,10 @@ static int run_worker(int argc, char **argv, const struct kn__config *given)
 	/* kn_worker_create reads the environment: what this command was
 	 * told, flags included, goes there first */
 	kn__tool_export_member(&cfg);
+	if (kn__tool_check_addresses(&cfg)) {
+		free(bufs);
+		return 2;
+	}
 	ret = kn_worker_create(&wo, &w);
 	if (ret) {
 		free(bufs);

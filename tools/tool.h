@@ -76,6 +76,14 @@ void kn__tool_export_member(const struct kn__config *cfg);
  */
 __attribute__((format(printf, 1, 2))) void kn__tool_log(const char *fmt, ...);
 
+/*
+ * Resolve the addresses @cfg's role needs (the coordinator's; a server's
+ * --listen too), so that a name that does not resolve is reported as
+ * such, naming it, before anything starts: 0 or a negative errno
+ * (printed).  May block on DNS.
+ */
+int kn__tool_check_addresses(const struct kn__config *cfg);
+
 /* Run a coordinator or a server as @cfg says: the process's exit code. */
 int kn__tool_run_role(const struct kn__config *cfg);
 

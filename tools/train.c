@@ -925,7 +925,9 @@ static int run_worker(const struct kn__train_opts *o,
 		goto out;
 	/* where kn_worker_create reads them: the flags given to --join */
 	kn__tool_export_member(cfg);
-	ret = kn_worker_create(&wo, &w);
+	ret = kn__tool_check_addresses(cfg);
+	if (!ret)
+		ret = kn_worker_create(&wo, &w);
 	for (unsigned int t = 0; !ret && t < s.model.ntensors; t++) {
 		const struct kn__model_tensor *mt = &s.model.tensor[t];
 

@@ -383,6 +383,16 @@ Test(kanel, a_bad_address_is_named)
 			    "127.0.0.1:7000", "--listen", "10.0.0.256:0"),
 		       ARGS("KANEL_SECRET=s"), 2,
 		       "'10.0.0.256' is not an IPv4 address");
+	/* a name that does not resolve (.invalid never does) is named, not
+	 * reported as "No such file or directory" */
+	expect_refusal(ARGS("worker", "--workers", "1", "--coordinator",
+			    "no-such-host.invalid:7000"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "the coordinator's address no-such-host.invalid:7000: ");
+	expect_refusal(ARGS("coordinator", "--workers", "1", "--coordinator",
+			    "no-such-host.invalid:7000"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "the coordinator's address no-such-host.invalid:7000: ");
 }
 
 /* --- kanel launch ---------------------------------------------------- */
