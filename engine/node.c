@@ -3,13 +3,25 @@
  * node.c - control channels over the transport, the job-secret
  * handshake on each, and the progress loop step that dispatches every
  * completion to the role.
+ *
+ * A stranger gets little: a connection that has not authenticated
+ * within HANDSHAKE_S is closed, at most PENDING_MAX connections per
+ * listener may be in the handshake at once (more are closed as they
+ * come), and every refusal is logged once, naming the peer's address,
+ * at most REFUSALS_PER_S lines a second (the rest are counted and the
+ * count logged).  Log lines are written whole by one write(2), and every
+ * byte outside printable ASCII in them is escaped, so that text a peer
+ * sent (an ERROR's) can neither forge lines nor splice with another
+ * process's.
  */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "node.h"
@@ -19,6 +31,10 @@
 #define SENDS	    64
 #define BUSY_POLL_S 50e-6 /* spin this long before sleeping */
 #define RETRY_S	    0.1	  /* between connects to a peer not yet up */
+#define CHAN_BYTES  ((size_t)(RECVS + SENDS) * KN__MSG_MAX)
+#define HANDSHAKE_S	   5.0 /* an acceptor's handshake must end by then */
+#define PENDING_MAX	   64  /* connections in the handshake at once */
+#define REFUSALS_PER_S	   5   /* refusal lines a second; more are counted */
 
 enum chan_state {
 	CH_CONNECTING,	   /* connector: waiting for the connection */
@@ -53,15 +69,93 @@ double kn__now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+size_t kn__escape(const char *in, char *out, size_t size)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t k = 0;
+
+	if (!size)
+		return 0;
+	for (; *in && k + 1 < size; in++) {
+		unsigned char ch = (unsigned char)*in;
+
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+			out[k++] = (char)ch;
+			continue;
+		}
+		if (k + 4 >= size)
+			break;
+		out[k++] = '\\';
+		if (ch == '\\') {
+			out[k++] = '\\';
+			continue;
+		}
+		out[k++] = 'x';
+		out[k++] = hex[ch >> 4];
+		out[k++] = hex[ch & 15];
+	}
+	out[k] = 0;
+	return k;
+}
+
+static void vlog_line(const char *name, const char *fmt, va_list ap)
+{
+	char msg[1024], line[2048];
+	int n;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = snprintf(line, sizeof(line), "kanel: %s: ", name);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return;
+	n += (int)kn__escape(msg, line + n, sizeof(line) - (size_t)n - 1);
+	line[n++] = '\n';
+	/* one write: lines of processes sharing stderr never splice */
+	(void)!write(STDERR_FILENO, line, (size_t)n);
+}
+
 void kn__log(const struct kn__node *n, const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "kanel: %s: ", n->name);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vlog_line(n->name, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+}
+
+/* Say how many refusals went unlogged in the window that ended. */
+static void refusals_flush(struct kn__node *n, double t)
+{
+	if (t - n->refuse_window < 1.0)
+		return;
+	if (n->refuse_quiet)
+		kn__log(n,
+			"%u more connections refused in the last %.0f s "
+			"(not logged one by one)",
+			n->refuse_quiet, t - n->refuse_window);
+	n->refuse_window = t;
+	n->refuse_lines = 0;
+	n->refuse_quiet = 0;
+}
+
+/* Log that the peer @who was refused, and why; rate-limited. */
+static void refusal(struct kn__node *n, const char *who, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void refusal(struct kn__node *n, const char *who, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	refusals_flush(n, kn__now());
+	if (n->refuse_lines >= REFUSALS_PER_S) {
+		n->refuse_quiet++;
+		return;
+	}
+	n->refuse_lines++;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	kn__log(n, "refused %s: %s", who, why);
 }
 
 int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,
@@ -108,7 +202,8 @@ static void chan_free(struct kn__chan *ch)
 		free(b);
 	}
 	kn__tp_mr_dereg(ch->mr);
-	free(ch->buf);
+	if (ch->buf)
+		munmap(ch->buf, CHAN_BYTES);
 	free(ch->posts);
 	free(ch->free_sends);
 	free(ch);
@@ -148,7 +243,7 @@ static struct kn__chan *chan_new(struct kn__node *n, struct kn__tp_ep *ep,
 				 bool acceptor, void *user)
 {
 	struct kn__chan *ch = calloc(1, sizeof(*ch));
-	size_t bytes = (size_t)(RECVS + SENDS) * KN__MSG_MAX;
+	size_t bytes = CHAN_BYTES;
 
 	if (!ch)
 		return NULL;
@@ -156,7 +251,11 @@ static struct kn__chan *chan_new(struct kn__node *n, struct kn__tp_ep *ep,
 	ch->ep = ep;
 	ch->acceptor = acceptor;
 	ch->user = user;
-	ch->buf = aligned_alloc(4096, bytes);
+	/* a mapping of its own: a closed channel's memory goes back */
+	ch->buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ch->buf == MAP_FAILED)
+		ch->buf = NULL;
 	ch->posts = calloc(RECVS + SENDS, sizeof(*ch->posts));
 	ch->free_sends = calloc(SENDS, sizeof(*ch->free_sends));
 	if (!ch->buf || !ch->posts || !ch->free_sends ||
@@ -248,18 +347,36 @@ int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
 	return 0;
 }
 
-void kn__chan_send_error(struct kn__chan *ch, int code, const char *fmt, ...)
+/* Send an ERROR with @text, logging nothing. */
+static void send_error(struct kn__chan *ch, int code, const char *text)
 {
 	struct kn__msg m = { .type = KN__MSG_ERROR };
-	va_list ap;
 
 	m.u.error.code = code < 0 ? code : -EPROTO;
-	va_start(ap, fmt);
-	vsnprintf(m.u.error.text, sizeof(m.u.error.text), fmt, ap);
-	va_end(ap);
-	kn__log(ch->node, "%s: %s", ch->name, m.u.error.text);
+	snprintf(m.u.error.text, sizeof(m.u.error.text), "%s", text);
 	if (kn__chan_send(ch, &m) == 0)
 		ch->linger = true; /* a close lets the error leave first */
+}
+
+void kn__chan_send_error(struct kn__chan *ch, int code, const char *fmt, ...)
+{
+	char text[sizeof(((struct kn__msg *)0)->u.error.text)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	kn__log(ch->node, "%s: %s", ch->name, text);
+	send_error(ch, code, text);
+}
+
+/* An acceptor's handshake is over (done, or the channel closed). */
+static void pending_done(struct kn__chan *ch)
+{
+	if (ch->pending) {
+		ch->pending = false;
+		ch->node->pending--;
+	}
 }
 
 /*
@@ -273,6 +390,7 @@ static void chan_close_status(struct kn__chan *ch, int status)
 	if (ch->closed)
 		return;
 	ch->closed = true;
+	pending_done(ch);
 	if ((!ch->acceptor || ch->state == CH_OPEN) && n->ops->closed)
 		n->ops->closed(n, ch, status);
 	/* an ERROR on its way goes first: closing would cancel it */
@@ -338,6 +456,7 @@ static int send_auth(struct kn__chan *ch, const uint8_t *data, size_t len)
 
 static void opened(struct kn__chan *ch)
 {
+	pending_done(ch);
 	ch->state = CH_OPEN;
 	name_peer(ch);
 	if (ch->node->verbose)
@@ -379,12 +498,11 @@ static bool auth_step(struct kn__chan *ch, const struct kn__msg *m)
 						    &ch->challenge, &ch->answer,
 						    &conf);
 		if (ret) {
-			kn__log(n, "refused a connection: %s",
+			refusal(n, ch->name, "%s",
 				ret == -EACCES ? "it does not know the job "
 						 "secret"
 					       : "a malformed handshake");
-			kn__chan_send_error(ch, -EACCES,
-					    "authentication failed");
+			send_error(ch, -EACCES, "authentication failed");
 			return false;
 		}
 		kn__auth_confirm_encode(&conf, out);
@@ -417,14 +535,29 @@ static bool auth_step(struct kn__chan *ch, const struct kn__msg *m)
 /* A new connection: challenge it. */
 static void accepted(struct kn__node *n, struct kn__tp_ep *ep)
 {
-	struct kn__chan *ch = chan_new(n, ep, true, NULL);
 	uint8_t out[KN_AUTH_CHALLENGE_LEN];
+	struct sockaddr_storage ss;
+	char who[sizeof(((struct kn__chan *)0)->name)] = "a peer";
+	struct kn__chan *ch;
 
-	if (!ch) {
-		kn__log(n, "out of memory for a new connection: refused");
+	if (kn__tp_ep_peer(ep, &ss) == 0)
+		kn__addr_name(&ss, who, sizeof(who));
+	if (n->pending >= PENDING_MAX) {
+		refusal(n, who, "%u connections are in the handshake already",
+			PENDING_MAX);
 		kn__tp_ep_close(ep);
 		return;
 	}
+	ch = chan_new(n, ep, true, NULL);
+	if (!ch) {
+		refusal(n, who, "out of memory for a new connection");
+		kn__tp_ep_close(ep);
+		return;
+	}
+	snprintf(ch->name, sizeof(ch->name), "%s", who);
+	ch->pending = true;
+	n->pending++;
+	ch->deadline = kn__now() + HANDSHAKE_S;
 	kn__tp_ep_set_user(ep, ch);
 	for (uint32_t i = 0; i < RECVS; i++)
 		post_recv(ch, i);
@@ -447,20 +580,38 @@ static void on_recv(struct kn__chan *ch, struct kn__chan_post *p,
 	struct kn__msg m;
 	int ret = kn__msg_decode(slot(ch, p->idx), bytes, &m);
 
+	if (ret && ch->pending) {
+		refusal(n, ch->name, "a malformed message in the handshake");
+		kn__chan_close(ch);
+		return;
+	}
 	if (ret) {
 		kn__log(n, "%s sent a malformed message: closing", ch->name);
 		kn__chan_close(ch);
 		return;
 	}
 	if (ch->state != CH_OPEN) {
-		if (m.type == KN__MSG_ERROR) {
+		if (m.type == KN__MSG_ERROR && ch->pending) {
+			/* escaped like every log line: it cannot forge one */
+			refusal(n, ch->name, "an error before the handshake: %s",
+				m.u.error.text);
+			kn__chan_close(ch);
+			return;
+		}
+		if (m.type == KN__MSG_ERROR) { /* the peer refused us */
 			kn__log(n, "%s: %s", ch->name, m.u.error.text);
 			kn__chan_close(ch);
 			return;
 		}
 		if (m.type != KN__MSG_AUTH) {
-			kn__log(n, "%s: %s before the handshake: closing",
-				ch->name, kn__msg_name(m.type));
+			if (ch->pending)
+				refusal(n, ch->name,
+					"%s before the handshake",
+					kn__msg_name(m.type));
+			else
+				kn__log(n, "%s: %s before the handshake: "
+					   "closing",
+					ch->name, kn__msg_name(m.type));
 			kn__chan_close(ch);
 			return;
 		}
@@ -578,6 +729,22 @@ static void retry_connects(struct kn__node *n)
 	}
 }
 
+/* Close the connections whose handshake ran out of time. */
+static void expire_handshakes(struct kn__node *n)
+{
+	double t = kn__now();
+
+	refusals_flush(n, t);
+	if (!n->pending)
+		return;
+	for (struct kn__chan *ch = n->chans; ch; ch = ch->next)
+		if (ch->pending && !ch->closed && t > ch->deadline) {
+			refusal(n, ch->name, "no handshake within %.0f s",
+				HANDSHAKE_S);
+			kn__chan_close(ch);
+		}
+}
+
 int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
 		  struct kn__tp_completion *c, int max)
 {
@@ -589,6 +756,10 @@ int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
 	int got;
 
 	retry_connects(n);
+	expire_handshakes(n);
+	/* wake for the next handshake deadline */
+	if (n->pending && (timeout_ms < 0 || timeout_ms > 200))
+		timeout_ms = 200;
 
 	/* busy-poll a little (the reply may be on its way), then sleep */
 	while ((got = kn__tp_poll(n->ctx, c, max)) == 0 && kn__now() < spin_end)

@@ -55,6 +55,10 @@ struct kn__node {
 	double retry_until;
 	char name_buf[32];
 	bool verbose;
+	uint32_t pending; /* accepted connections in the handshake */
+	/* refusal log lines: this window's start, lines, those unlogged */
+	double refuse_window;
+	uint32_t refuse_lines, refuse_quiet;
 };
 
 struct kn__chan {
@@ -67,6 +71,8 @@ struct kn__chan {
 	uint32_t nfree, outstanding;
 	int state;
 	bool acceptor, closed;
+	bool pending;	 /* an acceptor in the handshake, counted */
+	double deadline; /* when its handshake runs out */
 	bool linger; /* an ERROR was sent: closing waits for it to leave */
 	uint32_t peer_role, peer_rank;
 	struct kn__auth_challenge challenge; /* the handshake's state */
@@ -118,8 +124,18 @@ bool kn__chan_open(const struct kn__chan *ch);
 /* Close @ch: the role's closed() runs now (status 0). */
 void kn__chan_close(struct kn__chan *ch);
 
+/*
+ * One log line "kanel: <name>: <message>", written whole by one write,
+ * with every byte outside printable ASCII (and the backslash) escaped.
+ */
 void kn__log(const struct kn__node *n, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/*
+ * Copy @in to @out (@size bytes, NUL-terminated) with every byte outside
+ * printable ASCII as \xNN and a backslash as two; the length written.
+ */
+size_t kn__escape(const char *in, char *out, size_t size);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double kn__now(void);

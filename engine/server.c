@@ -790,8 +790,7 @@ static void on_open(struct kn__node *n, struct kn__chan *ch)
 		 * closed its old connection first.
 		 */
 		kn__chan_send_error(ch, -EEXIST,
-				    "%s is already connected: refused",
-				    ch->name);
+				    "this rank is connected already: refused");
 		kn__chan_close(ch);
 		return;
 	}

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,50 @@ int kn__tp_random(void *buf, size_t len)
 			got += (size_t)n;
 	}
 	return 0;
+}
+
+/* Endpoint failures: this window's start, lines logged, lines not. */
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+static double fail_window;
+static unsigned int fail_lines, fail_quiet;
+
+static void log_line(const char *prefix, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void log_line(const char *prefix, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	kn__tp_vlog(prefix, fmt, ap);
+	va_end(ap);
+}
+
+bool kn__tp_fail_log_ok(void)
+{
+	struct timespec ts;
+	double t;
+	bool ok;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	pthread_mutex_lock(&fail_lock);
+	if (t - fail_window >= 1.0) {
+		if (fail_quiet)
+			log_line("transport",
+				 "%u more endpoints failed in the last %.0f s "
+				 "(not logged one by one)",
+				 fail_quiet, t - fail_window);
+		fail_window = t;
+		fail_lines = fail_quiet = 0;
+	}
+	ok = fail_lines < KN_TP_FAIL_LOGS_PER_S;
+	if (ok)
+		fail_lines++;
+	else
+		fail_quiet++;
+	pthread_mutex_unlock(&fail_lock);
+	return ok;
 }
 
 void kn__tp_vlog(const char *prefix, const char *fmt, va_list ap)

@@ -135,6 +135,15 @@ int kn__tp_random(void *buf, size_t len);
 void kn__tp_vlog(const char *prefix, const char *fmt, va_list ap)
 	__attribute__((format(printf, 2, 0)));
 
+/*
+ * Whether an endpoint's failure may be logged now: at most
+ * KN_TP_FAIL_LOGS_PER_S lines a second in a process, so that a flood of
+ * bad peers cannot flood the log; the lines held back are counted, and
+ * the count is logged when the next second starts.
+ */
+#define KN_TP_FAIL_LOGS_PER_S 10
+bool kn__tp_fail_log_ok(void);
+
 extern const struct kn__tp_ops kn__tp_tcp_ops;
 #ifdef KN_HAVE_VERBS
 extern const struct kn__tp_ops kn__tp_verbs_ops;

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -289,7 +290,7 @@ static void ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
 	va_end(ap);
 	/* a peer that hangs up or is not there yet is no news: DISCONNECT
 	 * and CONNECT say so; what else goes wrong is logged */
-	if (err != -ECONNRESET && err != -ECONNREFUSED)
+	if (err != -ECONNRESET && err != -ECONNREFUSED && kn__tp_fail_log_ok())
 		ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
 	if (ep->state == EP_CONNECTING) {
 		ep->connect_event = true;
@@ -903,10 +904,29 @@ static void ep_peer(struct tcp_ep *ep)
 #endif
 }
 
+/*
+ * An endpoint is large (its rings), and a flood of connections makes and
+ * frees many: each is a mapping of its own, so that its memory goes back
+ * to the system when it closes, whatever malloc's thresholds are.
+ */
+static struct tcp_ep *ep_alloc(void)
+{
+	void *p = mmap(NULL, sizeof(struct tcp_ep), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p; /* zeroed */
+}
+
+static void ep_dealloc(struct tcp_ep *ep)
+{
+	free(ep->grants);
+	munmap(ep, sizeof(*ep));
+}
+
 static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
 		  struct tcp_ep **out)
 {
-	struct tcp_ep *ep = calloc(1, sizeof(*ep));
+	struct tcp_ep *ep = ep_alloc();
 	struct epoll_event ev;
 	int one = 1;
 
@@ -928,7 +948,7 @@ static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
 		if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 			int err = -errno;
 
-			free(ep);
+			ep_dealloc(ep);
 			return err;
 		}
 	}
@@ -1050,8 +1070,7 @@ static void ep_free(struct tcp_ep *ep)
 		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
 	}
 	close(ep->h.fd);
-	free(ep->grants);
-	free(ep);
+	ep_dealloc(ep);
 }
 
 static void tcp_ep_close(struct kn__tp_ep *e)
@@ -1723,8 +1742,7 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 
 		c->eps = ep->next;
 		close(ep->h.fd);
-		free(ep->grants);
-		free(ep);
+		ep_dealloc(ep);
 	}
 	while (c->mrs) {
 		struct tcp_mr *mr = c->mrs;
@@ -1749,8 +1767,7 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 
 			c->zombies = ep->next;
 			close(ep->h.fd);
-			free(ep->grants);
-			free(ep);
+			ep_dealloc(ep);
 		}
 		while (c->zombie_listeners) {
 			struct tcp_listener *l = c->zombie_listeners;

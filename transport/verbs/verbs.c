@@ -515,7 +515,8 @@ static void ep_fail(struct vep *ep, int err, const char *why, ...)
 	vsnprintf(msg, sizeof(msg), why, ap);
 	va_end(ap);
 	/* as over tcp: a peer hanging up or not listening is no news */
-	if (!ep->zombie && err != -ECONNRESET && err != -ECONNREFUSED)
+	if (!ep->zombie && err != -ECONNRESET && err != -ECONNREFUSED &&
+	    kn__tp_fail_log_ok())
 		ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
 	if (ep->state == EP_RESOLVING) {
 		ep_ctx(ep)->resolving--;

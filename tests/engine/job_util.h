@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * job_util.h - whole jobs for the engine's tests: the job's settings in
+ * the environment, the coordinator and servers as child processes (the
+ * roles' entry points), workers as child processes on the public API,
+ * and reaping them with a deadline.  Shared by test_e2e.c and
+ * test_hostile.c.
+ */
+#ifndef KN_TEST_JOB_UTIL_H
+#define KN_TEST_JOB_UTIL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "kanel.h"
+
+#define MAXW   8
+#define WAIT_S 60 /* deadline of every wait, seconds */
+
+struct job {
+	pid_t coord, servers[4], workers[MAXW];
+	unsigned int nservers, nworkers;
+	char secret[64];
+	char coordinator[64];
+};
+
+/* What the workers report back: shared with the test's process. */
+struct shared {
+	int status[MAXW];
+	double seconds[MAXW];
+	float values[MAXW][64];
+};
+
+/* Shared with the workers (MAP_SHARED), made by start_job(). */
+extern struct shared *sh;
+
+typedef int worker_fn(unsigned int rank);
+
+/* KANEL_TEST_TRANSPORT, tcp by default; the address to use with it. */
+const char *transport(void);
+const char *host(void);
+/* A loopback port that was free a moment ago. */
+int free_port(void);
+/* A secret file (mode 0600) with @text. */
+void write_secret(const char *path, const char *text);
+void job_env(struct job *j, unsigned int workers, unsigned int servers,
+	     const char *sync, const char *opt, const char *lr);
+/* A coordinator or server in a child; its stderr into @log, listening
+ * on @listen (either NULL: inherited, the job's default). */
+pid_t spawn_role(const char *role, unsigned int rank);
+pid_t spawn_role_logged(const char *role, unsigned int rank, const char *log,
+			const char *listen);
+void start_job(struct job *j);
+/* The same, the coordinator's and servers' stderr into files (NULL: not),
+ * the servers listening on @server_listen (NULL: the job's default). */
+void start_job_logged(struct job *j, const char *coord_log,
+		      const char *server_log, const char *server_listen);
+void spawn_worker(struct job *j, unsigned int rank, worker_fn *fn);
+/* Wait for @pid until @deadline (time()); its exit status, or -1. */
+int reap(pid_t pid, double deadline);
+void end_job(struct job *j, bool expect_clean);
+struct kn_worker *join(unsigned int rank);
+
+#endif /* KN_TEST_JOB_UTIL_H */
