@@ -1094,6 +1094,18 @@ void kn__config_usage_of(FILE *out, unsigned int options)
 	}
 }
 
+const char *kn__config_resolve_strerror(const struct kn__config_addr *addr,
+					int err)
+{
+	if (err == -ENOENT)
+		return strchr(addr->host, ':')
+			       ? "not an IPv6 address this machine can use"
+			       : "no such host, or it has no IPv4 address";
+	if (err == -EAGAIN)
+		return "the name service failed for now; try again";
+	return strerror(-err);
+}
+
 int kn__config_resolve(const struct kn__config_addr *addr,
 		       struct sockaddr_storage *out, socklen_t *len)
 {

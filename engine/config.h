@@ -185,6 +185,10 @@ void kn__config_usage_of(FILE *out, unsigned int options);
 int kn__config_resolve(const struct kn__config_addr *addr,
 		       struct sockaddr_storage *out, socklen_t *len);
 
+/* What a failure of kn__config_resolve for @addr means, for messages. */
+const char *kn__config_resolve_strerror(const struct kn__config_addr *addr,
+					int err);
+
 /* The names used on the command line, or NULL for an unknown value. */
 const char *kn__role_name(enum kn__role role);
 const char *kn__config_transport_name(enum kn__config_transport t);

@@ -20,10 +20,12 @@
  * names who never came.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "node.h"
 #include "sync.h"
@@ -431,6 +433,29 @@ static bool table_matches(struct coordinator *c, uint32_t w)
 	return true;
 }
 
+/*
+ * kanel launch hands its coordinator the write end of a pipe
+ * (KANEL_START_FD): a byte there says the job started, so that the
+ * launcher ends the job at once when a process fails before, and lets a
+ * worker that fails after go, as the job does.
+ */
+static void tell_launcher(void)
+{
+	const char *v = getenv("KANEL_START_FD");
+	char *end;
+	long fd;
+
+	if (!v || !*v)
+		return;
+	errno = 0;
+	fd = strtol(v, &end, 10);
+	if (errno || *end || fd < 0 || fd > INT_MAX)
+		return;
+	(void)!write((int)fd, "s", 1);
+	close((int)fd);
+	unsetenv("KANEL_START_FD");
+}
+
 /* Worker @w's complete table against the job's: go on, or an error. */
 static void check_table(struct coordinator *c, uint32_t w)
 {
@@ -441,6 +466,18 @@ static void check_table(struct coordinator *c, uint32_t w)
 
 		cw->ch = NULL;
 		kn__chan_close(ch);
+		if (c->started)
+			return; /* a rejoin: the job goes on without it */
+		/* it cannot start: the others hear why now, not at the
+		 * start-up deadline */
+		for (uint32_t i = 0; i < c->cfg->workers; i++)
+			if (c->workers[i].ch)
+				kn__chan_send_error(
+					c->workers[i].ch, -EINVAL,
+					"worker %u registered other tensors "
+					"than the job's: the job cannot start",
+					w);
+		shutdown_job(c, -EINVAL);
 		return;
 	}
 	cw->table_ok = true;
@@ -568,6 +605,7 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 		if (++c->ready < c->cfg->workers)
 			return;
 		c->started = true;
+		tell_launcher();
 		if (c->cfg->verbose)
 			kn__log(&c->node,
 				"all %u workers hold the model: "
@@ -797,8 +835,13 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	for (uint32_t w = 0; w < cfg->workers; w++)
 		c.workers[w].planned = true;
 	ret = kn__config_resolve(&cfg->coordinator, &addr, &len);
-	if (!ret)
-		ret = kn__node_listen(&c.node, (struct sockaddr *)&addr, len);
+	if (ret) {
+		kn__log(&c.node, "cannot listen on %s:%u: %s",
+			cfg->coordinator.host, cfg->coordinator.port,
+			kn__config_resolve_strerror(&cfg->coordinator, ret));
+		goto out;
+	}
+	ret = kn__node_listen(&c.node, (struct sockaddr *)&addr, len);
 	if (ret) {
 		kn__log(&c.node, "cannot listen on %s:%u: %s",
 			cfg->coordinator.host, cfg->coordinator.port,

@@ -933,13 +933,17 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 	s.node.verbose = cfg->verbose;
 	s.node.retry_until = kn__now() + cfg->startup_timeout_ms / 1000.0;
 	ret = kn__config_resolve(&cfg->coordinator, &coord, &clen);
-	if (!ret)
-		ret = kn__config_resolve(&cfg->listen, &self, &slen);
 	if (ret) {
-		kn__log(&s.node,
-			"cannot resolve the coordinator's or our own "
-			"address: %s",
-			strerror(-ret));
+		kn__log(&s.node, "the coordinator's address %s:%u: %s",
+			cfg->coordinator.host, cfg->coordinator.port,
+			kn__config_resolve_strerror(&cfg->coordinator, ret));
+		goto out;
+	}
+	ret = kn__config_resolve(&cfg->listen, &self, &slen);
+	if (ret) {
+		kn__log(&s.node, "--listen %s:%u: %s", cfg->listen.host,
+			cfg->listen.port,
+			kn__config_resolve_strerror(&cfg->listen, ret));
 		goto out;
 	}
 	if (kn__addr_is_any(&self) && kn__addr_is_loopback(&coord))

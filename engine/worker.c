@@ -745,9 +745,17 @@ int kn_worker_create(const struct kn_worker_options *opt,
 		if (ret)
 			fprintf(stderr, "kanel: worker: %s\n", err);
 	}
-	if (!ret)
+	if (!ret) {
 		ret = kn__config_resolve(&w->cfg.coordinator, &w->coord_addr,
 					 &w->coord_len);
+		if (ret)
+			fprintf(stderr,
+				"kanel: worker: the coordinator's address "
+				"%s:%u: %s\n",
+				w->cfg.coordinator.host, w->cfg.coordinator.port,
+				kn__config_resolve_strerror(&w->cfg.coordinator,
+							    ret));
+	}
 	if (ret) {
 		free(w);
 		return ret;

@@ -77,13 +77,7 @@ static int check_address(const char *what, const struct kn__config_addr *a)
 
 	if (!ret)
 		return 0;
-	if (ret == -ENOENT)
-		why = v6 ? "not an IPv6 address this machine can use"
-			 : "no such host, or it has no IPv4 address";
-	else if (ret == -EAGAIN)
-		why = "the name service failed for now; try again";
-	else
-		why = strerror(-ret);
+	why = kn__config_resolve_strerror(a, ret);
 	kn__tool_log("kanel: %s %s%s%s:%u: %s\n", what, v6 ? "[" : "", a->host,
 		     v6 ? "]" : "", (unsigned int)a->port, why);
 	return ret;
@@ -246,6 +240,7 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	int port, n;
 
 	memset(job, 0, sizeof(*job));
+	job->start_fd = -1;
 	job->command = command;
 	/* the job's options, checked once here; children read the env */
 	if (kn__tool_parse(argc, argv, &scope, &job->cfg))
@@ -330,6 +325,14 @@ static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
 	}
 	if (pid == 0) {
 		close(fds[0]);
+		if (idx == 0 && job->start_w >= 0) {
+			/* the coordinator's way to say the job started */
+			int fd = dup(job->start_w); /* without CLOEXEC */
+
+			if (fd >= 0)
+				setenv_u("KANEL_START_FD", (unsigned int)fd,
+					 "");
+		}
 		setenv("KANEL_ROLE", role, 1);
 		setenv_u("KANEL_RANK", rank, "");
 		execvp(argv[0], argv);
@@ -359,7 +362,18 @@ static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
 int kn__job_start_roles(struct kn__job *job)
 {
 	char *argv[3] = { job->self, "coordinator", NULL };
-	int ret = spawn(job, 0, argv, "coordinator", 0);
+	int fds[2], ret;
+
+	job->start_w = -1;
+	if (pipe2(fds, O_CLOEXEC) == 0) {
+		fcntl(fds[0], F_SETFL, O_NONBLOCK);
+		job->start_fd = fds[0];
+		job->start_w = fds[1];
+	}
+	ret = spawn(job, 0, argv, "coordinator", 0);
+	if (job->start_w >= 0)
+		close(job->start_w);
+	job->start_w = -1;
 
 	argv[1] = "server";
 	for (unsigned int s = 0; !ret && s < job->cfg.servers; s++)
@@ -371,6 +385,17 @@ int kn__job_start_worker(struct kn__job *job, unsigned int rank,
 			 char *const *argv)
 {
 	return spawn(job, 1 + job->cfg.servers + rank, argv, "worker", rank);
+}
+
+/* Whether the coordinator has said that the job started. */
+static bool started(struct kn__job *job)
+{
+	char b;
+
+	if (!job->started && job->start_fd >= 0 &&
+	    read(job->start_fd, &b, 1) == 1)
+		job->started = true;
+	return job->started;
 }
 
 /* Reap what has ended (@block: wait for all; @one: for one at most). */
@@ -400,11 +425,25 @@ static unsigned int reap(struct kn__job *job, bool block, bool one)
 				job->stopped++;
 				break;
 			}
-			job->failed++;
 			if (!job->status)
 				job->status =
 					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 			describe(job, i, who, sizeof(who));
+			if (job->workers_may_fail && i > job->cfg.servers &&
+			    started(job)) {
+				job->lost++;
+				kn__tool_log("%s: %s (%s, pid %d) ended badly "
+					     "after the start (%s %d): the job "
+					     "goes on without it\n",
+					     job->command, who, job->names[i],
+					     (int)pid,
+					     WIFEXITED(st) ? "status"
+							   : "signal",
+					     WIFEXITED(st) ? WEXITSTATUS(st)
+							   : WTERMSIG(st));
+				break;
+			}
+			job->failed++;
 			if (WIFEXITED(st))
 				kn__tool_log("%s: %s (%s, pid %d) exited with "
 					     "status %d\n",
@@ -473,4 +512,7 @@ void kn__job_fini(struct kn__job *job)
 	job->pids = NULL;
 	free(job->names);
 	job->names = NULL;
+	if (job->start_fd >= 0)
+		close(job->start_fd);
+	job->start_fd = -1;
 }

@@ -345,6 +345,7 @@ static int run_launch(int argc, char **argv)
 		return 2;
 	}
 	wargv[0] = job.self;
+	job.workers_may_fail = true;
 	ret = kn__job_start_roles(&job);
 	for (unsigned int w = 0; !ret && w < job.cfg.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd ? cmd : wargv);
@@ -358,6 +359,10 @@ static int run_launch(int argc, char **argv)
 	if (job.failed && !ret)
 		kn__tool_log("kanel launch: %u of %u process%s failed\n",
 			     job.failed, job.total, job.total == 1 ? "" : "es");
+	else if (job.lost && !ret)
+		kn__tool_log("kanel launch: %u worker%s failed after the start; "
+			     "the others finished the job\n",
+			     job.lost, job.lost == 1 ? "" : "s");
 	ret = ret ? 2 : job.status;
 	kn__job_fini(&job);
 	return ret;

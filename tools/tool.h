@@ -101,6 +101,16 @@ struct kn__job {
 	int status;	      /* the first failure's exit code, else 0 */
 	const char *command;  /* "kanel launch", for messages */
 	bool ending;	      /* the job is being stopped: kn__job_kill */
+	/*
+	 * The coordinator writes a byte to the pipe whose read end this is
+	 * when the job starts (KANEL_START_FD); -1 before kn__job_start_roles.
+	 */
+	int start_fd, start_w;
+	bool started;
+	/* launch: a worker that fails after the start is let go, and the
+	 * others go on, as the engine does; counted in @lost */
+	bool workers_may_fail;
+	unsigned int lost;
 };
 
 /*

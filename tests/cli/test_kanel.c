@@ -428,6 +428,34 @@ Test(kanel, launch_ends_the_job_when_a_child_fails)
 	free(err);
 }
 
+/*
+ * A worker that fails after the job started is let go, as the engine
+ * lets it go: the others finish, and launch's status is the failure's.
+ */
+Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
+{
+	char script[8192], *err;
+	const char *exe = getenv("KANEL_EXE");
+
+	cr_assert_not_null(exe);
+	snprintf(script, sizeof(script),
+		 "if [ \"$KANEL_RANK\" = 1 ]; then '%s' worker --steps 3 && "
+		 "exit 4; else exec '%s' worker --steps 60; fi",
+		 exe, exe);
+	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--", "/bin/sh", "-c",
+			      script),
+			 NULL),
+		     4);
+	err = slurp("stderr");
+	cr_expect_not_null(strstr(err, "worker 1 (/bin/sh, pid "), "%s", err);
+	cr_expect_not_null(strstr(err, "the job goes on without it"), "%s",
+			   err);
+	cr_expect_not_null(strstr(err, "1 worker failed after the start"),
+			   "%s", err);
+	cr_expect_null(strstr(err, "ending the job"), "%s", err);
+	free(err);
+}
+
 /* --- help ------------------------------------------------------------ */
 
 static void expect_help(char *const *args, const char *const *want,
