@@ -137,7 +137,7 @@ struct vgrant {
 	struct vep *ep;
 	struct reg *reg;   /* NULL: the mailbox's */
 	struct ibv_mw *mw; /* type-2 windows */
-	struct ibv_mr *mr; /* else a registration of the range */
+	struct ibv_mr *mr; /* a registration of just the range, if any */
 };
 
 struct vrecv {
@@ -1019,12 +1019,13 @@ static struct rdma_cm_id *ep_unlink(struct vep *ep)
 		c->resolving--;
 	while (ep->held_head != ep->held_tail)
 		bounce_repost(c, ep->held[ep->held_head++ % SRQ_DEPTH].idx);
+	/* windows first: one bound to a QP holds the QP (rxe waits on it) */
+	grants_drop(c, ep, NULL);
 	if (id && id->qp) {
 		qpn_del(c, id->qp->qp_num);
 		rdma_destroy_qp(id);
 		c->nqps--;
 	}
-	grants_drop(c, ep, NULL);
 	c->slots[ep->slot] = NULL;
 	free(ep);
 	return id;
@@ -1141,7 +1142,7 @@ static void conn_param(const struct vctx *c, const struct hello *h,
 
 static void grant_free(struct vgrant *g)
 {
-	if (g->mw)
+	if (g->mw) /* first: a registration with a window bound stays busy */
 		ibv_dealloc_mw(g->mw);
 	if (g->mr)
 		ibv_dereg_mr(g->mr);
@@ -1196,6 +1197,21 @@ static int grant_new(struct vep *ep, struct reg *reg, struct ibv_mr *mr,
 	op = op_new(ep, VOP_BIND, &err);
 	if (!op)
 		goto fail;
+	if (addr != (char *)mr->addr || len != mr->length) {
+		/*
+		 * Part of a region: the window goes over a registration of
+		 * just that part, so that the range is enforced whether the
+		 * device checks a window's bounds or (rxe on Linux 6.1)
+		 * only those of the registration under it.
+		 */
+		g->mr = ibv_reg_mr(c->pd, addr, len,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+		if (!g->mr) {
+			err = errno ? -errno : -ENOMEM;
+			goto fail;
+		}
+		mr = g->mr;
+	}
 	g->mw = ibv_alloc_mw(c->pd, IBV_MW_TYPE_2);
 	if (!g->mw) {
 		err = errno ? -errno : -ENOMEM;
