@@ -817,7 +817,9 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 		s->done = true;
 		return;
 	}
+	/* a refused claim (a rank outside the job) is in no table */
 	if (s->workers && ch->peer_role == KN__ROLE_WORKER &&
+	    ch->peer_rank < s->layout->nworkers &&
 	    s->workers[ch->peer_rank].ch == ch) {
 		/* its slots are free: it is no member any more */
 		s->workers[ch->peer_rank].ch = NULL;

@@ -387,6 +387,20 @@ static int claim_rank(const char *server, uint32_t rank)
 	return c.error;
 }
 
+/*
+ * The server refuses the claim with @err.  Over verbs the ERROR may be
+ * flushed with the connection before it is read: then the close alone
+ * says it, and the server's log (checked by the caller) says why.
+ */
+static void expect_refused(const char *server, uint32_t rank, int err)
+{
+	int got = claim_rank(server, rank);
+
+	if (got == 0 && strcmp(transport(), "verbs") == 0)
+		return;
+	cr_assert_eq(got, err, "rank %u: %d, expected %d", rank, got, err);
+}
+
 Test(hostile, a_secret_holder_takes_no_connected_rank, .timeout = 120)
 {
 	char server[64], slog[64], clog[64];
@@ -401,15 +415,17 @@ Test(hostile, a_secret_holder_takes_no_connected_rank, .timeout = 120)
 	for (double end = mono() + 30; st->started < 2 && mono() < end;)
 		usleep(10000);
 	cr_assert_eq(st->started, 2);
-	cr_assert_eq(claim_rank(server, 1), -EEXIST);
-	cr_assert_eq(claim_rank(server, 7), -EPERM);
+	expect_refused(server, 1, -EEXIST);
+	expect_refused(server, 7, -EPERM);
 	st->go = 1;
 	end_job(&j, true);
 	print_log(slog);
 	for (unsigned int w = 0; w < 2; w++)
 		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
 			     strerror(-sh->status[w]));
-	cr_assert(log_has(slog, "worker 1: this rank is connected already: refused"));
+	cr_assert(log_has(slog, "worker 1: this rank is connected already: "
+				"refused"));
+	cr_assert(log_has(slog, "worker 7: only workers of this job"));
 	unlink(slog);
 	unlink(clog);
 }
