@@ -55,6 +55,7 @@ static const struct name_val sync_names[] = {
 	{ "ssp", KN__CONFIG_SSP },
 	{ "esp", KN__CONFIG_ESP },
 	{ "predicted", KN__CONFIG_PREDICTED },
+	{ "psp", KN__CONFIG_PREDICTED }, /* the theses' name; never printed */
 	{ "cgp", KN__CONFIG_CGP },
 };
 

@@ -44,6 +44,8 @@ int kn__sync_protocol_parse(const char *name)
 {
 	if (!name)
 		return -EINVAL;
+	if (strcmp(name, "psp") == 0) /* the theses' name for it */
+		name = "predicted";
 	for (uint32_t p = 0; p < NPROTOCOLS; p++)
 		if (protocols[p] && strcmp(protocols[p]->name, name) == 0)
 			return (int)p;

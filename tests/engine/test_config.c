@@ -188,6 +188,18 @@ Test(config, a_variable_under_a_flag_is_ignored)
 	cr_assert_eq(c.sync, KN__CONFIG_ASP);
 }
 
+/* psp is another name for predicted, which is the name printed. */
+Test(config, psp_names_predicted)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE, "--sync", "psp"), ENV(NULL), &c);
+	cr_assert_eq(c.sync, KN__CONFIG_PREDICTED);
+	cr_assert_str_eq(kn__config_sync_name(c.sync), "predicted");
+	parse_ok(ARGV(BASE), ENV("KANEL_SYNC=psp"), &c);
+	cr_assert_eq(c.sync, KN__CONFIG_PREDICTED);
+}
+
 Test(config, an_empty_variable_counts_as_unset)
 {
 	struct kn__config c;
@@ -497,7 +509,7 @@ Test(config, every_error_names_the_culprit)
 		{ { BASE, "--sync", "hogwild" },
 		  { NULL },
 		  "--sync='hogwild'",
-		  "bsp, asp, ssp, esp, predicted, cgp" },
+		  "bsp, asp, ssp, esp, predicted, psp, cgp" },
 		{ { BASE, "--cgp-solver", "ga" },
 		  { NULL },
 		  "--cgp-solver='ga'",
@@ -792,7 +804,7 @@ Test(config, usage_lists_every_option_variable_and_default)
 		"--transport tcp|verbs",
 		"KANEL_TRANSPORT",
 		"default tcp]",
-		"--sync bsp|asp|ssp|esp|predicted|cgp",
+		"--sync bsp|asp|ssp|esp|predicted|psp|cgp",
 		"KANEL_SYNC",
 		"default bsp]",
 		"--cgp-solver aga|pls|auto",
