@@ -100,7 +100,7 @@ Test(rules, protocol_names_round_trip)
 	cr_assert_eq(kn__sync_protocol_parse("asp"), KN__SYNC_ASP);
 	cr_assert_eq(kn__sync_protocol_parse("ssp"), KN__SYNC_SSP);
 	cr_assert_eq(kn__sync_protocol_parse("BSP"), -EINVAL);
-	cr_assert_eq(kn__sync_protocol_parse("psp"), -EINVAL);
+	cr_assert_eq(kn__sync_protocol_parse("hogwild"), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse(""), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse(NULL), -EINVAL);
 }
