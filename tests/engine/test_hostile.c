@@ -430,6 +430,18 @@ Test(hostile, a_secret_holder_takes_no_connected_rank, .timeout = 120)
 	unlink(clog);
 }
 
+/* What a peer sent is logged as one line of printable ASCII. */
+Test(hostile, log_text_is_escaped)
+{
+	char out[64];
+
+	cr_assert_eq(kn__escape("a\nb\\c\x01\xff", out, sizeof(out)), 17);
+	cr_assert_str_eq(out, "a\\x0ab\\\\c\\x01\\xff");
+	/* a short buffer cuts whole escapes, and stays terminated */
+	cr_assert_eq(kn__escape("ab\ncd", out, 5), 2);
+	cr_assert_str_eq(out, "ab");
+}
+
 static long rss_kib(pid_t pid)
 {
 	char path[64], line[256];
