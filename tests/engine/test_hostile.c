@@ -277,6 +277,23 @@ static void start_logged(struct job *j, char *server, size_t n,
 	start_job_logged(j, clog, slog, server);
 }
 
+/*
+ * A 2-worker BSP job whose coordinator and server log into @clog and
+ * @slog, the server on @server (64 bytes each), with both workers in and
+ * held before their first step until st->go.
+ */
+static void start_held(struct job *j, char *server, char *slog, char *clog)
+{
+	stage_new();
+	job_env(j, 2, 1, "bsp", "sgd", "0.5");
+	start_logged(j, server, 64, slog, clog);
+	spawn_worker(j, 0, exact_worker);
+	spawn_worker(j, 1, exact_worker);
+	for (double end = mono() + 30; st->started < 2 && mono() < end;)
+		usleep(10000);
+	cr_assert_eq(st->started, 2);
+}
+
 Test(hostile, a_stranger_reaches_nothing, .timeout = 180)
 {
 	char server[64], slog[64], clog[64];
@@ -286,15 +303,8 @@ Test(hostile, a_stranger_reaches_nothing, .timeout = 180)
 	bool forged;
 	int lines;
 
-	stage_new();
-	job_env(&j, 2, 1, "bsp", "sgd", "0.5");
-	start_logged(&j, server, sizeof(server), slog, clog);
 	/* the slots exist once both workers are in; then the stranger */
-	spawn_worker(&j, 0, exact_worker);
-	spawn_worker(&j, 1, exact_worker);
-	for (double end = mono() + 30; st->started < 2 && mono() < end;)
-		usleep(10000);
-	cr_assert_eq(st->started, 2);
+	start_held(&j, server, slog, clog);
 	att = fork();
 	cr_assert_geq(att, 0);
 	if (att == 0)
@@ -406,15 +416,8 @@ Test(hostile, a_secret_holder_takes_no_connected_rank, .timeout = 120)
 	char server[64], slog[64], clog[64];
 	struct job j = { 0 };
 
-	stage_new();
-	job_env(&j, 2, 1, "bsp", "sgd", "0.5");
-	start_logged(&j, server, sizeof(server), slog, clog);
-	spawn_worker(&j, 0, exact_worker);
-	spawn_worker(&j, 1, exact_worker);
 	/* both workers are in, waiting for st->go */
-	for (double end = mono() + 30; st->started < 2 && mono() < end;)
-		usleep(10000);
-	cr_assert_eq(st->started, 2);
+	start_held(&j, server, slog, clog);
 	expect_refused(server, 1, -EEXIST);
 	expect_refused(server, 7, -EPERM);
 	st->go = 1;
