@@ -446,43 +446,43 @@ static int parse_range(struct parse *p, const char *src, const char *val,
 
 static int opt_staleness(struct parse *p, const char *src, const char *val)
 {
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.staleness);
+	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.staleness);
 }
 
 static int opt_max_skip(struct parse *p, const char *src, const char *val)
 {
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.max_skip);
+	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.max_skip);
 }
 
 static int opt_max_steps(struct parse *p, const char *src, const char *val)
 {
-	return parse_range(p, src, val, 1, 1024, &p->cfg.max_steps);
+	return parse_range(p, src, val, 1, 1024, &p->cfg.proto.max_steps);
 }
 
 static int opt_warmup(struct parse *p, const char *src, const char *val)
 {
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.warmup);
+	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.warmup);
 }
 
 static int opt_gamma(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.gamma);
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.gamma);
 }
 
 static int opt_theta(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.theta);
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.theta);
 }
 
 /* (0, 1]: the float range is half-open, so the top is just above 1 */
 static int opt_alpha(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.alpha);
+	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.proto.alpha);
 }
 
 static int opt_miss(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.miss);
+	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.proto.miss);
 }
 
 static int opt_cgp_solver(struct parse *p, const char *src, const char *val)
@@ -492,34 +492,47 @@ static int opt_cgp_solver(struct parse *p, const char *src, const char *val)
 			     ARRAY_SIZE(cgp_solver_names), &v);
 
 	if (!ret)
-		p->cfg.solver = (enum kn__config_cgp_solver)v;
+		p->cfg.proto.solver = (uint32_t)v;
 	return ret;
 }
 
 static int opt_cgp_bound(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.bound);
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.bound);
 }
 
 static int opt_cgp_epoch(struct parse *p, const char *src, const char *val)
 {
 	return parse_range(p, src, val, 1, KN_CONFIG_CGP_MAX_ROUNDS,
-			   &p->cfg.epoch_rounds);
+			   &p->cfg.proto.epoch_rounds);
 }
 
 static int opt_cgp_period(struct parse *p, const char *src, const char *val)
 {
-	return parse_range(p, src, val, 1, UINT32_MAX, &p->cfg.period);
+	return parse_range(p, src, val, 1, UINT32_MAX, &p->cfg.proto.period);
 }
 
 static int opt_cgp_latency(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.latency);
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.latency);
 }
 
 static int opt_cgp_bandwidth(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.bandwidth);
+	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.bandwidth);
+}
+
+static int opt_outer_lr(struct parse *p, const char *src, const char *val)
+{
+	return parse_float(p, src, val, 0, true, INFINITY,
+			   &p->cfg.proto.outer_lr);
+}
+
+static int opt_outer_momentum(struct parse *p, const char *src,
+			      const char *val)
+{
+	return parse_float(p, src, val, 0, false, 1,
+			   &p->cfg.proto.outer_momentum);
 }
 
 static int opt_momentum(struct parse *p, const char *src, const char *val)
@@ -602,6 +615,8 @@ enum opt_id {
 	O_CGP_PERIOD,
 	O_CGP_LATENCY,
 	O_CGP_BANDWIDTH,
+	O_OUTER_LR,
+	O_OUTER_MOMENTUM,
 	O_CHUNK,
 	O_HEARTBEAT,
 	O_STARTUP,
@@ -737,6 +752,16 @@ static const struct opt opts[O_COUNT] = {
 				      "in, in its cost model",
 			      .parse = opt_cgp_bandwidth,
 			      .group = KN__CONFIG_OPT_JOB },
+	[O_OUTER_LR] = { "--outer-lr", "KANEL_OUTER_LR", "RATE", .deflt = "1",
+			 .help = "esp, predicted: the servers' rate on the "
+				 "mean model delta, above 0",
+			 .parse = opt_outer_lr, .group = KN__CONFIG_OPT_JOB },
+	[O_OUTER_MOMENTUM] = { "--outer-momentum", "KANEL_OUTER_MOMENTUM",
+			       "MU", .deflt = "0",
+			       .help = "esp, predicted: Nesterov momentum of "
+				       "the servers' update, in [0, 1)",
+			       .parse = opt_outer_momentum,
+			       .group = KN__CONFIG_OPT_JOB },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "1M",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+#include "sync.h"
+
 #define KN_CONFIG_HOST_MAX  256u   /* host of HOST:PORT, with its NUL */
 #define KN_CONFIG_PATH_MAX  4096u  /* --secret-file, with its NUL */
 #define KN_CONFIG_MAX_COUNT 65536u /* most workers, and most servers */
@@ -92,20 +94,11 @@ struct kn__config {
 	uint32_t chunk_bytes; /* a multiple of 4, at least 4 KiB */
 	float lr;
 	float momentum;
-	uint32_t staleness; /* SSP's bound s, ESP's s_e */
-	uint32_t max_skip;  /* ESP's H_max */
-	float gamma, theta; /* ESP */
-	uint32_t max_steps; /* PSP's R */
-	uint32_t warmup;    /* PSP, CGP */
-	float alpha;	    /* PSP, CGP */
-	float miss;	    /* PSP */
-	/* CGP; its cost model is C_sync(m) = latency + m * bytes / bandwidth */
-	enum kn__config_cgp_solver solver;
-	uint32_t epoch_rounds; /* rounds of the fastest group an epoch */
-	uint32_t period;       /* T_re: iterations between regroup checks */
-	float bound;	       /* S: the staleness bound */
-	float latency;	       /* seconds */
-	float bandwidth;       /* bytes per second */
+	/*
+	 * The protocols' parameters: sync/'s one block (sync.h says what
+	 * each is; its protocol, max_workers, members and bytes are unused)
+	 */
+	struct kn__sync_params proto;
 	uint32_t heartbeat_timeout_ms;
 	uint32_t startup_timeout_ms;
 	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */

@@ -79,27 +79,13 @@ _Static_assert(KN_CONFIG_CGP_MAX_ROUNDS == KN__SYNC_CGP_MAX_ROUNDS,
 void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 			 struct kn__sync_params *out)
 {
-	*out = (struct kn__sync_params){
-		.protocol = job->u.job.protocol,
-		.max_workers = job->u.job.workers,
-		.members = members,
-		.staleness = job->u.job.staleness,
-		.max_skip = job->u.job.max_skip,
-		.max_steps = job->u.job.max_steps,
-		.warmup = job->u.job.warmup,
-		.gamma = job->u.job.gamma,
-		.theta = job->u.job.theta,
-		.alpha = job->u.job.alpha,
-		.miss = job->u.job.miss,
-		.solver = job->u.job.solver,
-		.epoch_rounds = job->u.job.epoch_rounds,
-		.period = job->u.job.period,
-		.bound = job->u.job.bound,
-		.latency = job->u.job.latency,
-		.bandwidth = job->u.job.bandwidth,
-		/* .bytes: only the coordinator's planner needs the model's
-		 * size, and it sets it (plan_with_table) */
-	};
+	/* .bytes: only the coordinator's planner needs the model's size,
+	 * and it sets it (plan_with_table) */
+	*out = job->u.job.proto;
+	out->protocol = job->u.job.protocol;
+	out->max_workers = job->u.job.workers;
+	out->members = members;
+	out->bytes = 0;
 }
 
 static struct coordinator *crd_of(struct kn__node *n)
@@ -116,20 +102,7 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.workers = c->cfg->workers;
 	m.u.job.servers = c->cfg->servers;
 	m.u.job.protocol = c->cfg->sync;
-	m.u.job.staleness = c->cfg->staleness;
-	m.u.job.max_skip = c->cfg->max_skip;
-	m.u.job.max_steps = c->cfg->max_steps;
-	m.u.job.warmup = c->cfg->warmup;
-	m.u.job.gamma = c->cfg->gamma;
-	m.u.job.theta = c->cfg->theta;
-	m.u.job.alpha = c->cfg->alpha;
-	m.u.job.miss = c->cfg->miss;
-	m.u.job.solver = c->cfg->solver;
-	m.u.job.epoch_rounds = c->cfg->epoch_rounds;
-	m.u.job.period = c->cfg->period;
-	m.u.job.bound = c->cfg->bound;
-	m.u.job.latency = c->cfg->latency;
-	m.u.job.bandwidth = c->cfg->bandwidth;
+	m.u.job.proto = c->cfg->proto;
 	m.u.job.optimizer = c->cfg->optimizer;
 	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
 	m.u.job.lr = c->cfg->lr;

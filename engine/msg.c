@@ -57,6 +57,16 @@ static void put_f32(struct cursor *c, float f)
 }
 
 /* A string as u16 length + bytes (no NUL on the wire). */
+/* sync/'s parameter block, in its own order of words. */
+static void put_words(struct cursor *c, const struct kn__sync_params *p)
+{
+	uint32_t w[KN__SYNC_PARAMS_WORDS];
+
+	kn__sync_params_pack(p, w);
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
+		put_u32(c, w[i]);
+}
+
 static void put_str(struct cursor *c, const char *s, size_t max)
 {
 	size_t n = strnlen(s, max);
@@ -224,20 +234,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		put_u64(&c, m->u.job.chunk_bytes);
 		put_f32(&c, m->u.job.lr);
 		put_f32(&c, m->u.job.momentum);
-		put_u32(&c, m->u.job.staleness);
-		put_u32(&c, m->u.job.max_skip);
-		put_u32(&c, m->u.job.max_steps);
-		put_u32(&c, m->u.job.warmup);
-		put_f32(&c, m->u.job.gamma);
-		put_f32(&c, m->u.job.theta);
-		put_f32(&c, m->u.job.alpha);
-		put_f32(&c, m->u.job.miss);
-		put_u32(&c, m->u.job.solver);
-		put_u32(&c, m->u.job.epoch_rounds);
-		put_u32(&c, m->u.job.period);
-		put_f32(&c, m->u.job.bound);
-		put_f32(&c, m->u.job.latency);
-		put_f32(&c, m->u.job.bandwidth);
+		put_words(&c, &m->u.job.proto);
 		put_u32(&c, m->u.job.rank);
 		break;
 	case KN__MSG_TENSOR:
@@ -309,14 +306,19 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 }
 
 /* A CGP cost-model or bound value: finite and not negative. */
-static bool cgp_cost(float f)
+static void get_words(struct cursor *c, struct kn__sync_params *p)
 {
-	return f >= 0 && isfinite(f);
+	uint32_t w[KN__SYNC_PARAMS_WORDS];
+
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
+		w[i] = get_u32(c);
+	kn__sync_params_unpack(p, w);
 }
 
 int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 {
 	struct cursor c = { .r = buf, .pos = KN__MSG_HDR };
+	struct kn__sync_params check;
 	uint32_t plen;
 
 	if (len < KN__MSG_HDR || len > KN__MSG_MAX)
@@ -352,26 +354,11 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.job.chunk_bytes = get_u64(&c);
 		m->u.job.lr = get_f32(&c);
 		m->u.job.momentum = get_f32(&c);
-		m->u.job.staleness = get_u32(&c);
-		m->u.job.max_skip = get_u32(&c);
-		m->u.job.max_steps = get_u32(&c);
-		m->u.job.warmup = get_u32(&c);
-		m->u.job.gamma = get_f32(&c);
-		m->u.job.theta = get_f32(&c);
-		m->u.job.alpha = get_f32(&c);
-		m->u.job.miss = get_f32(&c);
-		m->u.job.solver = get_u32(&c);
-		m->u.job.epoch_rounds = get_u32(&c);
-		m->u.job.period = get_u32(&c);
-		m->u.job.bound = get_f32(&c);
-		m->u.job.latency = get_f32(&c);
-		m->u.job.bandwidth = get_f32(&c);
+		get_words(&c, &m->u.job.proto);
 		m->u.job.rank = get_u32(&c);
-		/* CGP's, as kn__sync_params_resolve takes them (0: default) */
-		if (m->u.job.solver > KN__CONFIG_CGP_PLS ||
-		    m->u.job.epoch_rounds > KN_CONFIG_CGP_MAX_ROUNDS ||
-		    !cgp_cost(m->u.job.bound) || !cgp_cost(m->u.job.latency) ||
-		    !cgp_cost(m->u.job.bandwidth))
+		/* what sync/ would refuse is refused here (0: the default) */
+		check = m->u.job.proto;
+		if (kn__sync_params_resolve(&check))
 			return -EPROTO;
 		break;
 	case KN__MSG_TENSOR:

@@ -76,13 +76,10 @@ struct kn__msg {
 			uint32_t workers, servers, protocol, optimizer;
 			uint64_t chunk_bytes;
 			float lr, momentum;
-			/* the protocols' parameters, as kn__sync_params */
-			uint32_t staleness, max_skip, max_steps, warmup;
-			float gamma, theta, alpha, miss;
-			/* CGP's; the model's bytes are the coordinator's
-			 * alone, known only after this message */
-			uint32_t solver, epoch_rounds, period;
-			float bound, latency, bandwidth;
+			/* the protocols' parameters: sync/'s block (the
+			 * protocol and worker count are the fields above;
+			 * the model's bytes are the coordinator's alone) */
+			struct kn__sync_params proto;
 			uint32_t
 				rank; /* the receiver's (a rejoin gets its own) */
 		} job;

@@ -1059,20 +1059,7 @@ int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
 	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
 	cfg->lr = j->u.job.lr;
 	cfg->momentum = j->u.job.momentum;
-	cfg->staleness = j->u.job.staleness;
-	cfg->max_skip = j->u.job.max_skip;
-	cfg->max_steps = j->u.job.max_steps;
-	cfg->warmup = j->u.job.warmup;
-	cfg->gamma = j->u.job.gamma;
-	cfg->theta = j->u.job.theta;
-	cfg->alpha = j->u.job.alpha;
-	cfg->miss = j->u.job.miss;
-	cfg->solver = (enum kn__config_cgp_solver)j->u.job.solver;
-	cfg->epoch_rounds = j->u.job.epoch_rounds;
-	cfg->period = j->u.job.period;
-	cfg->bound = j->u.job.bound;
-	cfg->latency = j->u.job.latency;
-	cfg->bandwidth = j->u.job.bandwidth;
+	cfg->proto = j->u.job.proto;
 	return 0;
 }
 

@@ -52,45 +52,6 @@ int kn__sync_protocol_parse(const char *name)
 	return -EINVAL;
 }
 
-int kn__sync_params_resolve(struct kn__sync_params *p)
-{
-	if (!p || !isfinite(p->gamma) || p->gamma < 0 ||
-	    !isfinite(p->theta) || p->theta < 0 || !(p->alpha >= 0) ||
-	    p->alpha > 1 || !(p->miss >= 0) || p->miss > 1 ||
-	    p->max_steps > 1024 || p->solver > KN__SYNC_CGP_PLS ||
-	    p->epoch_rounds > KN__SYNC_CGP_MAX_ROUNDS ||
-	    !isfinite(p->bound) || p->bound < 0 || !isfinite(p->latency) ||
-	    p->latency < 0 || !isfinite(p->bandwidth) || p->bandwidth < 0)
-		return -EINVAL;
-	if (!p->staleness)
-		p->staleness = 3;
-	if (!p->max_skip)
-		p->max_skip = 8;
-	if (!p->max_steps)
-		p->max_steps = 15;
-	if (!p->warmup)
-		p->warmup = 3;
-	if (p->gamma == 0)
-		p->gamma = 1;
-	if (p->theta == 0)
-		p->theta = 0.01f;
-	if (p->alpha == 0)
-		p->alpha = 0.5f;
-	if (p->miss == 0)
-		p->miss = 0.25f;
-	if (!p->epoch_rounds)
-		p->epoch_rounds = 20;
-	if (!p->period)
-		p->period = 100;
-	if (p->bound == 0)
-		p->bound = 4;
-	if (p->latency == 0)
-		p->latency = 100e-6f;
-	if (p->bandwidth == 0)
-		p->bandwidth = 1e9f;
-	return 0;
-}
-
 /*
  * The protocol's ops if @params describe a machine we can build, with
  * the parameters resolved into @out.

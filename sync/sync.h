@@ -75,14 +75,37 @@ struct kn__sync_params {
 	float latency;		/* C_sync: seconds per sync (100e-6) */
 	float bandwidth;	/* C_sync: bytes per second the servers take in (1e9) */
 	uint64_t bytes;		/* C_sync: bytes a worker pushes a round (0) */
+	/* ESP, PSP: the servers' outer update of the workers' model deltas */
+	float outer_lr;		/* rate on the mean delta (1) */
+	float outer_momentum;	/* Nesterov momentum of that update (0) */
 };
+
+/*
+ * The protocol parameters a job hands to every process (everything above
+ * but protocol, max_workers, members and bytes), as 32-bit words (floats
+ * by their bits) in one fixed order: the engine's JOB message carries
+ * them so, and this is the only place that knows the list.
+ */
+#define KN__SYNC_PARAMS_WORDS 16u
+void kn__sync_params_pack(const struct kn__sync_params *params,
+			  uint32_t words[KN__SYNC_PARAMS_WORDS]);
+/* The inverse: sets those fields of @params, leaves the others. */
+void kn__sync_params_unpack(struct kn__sync_params *params,
+			    const uint32_t words[KN__SYNC_PARAMS_WORDS]);
+
+/*
+ * True for the protocols whose workers take local steps and push model
+ * deltas (ESP, PSP); the others push one gradient per step.
+ */
+bool kn__sync_local_steps(uint32_t protocol);
 
 /*
  * Replace the zero fields of @params by their defaults: 0, or -EINVAL
  * for a value out of range (gamma, theta not finite or negative, alpha
  * or miss outside (0, 1], max_steps above 1024, an unknown solver,
  * epoch_rounds above KN__SYNC_CGP_MAX_ROUNDS, bound, latency or
- * bandwidth not finite or negative).
+ * bandwidth not finite or negative, outer_lr not finite or negative,
+ * outer_momentum outside [0, 1)).
  */
 int kn__sync_params_resolve(struct kn__sync_params *params);
 

@@ -206,20 +206,23 @@ static void export_options(const struct kn__config *cfg)
 	setenv("KANEL_LR", num, 1);
 	snprintf(num, sizeof(num), "%.9g", (double)cfg->momentum);
 	setenv("KANEL_MOMENTUM", num, 1);
-	setenv_u("KANEL_STALENESS", cfg->staleness, "");
-	setenv_u("KANEL_ESP_MAX_SKIP", cfg->max_skip, "");
-	setenv_f("KANEL_ESP_GAMMA", cfg->gamma);
-	setenv_f("KANEL_ESP_THETA", cfg->theta);
-	setenv_u("KANEL_PSP_MAX_STEPS", cfg->max_steps, "");
-	setenv_u("KANEL_PSP_WARMUP", cfg->warmup, "");
-	setenv_f("KANEL_PSP_ALPHA", cfg->alpha);
-	setenv_f("KANEL_PSP_MISS", cfg->miss);
-	setenv("KANEL_CGP_SOLVER", kn__config_cgp_solver_name(cfg->solver), 1);
-	setenv_f("KANEL_CGP_BOUND", cfg->bound);
-	setenv_u("KANEL_CGP_EPOCH", cfg->epoch_rounds, "");
-	setenv_u("KANEL_CGP_PERIOD", cfg->period, "");
-	setenv_f("KANEL_CGP_LATENCY", cfg->latency);
-	setenv_f("KANEL_CGP_BANDWIDTH", cfg->bandwidth);
+	setenv_u("KANEL_STALENESS", cfg->proto.staleness, "");
+	setenv_u("KANEL_ESP_MAX_SKIP", cfg->proto.max_skip, "");
+	setenv_f("KANEL_ESP_GAMMA", cfg->proto.gamma);
+	setenv_f("KANEL_ESP_THETA", cfg->proto.theta);
+	setenv_u("KANEL_PSP_MAX_STEPS", cfg->proto.max_steps, "");
+	setenv_u("KANEL_PSP_WARMUP", cfg->proto.warmup, "");
+	setenv_f("KANEL_PSP_ALPHA", cfg->proto.alpha);
+	setenv_f("KANEL_PSP_MISS", cfg->proto.miss);
+	setenv("KANEL_CGP_SOLVER", kn__config_cgp_solver_name(
+		(enum kn__config_cgp_solver)cfg->proto.solver), 1);
+	setenv_f("KANEL_CGP_BOUND", cfg->proto.bound);
+	setenv_u("KANEL_CGP_EPOCH", cfg->proto.epoch_rounds, "");
+	setenv_u("KANEL_CGP_PERIOD", cfg->proto.period, "");
+	setenv_f("KANEL_CGP_LATENCY", cfg->proto.latency);
+	setenv_f("KANEL_CGP_BANDWIDTH", cfg->proto.bandwidth);
+	setenv_f("KANEL_OUTER_LR", cfg->proto.outer_lr);
+	setenv_f("KANEL_OUTER_MOMENTUM", cfg->proto.outer_momentum);
 	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
 	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
 	if (cfg->metrics[0])

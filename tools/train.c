@@ -762,17 +762,10 @@ static int local_sync_start(struct worker_state *s, struct local_sync *ls,
 	}
 	if (!ls)
 		return 0;
-	p = (struct kn__sync_params){ .protocol = job.sync,
-				      .max_workers = job.workers,
-				      .members = job.workers,
-				      .staleness = job.staleness,
-				      .max_skip = job.max_skip,
-				      .max_steps = job.max_steps,
-				      .warmup = job.warmup,
-				      .gamma = job.gamma,
-				      .theta = job.theta,
-				      .alpha = job.alpha,
-				      .miss = job.miss };
+	p = job.proto;
+	p.protocol = job.sync;
+	p.max_workers = job.workers;
+	p.members = job.workers;
 	ls->mean = job.sync == KN__CONFIG_PREDICTED;
 	ls->lr = job.lr;
 	memcpy(s->params, ls->inbox, s->model.nparams * sizeof(float));

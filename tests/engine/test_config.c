@@ -209,21 +209,53 @@ Test(config, an_empty_variable_counts_as_unset)
 	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
 }
 
+/*
+ * The defaults the option table gives the protocols' parameters (and
+ * shows in the usage) are sync/'s own: a parse without options holds
+ * what kn__sync_params_resolve makes of an empty block.
+ */
+Test(config, protocol_defaults_are_sync_s)
+{
+	struct kn__sync_params want = { 0 };
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE), NULL, &c);
+	cr_assert_eq(kn__sync_params_resolve(&want), 0);
+	c.proto.protocol = want.protocol;
+	c.proto.max_workers = want.max_workers;
+	c.proto.members = want.members;
+	c.proto.bytes = want.bytes;
+	cr_assert_eq(memcmp(&c.proto, &want, sizeof(want)), 0);
+	cr_assert_float_eq(c.proto.outer_lr, 1.0f, 1e-9);
+	cr_assert_float_eq(c.proto.outer_momentum, 0.0f, 1e-9);
+
+	parse_ok(ARGV(BASE, "--sync", "esp", "--outer-lr", "0.5",
+		      "--outer-momentum", "0.9"),
+		 NULL, &c);
+	cr_assert_float_eq(c.proto.outer_lr, 0.5f, 1e-9);
+	cr_assert_float_eq(c.proto.outer_momentum, 0.9f, 1e-7);
+	cr_assert_eq(parse(ARGV(BASE, "--outer-momentum", "1"), NULL, &c),
+		     -EINVAL);
+	cr_assert(strstr(err, "--outer-momentum"), "%s", err);
+	cr_assert_eq(parse(ARGV(BASE, "--outer-lr", "0"), NULL, &c), -EINVAL);
+	cr_assert(strstr(err, "--outer-lr"), "%s", err);
+}
+
 /* CGP's options: defaults, flags, variables, a flag over its variable. */
 Test(config, cgp_options)
 {
 	struct kn__config c;
 
 	parse_ok(ARGV(BASE), NULL, &c);
-	cr_assert_eq(c.solver, KN__CONFIG_CGP_AUTO);
-	cr_assert_float_eq(c.bound, 4.0f, 1e-9);
-	cr_assert_eq(c.epoch_rounds, 20);
-	cr_assert_eq(c.period, 100);
-	cr_assert_float_eq(c.latency, 100e-6f, 1e-12);
-	cr_assert_float_eq(c.bandwidth, 1e9f, 1);
+	cr_assert_eq(c.proto.solver, KN__CONFIG_CGP_AUTO);
+	cr_assert_float_eq(c.proto.bound, 4.0f, 1e-9);
+	cr_assert_eq(c.proto.epoch_rounds, 20);
+	cr_assert_eq(c.proto.period, 100);
+	cr_assert_float_eq(c.proto.latency, 100e-6f, 1e-12);
+	cr_assert_float_eq(c.proto.bandwidth, 1e9f, 1);
 	/* the PSP options CGP shares keep their defaults */
-	cr_assert_eq(c.warmup, 3);
-	cr_assert_float_eq(c.alpha, 0.5f, 1e-9);
+	cr_assert_eq(c.proto.warmup, 3);
+	cr_assert_float_eq(c.proto.alpha, 0.5f, 1e-9);
 
 	parse_ok(ARGV(BASE, "--sync", "cgp", "--cgp-solver", "pls",
 		      "--cgp-bound=0.5", "--cgp-epoch", "4095", "--cgp-period",
@@ -231,14 +263,14 @@ Test(config, cgp_options)
 		      "--psp-warmup", "7", "--psp-alpha", "1"),
 		 NULL, &c);
 	cr_assert_eq(c.sync, KN__CONFIG_CGP);
-	cr_assert_eq(c.solver, KN__CONFIG_CGP_PLS);
-	cr_assert_float_eq(c.bound, 0.5f, 1e-9);
-	cr_assert_eq(c.epoch_rounds, 4095);
-	cr_assert_eq(c.period, 1);
-	cr_assert_float_eq(c.latency, 1e-9f, 1e-15);
-	cr_assert_float_eq(c.bandwidth, 12.5e9f, 1);
-	cr_assert_eq(c.warmup, 7);
-	cr_assert_float_eq(c.alpha, 1.0f, 1e-9);
+	cr_assert_eq(c.proto.solver, KN__CONFIG_CGP_PLS);
+	cr_assert_float_eq(c.proto.bound, 0.5f, 1e-9);
+	cr_assert_eq(c.proto.epoch_rounds, 4095);
+	cr_assert_eq(c.proto.period, 1);
+	cr_assert_float_eq(c.proto.latency, 1e-9f, 1e-15);
+	cr_assert_float_eq(c.proto.bandwidth, 12.5e9f, 1);
+	cr_assert_eq(c.proto.warmup, 7);
+	cr_assert_float_eq(c.proto.alpha, 1.0f, 1e-9);
 
 	parse_ok(ARGV(BASE),
 		 ENV("KANEL_SYNC=cgp", "KANEL_CGP_SOLVER=aga",
@@ -247,17 +279,17 @@ Test(config, cgp_options)
 		     "KANEL_CGP_BANDWIDTH=1e6"),
 		 &c);
 	cr_assert_eq(c.sync, KN__CONFIG_CGP);
-	cr_assert_eq(c.solver, KN__CONFIG_CGP_AGA);
-	cr_assert_float_eq(c.bound, 8.0f, 1e-9);
-	cr_assert_eq(c.epoch_rounds, 1);
-	cr_assert_eq(c.period, 4294967295u);
-	cr_assert_float_eq(c.latency, 2e-3f, 1e-12);
-	cr_assert_float_eq(c.bandwidth, 1e6f, 1e-3);
+	cr_assert_eq(c.proto.solver, KN__CONFIG_CGP_AGA);
+	cr_assert_float_eq(c.proto.bound, 8.0f, 1e-9);
+	cr_assert_eq(c.proto.epoch_rounds, 1);
+	cr_assert_eq(c.proto.period, 4294967295u);
+	cr_assert_float_eq(c.proto.latency, 2e-3f, 1e-12);
+	cr_assert_float_eq(c.proto.bandwidth, 1e6f, 1e-3);
 
 	parse_ok(ARGV(BASE, "--cgp-solver", "auto", "--cgp-epoch", "3"),
 		 ENV("KANEL_CGP_SOLVER=pls", "KANEL_CGP_EPOCH=bogus"), &c);
-	cr_assert_eq(c.solver, KN__CONFIG_CGP_AUTO);
-	cr_assert_eq(c.epoch_rounds, 3);
+	cr_assert_eq(c.proto.solver, KN__CONFIG_CGP_AUTO);
+	cr_assert_eq(c.proto.epoch_rounds, 3);
 }
 
 /* Slurm, 1 coordinator + 2 servers + 3 workers. */

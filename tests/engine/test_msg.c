@@ -40,20 +40,22 @@ static struct kn__msg cgp_job(void)
 	m.u.job.chunk_bytes = 1 << 20;
 	m.u.job.lr = 0.05f;
 	m.u.job.momentum = 0.9f;
-	m.u.job.staleness = 3;
-	m.u.job.max_skip = 8;
-	m.u.job.max_steps = 15;
-	m.u.job.warmup = 5;
-	m.u.job.gamma = 1;
-	m.u.job.theta = 0.01f;
-	m.u.job.alpha = 0.25f;
-	m.u.job.miss = 0.25f;
-	m.u.job.solver = KN__CONFIG_CGP_PLS;
-	m.u.job.epoch_rounds = KN_CONFIG_CGP_MAX_ROUNDS;
-	m.u.job.period = 100000;
-	m.u.job.bound = 2.5f;
-	m.u.job.latency = 3e-5f;
-	m.u.job.bandwidth = 12.5e9f;
+	m.u.job.proto.staleness = 3;
+	m.u.job.proto.max_skip = 8;
+	m.u.job.proto.max_steps = 15;
+	m.u.job.proto.warmup = 5;
+	m.u.job.proto.gamma = 1;
+	m.u.job.proto.theta = 0.01f;
+	m.u.job.proto.alpha = 0.25f;
+	m.u.job.proto.miss = 0.25f;
+	m.u.job.proto.solver = KN__CONFIG_CGP_PLS;
+	m.u.job.proto.epoch_rounds = KN_CONFIG_CGP_MAX_ROUNDS;
+	m.u.job.proto.period = 100000;
+	m.u.job.proto.bound = 2.5f;
+	m.u.job.proto.latency = 3e-5f;
+	m.u.job.proto.bandwidth = 12.5e9f;
+	m.u.job.proto.outer_lr = 0.7f;
+	m.u.job.proto.outer_momentum = 0.5f;
 	m.u.job.rank = 7;
 	return m;
 }
@@ -66,22 +68,24 @@ Test(msg, job_carries_every_protocols_parameters)
 	b = round_trip(&m, &len);
 	cr_assert_eq(b.type, KN__MSG_JOB);
 	cr_assert_eq(b.u.job.protocol, KN__CONFIG_CGP);
-	cr_assert_eq(b.u.job.warmup, 5);
-	cr_assert_eq(b.u.job.alpha, 0.25f);
-	cr_assert_eq(b.u.job.solver, KN__CONFIG_CGP_PLS);
-	cr_assert_eq(b.u.job.epoch_rounds, KN_CONFIG_CGP_MAX_ROUNDS);
-	cr_assert_eq(b.u.job.period, 100000);
-	cr_assert_eq(b.u.job.bound, 2.5f);
-	cr_assert_eq(b.u.job.latency, 3e-5f);
-	cr_assert_eq(b.u.job.bandwidth, 12.5e9f);
+	cr_assert_eq(b.u.job.proto.warmup, 5);
+	cr_assert_eq(b.u.job.proto.alpha, 0.25f);
+	cr_assert_eq(b.u.job.proto.solver, KN__CONFIG_CGP_PLS);
+	cr_assert_eq(b.u.job.proto.epoch_rounds, KN_CONFIG_CGP_MAX_ROUNDS);
+	cr_assert_eq(b.u.job.proto.period, 100000);
+	cr_assert_eq(b.u.job.proto.bound, 2.5f);
+	cr_assert_eq(b.u.job.proto.latency, 3e-5f);
+	cr_assert_eq(b.u.job.proto.bandwidth, 12.5e9f);
+	cr_assert_eq(b.u.job.proto.outer_lr, 0.7f);
+	cr_assert_eq(b.u.job.proto.outer_momentum, 0.5f);
 	cr_assert_eq(b.u.job.rank, 7);
 	/* 0 is "the default" to sync/, so it travels too */
-	m.u.job.solver = KN__CONFIG_CGP_AUTO;
-	m.u.job.epoch_rounds = 0;
-	m.u.job.bound = m.u.job.latency = m.u.job.bandwidth = 0;
+	m.u.job.proto.solver = KN__CONFIG_CGP_AUTO;
+	m.u.job.proto.epoch_rounds = 0;
+	m.u.job.proto.bound = m.u.job.proto.latency = m.u.job.proto.bandwidth = 0;
 	b = round_trip(&m, &len);
-	cr_assert_eq(b.u.job.solver, KN__CONFIG_CGP_AUTO);
-	cr_assert_eq(b.u.job.bound, 0);
+	cr_assert_eq(b.u.job.proto.solver, KN__CONFIG_CGP_AUTO);
+	cr_assert_eq(b.u.job.proto.bound, 0);
 }
 
 Test(msg, job_refuses_cgp_values_sync_refuses)
@@ -106,11 +110,11 @@ Test(msg, job_refuses_cgp_values_sync_refuses)
 		int len;
 
 		m = cgp_job();
-		m.u.job.solver = bad[i].solver;
-		m.u.job.epoch_rounds = bad[i].rounds;
-		m.u.job.bound = bad[i].bound;
-		m.u.job.latency = bad[i].latency;
-		m.u.job.bandwidth = bad[i].bandwidth;
+		m.u.job.proto.solver = bad[i].solver;
+		m.u.job.proto.epoch_rounds = bad[i].rounds;
+		m.u.job.proto.bound = bad[i].bound;
+		m.u.job.proto.latency = bad[i].latency;
+		m.u.job.proto.bandwidth = bad[i].bandwidth;
 		/* the encoder writes what it is given; the reader checks */
 		len = kn__msg_encode(&m, buf, sizeof(buf));
 		cr_assert_gt(len, 0);

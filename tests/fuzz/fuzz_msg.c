@@ -101,6 +101,17 @@ static bool same_f32(float a, float b)
 	return !memcmp(&a, &b, sizeof(a));
 }
 
+/* sync/'s parameter block, bit for bit, in its own words. */
+static bool same_proto(const struct kn__sync_params *a,
+		       const struct kn__sync_params *b)
+{
+	uint32_t wa[KN__SYNC_PARAMS_WORDS], wb[KN__SYNC_PARAMS_WORDS];
+
+	kn__sync_params_pack(a, wa);
+	kn__sync_params_pack(b, wb);
+	return memcmp(wa, wb, sizeof(wa)) == 0;
+}
+
 static bool same_rdesc(const struct kn__tp_rdesc *a,
 		       const struct kn__tp_rdesc *b)
 {
@@ -153,20 +164,7 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 		       a->u.job.chunk_bytes == b->u.job.chunk_bytes &&
 		       same_f32(a->u.job.lr, b->u.job.lr) &&
 		       same_f32(a->u.job.momentum, b->u.job.momentum) &&
-		       a->u.job.staleness == b->u.job.staleness &&
-		       a->u.job.max_skip == b->u.job.max_skip &&
-		       a->u.job.max_steps == b->u.job.max_steps &&
-		       a->u.job.warmup == b->u.job.warmup &&
-		       same_f32(a->u.job.gamma, b->u.job.gamma) &&
-		       same_f32(a->u.job.theta, b->u.job.theta) &&
-		       same_f32(a->u.job.alpha, b->u.job.alpha) &&
-		       same_f32(a->u.job.miss, b->u.job.miss) &&
-		       a->u.job.solver == b->u.job.solver &&
-		       a->u.job.epoch_rounds == b->u.job.epoch_rounds &&
-		       a->u.job.period == b->u.job.period &&
-		       same_f32(a->u.job.bound, b->u.job.bound) &&
-		       same_f32(a->u.job.latency, b->u.job.latency) &&
-		       same_f32(a->u.job.bandwidth, b->u.job.bandwidth) &&
+		       same_proto(&a->u.job.proto, &b->u.job.proto) &&
 		       a->u.job.rank == b->u.job.rank;
 	case KN__MSG_TENSOR:
 		return a->u.tensor.index == b->u.tensor.index &&
@@ -235,16 +233,16 @@ static void msg_valid(const struct kn__msg *m)
 		break;
 	case KN__MSG_JOB:
 		/* CGP's parameters as sync/ takes them */
-		if (m->u.job.solver > KN__CONFIG_CGP_PLS ||
-		    m->u.job.epoch_rounds > KN_CONFIG_CGP_MAX_ROUNDS)
+		if (m->u.job.proto.solver > KN__CONFIG_CGP_PLS ||
+		    m->u.job.proto.epoch_rounds > KN_CONFIG_CGP_MAX_ROUNDS)
 			fail("decoded JOB solver %u, epoch rounds %u",
-			     m->u.job.solver, m->u.job.epoch_rounds);
-		if (!(m->u.job.bound >= 0) || isinf(m->u.job.bound) ||
-		    !(m->u.job.latency >= 0) || isinf(m->u.job.latency) ||
-		    !(m->u.job.bandwidth >= 0) || isinf(m->u.job.bandwidth))
+			     m->u.job.proto.solver, m->u.job.proto.epoch_rounds);
+		if (!(m->u.job.proto.bound >= 0) || isinf(m->u.job.proto.bound) ||
+		    !(m->u.job.proto.latency >= 0) || isinf(m->u.job.proto.latency) ||
+		    !(m->u.job.proto.bandwidth >= 0) || isinf(m->u.job.proto.bandwidth))
 			fail("decoded JOB bound %g, latency %g, bandwidth %g",
-			     (double)m->u.job.bound, (double)m->u.job.latency,
-			     (double)m->u.job.bandwidth);
+			     (double)m->u.job.proto.bound, (double)m->u.job.proto.latency,
+			     (double)m->u.job.proto.bandwidth);
 		break;
 	case KN__MSG_TENSOR:
 		if (!terminated(m->u.tensor.key, KN__KEY_MAX))
