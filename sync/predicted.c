@@ -5,16 +5,18 @@
  * worker rule.
  *
  * The planner predicts every member's seconds per local step (an EMA of
- * its TIMING reports) and, at a barrier, gives each member a number of
+ * its TIMING reports, restarted from the report that misses it) and, at
+ * a barrier, gives each member a number of
  * local steps k_i <= R so that the predicted finish times k_i * t_i lie
  * as close together as they can (ZipLine, below).  The plan goes out as
  * a REGROUP; the caller hands it to every chunk rule as a PLAN event, and
  * a chunk rule puts it in force only at its next round completion, so no
- * round is ever released under two plans.  Rounds are BSP's.  A push
- * holds the mean gradient of the steps_i local steps since the worker's
- * last push and is weighted steps_i / n, so an update is the sum of all
- * the round's local gradients over n.  Until `warmup` barriers have
- * passed there is no plan: one step per round, weight 1/n, exactly BSP.
+ * round is ever released under two plans.  Rounds are BSP's.  A worker
+ * runs the job's optimizer locally and pushes its model delta (the model
+ * it was released minus its local model after its steps_i local steps);
+ * every push is weighted 1/n, so an update is the plain mean of the
+ * round's deltas, whatever steps each holds.  Until `warmup` barriers
+ * have passed there is no plan: one step per round, weight 1/n, BSP.
  *
  * A worker that has pushed under a plan keeps training on its local copy
  * (R steps at most) until the new model arrives; the caller then merges
@@ -166,10 +168,9 @@ static void release(const struct kn__sync_rule *rule,
 
 /*
  * The APPLY and the RELEASEs of a complete round, or nothing, as BSP's
- * (ascending worker id order is the summation order), but weighted by
- * the steps each push holds.  A completion is the barrier a waiting
- * plan waits for: it is put in force before the releases, which carry
- * it.
+ * (ascending worker id order is the summation order).  A completion is
+ * the barrier a waiting plan waits for: it is put in force before the
+ * releases, which carry it.
  */
 static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
 {
@@ -184,12 +185,14 @@ static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
 		rule->epoch = rule->next_epoch;
 		rule->have_next = false;
 	}
-	/* a push is a mean of steps_i gradients: the sum of them all over n */
+	/*
+	 * A push is a model delta that already holds its steps_i local
+	 * steps: the update is their plain mean.  Weighting by steps_i
+	 * would count the fast workers' progress twice.
+	 */
 	for (uint32_t c = 0; c < n; c++) {
-		uint32_t w = rule->contrib[c].worker;
-
-		rule->contrib[c].weight = (float)rule->w[w].steps / (float)n;
-		release(rule, &out[1 + c], w);
+		rule->contrib[c].weight = 1.0f / (float)n;
+		release(rule, &out[1 + c], rule->contrib[c].worker);
 	}
 	return (int)(1 + n);
 }
@@ -287,8 +290,9 @@ static int make_plan(struct kn__sync_planner *planner)
 /*
  * A barrier is passed when every member has sent a TIMING since the
  * last one.  The first plan comes at barrier `warmup`; later ones only
- * when a prediction missed or the membership changed, so a steady
- * cluster keeps its plan.  On failure nothing has changed and the
+ * when a prediction missed since the last barrier (this very barrier
+ * re-plans, from the restarted prediction) or the membership changed,
+ * so a steady cluster keeps its plan.  On failure nothing has changed and the
  * barrier is tried again with the next TIMING.
  */
 static int barrier(struct kn__sync_planner *planner,
@@ -341,9 +345,17 @@ static int planner_timing(struct kn__sync_planner *planner,
 		return 0;
 	if (old == 0) {
 		planner->pred[w] = value;
+	} else if (fabs(value - old) > (double)planner->params.miss * old) {
+		/*
+		 * A miss is a change of speed, not noise: the EMA restarts
+		 * from the new speed, so the plan this barrier makes already
+		 * follows it.  Averaged in, the prediction would be off
+		 * again at the next barrier, and the plan that fits would
+		 * come barriers later.
+		 */
+		planner->missed = true;
+		planner->pred[w] = value;
 	} else {
-		if (fabs(value - old) > (double)planner->params.miss * old)
-			planner->missed = true;
 		planner->pred[w] = alpha * value + (1 - alpha) * old;
 	}
 	if (!was_reported) {

@@ -3,9 +3,10 @@
  * test_predicted.c - PSP, `predicted` (docs/protocols.md): the ZipLine
  * search on hand-computed cases and against an exhaustive search; the
  * chunk rule (BSP while warming up, a plan in force only from the next
- * completion, weights steps_i / n, joins and leaves); the planner (EMA
- * predictions, the first plan at barrier `warmup`, re-plans after a miss
- * or a membership change only); the worker rule (k_i steps, training
+ * completion, weights 1/n whatever the steps, joins and leaves); the
+ * planner (EMA predictions restarted by a miss, the first plan at barrier
+ * `warmup`, re-plans at the barrier of a miss or after a membership
+ * change only); the worker rule (k_i steps, training
  * while waiting, the merge of those steps); and the three machines run
  * together for a few rounds.  It includes sync_priv.h to call ZipLine
  * directly and to see that a refused event changed nothing.
@@ -290,14 +291,13 @@ static void assert_release(const struct kn__sync_action *a, uint32_t worker,
 }
 
 /*
- * A completion from @version: APPLY of workers @ws (ascending) with
- * weights steps[i] / count, then their releases under @epoch with
- * @rsteps[i] steps.
+ * A completion from @version: APPLY of workers @ws (ascending), each a
+ * model delta weighted 1 / count whatever its steps, then their
+ * releases under @epoch with @rsteps[i] steps.
  */
 static void assert_round(const struct kn__sync_action *a, int n,
-			 const uint32_t *ws, const uint32_t *steps,
-			 uint32_t count, uint64_t version, uint64_t epoch,
-			 const uint32_t *rsteps)
+			 const uint32_t *ws, uint32_t count, uint64_t version,
+			 uint64_t epoch, const uint32_t *rsteps)
 {
 	cr_assert_eq(n, (int)(1 + count));
 	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
@@ -306,10 +306,9 @@ static void assert_round(const struct kn__sync_action *a, int n,
 	cr_assert_eq(a[0].ncontrib, count);
 	for (uint32_t i = 0; i < count; i++) {
 		cr_assert_eq(a[0].contrib[i].worker, ws[i]);
-		cr_assert_eq(a[0].contrib[i].weight,
-			     (float)steps[i] / (float)count,
-			     "worker %u: weight %g, steps %u of %u", ws[i],
-			     a[0].contrib[i].weight, steps[i], count);
+		cr_assert_eq(a[0].contrib[i].weight, 1.0f / (float)count,
+			     "worker %u: weight %g of %u", ws[i],
+			     a[0].contrib[i].weight, count);
 		assert_release(&a[1 + i], ws[i], version + 1, epoch, rsteps[i]);
 	}
 }
@@ -402,7 +401,7 @@ Test(predicted, warmup_rounds_are_exactly_bsp)
 	cr_assert_eq(push(psp, 3, 0, 0, a), 0);
 	cr_assert_eq(push(psp, 1, 0, 1, a), 0);
 	cr_assert_eq(push(psp, 0, 0, 0, a), 0);
-	assert_round(a, push(psp, 2, 0, 1, a), all, one, 4, 0, 0, one);
+	assert_round(a, push(psp, 2, 0, 1, a), all, 4, 0, 0, one);
 	cr_assert_eq(a[0].contrib[0].weight, 0.25f);
 	kn__sync_rule_destroy(psp);
 }
@@ -413,7 +412,7 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan1[MAXW] = { 3, 2, 1, 0, 6, 4 };
 	const uint32_t plan2[MAXW] = { 1, 5, 2 };
-	const uint32_t ws[] = { 0, 1, 2, 5 }, ones[] = { 1, 1, 1, 1 };
+	const uint32_t ws[] = { 0, 1, 2, 5 };
 	const uint32_t held[] = { 3, 2, 1, 4 };
 	const uint32_t ws2[] = { 0, 1, 2 }, k2[] = { 1, 5, 2 };
 
@@ -426,7 +425,7 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 	assert_release(&out[0], 5, 0, 0, 1);
 	cr_assert_eq(push(rule, 2, 0, 1, out), 0, "waits for the joiner");
 	/* the round completes with its pushes; its releases carry plan 1 */
-	assert_round(out, push(rule, 5, 0, 1, out), ws, ones, 4, 0, 1, held);
+	assert_round(out, push(rule, 5, 0, 1, out), ws, 4, 0, 1, held);
 
 	/* round 1 under plan 1; plan 2 arrives in the middle */
 	cr_assert_eq(push(rule, 0, 1, 3, out), 0);
@@ -437,9 +436,9 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 4, out), 1);
 	assert_release(&out[0], 4, 1, 1, 6);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 4, out), 0);
-	/* 5's leave completes the round: weights 3/3, 2/3, 1/3, plan 2 */
+	/* 5's leave completes it: 3, 2 and 1 steps, 1/3 each; plan 2 */
 	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 5, out), ws2,
-		     held, 3, 1, 2, k2);
+		     3, 1, 2, k2);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -449,11 +448,11 @@ Test(predicted, a_joiner_is_released_under_the_plan_in_force)
 	struct kn__sync_action out[MAXACT];
 	/* R is 15: 100 is clamped, 0 (no step count) is one step */
 	const uint32_t plan[MAXW] = { 100, 2, 0, 0, 5, 0 };
-	const uint32_t ws[] = { 0, 1 }, ones[] = { 1, 1 }, k[] = { 15, 2 };
+	const uint32_t ws[] = { 0, 1 }, k[] = { 15, 2 };
 
 	cr_assert_eq(plan_event(rule, 7, plan, out), 0);
 	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
-	assert_round(out, push(rule, 1, 0, 1, out), ws, ones, 2, 0, 7, k);
+	assert_round(out, push(rule, 1, 0, 1, out), ws, 2, 0, 7, k);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 4, out), 1);
 	assert_release(&out[0], 4, 1, 7, 5);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
@@ -461,21 +460,24 @@ Test(predicted, a_joiner_is_released_under_the_plan_in_force)
 	kn__sync_rule_destroy(rule);
 }
 
-Test(predicted, weights_are_steps_over_n)
+/*
+ * A push is a model delta that holds its local steps already: the
+ * update is the plain mean of the deltas, 1/n each, however many steps
+ * each holds (steps_i / n would count the fast workers' progress twice).
+ */
+Test(predicted, weights_are_one_over_n_whatever_the_steps)
 {
 	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t ws[] = { 0, 1, 2, 3 }, ones[] = { 1, 1, 1, 1 };
-	const uint32_t steps[] = { 3, 1, 2, 1 };
 
-	/* {3, 0 (one), 2, 1} over 4: 0.75, 0.25, 0.5, 0.25 */
+	/* {3, 0 (one), 2, 1} steps: 0.25 each */
 	cr_assert_eq(push(rule, 2, 0, 2, out), 0);
 	cr_assert_eq(push(rule, 0, 0, 3, out), 0);
 	cr_assert_eq(push(rule, 3, 0, 1, out), 0);
-	assert_round(out, push(rule, 1, 0, 0, out), ws, steps, 4, 0, 0, ones);
-	cr_assert_eq(out[0].contrib[0].weight, 0.75f);
-	cr_assert_eq(out[0].contrib[1].weight, 0.25f);
-	cr_assert_eq(out[0].contrib[2].weight, 0.5f);
+	assert_round(out, push(rule, 1, 0, 0, out), ws, 4, 0, 0, ones);
+	for (uint32_t c = 0; c < 4; c++)
+		cr_assert_eq(out[0].contrib[c].weight, 0.25f);
 	kn__sync_rule_destroy(rule);
 
 	/* 2R = 30 is the most a push may hold; a refusal changes nothing */
@@ -484,9 +486,9 @@ Test(predicted, weights_are_steps_over_n)
 	cr_assert_eq(push(rule, 1, 0, 31, out), -EINVAL);
 	cr_assert_eq(push(rule, 1, 0, UINT32_MAX, out), -EINVAL);
 	cr_assert_eq(push(rule, 1, 0, 30, out), 0, "same clock: accepted");
-	assert_round(out, push(rule, 2, 0, 1, out), ws,
-		     (uint32_t[]){ 7, 30, 1 }, 3, 0, 0, ones);
-	cr_assert_eq(out[0].contrib[1].weight, 10.0f);
+	/* 7, 30 and 1 steps: 1/3 each, not 10 for the one of 30 */
+	assert_round(out, push(rule, 2, 0, 1, out), ws, 3, 0, 0, ones);
+	cr_assert_eq(out[0].contrib[1].weight, 1.0f / 3.0f);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -495,7 +497,7 @@ Test(predicted, a_stale_or_replayed_plan_is_refused)
 	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t p2[MAXW] = { 2, 2 }, p4[MAXW] = { 4, 3 };
-	const uint32_t ws[] = { 0, 1 }, ones[] = { 1, 1 };
+	const uint32_t ws[] = { 0, 1 };
 	struct kn__sync_event ev = { .type = KN__SYNC_EV_PLAN, .epoch = 9 };
 
 	cr_assert_eq(kn__sync_rule_event(rule, &ev, out), -EINVAL, "no plan");
@@ -506,14 +508,14 @@ Test(predicted, a_stale_or_replayed_plan_is_refused)
 	/* a newer one replaces the waiting one */
 	cr_assert_eq(plan_event(rule, 4, p4, out), 0);
 	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
-	assert_round(out, push(rule, 1, 0, 1, out), ws, ones, 2, 0, 4,
+	assert_round(out, push(rule, 1, 0, 1, out), ws, 2, 0, 4,
 		     (uint32_t[]){ 4, 3 });
 	/* in force now: not newer than 4 is refused */
 	cr_assert_eq(plan_event(rule, 4, p2, out), -EINVAL);
 	cr_assert_eq(plan_event(rule, 3, p2, out), -EINVAL);
 	cr_assert_eq(push(rule, 0, 1, 4, out), 0);
-	assert_round(out, push(rule, 1, 1, 3, out), ws, (uint32_t[]){ 4, 3 }, 2,
-		     1, 4, (uint32_t[]){ 4, 3 });
+	assert_round(out, push(rule, 1, 1, 3, out), ws, 2, 1, 4,
+		     (uint32_t[]){ 4, 3 });
 	cr_assert_eq(plan_event(rule, 5, p2, out), 0);
 	kn__sync_rule_destroy(rule);
 }
@@ -523,7 +525,7 @@ Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan[MAXW] = { 6, 0, 3, 9 };
-	const uint32_t ws[] = { 0, 2 }, steps[] = { 2, 1 }, k[] = { 6, 3 };
+	const uint32_t ws[] = { 0, 2 }, k[] = { 6, 3 };
 
 	cr_assert_eq(push(rule, 0, 0, 2, out), 0);
 	cr_assert_eq(push(rule, 3, 0, 5, out), 0);
@@ -531,10 +533,10 @@ Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 	cr_assert_eq(plan_event(rule, 1, plan, out), 0);
 	/* 3's push is dropped with it, then 1's leave completes the round */
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 3, out), 0);
-	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 1, out), ws,
-		     steps, 2, 0, 1, k);
-	/* 2 of 2 contributions: weights 2/2 and 1/2 */
-	cr_assert_eq(out[0].contrib[0].weight, 1.0f);
+	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 1, out), ws, 2,
+		     0, 1, k);
+	/* 2 of 2 contributions, of 2 and 1 steps: 1/2 each */
+	cr_assert_eq(out[0].contrib[0].weight, 0.5f);
 	cr_assert_eq(out[0].contrib[1].weight, 0.5f);
 	kn__sync_rule_destroy(rule);
 }
@@ -604,24 +606,31 @@ static void assert_regroup(const struct kn__sync_action *a, int n,
 			     a->plan[w], plan[w]);
 }
 
-/* Warm-up: {1, 2, 4} twice, then {1, 3, 4}: the EMA makes it 2.5. */
+/*
+ * Warm-up: worker 1 reports 2, 2.5 and 2.75, none a miss: the EMA makes
+ * it 2.5.
+ */
 static void warm_up(struct kn__sync_planner *planner)
 {
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan[MAXW] = { 8, 3, 2 };
 
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
+	/* 2.5 vs 2 is off by exactly 25%: no miss, pred 2.25 */
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+		     0);
+	cr_assert_eq(planner->pred[1], 2.25);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
 	/*
-	 * Barrier 3 = warmup: pred = {1, 0.5 x 3 + 0.5 x 2, 4} =
-	 * {1, 2.5, 4}, whose ZipLine plan is {8, 3, 2} (see the hand-
-	 * computed cases).  The last timings alone, {1, 3, 4}, would give
-	 * {12, 4, 3}; their mean {1, 2.33, 4} something else again.
+	 * Barrier 3 = warmup: 2.75 vs 2.25 is no miss either, pred =
+	 * {1, 0.5 x 2.75 + 0.5 x 2.25, 4} = {1, 2.5, 4}, whose ZipLine
+	 * plan is {8, 3, 2} (see the hand-computed cases).  The last
+	 * timings alone, {1, 2.75, 4}, would give another one.
 	 */
 	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 3, 4 }, 3, out), 1,
-		       plan);
+		       barrier(planner, (const double[]){ 1, 2.75, 4 }, 3,
+			       out),
+		       1, plan);
 	cr_assert_eq(planner->pred[1], 2.5);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
 }
@@ -693,27 +702,37 @@ Test(predicted, planner_keeps_its_plan_while_predictions_hold)
 	kn__sync_planner_destroy(planner);
 }
 
-Test(predicted, planner_replans_after_a_miss)
+/*
+ * A miss re-plans at the barrier it is seen at, and that plan already
+ * follows the new speed: the missing report restarts the prediction.
+ * Averaged into the EMA instead (8 vs 4 -> 6), the plan would be
+ * {12, 5, 2} and 8 would miss 6 again at the next barrier, so the plan
+ * that fits would only come a barrier later.
+ */
+Test(predicted, planner_replans_at_the_barrier_of_a_miss_from_the_new_speed)
 {
 	struct kn__sync_planner *planner = planner_new(3, 0);
 	struct kn__sync_action out[MAXACT];
 
 	warm_up(planner);
-	/*
-	 * 6 vs 4 misses by 50%: pred {1, 2.5, 5}, ZipLine: width 0 at
-	 * [5, 5] = 5 x 1 = 2 x 2.5 = 1 x 5.
-	 */
+	/* 8 vs 4 misses by 100%: pred {1, 2.5, 8}, window [7.5, 8] */
 	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 6 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 5, 2, 1 });
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 5 }, 3, out),
+		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	cr_assert_eq(planner->pred[2], 8);
+	/* the slow worker stays slow: the plan holds, no second one */
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
-	/* 1.5 vs 2.5 misses by 40%: pred {1, 2, 5}, width 0 at 10 */
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		     0);
+	/* 1.5 vs 2.5 misses by 40%: pred {1, 1.5, 8} */
 	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 1.5, 5 }, 3, out),
-		       3, (const uint32_t[MAXW]){ 10, 5, 2 });
+		       barrier(planner, (const double[]){ 1, 1.5, 8 }, 3, out),
+		       3, (const uint32_t[MAXW]){ 8, 5, 1 });
+	cr_assert_eq(planner->pred[1], 1.5);
 	/* the miss was this barrier's: the next one keeps the plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 5 }, 3, out), 0);
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 1.5, 8 }, 3, out),
+		     0);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
 	kn__sync_planner_destroy(planner);
 }
@@ -755,15 +774,15 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 
 	/*
 	 * 1 comes back on slower hardware: its prediction starts afresh
-	 * from 10 (not 0.5 x 10 + 0.5 x 2.5).  Windows must hold 10 or 20
-	 * of it: [8, 10] and [10, 12] are 2 wide ([15, 20] is 5), and the
-	 * lower one wins: {10, 1, 2}.
+	 * from 3 (not 0.5 x 3 + 0.5 x 2.5, which 3 does not miss by more
+	 * than 25%), and 12 = 12 x 1 = 4 x 3 = 3 x 4 gives {12, 4, 3};
+	 * 2.75 would have kept {8, 3, 2}.
 	 */
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 1, out), 0);
 	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 10, 4 }, 3, out),
-		       5, (const uint32_t[MAXW]){ 10, 1, 2 });
-	cr_assert_eq(planner->pred[1], 10);
+		       barrier(planner, (const double[]){ 1, 3, 4 }, 3, out),
+		       5, (const uint32_t[MAXW]){ 12, 4, 3 });
+	cr_assert_eq(planner->pred[1], 3);
 	kn__sync_planner_destroy(planner);
 }
 
@@ -946,7 +965,7 @@ Test(predicted, worker_refuses_what_does_not_fit_and_changes_nothing)
  * and reports its seconds per step to the planner after each round; the
  * planner's plans go to the chunk rule.  After the warm-up every push
  * holds the plan's steps {8, 3, 2} (worker 1's third step is the one it
- * took while waiting), weighted steps / 3.
+ * took while waiting), and every delta is weighted 1/3.
  */
 Test(predicted, the_machines_run_rounds_together)
 {
@@ -1001,8 +1020,7 @@ Test(predicted, the_machines_run_rounds_together)
 		}
 		cr_assert_eq(n, 4, "round %lu completes", (unsigned long)round);
 		for (uint32_t i = 0; i < 3; i++) {
-			cr_assert_eq(out[0].contrib[i].weight,
-				     (float)pushed_steps[i] / 3.0f);
+			cr_assert_eq(out[0].contrib[i].weight, 1.0f / 3.0f);
 			/* train on the copy until the round's model is in */
 			while (answer[i] == KN__SYNC_NEXT_STEP &&
 			       now[i] < end) {
