@@ -6,7 +6,9 @@
  * without a subcommand takes its role from --role, KANEL_ROLE or the
  * launcher; a missing value and a bad address are named; kanel launch
  * ends a job at once when a command cannot run or a child fails; every
- * subcommand has its own --help; log lines reach stderr whole.
+ * subcommand has its own --help; log lines reach stderr whole; kanel
+ * compare refuses a bad --seeds list before it runs anything, and with a
+ * good one runs once per seed into files of their own.
  *
  * The processes run with the test's environment minus every KANEL_*,
  * SLURM_* and OMPI_* variable, plus what each test gives.  A role that
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -534,4 +537,187 @@ Test(kanel, log_lines_are_written_whole)
 	close(sv[0]);
 	cr_expect_eq(wait_exit(pid), 4);
 	cr_expect_gt(records, 0);
+}
+
+/* --- kanel compare --seeds ------------------------------------------ */
+
+#define DATA "/usr/share/datasets/fashion-mnist"
+
+/* Every bad list is refused with status 2, naming what is wrong, before
+ * a run starts or the output folder is made. */
+Test(kanel, compare_refuses_bad_seed_lists)
+{
+	static const struct {
+		const char *list, *why;
+	} bad[] = {
+		{ "", "--seeds: the list is empty" },
+		{ "1,,2", "--seeds: an empty seed in '1,,2'" },
+		{ "1,2,", "--seeds: an empty seed in '1,2,'" },
+		{ "x", "--seeds: 'x' is not a whole number from 0 to " },
+		{ "1,-2", "--seeds: '-2' is not a whole number" },
+		{ "1.5", "--seeds: '1.5' is not a whole number" },
+		{ "+1", "--seeds: '+1' is not a whole number" },
+		{ "3,1,03", "--seeds: seed 3 is given twice" },
+		{ "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
+		  "--seeds: more than 16 seeds" },
+		{ "99999999999999999999999", "--seeds: " },
+	};
+	char out[128];
+	struct stat st;
+
+	snprintf(out, sizeof(out), "%s/cmp", dir);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_refusal(ARGS("compare", "--protocols", "bsp", "--seeds",
+				    (char *)bad[i].list, "--out", out),
+			       NULL, 2, bad[i].why);
+	expect_refusal(
+		ARGS("compare", "--protocols", "bsp", "--out", out, "--seeds"),
+		NULL, 2, "--seeds needs a value");
+	expect_refusal(ARGS("compare", "--protocols", "bsp", "--seed", "4",
+			    "--seeds", "1,2", "--out", out),
+		       NULL, 2, "--seed and --seeds: give one");
+	expect_refusal(ARGS("compare", "--protocols", "bsp", "--seeds=1,2",
+			    "--seed=4", "--out", out),
+		       NULL, 2, "--seed=4 and --seeds: give one");
+	cr_expect_neq(stat(out, &st), 0, "%s was made", out);
+}
+
+static void remove_tree(const char *path)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	cr_expect_eq(system(cmd), 0);
+}
+
+/* How many lines of @text start with @prefix; @first the first, if any. */
+static int lines_starting(const char *text, const char *prefix,
+			  const char **first)
+{
+	int n = 0;
+
+	for (const char *l = text; *l;) {
+		const char *nl = strchr(l, '\n');
+
+		if (strncmp(l, prefix, strlen(prefix)) == 0 && !n++ && first)
+			*first = l;
+		if (!nl)
+			break;
+		l = nl + 1;
+	}
+	return n;
+}
+
+/* The length of the CSV field at @p. */
+static size_t field_len(const char *p)
+{
+	return strcspn(p, ",\n");
+}
+
+/* The field under @key in @line of @csv, whose first line is the header
+ * (fails the test where @key is not a column). */
+static const char *field(const char *csv, const char *line, const char *key)
+{
+	static char buf[128];
+	const char *h = csv;
+
+	for (;;) {
+		size_t n = field_len(h);
+
+		if (n == strlen(key) && strncmp(h, key, n) == 0)
+			break;
+		cr_assert_eq(h[n], ',', "no column %s in %s", key, csv);
+		h += n + 1;
+		line += field_len(line);
+		cr_assert_eq(*line, ',', "a short row: %s", csv);
+		line++;
+	}
+	snprintf(buf, sizeof(buf), "%.*s", (int)field_len(line), line);
+	return buf;
+}
+
+/*
+ * Two seeds, one protocol, a sliver of an epoch: a run per seed, its
+ * seed passed on (the summary says so) and in its files' names; the
+ * table of medians with how many reached the target.  A target of 0 is
+ * reached at the first evaluation and one of 1 never is, so the figures
+ * checked do not depend on the machine.
+ */
+Test(kanel, compare_runs_once_per_seed)
+{
+	char out[128], path[192], *csv, *md, *json;
+	const char *line = NULL;
+	struct stat st;
+	int rc;
+
+	if (access(DATA "/train-images-idx3-ubyte.gz", R_OK))
+		cr_skip_test("no %s (Debian package dataset-fashion-mnist)",
+			     DATA);
+	snprintf(out, sizeof(out), "%s/cmp", dir);
+	rc = run(ARGS("compare", "--protocols", "bsp", "--seeds", "7,3",
+		      "--workers", "1", "--model", "softmax", "--epochs",
+		      "0.01", "--step-time", "0", "--target-accuracy", "0",
+		      "--out", out),
+		 NULL);
+	if (rc) {
+		char *err = slurp("stderr");
+
+		cr_log_error("stderr: %s", err);
+		free(err);
+	}
+	cr_assert_eq(rc, 0);
+	snprintf(path, sizeof(path), "%s/run-bsp-none.json", out);
+	cr_expect_neq(stat(path, &st), 0, "%s without a seed", path);
+	snprintf(path, sizeof(path), "%s/run-bsp-none-seed3.csv", out);
+	cr_expect_eq(stat(path, &st), 0, "no %s", path);
+	json = slurp("cmp/run-bsp-none-seed7.json");
+	cr_expect(strstr(json, "\"seed\": 7,"), "%s", json);
+	free(json);
+	csv = slurp("cmp/compare.csv");
+	cr_expect(strstr(csv, ",figures_of,reached\n"), "%s", csv);
+	cr_expect_eq(lines_starting(csv, "bsp,softmax,1,1,none,7,", NULL), 1,
+		     "%s", csv);
+	cr_expect_eq(lines_starting(csv, "bsp,softmax,1,1,none,3,", NULL), 1,
+		     "%s", csv);
+	cr_expect_eq(lines_starting(csv, "bsp,softmax,1,1,none,median,", NULL),
+		     1, "%s", csv);
+	cr_expect_eq(lines_starting(csv, "bsp,softmax,1,1,none,min,", NULL), 1,
+		     "%s", csv);
+	cr_expect_eq(lines_starting(csv, "bsp,softmax,1,1,none,max,", NULL), 1,
+		     "%s", csv);
+	free(csv);
+	md = slurp("cmp/compare.md");
+	cr_expect(strstr(md, "| reached |"), "%s", md);
+	cr_expect(strstr(md, "| bsp | none | 0.00 (0.00-0.00) | 2/2 | "), "%s",
+		  md);
+	free(md);
+	if (access("/usr/bin/gnuplot", X_OK) == 0) {
+		char *gp = slurp("cmp/accuracy-vs-time-none.gp");
+
+		cr_expect(strstr(gp, "-seed7.csv'") ||
+				  strstr(gp, "-seed3.csv'"),
+			  "%s", gp);
+		cr_expect(strstr(gp, "title 'bsp (seed "), "%s", gp);
+		free(gp);
+	}
+
+	/* a target no run reaches: no median time, no range, 0 of 1 */
+	rc = run(ARGS("compare", "--protocols", "bsp", "--seeds", "5",
+		      "--workers", "1", "--model", "softmax", "--epochs",
+		      "0.01", "--step-time", "0", "--target-accuracy", "1",
+		      "--plot", "svg", "--out", out),
+		 NULL);
+	cr_assert_eq(rc, 0);
+	md = slurp("cmp/compare.md");
+	cr_expect(strstr(md, "| bsp | none | not reached | 0/1 | - |"), "%s",
+		  md);
+	free(md);
+	csv = slurp("cmp/compare.csv");
+	cr_expect_eq(lines_starting(csv, "bsp,softmax,1,1,none,median,", &line),
+		     1, "%s", csv);
+	cr_assert_not_null(line);
+	cr_expect_str_empty(field(csv, line, "time_to_target_s"), "%s", csv);
+	cr_expect_str_eq(field(csv, line, "reached"), "0", "%s", csv);
+	free(csv);
+	remove_tree(out);
 }
