@@ -260,6 +260,22 @@ static int psp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 #define PRED_MIN 1e-9
 
 /*
+ * Predictions that keep missing plan worse than BSP: a plan made from a
+ * speed that has changed again by the time it is in force (a plan needs
+ * a round to reach the servers) gives a worker that has just become slow
+ * many steps, and the whole round waits for them.  So after
+ * FALLBACK_MISSES barriers in a row that each saw a miss (a re-plan
+ * that missed at once; a single change of speed misses once, since the
+ * prediction restarts from it) the planner falls back to one step per
+ * member, BSP's rounds, and leaves the fallback with a ZipLine plan
+ * after FALLBACK_HOLDS barriers in a row without a miss, as many as the
+ * default warm-up.  2 and 3: the fallback is cheap (it is BSP, with the
+ * waiting time still trained on the copy), a plan that misses is not.
+ */
+#define FALLBACK_MISSES 2
+#define FALLBACK_HOLDS	3
+
+/*
  * ZipLine over the members' predictions into planner->plan (0 for
  * non-members); planner->plan is untouched on failure.
  */
@@ -287,30 +303,56 @@ static int make_plan(struct kn__sync_planner *planner)
 	return ret;
 }
 
+/* One step for every member, 0 for the others: BSP's rounds. */
+static void fallback_plan(struct kn__sync_planner *planner)
+{
+	for (uint32_t i = 0; i < planner->params.max_workers; i++)
+		planner->plan[i] = planner->member[i] ? 1 : 0;
+}
+
 /*
  * A barrier is passed when every member has sent a TIMING since the
  * last one.  The first plan comes at barrier `warmup`; later ones only
  * when a prediction missed since the last barrier (this very barrier
  * re-plans, from the restarted prediction) or the membership changed,
- * so a steady cluster keeps its plan.  On failure nothing has changed and the
- * barrier is tried again with the next TIMING.
+ * so a steady cluster keeps its plan.  Misses at FALLBACK_MISSES
+ * barriers in a row make the plan one step each until FALLBACK_HOLDS
+ * barriers in a row hold; in the fallback nothing else re-plans (one
+ * step each fits any membership).  On failure nothing has changed and
+ * the barrier is tried again with the next TIMING.
  */
 static int barrier(struct kn__sync_planner *planner,
 		   struct kn__sync_action *out)
 {
 	uint64_t warmup = planner->params.warmup, next = planner->barriers + 1;
-	bool replan;
+	uint32_t misses = planner->missed ? planner->misses + 1 : 0;
+	uint32_t holds = planner->missed ? 0 : planner->holds + 1;
+	bool replan = false, fallback = planner->fallback;
 	int ret;
 
 	if (planner->nmembers == 0 || planner->nreported < planner->nmembers)
 		return 0;
-	replan = next == warmup ||
-		 (next > warmup && (planner->missed || planner->changed));
-	if (replan) {
+	if (fallback) {
+		/* out only with a plan that fits, once predictions hold */
+		replan = holds >= FALLBACK_HOLDS;
+		fallback = !replan;
+	} else if (next >= warmup && misses >= FALLBACK_MISSES) {
+		replan = fallback = true;
+	} else {
+		replan = next == warmup ||
+			 (next > warmup && (planner->missed || planner->changed));
+	}
+	if (replan && !fallback) {
 		ret = make_plan(planner);
 		if (ret < 0)
 			return ret;
+	} else if (replan) {
+		fallback_plan(planner);
 	}
+	/* saturated: only "this many in a row" is ever asked */
+	planner->misses = misses < FALLBACK_MISSES ? misses : FALLBACK_MISSES;
+	planner->holds = holds < FALLBACK_HOLDS ? holds : FALLBACK_HOLDS;
+	planner->fallback = fallback;
 	planner->barriers = next;
 	planner->missed = false;
 	planner->nreported = 0;

@@ -69,6 +69,12 @@ struct kn__sync_planner {
 	bool *reported; /* [max_workers], zeroed */
 	uint32_t nreported;
 	bool missed, changed;
+	/*
+	 * PSP: the barriers in a row that saw a miss; in fallback (one step
+	 * each, as BSP) and the barriers in a row that held since.
+	 */
+	uint32_t misses, holds;
+	bool fallback;
 	struct kn__sync_cgp_planner *cgp; /* CGP: groups, solver (cgp.c) */
 };
 

@@ -737,6 +737,91 @@ Test(predicted, planner_replans_at_the_barrier_of_a_miss_from_the_new_speed)
 	kn__sync_planner_destroy(planner);
 }
 
+/*
+ * Predictions that keep missing: the re-plan after a miss misses at once
+ * (the slow worker is fast again), so the second barrier in a row with a
+ * miss falls back to one step per member, BSP's rounds.  Misses in the
+ * fallback plan nothing more, nor does a JOIN (one step fits anyone).
+ */
+Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
+{
+	struct kn__sync_planner *planner = planner_new(3, 0);
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	/* a miss: re-planned from the new speed */
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	/* 4 vs 8, missed again at the next barrier: the fallback */
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
+	cr_assert(planner->fallback);
+	/* more misses, a joiner: still one step each, no new plan */
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		     0);
+	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
+	cr_assert_eq(
+		barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out), 0);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
+	cr_assert(planner->fallback);
+	kn__sync_planner_destroy(planner);
+
+	/* a miss that holds afterwards is one change of speed: no fallback */
+	planner = planner_new(3, 0);
+	warm_up(planner);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		     0);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+		       3, (const uint32_t[MAXW]){ 8, 3, 2 });
+	cr_assert(!planner->fallback);
+	kn__sync_planner_destroy(planner);
+}
+
+/*
+ * The fallback ends with a ZipLine plan after three barriers in a row
+ * whose predictions hold; a miss among them starts the count again.
+ */
+Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
+{
+	struct kn__sync_planner *planner = planner_new(3, 0);
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		     1);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
+	/* two that hold, then a miss (8 vs 4): the count starts again */
+	for (int b = 0; b < 2; b++)
+		cr_assert_eq(
+			barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
+			0);
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		     0);
+	for (int b = 0; b < 2; b++)
+		cr_assert_eq(
+			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+			0, "hold %d of 3", b + 1);
+	cr_assert(planner->fallback);
+	/* the third in a row: out, with the plan that fits {1, 2.5, 8} */
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
+	cr_assert(!planner->fallback);
+	/* and back to the usual rules: a steady cluster keeps its plan */
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		     0);
+	cr_assert_eq(kn__sync_planner_epoch(planner), 4);
+	kn__sync_planner_destroy(planner);
+}
+
 Test(predicted, planner_replans_after_a_join_or_a_leave)
 {
 	struct kn__sync_planner *planner = planner_new(3, 0);
