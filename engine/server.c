@@ -311,6 +311,23 @@ static void count_staleness(struct srv_staleness *st,
 	}
 }
 
+/*
+ * ESP and PSP push model deltas, not gradients: the job's optimizer ran
+ * on the workers.  The servers apply the outer update: the weighted mean
+ * of the deltas at the outer rate, with Nesterov momentum if one is set
+ * (docs/protocols.md, "What a contribution is").
+ */
+static void outer_update(const struct kn__sync_params *proto, float lr_scale,
+			 struct kn_update_params *p)
+{
+	p->optimizer =
+		proto->outer_momentum > 0 ? KN_OPT_MOMENTUM : KN_OPT_SGD;
+	p->flags = proto->outer_momentum > 0 ? KN_UPDATE_NESTEROV : 0;
+	p->lr = (proto->outer_lr > 0 ? proto->outer_lr : 1.0f) * lr_scale;
+	p->momentum = proto->outer_momentum;
+	p->weight_decay = 0;
+}
+
 /* Apply one APPLY action into the free out buffer @o. */
 static int apply(struct server *s, struct srv_chunk *ch,
 		 const struct kn__sync_action *a, int o)
@@ -363,6 +380,9 @@ static int apply(struct server *s, struct srv_chunk *ch,
 			.eps = 1e-8f,
 			.step = ++ch->step,
 		};
+
+		if (kn__sync_local_steps(job->u.job.protocol))
+			outer_update(&job->u.job.proto, a->lr_scale, &p);
 
 		ret = kn_update(&p, ch->master, ch->m, ch->v, src, a->ncontrib,
 				ch->dtype, n);

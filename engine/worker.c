@@ -50,9 +50,16 @@ enum wk_state {
 
 struct wk_tensor {
 	struct kn__tensor_desc d;
-	void *params, *grads;
+	void *params, *grads; /* grads: what pushes read */
 	void *inbox; /* where pulls land instead, or NULL */
 	struct kn__tp_mr *pmr, *gmr, *imr;
+	/*
+	 * ESP, PSP (the engine's own, fp32): the program's gradients, the
+	 * last global model (the anchor deltas are taken from), the model
+	 * at the last push, the inner optimizer's state; grads and inbox
+	 * are the engine's then too (the delta pushed, the model pulled).
+	 */
+	float *user_grads, *anchor, *at_push, *m, *v;
 };
 
 struct wk_server {
@@ -114,6 +121,17 @@ struct kn_worker {
 	 * it carries their mean */
 	double timing_sum;
 	uint32_t timing_count;
+	/* kn_worker_step_done, on the application's side (no lock) */
+	bool local;			/* the job takes local steps */
+	struct kn__sync_worker *rule;	/* ESP's, PSP's worker rule */
+	bool pending;			/* a pushpull is on its way */
+	uint64_t pending_handle;
+	double push_t;			/* when it left */
+	double round_s;			/* PSP: seconds of local steps ... */
+	uint32_t round_steps;		/* ... since the last release */
+	uint64_t inner_step;		/* the inner optimizer's (Adam) */
+	double step_return;		/* when the last step call returned */
+	bool told_local;		/* -EPROTO explained once */
 };
 
 /* ---- in the progress thread ---- */
@@ -786,12 +804,67 @@ int kn_worker_create(const struct kn_worker_options *opt,
 	pthread_mutex_lock(&w->lock);
 	ret = wait_for(w, joined, 0, (int)w->cfg.startup_timeout_ms,
 		       "waiting for the coordinator and the servers");
+	w->local = kn__sync_local_steps(w->job.u.job.protocol);
 	pthread_mutex_unlock(&w->lock);
 	if (ret) {
 		kn_worker_destroy(w);
 		return ret;
 	}
 	*out = w;
+	return 0;
+}
+
+static float *fp32_alloc(size_t count)
+{
+	size_t bytes = (count * sizeof(float) + 63) & ~(size_t)63;
+	float *p = aligned_alloc(64, bytes);
+
+	if (p)
+		memset(p, 0, bytes);
+	return p;
+}
+
+static void local_free(struct wk_tensor *t)
+{
+	if (!t->user_grads)
+		return; /* not a local-step job's: nothing of ours */
+	free(t->grads);
+	free(t->inbox);
+	free(t->anchor);
+	free(t->at_push);
+	free(t->m);
+	free(t->v);
+}
+
+/*
+ * A local-step job's tensor: the program's gradients are read by
+ * kn_worker_step_done alone; pushes read our delta buffer, pulls land
+ * in our inbox, and the anchor, the copy at push time and the inner
+ * optimizer's state are ours.  fp32 only: the merge is done in fp32.
+ */
+static int local_buffers(struct wk_tensor *t)
+{
+	size_t n = t->d.len;
+
+	if (t->d.dtype != KN_DTYPE_FP32) {
+		fprintf(stderr,
+			"kanel: worker: tensor '%s' is %s: the workers of "
+			"esp and predicted keep fp32 tensors only\n",
+			t->d.key, kn_dtype_name(t->d.dtype));
+		return -ENOTSUP;
+	}
+	t->user_grads = t->grads;
+	t->grads = fp32_alloc(n);
+	t->inbox = fp32_alloc(n);
+	t->anchor = fp32_alloc(n);
+	t->at_push = fp32_alloc(n);
+	t->m = fp32_alloc(n);
+	t->v = fp32_alloc(n);
+	if (!t->grads || !t->inbox || !t->anchor || !t->at_push || !t->m ||
+	    !t->v) {
+		local_free(t);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -824,6 +897,10 @@ int kn_worker_register(struct kn_worker *w, const char *key,
 			t->d.len = count;
 			t->params = params;
 			t->grads = grads;
+			if (w->local)
+				ret = local_buffers(t);
+			if (ret)
+				w->ntensors--;
 		}
 	}
 	pthread_mutex_unlock(&w->lock);
@@ -836,6 +913,13 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 
 	if (!w || !key || !inbox)
 		return -EINVAL;
+	if (w->local) {
+		fprintf(stderr, "kanel: worker: the job runs %s: the engine "
+				"keeps the inbox itself (kn_worker_step_done)\n",
+			kn__config_sync_name(
+				(enum kn__config_sync)w->job.u.job.protocol));
+		return -EINVAL;
+	}
 	pthread_mutex_lock(&w->lock);
 	for (uint32_t i = 0; i < w->ntensors; i++)
 		if (strcmp(w->tensors[i].d.key, key) == 0) {
@@ -846,6 +930,26 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 		ret = -EBUSY;
 	pthread_mutex_unlock(&w->lock);
 	return ret;
+}
+
+/*
+ * A local-step job has started: the initial model is in every inbox.
+ * It becomes the parameters the program trains and the first anchor,
+ * and the worker rule starts as if just released.
+ */
+static int local_start(struct kn_worker *w)
+{
+	struct kn__sync_params p;
+
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		struct wk_tensor *t = &w->tensors[i];
+		size_t bytes = t->d.len * sizeof(float);
+
+		memcpy(t->params, t->inbox, bytes);
+		memcpy(t->anchor, t->inbox, bytes);
+	}
+	kn__job_sync_params(&w->job, w->job.u.job.workers, &p);
+	return kn__sync_worker_create(&p, w->cfg.rank, &w->rule);
 }
 
 int kn_worker_start(struct kn_worker *w)
@@ -865,7 +969,30 @@ int kn_worker_start(struct kn_worker *w)
 		       "starting: waiting for the servers, the model and "
 		       "the other workers");
 	pthread_mutex_unlock(&w->lock);
+	if (!ret && w->local)
+		ret = local_start(w);
+	w->step_return = kn__now();
 	return ret;
+}
+
+/*
+ * ESP and PSP workers take local steps and push model deltas: a program
+ * that pushes gradients itself would train as no protocol says, so it is
+ * told at its first try.
+ */
+static int refuse_local(struct kn_worker *w)
+{
+	if (!w->told_local)
+		fprintf(stderr,
+			"kanel: worker %u: the job runs %s, whose workers take "
+			"local steps: train with kn_worker_step_done() (after "
+			"each step), not with push, pull or kn_worker_step "
+			"(docs/engine.md)\n",
+			w->cfg.rank,
+			kn__config_sync_name(
+				(enum kn__config_sync)w->job.u.job.protocol));
+	w->told_local = true;
+	return -EPROTO;
 }
 
 static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
@@ -882,15 +1009,13 @@ static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
 	return -ENOENT;
 }
 
-static int post(struct kn_worker *w, const char *key, bool push, bool pull,
-		uint64_t *handle)
+static int post_op(struct kn_worker *w, const char *key, bool push,
+		   bool pull, uint64_t *handle)
 {
 	struct wk_op *op;
 	uint32_t idx = UINT32_MAX;
 	int ret;
 
-	if (!w || !handle)
-		return -EINVAL;
 	pthread_mutex_lock(&w->lock);
 	ret = w->state == WK_RUNNING  ? tensor_index(w, key, &idx)
 	      : w->state == WK_FAILED ? w->error
@@ -912,6 +1037,17 @@ static int post(struct kn_worker *w, const char *key, bool push, bool pull,
 	wake(w);
 	pthread_mutex_unlock(&w->lock);
 	return 0;
+}
+
+/* The program's own operations: not under a local-step protocol. */
+static int post(struct kn_worker *w, const char *key, bool push, bool pull,
+		uint64_t *handle)
+{
+	if (!w || !handle)
+		return -EINVAL;
+	if (w->local)
+		return refuse_local(w);
+	return post_op(w, key, push, pull, handle);
 }
 
 int kn_worker_push(struct kn_worker *w, const char *key, uint64_t *handle)
@@ -975,10 +1111,19 @@ int kn_worker_wait(struct kn_worker *w, uint64_t handle, int timeout_ms)
 
 int kn_worker_step(struct kn_worker *w, const char *key)
 {
+	double t = kn__now();
 	uint64_t h;
 	int ret = kn_worker_pushpull(w, key, &h);
 
-	return ret ? ret : kn_worker_wait(w, h, -1);
+	/* CGP groups workers by their compute time: the time since the
+	 * last step returned, as kn_worker_step_done takes it */
+	if (!ret && w->job.u.job.protocol == KN__CONFIG_CGP && !key &&
+	    w->step_return > 0)
+		ret = kn__worker_timing(w, t - w->step_return);
+	if (!ret)
+		ret = kn_worker_wait(w, h, -1);
+	w->step_return = kn__now();
+	return ret;
 }
 
 uint64_t kn_worker_clock(const struct kn_worker *w)
@@ -1063,6 +1208,240 @@ int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
 	return 0;
 }
 
+/* ---- kn_worker_step_done: the worker rule, on the program's thread ---- */
+
+int kn_worker_job(const struct kn_worker *w, struct kn_job_info *info)
+{
+	const struct kn__msg *j;
+
+	if (!w || !info)
+		return -EINVAL;
+	j = &w->job;
+	*info = (struct kn_job_info){
+		.protocol = (enum kn_sync)j->u.job.protocol,
+		.protocol_name = kn__config_sync_name(
+			(enum kn__config_sync)j->u.job.protocol),
+		.optimizer = j->u.job.optimizer == KN__CONFIG_SUM
+				     ? KN_OPT_SGD
+				     : (enum kn_optimizer)j->u.job.optimizer,
+		.summation = j->u.job.optimizer == KN__CONFIG_SUM,
+		.local_steps = w->local,
+		.lr = j->u.job.lr,
+		.momentum = j->u.job.momentum,
+		.workers = j->u.job.workers,
+		.servers = j->u.job.servers,
+		.staleness = j->u.job.proto.staleness,
+		.max_skip = j->u.job.proto.max_skip,
+		.gamma = j->u.job.proto.gamma,
+		.theta = j->u.job.proto.theta,
+		.max_steps = j->u.job.proto.max_steps,
+		.warmup = j->u.job.proto.warmup,
+		.alpha = j->u.job.proto.alpha,
+		.miss = j->u.job.proto.miss,
+		.bound = j->u.job.proto.bound,
+		.outer_lr = j->u.job.proto.outer_lr,
+		.outer_momentum = j->u.job.proto.outer_momentum,
+	};
+	return 0;
+}
+
+/* The job's optimizer on this worker's own copy, with its own state. */
+static int inner_update(struct kn_worker *w)
+{
+	const struct kn__msg *j = &w->job;
+	struct kn_update_params p = {
+		.optimizer = (enum kn_optimizer)j->u.job.optimizer,
+		.lr = j->u.job.lr,
+		.grad_scale = 1,
+		.momentum = j->u.job.momentum,
+		.beta1 = 0.9f,
+		.beta2 = 0.999f,
+		.eps = 1e-8f,
+		.step = ++w->inner_step,
+	};
+
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		struct wk_tensor *t = &w->tensors[i];
+		const void *g = t->user_grads;
+		int ret = kn_update(&p, t->params, t->m, t->v, &g, 1,
+				    KN_DTYPE_FP32, t->d.len);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* ESP's significance test: |params - anchor| / |anchor| over the model. */
+static float delta_ratio(const struct kn_worker *w)
+{
+	double d = 0, a = 0;
+
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		const struct wk_tensor *t = &w->tensors[i];
+		const float *x = t->params, *y = t->anchor;
+
+		for (size_t k = 0; k < t->d.len; k++) {
+			double e = (double)x[k] - y[k];
+
+			d += e * e;
+			a += (double)y[k] * y[k];
+		}
+	}
+	return (float)(sqrt(d) / fmax(sqrt(a), 1e-12));
+}
+
+/*
+ * The global model of the pending push has landed in the inboxes: the
+ * parameters become it plus the progress made since the push, it is the
+ * new anchor, and the rule hears of the release.  PSP's planner hears
+ * the mean step time of the round.
+ */
+static int local_released(struct kn_worker *w)
+{
+	struct kn__sync_worker_event ev = { .type = KN__SYNC_WEV_RELEASE };
+	uint32_t next, steps = 1;
+	uint64_t epoch = 0;
+	float hint = 0;
+	int ret;
+
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		struct wk_tensor *t = &w->tensors[i];
+		float *x = t->params;
+		const float *in = t->inbox, *at = t->at_push;
+
+		for (size_t k = 0; k < t->d.len; k++)
+			x[k] = in[k] + (x[k] - at[k]);
+		memcpy(t->anchor, in, t->d.len * sizeof(float));
+	}
+	w->pending = false;
+	kn__worker_release_info(w, &steps, &epoch, &hint);
+	ev.t = kn__now();
+	ev.steps = steps;
+	ev.epoch = epoch;
+	ev.hint = hint;
+	ev.rtt = ev.t - w->push_t;
+	ret = kn__sync_worker_event(w->rule, &ev, &next);
+	if (!ret && w->job.u.job.protocol == KN__CONFIG_PREDICTED &&
+	    w->round_steps)
+		ret = kn__worker_timing(w, w->round_s / w->round_steps);
+	w->round_s = 0;
+	w->round_steps = 0;
+	return ret;
+}
+
+static int local_wait(struct kn_worker *w)
+{
+	int ret = kn_worker_wait(w, w->pending_handle, -1);
+
+	return ret ? ret : local_released(w);
+}
+
+/* Push the model delta since the anchor (a descent direction). */
+static int local_push(struct kn_worker *w)
+{
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		struct wk_tensor *t = &w->tensors[i];
+		const float *x = t->params, *a = t->anchor;
+		float *d = t->grads;
+
+		for (size_t k = 0; k < t->d.len; k++)
+			d[k] = a[k] - x[k];
+		memcpy(t->at_push, x, t->d.len * sizeof(float));
+	}
+	w->push_t = kn__now();
+	return post_op(w, NULL, true, true, &w->pending_handle);
+}
+
+static int local_step(struct kn_worker *w, double seconds, unsigned int flags,
+		      unsigned int *result)
+{
+	struct kn__sync_worker_event ev = { .type = KN__SYNC_WEV_STEP };
+	uint32_t next;
+	int ret = 0;
+
+	*result = KN_STEP_LOCAL;
+	if (!(flags & KN_STEP_APPLIED))
+		ret = inner_update(w);
+	if (ret)
+		return ret;
+	w->round_s += seconds;
+	w->round_steps++;
+	ev.t = kn__now();
+	ev.seconds = seconds;
+	ev.delta_ratio =
+		w->job.u.job.protocol == KN__CONFIG_ESP ? delta_ratio(w) : 0;
+	ret = kn__sync_worker_event(w->rule, &ev, &next);
+	if (ret)
+		return ret;
+	if (w->pending) {
+		/* PSP, training on while the model is on its way */
+		ret = kn_worker_test(w, w->pending_handle);
+		if (ret == 1 || (ret == 0 && next == KN__SYNC_NEXT_WAIT)) {
+			*result = KN_STEP_SYNCED;
+			return ret == 1 ? local_released(w) : local_wait(w);
+		}
+		return ret;
+	}
+	if (next != KN__SYNC_NEXT_PUSH)
+		return 0;
+	ret = local_push(w);
+	if (ret)
+		return ret;
+	w->pending = true;
+	*result = KN_STEP_PUSHED;
+	ev = (struct kn__sync_worker_event){ .type = KN__SYNC_WEV_PUSHED,
+					     .t = w->push_t };
+	ret = kn__sync_worker_event(w->rule, &ev, &next);
+	if (ret || next != KN__SYNC_NEXT_WAIT)
+		return ret;
+	*result = KN_STEP_SYNCED;
+	return local_wait(w);
+}
+
+int kn_worker_step_done(struct kn_worker *w, double seconds,
+			unsigned int flags, unsigned int *result)
+{
+	unsigned int what = KN_STEP_SYNCED;
+	double now = kn__now();
+	int ret;
+
+	if (!w || (flags & ~KN_STEP_APPLIED) || isnan(seconds) ||
+	    seconds > FLT_MAX)
+		return -EINVAL;
+	if (seconds < 0)
+		seconds = w->step_return > 0 ? now - w->step_return : 0;
+	if (w->local && !w->rule) /* not started */
+		ret = -EINVAL;
+	else if (w->local)
+		ret = local_step(w, seconds, flags, &what);
+	else if (flags & KN_STEP_APPLIED)
+		ret = -EINVAL; /* the servers apply this job's update */
+	else {
+		uint64_t h;
+
+		ret = post_op(w, NULL, true, true, &h);
+		if (!ret && (w->job.u.job.protocol == KN__CONFIG_CGP ||
+			     w->job.u.job.protocol == KN__CONFIG_PREDICTED))
+			ret = kn__worker_timing(w, seconds);
+		if (!ret)
+			ret = kn_worker_wait(w, h, -1);
+	}
+	w->step_return = kn__now();
+	if (!ret && result)
+		*result = what;
+	return ret;
+}
+
+int kn_worker_finish(struct kn_worker *w)
+{
+	if (!w)
+		return -EINVAL;
+	if (!w->pending)
+		return 0;
+	return local_wait(w);
+}
+
 void kn_worker_destroy(struct kn_worker *w)
 {
 	if (!w)
@@ -1074,6 +1453,9 @@ void kn_worker_destroy(struct kn_worker *w)
 	pthread_join(w->thread, NULL);
 	for (uint32_t i = 0; i < MAX_OPS; i++)
 		free(w->ops[i].targets);
+	for (uint32_t i = 0; i < w->ntensors; i++)
+		local_free(&w->tensors[i]);
+	kn__sync_worker_destroy(w->rule);
 	free(w->tensors);
 	free(w->servers);
 	free(w->chunks);

@@ -275,7 +275,9 @@ KN_EXPORT int kn_worker_start(struct kn_worker *w);
 
 /*
  * Non-blocking operations on the tensor @key (NULL: every tensor); each
- * returns 0 and a handle in @handle, or a negative errno.
+ * returns 0 and a handle in @handle, or a negative errno.  Under ESP and
+ * PSP, whose workers take local steps, they (and kn_worker_step) are
+ * -EPROTO with the reason on stderr: train with kn_worker_step_done().
  *   push:     send the gradients; done when they have left.
  *   pull:     done when the parameters that answer every push so far
  *             have landed in the parameter buffers.
@@ -298,8 +300,99 @@ KN_EXPORT int kn_worker_test(struct kn_worker *w, uint64_t handle);
 KN_EXPORT int kn_worker_wait(struct kn_worker *w, uint64_t handle,
 			     int timeout_ms);
 
-/* pushpull and wait: one blocking training step. */
+/* pushpull and wait: one blocking training step.  Under CGP the time
+ * since the previous call returned is reported to its planner as this
+ * step's compute time. */
 KN_EXPORT int kn_worker_step(struct kn_worker *w, const char *key);
+
+/*
+ * ---- What the job runs, and the worker rule ----
+ *
+ * Every program trains under every protocol with one call per step,
+ * kn_worker_step_done(): the engine does what the job's protocol asks
+ * of a worker (docs/engine.md, "The training loop"; docs/protocols.md
+ * says what each protocol does with a step).
+ */
+
+/* The synchronization protocols (docs/protocols.md). */
+enum kn_sync {
+	KN_SYNC_BSP = 0,
+	KN_SYNC_ASP = 1,
+	KN_SYNC_SSP = 2,
+	KN_SYNC_ESP = 3,
+	KN_SYNC_PSP = 4, /* Predicted Synchronization Parallel ("predicted") */
+	KN_SYNC_CGP = 5,
+};
+
+/* What the job a worker joined runs, as its coordinator was told. */
+struct kn_job_info {
+	enum kn_sync protocol;
+	const char *protocol_name; /* "bsp", "asp", ..., "predicted", "cgp" */
+	enum kn_optimizer optimizer; /* the job's optimizer */
+	int summation;		     /* 1: --optimizer sum (no optimizer) */
+	int local_steps; /* 1: ESP, PSP: the job's optimizer runs on the
+			  * workers and they push model deltas */
+	float lr, momentum;
+	unsigned int workers, servers;
+	/* the protocols' parameters (docs/configuration.md) */
+	unsigned int staleness; /* SSP's s, ESP's s_e */
+	unsigned int max_skip;	/* ESP's H_max */
+	float gamma, theta;	/* ESP */
+	unsigned int max_steps; /* PSP's R */
+	unsigned int warmup;	/* PSP, CGP */
+	float alpha, miss;	/* PSP (alpha: CGP too) */
+	float bound;		/* CGP's S */
+	float outer_lr, outer_momentum; /* ESP, PSP: the servers' update */
+};
+
+/* Fill @info from the job: 0, or -EINVAL for NULL arguments. */
+KN_EXPORT int kn_worker_job(const struct kn_worker *w,
+			    struct kn_job_info *info);
+
+/* Flags of kn_worker_step_done(). */
+#define KN_STEP_APPLIED (1u << 0) /* local-step protocols: the program
+				   * updated its parameters itself */
+
+/* What kn_worker_step_done() did, in its @result. */
+enum kn_step_result {
+	KN_STEP_LOCAL = 0,  /* the step stayed local: compute the next one */
+	KN_STEP_PUSHED = 1, /* pushed; the global model is on its way (PSP
+			     * trains on meanwhile) */
+	KN_STEP_SYNCED = 2, /* the parameters hold a new global model (under
+			     * ESP and PSP, merged with local progress) */
+};
+
+/*
+ * One step of training is done: the program has computed this step's
+ * gradients into every tensor's gradient buffer, in @seconds (its
+ * compute time, waits excluded; below 0: the engine measures the time
+ * since the previous kn_worker_step_done() or kn_worker_start()
+ * returned).  The engine then does what the protocol says:
+ *
+ * - BSP, ASP, SSP, CGP: push the gradients and wait for the parameters
+ *   (as kn_worker_step); CGP's planner hears @seconds.  KN_STEP_SYNCED.
+ * - ESP, PSP: apply the job's optimizer to the parameters here, with
+ *   this worker's own optimizer state (or, with KN_STEP_APPLIED, take
+ *   the parameters as the program's own optimizer left them); then
+ *   either go on locally, or push the model delta since the last global
+ *   model, or wait; a global model that has landed is merged into the
+ *   parameters with the progress made since the push.  PSP's planner
+ *   hears the step times.  The gradient buffers are read only here.
+ *
+ * Between calls the program may read and write its parameter and
+ * gradient buffers.  @result (may be NULL) says what happened.  0, or
+ * a negative errno: -EINVAL (a bad argument, KN_STEP_APPLIED under a
+ * protocol whose servers apply the update), or the engine's failure.
+ */
+KN_EXPORT int kn_worker_step_done(struct kn_worker *w, double seconds,
+				  unsigned int flags, unsigned int *result);
+
+/*
+ * Finish: under ESP and PSP, wait for a model still on its way and merge
+ * it, so that the parameters hold the last global model with this
+ * worker's progress.  Other protocols: nothing to do.  0 or an errno.
+ */
+KN_EXPORT int kn_worker_finish(struct kn_worker *w);
 
 /* Pushes this worker has made of every tensor (its clock). */
 KN_EXPORT uint64_t kn_worker_clock(const struct kn_worker *w);

@@ -15,9 +15,11 @@
  * A worker's step: gather a minibatch of its shard, compute the gradient
  * (OpenBLAS, one thread), sleep the injected delay (base step time times
  * the imbalance factor: sleeping, so many workers share two cores), then
- * push the gradient and pull the parameters and wait for them.  Under
- * ESP and PSP the step is a local one instead, and the protocol's worker
- * rule says when to push (struct local_sync, below).  Rank 0
+ * hand the step to the engine (kn_worker_step_done), which does what the
+ * job's protocol says: push the gradient and wait for the parameters,
+ * or, under ESP and PSP, a local step with the job's optimizer, and a
+ * model delta pushed or a global model merged when the protocol's
+ * worker rule says so.  Rank 0
  * copies the parameters it just received into a snapshot every
  * --eval-interval seconds or --eval-every steps, and its evaluator
  * thread tests the snapshot on the 10,000 test images, so training never
@@ -39,7 +41,6 @@
 
 #include "idx.h"
 #include "imbalance.h"
-#include "sync.h"
 #include "kanel.h"
 #include "roles.h"
 #include "tool.h"
@@ -570,207 +571,21 @@ static void shuffle_epoch(struct worker_state *s, uint64_t seed,
 }
 
 /*
- * ESP and PSP: the worker takes local steps on its own copy between
- * pushes, as its worker rule (sync/) says.  Each local step is plain SGD
- * at the job's rate; its gradient joins the contribution, which is the
- * sum of the gradients since the last push (ESP) or their mean (PSP,
- * whose servers weigh it by its steps).  Pulls land in an inbox: PSP
- * keeps training while the model is on its way and, when it lands, adds
- * back what it learned meanwhile: params = inbox + (params - at_push).
+ * The job must run the protocol this worker was told: every process of a
+ * job gets the same --protocol, and a mismatch is a mistake to report.
  */
-struct local_sync {
-	struct kn__sync_worker *rule;
-	bool mean; /* PSP: push the mean of the steps' gradients */
-	float lr;
-	float *g;      /* this step's gradient */
-	float *acc;    /* the sum since the last push */
-	float *anchor; /* the model last released: ESP's delta is from it */
-	float *inbox, *at_push;
-	uint32_t since_push; /* local steps in the contribution */
-	uint32_t max_local;  /* the most there were in one push */
-	bool pending;	     /* a pushpull is on its way */
-	uint64_t handle;
-	double push_t;
-	double round_s;	      /* PSP's timing: seconds of local steps ... */
-	uint32_t round_steps; /* ... and their number, since the release */
-};
-
-static void local_sync_fini(struct local_sync *ls)
+static int check_protocol(const struct kn__config *cfg, struct kn_worker *w)
 {
-	kn__sync_worker_destroy(ls->rule);
-	free(ls->g);
-	free(ls->acc);
-	free(ls->anchor);
-	free(ls->inbox);
-	free(ls->at_push);
-}
+	struct kn_job_info job;
+	int ret = kn_worker_job(w, &job);
 
-static double distance(const float *a, const float *b, size_t n)
-{
-	double d = 0;
-
-	for (size_t j = 0; j < n; j++)
-		d += ((double)a[j] - b[j]) * ((double)a[j] - b[j]);
-	return sqrt(d);
-}
-
-static double norm(const float *a, size_t n)
-{
-	double d = 0;
-
-	for (size_t j = 0; j < n; j++)
-		d += (double)a[j] * a[j];
-	return sqrt(d);
-}
-
-/* The release of the pending pushpull has landed: merge, tell the rule. */
-static int local_released(struct worker_state *s, struct local_sync *ls,
-			  struct kn_worker *w)
-{
-	const size_t n = s->model.nparams;
-	struct kn__sync_worker_event ev = { .type = KN__SYNC_WEV_RELEASE };
-	uint32_t next, steps = 1;
-	uint64_t epoch = 0;
-	float hint = 0;
-	int ret;
-
-	for (size_t j = 0; j < n; j++)
-		s->params[j] = ls->inbox[j] + (s->params[j] - ls->at_push[j]);
-	ls->pending = false;
-	kn__worker_release_info(w, &steps, &epoch, &hint);
-	ev.t = now_s();
-	ev.steps = steps;
-	ev.epoch = epoch;
-	ev.hint = hint;
-	ev.rtt = ev.t - ls->push_t;
-	ret = kn__sync_worker_event(ls->rule, &ev, &next);
-	memcpy(ls->anchor, s->params, n * sizeof(float));
-	if (ls->mean && ls->round_steps)
-		kn__worker_timing(w, ls->round_s / ls->round_steps);
-	ls->round_s = 0;
-	ls->round_steps = 0;
-	return ret;
-}
-
-static int local_wait(struct worker_state *s, struct local_sync *ls,
-		      struct kn_worker *w, struct kn__train_status *st)
-{
-	double t = now_s();
-	int ret = kn_worker_wait(w, ls->handle, -1);
-
-	st->wait_s += now_s() - t;
-	return ret ? ret : local_released(s, ls, w);
-}
-
-/* One local step has computed ls->g in @seconds: apply it, then do what
- * the rule says (push, wait, or go on). */
-static int local_step(struct worker_state *s, struct local_sync *ls,
-		      struct kn_worker *w, double seconds,
-		      struct kn__train_status *st)
-{
-	const size_t n = s->model.nparams;
-	struct kn__sync_worker_event ev = { .type = KN__SYNC_WEV_STEP };
-	uint32_t next;
-	int ret;
-
-	for (size_t j = 0; j < n; j++) {
-		s->params[j] -= ls->lr * ls->g[j];
-		ls->acc[j] += ls->g[j];
-	}
-	ls->since_push++;
-	ls->round_s += seconds;
-	ls->round_steps++;
-	ev.t = now_s();
-	ev.seconds = seconds;
-	/* ESP: how far the model moved from the version it was given */
-	ev.delta_ratio = (float)(distance(s->params, ls->anchor, n) /
-				 fmax(norm(ls->anchor, n), 1e-12));
-	ret = kn__sync_worker_event(ls->rule, &ev, &next);
-	if (ret)
+	if (ret || (int)job.protocol == (int)cfg->sync)
 		return ret;
-	if (ls->pending) {
-		/* PSP, training while the model is on its way */
-		ret = kn_worker_test(w, ls->handle);
-		if (ret < 0)
-			return ret;
-		if (ret == 1)
-			return local_released(s, ls, w);
-		return next == KN__SYNC_NEXT_WAIT ? local_wait(s, ls, w, st)
-						  : 0;
-	}
-	if (next != KN__SYNC_NEXT_PUSH)
-		return 0;
-	for (size_t j = 0; j < n; j++) {
-		s->grads[j] = ls->mean ? ls->acc[j] / (float)ls->since_push
-				       : ls->acc[j];
-		ls->acc[j] = 0;
-	}
-	if (ls->since_push > ls->max_local)
-		ls->max_local = ls->since_push;
-	ls->since_push = 0;
-	memcpy(ls->at_push, s->params, n * sizeof(float));
-	ret = kn_worker_pushpull(w, NULL, &ls->handle);
-	if (ret)
-		return ret;
-	ls->pending = true;
-	ls->push_t = now_s();
-	ev = (struct kn__sync_worker_event){ .type = KN__SYNC_WEV_PUSHED,
-					     .t = ls->push_t };
-	ret = kn__sync_worker_event(ls->rule, &ev, &next);
-	if (ret)
-		return ret;
-	return next == KN__SYNC_NEXT_WAIT ? local_wait(s, ls, w, st) : 0;
-}
-
-static int local_sync_alloc(const struct worker_state *s, struct local_sync *ls)
-{
-	size_t bytes = (s->model.nparams * sizeof(float) + 63) & ~(size_t)63;
-
-	ls->g = aligned_alloc(64, bytes);
-	ls->acc = aligned_alloc(64, bytes);
-	ls->anchor = aligned_alloc(64, bytes);
-	ls->inbox = aligned_alloc(64, bytes);
-	ls->at_push = aligned_alloc(64, bytes);
-	if (!ls->g || !ls->acc || !ls->anchor || !ls->inbox || !ls->at_push)
-		return -ENOMEM;
-	memset(ls->acc, 0, bytes);
-	return 0;
-}
-
-/*
- * After the start: the initial model is in the inbox; the worker rule
- * takes the job's parameters, which must be the protocol this worker
- * prepared for (an inbox is set before the start or not at all).
- */
-static int local_sync_start(struct worker_state *s, struct local_sync *ls,
-			    struct kn_worker *w, const struct kn__config *cfg)
-{
-	struct kn__config job = *cfg;
-	struct kn__sync_params p;
-	bool local_job;
-
-	kn__worker_job(w, &job);
-	local_job =
-		job.sync == KN__CONFIG_ESP || job.sync == KN__CONFIG_PREDICTED;
-	if (local_job != (ls != NULL) || (ls && job.sync != cfg->sync)) {
-		kn__tool_log(
-			"kanel train: worker %u: the job runs %s, this worker "
-			"was told %s: give every process the same --protocol\n",
-			cfg->rank, kn__config_sync_name(job.sync),
-			kn__config_sync_name(cfg->sync));
-		return -EINVAL;
-	}
-	if (!ls)
-		return 0;
-	p = job.proto;
-	p.protocol = job.sync;
-	p.max_workers = job.workers;
-	p.members = job.workers;
-	ls->mean = job.sync == KN__CONFIG_PREDICTED;
-	ls->lr = job.lr;
-	memcpy(s->params, ls->inbox, s->model.nparams * sizeof(float));
-	memcpy(ls->anchor, s->params, s->model.nparams * sizeof(float));
-	return kn__sync_worker_create(&p, cfg->rank, &ls->rule);
+	kn__tool_log("kanel train: worker %u: the job runs %s, this worker "
+		     "was told %s: give every process the same --protocol\n",
+		     cfg->rank, job.protocol_name,
+		     kn__config_sync_name(cfg->sync));
+	return -EINVAL;
 }
 
 /*
@@ -778,8 +593,7 @@ static int local_sync_start(struct worker_state *s, struct local_sync *ls,
  * 0, or the negative errno the engine failed with.
  */
 static int train_loop(struct worker_run *wr, struct worker_state *s,
-		      struct kn_worker *w, struct local_sync *ls,
-		      struct evaluator *ev)
+		      struct kn_worker *w, struct evaluator *ev)
 {
 	const struct kn__train_opts *o = wr->o;
 	uint64_t per_epoch = s->shard_len / o->batch;
@@ -787,13 +601,9 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 	struct kn__train_status st = { .seen = true };
 	double t0 = now_s(), next_status = STATUS_PERIOD;
 	double next_eval = 0;
-	uint64_t next_eval_step = 0;
-	struct kn__config job = { .sync = KN__CONFIG_BSP };
-	bool cgp;
+	uint64_t next_eval_step = 0, clock = kn_worker_clock(w);
+	uint32_t since_push = 0;
 	int ret = 0;
-
-	kn__worker_job(w, &job);
-	cgp = job.sync == KN__CONFIG_CGP;
 
 	for (uint64_t i = 0; i < steps; i++) {
 		uint64_t pos = i % per_epoch;
@@ -812,8 +622,7 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 		kn__model_gather(&s->model, s->train.x, s->train.y, s->bidx,
 				 o->batch, s->bx, s->by);
 		ret = kn__model_grad(&s->model, s->work, s->params, s->bx,
-				     s->by, o->batch, ls ? ls->g : s->grads,
-				     &loss);
+				     s->by, o->batch, s->grads, &loss);
 		if (ret)
 			break;
 		b = now_s();
@@ -822,16 +631,18 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 		c = now_s();
 		st.compute_s += b - a;
 		st.delay_s += c - b;
-		if (ls) {
-			ret = local_step(s, ls, w, c - a, &st);
-			st.max_local = ls->max_local;
-		} else {
-			ret = kn_worker_step(w, NULL);
-			st.wait_s += now_s() - c;
-			/* CGP groups workers by these: the step's compute
-			 * and delay, not its wait, as PSP reports them */
-			if (!ret && cgp)
-				ret = kn__worker_timing(w, c - a);
+		/* the engine does what the protocol says: push and pull,
+		 * or a local step, a delta pushed, a model merged; the
+		 * planners hear the step's compute and delay, not its wait */
+		ret = kn_worker_step_done(w, c - a, 0, NULL);
+		st.wait_s += now_s() - c;
+		/* local steps in one push: the steps between two clocks */
+		since_push++;
+		if (kn_worker_clock(w) != clock) {
+			clock = kn_worker_clock(w);
+			if (since_push > st.max_local)
+				st.max_local = since_push;
+			since_push = 0;
 		}
 		if (ret) {
 			kn__tool_log("kanel train: worker %u: step %llu: %s\n",
@@ -861,8 +672,12 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 		}
 	}
 	/* the model on its way lands before the buffers go */
-	if (ls && ls->pending && !ret)
-		ret = local_wait(s, ls, w, &st);
+	if (!ret) {
+		double t = now_s();
+
+		ret = kn_worker_finish(w);
+		st.wait_s += now_s() - t;
+	}
 	st.t = now_s() - t0;
 	if (ev) {
 		struct kn__train_eval e = { .t = st.t,
@@ -890,7 +705,6 @@ static int run_worker(const struct kn__train_opts *o,
 	struct worker_state s = { 0 };
 	struct evaluator ev = { .model = &s.model, .report = report_eval };
 	struct kn_worker *w = NULL;
-	struct local_sync lsync = { 0 }, *ls = NULL;
 	bool evaluating = false;
 	sigset_t stop_signals;
 	int ret;
@@ -928,19 +742,10 @@ static int run_worker(const struct kn__train_opts *o,
 					 s.params + mt->offset,
 					 s.grads + mt->offset);
 	}
-	if (!ret && (cfg->sync == KN__CONFIG_ESP ||
-		     cfg->sync == KN__CONFIG_PREDICTED)) {
-		ls = &lsync;
-		ret = local_sync_alloc(&s, ls);
-		for (unsigned int t = 0; !ret && t < s.model.ntensors; t++)
-			ret = kn_worker_set_inbox(
-				w, s.model.tensor[t].key,
-				ls->inbox + s.model.tensor[t].offset);
-	}
+	if (!ret)
+		ret = check_protocol(cfg, w);
 	if (!ret)
 		ret = kn_worker_start(w);
-	if (!ret)
-		ret = local_sync_start(&s, ls, w, cfg);
 	if (ret) {
 		kn__tool_log("kanel train: worker %u: cannot start: %s\n",
 			     wr.rank, strerror(-ret));
@@ -963,7 +768,7 @@ static int run_worker(const struct kn__train_opts *o,
 		evaluating = true;
 	}
 	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
-	ret = train_loop(&wr, &s, w, ls, evaluating ? &ev : NULL);
+	ret = train_loop(&wr, &s, w, evaluating ? &ev : NULL);
 	if (wr.local) {
 		/* the job's settings are its coordinator's, not ours */
 		struct kn__config job = *cfg;
@@ -978,7 +783,6 @@ static int run_worker(const struct kn__train_opts *o,
 	}
 out:
 	kn_worker_destroy(w);
-	local_sync_fini(&lsync);
 	if (evaluating || ev.snapshot) {
 		kn__model_work_destroy(ev.work);
 		free(ev.snapshot);

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_step.c - kn_worker_step_done, the worker rule behind kanel.h, in
+ * whole jobs on loopback: what the job reports, the answers of each
+ * kind of protocol, the inner optimizer and the outer update worked out
+ * by hand, the merge of PSP, and the refusals that keep a program from
+ * training a local-step protocol as if it were BSP.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "job_util.h"
+
+#define LEN 1500 /* a few 4 KiB chunks */
+#define LR  "0.125"
+
+static float grad_of(unsigned int rank, unsigned int step, size_t i)
+{
+	return (float)((int)((rank + 1) * 3 + step * 5 + i % 7) % 11 - 5) /
+	       16.0f;
+}
+
+static float init_of(size_t i)
+{
+	return (float)(i % 13) / 8.0f - 0.75f;
+}
+
+/* Within a few float roundings of @want (the paths round differently). */
+static bool near(float got, double want)
+{
+	return fabs((double)got - want) <= 1e-5 * fmax(1.0, fabs(want));
+}
+
+static unsigned int nworkers, nsteps;
+
+/*
+ * Plain SGD on every worker, the same gradients whatever the protocol:
+ * the model it ends with in sh->values (its first 62 elements), its
+ * clock in values[62], the results of its steps as a mask in values[63].
+ */
+static int sgd_worker(unsigned int rank)
+{
+	float *p = malloc(LEN * 4), *g = malloc(LEN * 4);
+	struct kn_worker *w = join(rank);
+	struct kn_job_info job;
+	uint32_t results = 0;
+	int ret;
+
+	if (!w || !p || !g)
+		return -ENOMEM;
+	for (size_t i = 0; i < LEN; i++)
+		p[i] = rank == 0 ? init_of(i) : 99;
+	ret = kn_worker_job(w, &job);
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, LEN, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (size_t i = 0; !ret && i < LEN; i++)
+		if (p[i] != init_of(i))
+			ret = -EBADMSG; /* the initial model is rank 0's */
+	for (unsigned int s = 0; !ret && s < nsteps; s++) {
+		unsigned int what = 99;
+
+		for (size_t i = 0; i < LEN; i++)
+			g[i] = grad_of(rank, s, i);
+		ret = kn_worker_step_done(w, 0.001, 0, &what);
+		if (!ret && what > KN_STEP_SYNCED)
+			ret = -EBADMSG;
+		if (!ret && s < 16 && what == KN_STEP_SYNCED)
+			results |= 1u << s;
+	}
+	if (!ret)
+		ret = kn_worker_finish(w);
+	for (size_t i = 0; !ret && i < 62; i++)
+		sh->values[rank][i] = p[i];
+	sh->values[rank][62] = (float)kn_worker_clock(w);
+	sh->values[rank][63] = (float)results;
+	kn_worker_destroy(w);
+	free(p);
+	free(g);
+	return ret;
+}
+
+static void run(const char *sync, unsigned int workers, unsigned int steps)
+{
+	struct job j = { 0 };
+
+	nworkers = workers;
+	nsteps = steps;
+	job_env(&j, workers, 1, sync, "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < workers; w++)
+		spawn_worker(&j, w, sgd_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < workers; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+/* SGD on the mean gradient of every step: what BSP computes. */
+static double bsp_value(size_t i, unsigned int workers, unsigned int steps)
+{
+	double x = init_of(i);
+
+	for (unsigned int s = 0; s < steps; s++) {
+		double sum = 0;
+
+		for (unsigned int r = 0; r < workers; r++)
+			sum += grad_of(r, s, i);
+		x -= 0.125 * sum / workers;
+	}
+	return x;
+}
+
+Test(step, gradient_protocols_push_every_step, .timeout = 120)
+{
+	run("bsp", 2, 6);
+	for (unsigned int w = 0; w < 2; w++) {
+		cr_assert_eq(sh->values[w][62], 6.0f, "one push a step");
+		cr_assert_eq(sh->values[w][63], (float)0x3f, "all synced");
+		for (size_t i = 0; i < 62; i++)
+			cr_assert(near(sh->values[w][i], bsp_value(i, 2, 6)),
+				  "worker %u [%zu] = %g, want %g", w, i,
+				  (double)sh->values[w][i], bsp_value(i, 2, 6));
+	}
+}
+
+/*
+ * PSP before its first plan runs BSP's rounds with deltas: each worker
+ * takes one SGD step itself and pushes the delta, the servers average
+ * the deltas at rate 1.  That is BSP with SGD, to the rounding.
+ */
+Test(step, psp_warmup_is_bsp_with_deltas, .timeout = 120)
+{
+	setenv("KANEL_PSP_WARMUP", "1000", 1);
+	run("predicted", 3, 5);
+	unsetenv("KANEL_PSP_WARMUP");
+	for (unsigned int w = 0; w < 3; w++) {
+		cr_assert_eq(sh->values[w][62], 5.0f);
+		for (size_t i = 0; i < 62; i++)
+			cr_assert(near(sh->values[w][i], bsp_value(i, 3, 5)),
+				  "worker %u [%zu] = %g, want %g", w, i,
+				  (double)sh->values[w][i], bsp_value(i, 3, 5));
+	}
+}
+
+/*
+ * ESP with one worker that never finds a push worth it before H_max: it
+ * pushes at its first step (no round trip is measured yet, so the cost
+ * counts as none), then at every 4th step since; the steps between stay
+ * local, and the model it ends with is its own SGD trajectory (the mean
+ * of one delta is that delta).
+ */
+Test(step, esp_takes_local_steps_until_h_max, .timeout = 120)
+{
+	setenv("KANEL_ESP_MAX_SKIP", "4", 1);
+	setenv("KANEL_ESP_GAMMA", "1e-30", 1);
+	setenv("KANEL_ESP_THETA", "1e30", 1);
+	run("esp", 1, 8);
+	unsetenv("KANEL_ESP_MAX_SKIP");
+	unsetenv("KANEL_ESP_GAMMA");
+	unsetenv("KANEL_ESP_THETA");
+	cr_assert_eq(sh->values[0][62], 2.0f, "pushes: %g",
+		     (double)sh->values[0][62]);
+	cr_assert_eq(sh->values[0][63], (float)0x11, "results %#x",
+		     (unsigned int)sh->values[0][63]);
+	for (size_t i = 0; i < 62; i++)
+		cr_assert(near(sh->values[0][i], bsp_value(i, 1, 8)),
+			  "[%zu] = %g, want %g", i, (double)sh->values[0][i],
+			  bsp_value(i, 1, 8));
+}
+
+/* ---- what a program learns of the job, and what it is refused ---- */
+
+static char refusal_log[64]; /* the worker's stderr */
+
+static int local_refusals(unsigned int rank)
+{
+	float p[8] = { 0 }, g[8] = { 0 };
+	struct kn_worker *w;
+	struct kn_job_info job;
+	uint64_t h;
+	int ret;
+
+	if (!freopen(refusal_log, "w", stderr))
+		return -errno;
+	setvbuf(stderr, NULL, _IONBF, 0);
+	w = join(rank);
+	if (!w)
+		return -ENOMEM;
+	ret = kn_worker_job(w, &job);
+	if (!ret && (job.protocol != KN_SYNC_ESP || !job.local_steps ||
+		     strcmp(job.protocol_name, "esp") != 0 ||
+		     job.outer_lr != 0.5f || job.workers != 1 ||
+		     job.max_skip != 8 || job.lr != 0.125f))
+		ret = -EBADMSG;
+	if (!ret && kn_worker_set_inbox(w, "x", g) != -EINVAL)
+		ret = -EBADMSG;
+	if (!ret)
+		ret = kn_worker_register(w, "x", KN_DTYPE_FP32, 8, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	/* the calls that would train it as BSP are refused, every time */
+	if (!ret && (kn_worker_step(w, NULL) != -EPROTO ||
+		     kn_worker_pushpull(w, NULL, &h) != -EPROTO ||
+		     kn_worker_push(w, "x", &h) != -EPROTO ||
+		     kn_worker_step(w, NULL) != -EPROTO))
+		ret = -EBADMSG;
+	if (!ret && kn_worker_step_done(w, 0.001, 1u << 7, NULL) != -EINVAL)
+		ret = -EBADMSG;
+	if (!ret)
+		ret = kn_worker_step_done(w, -1, KN_STEP_APPLIED, NULL);
+	if (!ret)
+		ret = kn_worker_finish(w);
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(step, local_step_jobs_refuse_gradient_calls, .timeout = 60)
+{
+	struct job j = { 0 };
+	FILE *f;
+	char line[512];
+	bool told = false;
+
+	snprintf(refusal_log, sizeof(refusal_log), "/tmp/kanel-step-%d.log",
+		 getpid());
+	job_env(&j, 1, 1, "esp", "momentum", LR);
+	setenv("KANEL_OUTER_LR", "0.5", 1);
+	start_job(&j);
+	unsetenv("KANEL_OUTER_LR");
+	spawn_worker(&j, 0, local_refusals);
+	end_job(&j, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	f = fopen(refusal_log, "r");
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f))
+		told |= strstr(line, "kn_worker_step_done()") != NULL;
+	fclose(f);
+	unlink(refusal_log);
+	cr_assert(told, "no reason given for -EPROTO");
+}
+
+static int applied_under_bsp(unsigned int rank)
+{
+	float p[8] = { 0 }, g[8] = { 0 };
+	struct kn_worker *w = join(rank);
+	struct kn_job_info job;
+	int ret;
+
+	if (!w)
+		return -ENOMEM;
+	ret = kn_worker_register(w, "x", KN_DTYPE_FP32, 8, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret)
+		ret = kn_worker_job(w, &job);
+	if (!ret && (job.local_steps || job.protocol != KN_SYNC_CGP))
+		ret = -EBADMSG;
+	/* the servers apply this job's update: the program may not */
+	if (!ret &&
+	    kn_worker_step_done(w, 0.001, KN_STEP_APPLIED, NULL) != -EINVAL)
+		ret = -EBADMSG;
+	if (!ret)
+		ret = kn_worker_step_done(w, 0.001, 0, NULL);
+	if (!ret)
+		ret = kn_worker_step(w, NULL); /* allowed, and timed */
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(step, gradient_jobs_refuse_applied_steps, .timeout = 60)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 1, 1, "cgp", "sgd", LR);
+	start_job(&j);
+	spawn_worker(&j, 0, applied_under_bsp);
+	end_job(&j, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+}
