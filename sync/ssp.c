@@ -2,8 +2,11 @@
 /*
  * ssp.c - Stale Synchronous Parallel, the chunk rule (docs/protocols.md).
  *
- * Pushes are applied on arrival, alone, as under ASP (weight 1, the rate
- * damped by staleness), but no worker runs more than s pushes ahead of
+ * Pushes are applied on arrival, alone, as under ASP (one worker's share
+ * of a round: weight 1/n, the rate damped by the rounds missed), so the
+ * held workers that the slowest frees, who all computed from one model,
+ * push a round's worth between them, not n - 1 whole steps of the same
+ * gradient; and no worker runs more than s pushes ahead of
  * the slowest member: a push that would take it further is applied and
  * its release held back until the slowest catches up (the bound of
  * sync.c, kn__sync_bound_*).  So the staleness a worker sees is bounded
@@ -18,6 +21,7 @@ static int ssp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
 	uint64_t tau = rule->version - ev->version;
+	float lr_scale;
 	int n = 0;
 
 	/* a held worker has not been released: it cannot have pushed */
@@ -26,10 +30,9 @@ static int ssp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	rule->contrib[0] = (struct kn__sync_contrib){
 		.worker = ev->worker,
 		.slot = ev->slot,
-		.weight = 1.0f,
 	};
-	kn__sync_apply(rule, 1, tau > 1 ? 1.0f / (float)tau : 1.0f,
-		       &out[n++]);
+	lr_scale = kn__sync_share(rule, tau, &rule->contrib[0]);
+	kn__sync_apply(rule, 1, lr_scale, &out[n++]);
 	if (kn__sync_bound_push(rule, ev->worker))
 		kn__sync_release(&out[n++], ev->worker, rule->version);
 	/* the slowest may just have caught up: let the held ones go */

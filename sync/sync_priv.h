@@ -215,6 +215,23 @@ static inline void kn__sync_apply(struct kn__sync_rule *rule, uint32_t n,
 }
 
 /* Write "deliver @version to @worker" (plan 0, one step) into @act. */
+/*
+ * ASP's and SSP's share of a round: a push applied alone is one worker's
+ * part of what BSP applies as one mean, so it is weighted 1/n, and its
+ * rate damped only by the rounds it missed (tau / n; with n workers
+ * pushing in turn a push is n - 1 versions old with no straggler at
+ * all).  Written into @c's weight; the rate factor is returned.
+ */
+static inline float kn__sync_share(const struct kn__sync_rule *rule,
+				   uint64_t tau, struct kn__sync_contrib *c)
+{
+	float n = rule->nmembers ? (float)rule->nmembers : 1.0f;
+	float rounds = (float)tau / n;
+
+	c->weight = 1.0f / n;
+	return rounds > 1 ? 1.0f / rounds : 1.0f;
+}
+
 static inline void kn__sync_release(struct kn__sync_action *act,
 				    uint32_t worker, uint64_t version)
 {

@@ -109,7 +109,7 @@ struct kn__sim {
 	uint32_t n, m, d, k;
 	double wire;	   /* latency + chunk bytes / bandwidth */
 	double service;	   /* chunk bytes / server rate */
-	bool mean_contrib; /* PSP pushes the mean of its local gradients */
+	bool deltas; /* ESP, PSP push model deltas, applied at outer_lr */
 
 	/* the objective f(x) = 0.5 sum h_j (x_j - xs_j)^2, and the model */
 	double *h, *xs, *x, *sum; /* [d] each; sum: an APPLY's scratch */
@@ -419,7 +419,8 @@ static int apply(struct kn__sim *s, uint32_t sv,
 					      ? tau
 					      : KN__SIM_STALE_BUCKETS - 1]++;
 	}
-	step = s->cfg.lr * a->lr_scale;
+	/* deltas: the servers' outer update, as engine/server.c applies it */
+	step = (s->deltas ? s->params.outer_lr : s->cfg.lr) * a->lr_scale;
 	for (uint32_t j = srv->lo; j < srv->hi; j++)
 		s->x[j] -= step * sum[j];
 	s->loss_dirty = true;
@@ -682,7 +683,6 @@ static int push(struct kn__sim *s, uint32_t i, double t, uint32_t *next)
 	uint32_t slot = (uint32_t)(w->clock & 1);
 	size_t ws = 2 * (size_t)i + slot;
 	double *dst = s->slots + ws * s->d;
-	double scale = s->mean_contrib ? 1.0 / w->nacc : 1.0;
 	struct kn__sync_worker_event wev = { .type = KN__SYNC_WEV_PUSHED,
 					     .t = t };
 	struct event ev = {
@@ -697,8 +697,11 @@ static int push(struct kn__sim *s, uint32_t i, double t, uint32_t *next)
 			    "worker %u: told to push at t = %.9g s while its "
 			    "last push is not released",
 			    i, t);
+	/* as the engine's workers push: the model delta since the last
+	 * release under ESP and PSP, the gradient otherwise */
 	for (uint32_t j = 0; j < s->d; j++) {
-		dst[j] = s->acc[off + j] * scale;
+		dst[j] = s->deltas ? s->anchor[off + j] - s->xl[off + j]
+				   : s->acc[off + j];
 		s->acc[off + j] = 0;
 	}
 	memcpy(s->xpush + off, s->xl + off, s->d * sizeof(double));
@@ -1117,7 +1120,12 @@ int kn__sim_create(const struct kn__sim_config *cfg, char *err, size_t errlen,
 	s->params = cfg->sync;
 	s->params.max_workers = s->n;
 	s->params.members = s->n;
-	s->mean_contrib = s->params.protocol == KN__SYNC_PREDICTED;
+	/* the defaults, as the rules will see them (outer_lr is ours too) */
+	if (kn__sync_params_resolve(&s->params)) {
+		ret = bad(err, errlen, "a protocol parameter is out of range");
+		goto err_sim;
+	}
+	s->deltas = kn__sync_local_steps(s->params.protocol);
 	chunk = cfg->model_bytes / s->m;
 	s->wire = cfg->latency + chunk / cfg->bandwidth;
 	s->service = chunk / cfg->server_rate;

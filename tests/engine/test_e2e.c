@@ -242,10 +242,10 @@ static int asp_worker(unsigned int rank)
 
 /*
  * One worker: every push applied exactly once at staleness 0, so the
- * value is exact.  Three workers: each push applied once with a rate of
- * lr / max(1, staleness), so the total lies between one full-rate and
- * every-push-full-rate application, and each worker's last view is
- * within that range.
+ * value is exact.  Three workers: each push applied once as a third of a
+ * round, its rate damped by the rounds it missed (lr / max(1, tau / 3)),
+ * so the 60 pushes move the model by 20 at most, all of them undamped;
+ * each worker's last view has moved, and by no more than that.
  */
 Test(e2e, asp_applies_every_push_once, .timeout = 120)
 {
@@ -269,10 +269,9 @@ Test(e2e, asp_applies_every_push_once, .timeout = 120)
 
 		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
 			     strerror(-sh->status[w]));
-		cr_assert_leq(v, 1000.0f - ASP_STEPS, "worker %u: %g", w,
-			      (double)v);
-		cr_assert_geq(v, 1000.0f - 3 * ASP_STEPS, "worker %u: %g", w,
-			      (double)v);
+		cr_assert_lt(v, 1000.0f, "worker %u: %g", w, (double)v);
+		cr_assert_geq(v, 1000.0f - ASP_STEPS - 1e-3f, "worker %u: %g",
+			      w, (double)v);
 	}
 }
 

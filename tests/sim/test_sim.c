@@ -172,16 +172,17 @@ Test(sim, asp_is_stale_and_outruns_bsp_behind_a_straggler)
  * and the workers' merge.  BSP: every round is one full step, e_k+1 =
  * (1 - lr) e_k.  ASP with two workers stepping alike: worker 0 always
  * reaches the server first, so versions alternate between them and every
- * update uses the model of the version before last, e_n+1 = e_n -
- * lr e_n-1 (after e_1 = (1 - lr) e_0), with staleness 1 for all but the
- * first contribution.
+ * update, half a round (weight 1/2, staleness 1 of a round of 2: not
+ * damped), uses the model of the version before last, e_n+1 = e_n -
+ * (lr / 2) e_n-1 (after e_1 = (1 - lr / 2) e_0), with staleness 1 for
+ * all but the first contribution.
  */
 Test(sim, the_model_follows_sgd_exactly_without_noise)
 {
 	struct kn__sim_config bc = config(KN__SYNC_BSP, 4, 60, NULL);
 	struct kn__sim_config ac = config(KN__SYNC_ASP, 2, 60, NULL);
 	struct kn__sim_result b, a;
-	double lr = 0.1, e0 = 1, e1 = 1 - lr, e2, ratio;
+	double lr = 0.1, e0 = 1, e1 = 1 - lr / 2, e2, ratio;
 
 	bc.dim = ac.dim = 1;
 	bc.sigma = ac.sigma = 0;
@@ -194,7 +195,7 @@ Test(sim, the_model_follows_sgd_exactly_without_noise)
 
 	a = run(&ac);
 	for (int n = 1; n < 2 * 60; n++) {
-		e2 = e1 - lr * e0;
+		e2 = e1 - lr / 2 * e0;
 		e0 = e1;
 		e1 = e2;
 	}

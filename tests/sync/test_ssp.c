@@ -92,7 +92,8 @@ Test(ssp, applies_each_push_alone_with_damping)
 	cr_assert_eq(a[0].version, 1);
 	cr_assert_eq(a[0].ncontrib, 1);
 	cr_assert_eq(a[0].contrib[0].worker, 0);
-	cr_assert_eq(a[0].contrib[0].weight, 1.0f);
+	/* one worker's share of a round */
+	cr_assert_float_eq(a[0].contrib[0].weight, 1.0f / 3, 1e-7);
 	cr_assert_eq(a[0].lr_scale, 1.0f);
 	cr_assert_eq(released(a, n, ids), 1);
 	cr_assert_eq(ids[0], 0);
@@ -101,7 +102,9 @@ Test(ssp, applies_each_push_alone_with_damping)
 	push(rule, 0, a); /* version 3 now; worker 1 still reads 0 */
 	n = push(rule, 1, a);
 	cr_assert_eq(a[0].version, 4);
-	cr_assert_float_eq(a[0].lr_scale, 1.0f / 3, 1e-7); /* tau 3 */
+	/* tau 3 with 3 members is one round: not damped */
+	cr_assert_eq(a[0].lr_scale, 1.0f);
+	cr_assert_float_eq(a[0].contrib[0].weight, 1.0f / 3, 1e-7);
 	kn__sync_rule_destroy(rule);
 }
 
