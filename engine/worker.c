@@ -132,7 +132,14 @@ struct kn_worker {
 	uint64_t inner_step;		/* the inner optimizer's (Adam) */
 	double step_return;		/* when the last step call returned */
 	bool told_local;		/* -EPROTO explained once */
+	/* a server lost before the start, while the coordinator may still
+	 * say why (its reason is the cause, the loss a consequence) */
+	int lost_err;
+	double lost_at;
 };
+
+/* How long a server's loss before the start waits for the reason. */
+#define LOST_GRACE_S 1.0
 
 /* ---- in the progress thread ---- */
 
@@ -560,6 +567,15 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 	if (w->state != WK_FAILED && !w->stop) {
 		kn__log(n, "lost %s%s%s", ch->name, status ? ": " : "",
 			status ? strerror(-status) : "");
+		if (ch != w->coord && w->coord && w->state < WK_RUNNING) {
+			/* a job that cannot start goes down at once: the
+			 * coordinator's reason may come a moment later */
+			if (!w->lost_err) {
+				w->lost_err = status ? status : -ECONNRESET;
+				w->lost_at = kn__now();
+			}
+			return;
+		}
 		fail(w, status ? status : -ECONNRESET);
 	}
 }
@@ -611,6 +627,9 @@ static void *progress(void *arg)
 		}
 		advance(w);
 		heartbeat(w);
+		if (w->lost_err && (!w->coord ||
+				    kn__now() - w->lost_at > LOST_GRACE_S))
+			fail(w, w->lost_err);
 		if (w->timing_count && w->coord) {
 			struct kn__msg m = { .type = KN__MSG_TIMING };
 
@@ -1431,6 +1450,21 @@ int kn_worker_step_done(struct kn_worker *w, double seconds,
 	if (!ret && result)
 		*result = what;
 	return ret;
+}
+
+int kn_worker_global_model(struct kn_worker *w, const char *key, void *dst)
+{
+	const struct wk_tensor *t;
+	uint32_t i;
+
+	if (!w || !key || !dst)
+		return -EINVAL;
+	if (tensor_index(w, key, &i))
+		return -ENOENT;
+	t = &w->tensors[i];
+	memcpy(dst, w->local && w->rule ? (const void *)t->anchor : t->params,
+	       t->d.len * kn_dtype_size(t->d.dtype));
+	return 0;
 }
 
 int kn_worker_finish(struct kn_worker *w)

@@ -394,6 +394,17 @@ KN_EXPORT int kn_worker_step_done(struct kn_worker *w, double seconds,
  */
 KN_EXPORT int kn_worker_finish(struct kn_worker *w);
 
+/*
+ * Copy the last global model of the tensor @key into @dst (as many bytes
+ * as the tensor has): under ESP and PSP the model the servers delivered
+ * last, without this worker's local steps since (what to evaluate: the
+ * parameters hold local progress on top of it); under the other
+ * protocols the parameters themselves.  Not while an operation on the
+ * tensor is pending.  0, -ENOENT for an unknown key, -EINVAL.
+ */
+KN_EXPORT int kn_worker_global_model(struct kn_worker *w, const char *key,
+				     void *dst);
+
 /* Pushes this worker has made of every tensor (its clock). */
 KN_EXPORT uint64_t kn_worker_clock(const struct kn_worker *w);
 

@@ -20,8 +20,9 @@
  * or, under ESP and PSP, a local step with the job's optimizer, and a
  * model delta pushed or a global model merged when the protocol's
  * worker rule says so.  Rank 0
- * copies the parameters it just received into a snapshot every
- * --eval-interval seconds or --eval-every steps, and its evaluator
+ * copies the job's global model (kn_worker_global_model: under ESP and
+ * PSP the one last delivered, without its local steps since) into a
+ * snapshot every --eval-interval seconds or --eval-every steps, and its evaluator
  * thread tests the snapshot on the 10,000 test images, so training never
  * waits for an evaluation; a snapshot comes only when the evaluator is
  * idle.
@@ -381,15 +382,27 @@ static void *evaluator_main(void *arg)
 	return NULL;
 }
 
-/* Hand @params over for testing if the evaluator is idle: true if so. */
-static bool evaluator_offer(struct evaluator *e, const float *params,
+/* The job's global model into @dst: under ESP and PSP the last one
+ * delivered, not the local copy with its steps since. */
+static int global_model(const struct kn__model *m, struct kn_worker *w,
+			float *dst)
+{
+	int ret = 0;
+
+	for (unsigned int t = 0; !ret && t < m->ntensors; t++)
+		ret = kn_worker_global_model(w, m->tensor[t].key,
+					     dst + m->tensor[t].offset);
+	return ret;
+}
+
+/* Test the global model if the evaluator is idle: true if so. */
+static bool evaluator_offer(struct evaluator *e, struct kn_worker *w,
 			    const struct kn__train_eval *ev)
 {
 	bool taken = false;
 
 	pthread_mutex_lock(&e->lock);
-	if (!e->busy) {
-		memcpy(e->snapshot, params, e->model->nparams * sizeof(float));
+	if (!e->busy && !global_model(e->model, w, e->snapshot)) {
 		e->pending = *ev;
 		e->busy = true;
 		taken = true;
@@ -661,7 +674,7 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 						    .epoch = st.epoch };
 
 			/* a busy evaluator: try again after the next step */
-			if (evaluator_offer(ev, s->params, &e)) {
+			if (evaluator_offer(ev, w, &e)) {
 				next_eval = st.t + o->eval_interval;
 				next_eval_step = st.iters + o->eval_every;
 			}
@@ -686,7 +699,8 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 					    .final = true };
 
 		evaluator_stop(ev);
-		evaluate(ev, s->params, &e);
+		if (!global_model(&s->model, w, ev->snapshot))
+			evaluate(ev, ev->snapshot, &e);
 	}
 	st.final = true;
 	report_status(wr, &st);
