@@ -221,7 +221,9 @@ static int warm_complete(struct kn__sync_rule *rule,
  * 1 / n (the group's mean at rate lr |G| / n) and damped by its
  * staleness: the contributions of other groups applied since the group
  * was released, counted in rounds of n, m, give the factor 1 / (1 + m).
- * Then the group goes on, or waits for the barrier.
+ * The planner's cost model (cgpp.h) prices exactly this damping, at its
+ * steady rate, in throughput and in the staleness bound.  Then the group
+ * goes on, or waits for the barrier.
  */
 static int group_complete(struct kn__sync_rule *rule, uint32_t k,
 			  struct kn__sync_action *out)
@@ -377,6 +379,7 @@ struct kn__sync_cgp_planner {
 	double *t;	  /* [max_workers]: their speeds, ascending */
 	uint8_t *cuts;	  /* [max_workers]: a partition of ids */
 	double *gtime;	  /* [max_workers + 1]: round time per group */
+	double *gT;	  /* [max_workers + 1]: the same with C_sync */
 	uint32_t *gsize;  /* [max_workers + 1]: members per group */
 	uint32_t *rounds; /* [max_workers + 1]: rounds per group */
 	uint32_t *label;  /* [max_workers]: group per sorted position */
@@ -402,14 +405,15 @@ static int planner_init(struct kn__sync_planner *planner)
 	c->t = calloc(max, sizeof(*c->t));
 	c->cuts = calloc(max, sizeof(*c->cuts));
 	c->gtime = calloc((size_t)max + 1, sizeof(*c->gtime));
+	c->gT = calloc((size_t)max + 1, sizeof(*c->gT));
 	c->gsize = calloc((size_t)max + 1, sizeof(*c->gsize));
 	c->rounds = calloc((size_t)max + 1, sizeof(*c->rounds));
 	c->label = calloc(max + 1, sizeof(*c->label));
 	c->sum = calloc(max, sizeof(*c->sum));
 	c->count = calloc(max, sizeof(*c->count));
 	if (!c->group || !c->base || !c->ids || !c->t || !c->cuts ||
-	    !c->gtime || !c->gsize || !c->rounds || !c->label || !c->sum ||
-	    !c->count)
+	    !c->gtime || !c->gT || !c->gsize || !c->rounds || !c->label ||
+	    !c->sum || !c->count)
 		return -ENOMEM;
 	/* the warm-up's grouping: every member in group 0 */
 	for (uint32_t i = 0; i < max; i++)
@@ -431,6 +435,7 @@ static void planner_fini(struct kn__sync_planner *planner)
 	free(c->t);
 	free(c->cuts);
 	free(c->gtime);
+	free(c->gT);
 	free(c->gsize);
 	free(c->rounds);
 	free(c->label);
@@ -500,15 +505,15 @@ static int sort_members(struct kn__sync_planner *planner, uint32_t *count)
 /*
  * Throughput (samples per step of each worker per second) and tau_max
  * of a grouping of the sorted members given as @label per position:
- * the cost model of cgpp.h, for groups that need not be contiguous.
+ * the cost model of cgpp.h (its own code), for groups that need not be
+ * contiguous.  Leaves each group's slowest step time in c->gtime and its
+ * size in c->gsize.  0, or -EINVAL for speeds the model refuses.
  */
-static void eval_labels(struct kn__sync_planner *planner, uint32_t n,
-			const uint32_t *label, uint32_t ngroups,
-			struct kn__cgpp_eval *out)
+static int eval_labels(struct kn__sync_planner *planner, uint32_t n,
+		       const uint32_t *label, uint32_t ngroups,
+		       struct kn__cgpp_eval *out)
 {
 	struct kn__sync_cgp_planner *c = planner->cgp;
-	double lambda = 0, inv = 0, tmax = 0;
-	uint32_t used = 0;
 
 	for (uint32_t k = 0; k < ngroups; k++) {
 		c->gtime[k] = 0;
@@ -521,24 +526,11 @@ static void eval_labels(struct kn__sync_planner *planner, uint32_t n,
 		if (c->t[j] > c->gtime[k])
 			c->gtime[k] = c->t[j];
 	}
-	for (uint32_t k = 0; k < ngroups; k++) {
-		double T;
-
-		if (!c->gsize[k])
-			continue;
-		T = c->gtime[k] + sync_cost(&planner->params, c->gsize[k]);
-		used++;
-		lambda += c->gsize[k] / T;
-		inv += 1 / T;
-		if (T > tmax)
-			tmax = T;
-	}
-	out->lambda = lambda;
-	out->groups = used;
-	/* the slowest group waits longest: tau_max = T_max sum_{H} 1/T_H - 1 */
-	out->tau_max = used > 1 ? tmax * inv - 1 : 0;
-	out->feasible =
-		out->tau_max <= planner->params.bound * (1 + 1e-9);
+	for (uint32_t k = 0; k < ngroups; k++)
+		c->gT[k] =
+			c->gtime[k] + sync_cost(&planner->params, c->gsize[k]);
+	return kn__cgpp_eval_groups(c->gT, c->gsize, ngroups, 1,
+				    planner->params.bound, out);
 }
 
 /*
@@ -710,8 +702,9 @@ static int plan_next(struct kn__sync_planner *planner,
 			}
 			c->label[j] = k;
 		}
-		eval_labels(planner, n, c->label, c->ngroups + 1, &now);
-		ret = solve(planner, n, fresh, &best);
+		ret = eval_labels(planner, n, c->label, c->ngroups + 1, &now);
+		if (!ret)
+			ret = solve(planner, n, fresh, &best);
 		if (ret)
 			return ret;
 		gain = best.lambda / now.lambda - 1;
@@ -742,7 +735,9 @@ static int plan_next(struct kn__sync_planner *planner,
 	/* every member has a group: a homeless one made the new ones stick */
 	for (uint32_t j = 0; j < n; j++)
 		c->label[j] = c->group[c->ids[j]];
-	eval_labels(planner, n, c->label, c->ngroups, &now);
+	ret = eval_labels(planner, n, c->label, c->ngroups, &now);
+	if (ret)
+		return ret;
 	for (uint32_t k = 0; k < c->ngroups; k++) {
 		c->gtime[k] += sync_cost(p, c->gsize[k]);
 		if (c->gsize[k] && c->gtime[k] < tmin)

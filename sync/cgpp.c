@@ -10,13 +10,17 @@
  * group j, end[k - 1] = n), because its moves touch one or two groups
  * and must not cost O(n) to describe.
  *
- * tau_max is computed as T_max (R - 1/T_max) with R = sum_G 1/T_G, which
- * is the spec's max_G sum_{H != G} T_G / T_H (see cgpp.h) in O(1) once
- * R and T_max are known, and is exactly 0 for one group.  That is what
- * makes the local search's moves cheap: a move changes R and Lambda by
- * the terms of the groups it removes and adds, and T_max comes from the
- * three largest T of the partition being explored (a move removes at
- * most two groups), so every neighbour costs O(1) to score.
+ * Every evaluation takes two passes over the groups of a partition: the
+ * first sums R = sum_H 1/T_H and N = sum_H |H|/T_H, the second gives
+ * each group G, from those, its versions V_G = T_G R - 1, its staleness
+ * in rounds of n m_G = (T_G N - |G|) / n and its damping w_G =
+ * 1 / (1 + m_G) (the chunk rule's, sync/cgp.c), hence its damped share
+ * of Lambda and its staleness tau_G = w_G V_G (see cgpp.h).  So one
+ * partition of k groups costs O(k) once its group times are known, and
+ * a local-search move, which changes one or two groups, is scored in
+ * O(k) without rebuilding the partition: the explored partition's group
+ * times are kept, the move's new groups substituted for the ones it
+ * removes.
  */
 #include <errno.h>
 #include <math.h>
@@ -80,62 +84,116 @@ static double group_time(const struct kn__cgpp *p, uint32_t s, uint32_t e)
 	return p->t[e - 1] + p->lat + (double)(e - s) * p->bytes / p->bw;
 }
 
-static double tau_of(uint32_t k, double tmax, double r)
-{
-	double tau;
+/*
+ * The figures of a partition, accumulated group by group in two passes
+ * (pass 0: the sums; pass 1: each group's terms, which need them).
+ */
+struct figs {
+	double n;      /* workers */
+	double r;      /* sum_H 1 / T_H */
+	double nr;     /* sum_H |H| / T_H */
+	uint32_t k;    /* groups */
+	int pass;      /* 0 or 1 */
+	double lambda; /* sum_G w_G |G| / T_G (b = 1) */
+	double tau;    /* max_G w_G V_G */
+};
 
-	if (k <= 1)
-		return 0;
-	tau = tmax * (r - 1.0 / tmax);
-	return tau > 0 ? tau : 0;
+static void figs_group(struct figs *f, double size, double tg)
+{
+	double v, m, w;
+
+	if (f->pass == 0) {
+		f->r += 1.0 / tg;
+		f->nr += size / tg;
+		f->k++;
+		return;
+	}
+	if (f->k <= 1) {
+		/* one group: nobody else applies, V = m = 0 exactly */
+		f->lambda += size / tg;
+		return;
+	}
+	v = tg * f->r - 1;		/* versions others make in a round */
+	m = (tg * f->nr - size) / f->n; /* the same in rounds of n */
+	v = v > 0 ? v : 0;
+	m = m > 0 ? m : 0;
+	w = 1 / (1 + m);
+	f->lambda += w * size / tg;
+	if (w * v > f->tau)
+		f->tau = w * v;
+}
+
+static void figs_out(const struct figs *f, double batch, double bound,
+		     struct kn__cgpp_eval *ev)
+{
+	ev->lambda = f->lambda * batch;
+	ev->tau_max = f->tau;
+	ev->feasible = feasible(f->tau, bound);
+	ev->groups = f->k;
 }
 
 /* Evaluate cut bits, already validated; O(n). */
 static void eval_cuts(const struct kn__cgpp *p, const uint8_t *cuts,
 		      struct kn__cgpp_eval *ev)
 {
-	double lambda = 0, r = 0, tmax = 0;
-	uint32_t k = 0, s = 0;
+	struct figs f = { .n = p->n };
 
-	for (uint32_t i = 0; i < p->n; i++) {
-		double tg;
+	for (f.pass = 0; f.pass < 2; f.pass++) {
+		uint32_t s = 0;
 
-		if (i + 1 < p->n && !cuts[i])
-			continue;
-		tg = group_time(p, s, i + 1);
-		lambda += (double)(i + 1 - s) * p->batch / tg;
-		r += 1.0 / tg;
-		if (tg > tmax)
-			tmax = tg;
-		k++;
-		s = i + 1;
+		for (uint32_t i = 0; i < p->n; i++) {
+			if (i + 1 < p->n && !cuts[i])
+				continue;
+			figs_group(&f, (double)(i + 1 - s),
+				   group_time(p, s, i + 1));
+			s = i + 1;
+		}
 	}
-	ev->lambda = lambda;
-	ev->tau_max = tau_of(k, tmax, r);
-	ev->feasible = feasible(ev->tau_max, p->bound);
-	ev->groups = k;
+	figs_out(&f, p->batch, p->bound, ev);
 }
 
 /* Evaluate a list of group ends; O(k). */
 static void eval_ends(const struct kn__cgpp *p, const uint32_t *end, uint32_t k,
 		      struct kn__cgpp_eval *ev)
 {
-	double lambda = 0, r = 0, tmax = 0;
-	uint32_t s = 0;
+	struct figs f = { .n = p->n };
 
-	for (uint32_t j = 0; j < k; j++) {
-		double tg = group_time(p, s, end[j]);
+	for (f.pass = 0; f.pass < 2; f.pass++) {
+		uint32_t s = 0;
 
-		lambda += (double)(end[j] - s) * p->batch / tg;
-		r += 1.0 / tg;
-		if (tg > tmax)
-			tmax = tg;
-		s = end[j];
+		for (uint32_t j = 0; j < k; j++) {
+			figs_group(&f, (double)(end[j] - s),
+				   group_time(p, s, end[j]));
+			s = end[j];
+		}
 	}
-	ev->lambda = lambda;
-	ev->tau_max = tau_of(k, tmax, r);
-	ev->feasible = feasible(ev->tau_max, p->bound);
-	ev->groups = k;
+	figs_out(&f, p->batch, p->bound, ev);
+}
+
+int kn__cgpp_eval_groups(const double *T, const uint32_t *size, uint32_t k,
+			 double batch, double bound,
+			 struct kn__cgpp_eval *out)
+{
+	struct figs f = { 0 };
+
+	if (!T || !size || !out || !(batch > 0) || !isfinite(batch) ||
+	    !(bound >= 0) || !isfinite(bound))
+		return -EINVAL;
+	for (uint32_t j = 0; j < k; j++) {
+		if (!size[j])
+			continue;
+		if (!(T[j] > 0) || !isfinite(T[j]))
+			return -EINVAL;
+		f.n += size[j];
+	}
+	if (f.n == 0)
+		return -EINVAL;
+	for (f.pass = 0; f.pass < 2; f.pass++)
+		for (uint32_t j = 0; j < k; j++)
+			if (size[j])
+				figs_group(&f, size[j], T[j]);
+	figs_out(&f, batch, bound, out);
+	return 0;
 }
 
 int kn__cgpp_eval(const struct kn__cgpp *p, const uint8_t *cuts,
@@ -527,21 +585,19 @@ struct member {
 struct kn__cgpp_pls {
 	uint32_t n;
 	double bound;	 /* the instance's S, for protection */
-	double tau_span; /* members have tau_max <= this */
+	double tau_span; /* members have tau_max <= this ... */
+	uint32_t kmax;	 /* ... and at most this many groups */
 	uint32_t cap;	 /* archive_max */
 	size_t size;
 	struct member *m; /* ascending tau, hence ascending lambda */
 };
 
-/* The partition being explored, with its per-group figures. */
+/* The partition being explored, with its group times. */
 struct scan {
 	const struct kn__cgpp *p;
 	const uint32_t *end;
 	uint32_t k;
-	double *tg;	  /* T of each group */
-	double lambda, r; /* Lambda and sum 1/T */
-	double top[3];	  /* three largest T ... */
-	uint32_t topi[3]; /* ... and their groups (k when absent) */
+	double *tg; /* T of each group */
 };
 
 static uint32_t gstart(const struct scan *sc, uint32_t j)
@@ -551,76 +607,40 @@ static uint32_t gstart(const struct scan *sc, uint32_t j)
 
 static void scan_init(struct scan *sc)
 {
-	sc->lambda = 0;
-	sc->r = 0;
-	for (int i = 0; i < 3; i++) {
-		sc->top[i] = -1;
-		sc->topi[i] = sc->k;
-	}
-	for (uint32_t j = 0; j < sc->k; j++) {
-		uint32_t s = gstart(sc, j);
-		double t = group_time(sc->p, s, sc->end[j]);
-		int at;
-
-		sc->tg[j] = t;
-		sc->lambda += (double)(sc->end[j] - s) * sc->p->batch / t;
-		sc->r += 1.0 / t;
-		for (at = 3; at > 0 && t > sc->top[at - 1]; at--)
-			;
-		if (at < 3) {
-			for (int i = 2; i > at; i--) {
-				sc->top[i] = sc->top[i - 1];
-				sc->topi[i] = sc->topi[i - 1];
-			}
-			sc->top[at] = t;
-			sc->topi[at] = j;
-		}
-	}
+	for (uint32_t j = 0; j < sc->k; j++)
+		sc->tg[j] = group_time(sc->p, gstart(sc, j), sc->end[j]);
 }
 
 /*
  * A move removes groups [ra, rb] (one or two, adjacent) and puts in
  * their place the groups [s, q) and [q, e) (q == 0: the one group
- * [s, e)).  Score it in O(1).
+ * [s, e)).  Score it in O(k), from the kept group times.
  */
 static void score(const struct scan *sc, uint32_t ra, uint32_t rb, uint32_t s,
 		  uint32_t q, uint32_t e, double *lambda, double *tau)
 {
 	const struct kn__cgpp *p = sc->p;
-	double l = sc->lambda, r = sc->r, tmax = 0;
-	uint32_t k = sc->k - (rb - ra + 1);
+	struct figs f = { .n = p->n };
+	double t1 = group_time(p, s, q ? q : e),
+	       t2 = q ? group_time(p, q, e) : 0;
+	struct kn__cgpp_eval ev;
 
-	for (uint32_t j = ra; j <= rb; j++) {
-		uint32_t gs = gstart(sc, j);
-
-		l -= (double)(sc->end[j] - gs) * p->batch / sc->tg[j];
-		r -= 1.0 / sc->tg[j];
-	}
-	for (int i = 0; i < 3; i++) {
-		if (sc->topi[i] < ra ||
-		    (sc->topi[i] > rb && sc->topi[i] < sc->k)) {
-			tmax = sc->top[i];
-			break;
+	for (f.pass = 0; f.pass < 2; f.pass++) {
+		for (uint32_t j = 0; j < sc->k; j++) {
+			if (j == ra) {
+				figs_group(&f, (double)((q ? q : e) - s), t1);
+				if (q)
+					figs_group(&f, (double)(e - q), t2);
+				j = rb;
+				continue;
+			}
+			figs_group(&f, (double)(sc->end[j] - gstart(sc, j)),
+				   sc->tg[j]);
 		}
 	}
-	if (q) {
-		double t1 = group_time(p, s, q), t2 = group_time(p, q, e);
-
-		l += (double)(q - s) * p->batch / t1 +
-		     (double)(e - q) * p->batch / t2;
-		r += 1.0 / t1 + 1.0 / t2;
-		tmax = fmax(tmax, fmax(t1, t2));
-		k += 2;
-	} else {
-		double t1 = group_time(p, s, e);
-
-		l += (double)(e - s) * p->batch / t1;
-		r += 1.0 / t1;
-		tmax = fmax(tmax, t1);
-		k += 1;
-	}
-	*lambda = l;
-	*tau = tau_of(k, tmax, r);
+	figs_out(&f, p->batch, p->bound, &ev);
+	*lambda = ev.lambda;
+	*tau = ev.tau_max;
 }
 
 static bool dominates(double la, double ta, double lb, double tb)
@@ -641,11 +661,12 @@ static bool same(double la, double ta, double lb, double tb)
  * member with tau <= t can dominate (it has the largest Lambda of those
  * that could); O(log size).
  */
-static bool wanted(const struct kn__cgpp_pls *a, double l, double t)
+static bool wanted(const struct kn__cgpp_pls *a, double l, double t,
+		   uint32_t k)
 {
 	size_t lo = 0, hi = a->size;
 
-	if (!(t <= a->tau_span))
+	if (!(t <= a->tau_span) || k > a->kmax)
 		return false;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
@@ -728,7 +749,7 @@ static int insert(struct kn__cgpp_pls *a, const struct kn__cgpp *p,
 	size_t i, at;
 
 	eval_ends(p, end, k, &ev);
-	if (!wanted(a, ev.lambda, ev.tau_max))
+	if (!wanted(a, ev.lambda, ev.tau_max, k))
 		return 0;
 	for (i = 0; i < a->size;) {
 		if (dominates(ev.lambda, ev.tau_max, a->m[i].lambda,
@@ -809,7 +830,7 @@ static int explore(struct kn__cgpp_pls *a, struct scan *sc, uint32_t *tmp)
 		/* merge j and j + 1 */
 		if (j + 1 < k) {
 			score(sc, j, j + 1, s, 0, sc->end[j + 1], &l, &t);
-			if (wanted(a, l, t)) {
+			if (wanted(a, l, t, k - 1)) {
 				memcpy(tmp, sc->end, j * sizeof(*tmp));
 				memcpy(tmp + j, sc->end + j + 1,
 				       (k - j - 1) * sizeof(*tmp));
@@ -826,7 +847,7 @@ static int explore(struct kn__cgpp_pls *a, struct scan *sc, uint32_t *tmp)
 					continue;
 				score(sc, j, j + 1, s, pos[i], sc->end[j + 1],
 				      &l, &t);
-				if (!wanted(a, l, t))
+				if (!wanted(a, l, t, k))
 					continue;
 				memcpy(tmp, sc->end, k * sizeof(*tmp));
 				tmp[j] = pos[i];
@@ -835,13 +856,13 @@ static int explore(struct kn__cgpp_pls *a, struct scan *sc, uint32_t *tmp)
 					return rc;
 			}
 		}
-		/* split j */
-		if (e - s < 2)
+		/* split j, unless that makes too many groups */
+		if (e - s < 2 || k + 1 > a->kmax)
 			continue;
 		np = positions(p, s, e, s + (e - s) / 2, pos);
 		for (uint32_t i = 0; i < np; i++) {
 			score(sc, j, j, s, pos[i], e, &l, &t);
-			if (!wanted(a, l, t))
+			if (!wanted(a, l, t, k + 1))
 				continue;
 			memcpy(tmp, sc->end, j * sizeof(*tmp));
 			tmp[j] = pos[i];
@@ -903,6 +924,8 @@ int kn__cgpp_pls_create(const struct kn__cgpp *p, uint64_t seed,
 	a->bound = p->bound;
 	a->cap = archive_max;
 	a->tau_span = KN__CGPP_PLS_SPAN(p->bound);
+	a->kmax = a->tau_span + 1 < (double)p->n ? (uint32_t)(a->tau_span + 1)
+						 : p->n;
 	a->m = calloc((size_t)archive_max + 1, sizeof(a->m[0]));
 	cur = malloc(((size_t)p->n + 1) * sizeof(*cur));
 	tmp = malloc(((size_t)p->n + 1) * sizeof(*tmp));

@@ -11,14 +11,21 @@
  * (ascending: the caller sorts, and every function here refuses an
  * unsorted array).  A partition is a set of groups contiguous in that
  * order, written as n - 1 cut bits: cuts[i] = 1 when a group ends after
- * worker i.  For a group G of m workers
- *	T_G = max_{i in G} t_i + C_sync(m),  C_sync(m) = lat + m bytes / bw
- *	Lambda(P) = sum_G m b / T_G                 (samples per second)
- *	tau_max(P) = max_G sum_{H != G} T_G / T_H = T_max sum_{H != G*} 1/T_H
- * where G* is the group with the largest T (T_G R - 1 grows with T_G, so
- * the maximum is there).  One group (BSP) has tau_max = 0 exactly; n
- * groups is ASP.  P is feasible when tau_max <= S (1 + 1e-9): the slack
- * only absorbs rounding, so S = 0 admits one group only.
+ * worker i.  For a group G of |G| workers
+ *	T_G = max_{i in G} t_i + C_sync(|G|),  C_sync(m) = lat + m bytes / bw
+ *	V_G = sum_{H != G} T_G / T_H         (versions made in a round of G)
+ *	m_G = sum_{H != G} (|H| / n) T_G / T_H  (the same, in rounds of n)
+ *	w_G = 1 / (1 + m_G)                  (the chunk rule's damping)
+ *	Lambda(P) = sum_G w_G |G| b / T_G    (useful samples per second)
+ *	tau_max(P) = max_G w_G V_G
+ * CGP's chunk rule (sync/cgp.c) weights each push of G by w_G / n, with
+ * m_G counted as it happens; the model uses its steady-state value.  So
+ * Lambda counts a stale group's samples at the weight they get, and
+ * tau_G is its staleness in versions at that weight: an update damped
+ * by w perturbs the model as an undamped one w V versions stale does
+ * (docs/protocols.md, CGP).  One group (BSP) has w = 1 and tau_max = 0
+ * exactly; n groups is ASP.  P is feasible when tau_max <= S (1 + 1e-9):
+ * the slack only absorbs rounding, so S = 0 admits one group only.
  *
  * Everything is pure: no I/O, no clock, no global state; randomness comes
  * from a caller's seed through a private generator, so a seed gives the
@@ -64,6 +71,17 @@ struct kn__cgpp_eval {
  */
 int kn__cgpp_eval(const struct kn__cgpp *p, const uint8_t *cuts,
 		  struct kn__cgpp_eval *out);
+
+/*
+ * The same figures for any grouping, contiguous or not: @k groups, group
+ * j of @size[j] workers (0: skipped) with round time @T[j] (T_G above,
+ * finite and > 0 when size[j] > 0), n = sum size[j] > 0.  The CGP
+ * planner compares the groups in force with a solver's answer with it.
+ * Returns 0 or -EINVAL.  O(k).
+ */
+int kn__cgpp_eval_groups(const double *T, const uint32_t *size, uint32_t k,
+			 double batch, double bound,
+			 struct kn__cgpp_eval *out);
 
 /*
  * The exact optimum: the feasible partition of largest Lambda, found by
@@ -113,14 +131,16 @@ struct kn__cgpp_pls;
  * CGP_PLS: run a Pareto local search on @p with seed @seed and keep at
  * most @archive_max (0: 64; at least 3) mutually non-dominated
  * partitions, maximizing Lambda and minimizing tau_max, over tau_max <=
- * KN__CGPP_PLS_SPAN(p->bound): the span a later re-selection with a
- * different bound can use, without spending the search on partitions no
- * sensible bound admits (tau_max >= groups - 1, so this also keeps every
- * member to at most 2 S + 5 groups).  BSP (the lowest tau_max) and the
- * best partition for p->bound are always kept.  The archive copies what
+ * KN__CGPP_PLS_SPAN(p->bound) and at most KN__CGPP_PLS_SPAN(p->bound) + 1
+ * groups: the span a later re-selection with a different bound can use,
+ * without spending the search on partitions no sensible bound admits
+ * (k groups of equal T and size have tau_max = (k - 1) / (2 - 1/k),
+ * at least (k - 1) / 2: past 2 S + 1 of them are infeasible anyway).
+ * BSP (the lowest tau_max) and the best partition for p->bound are
+ * always kept.  The archive copies what
  * it needs; @p->t may go once this returns.  Returns 0 and sets *@out,
  * -EINVAL as kn__cgpp_eval(), or -ENOMEM.  About 32 archive_max
- * explorations of O(n + groups x 60) each.
+ * explorations of O(n + groups^2 x 60) each.
  */
 int kn__cgpp_pls_create(const struct kn__cgpp *p, uint64_t seed,
 			uint32_t archive_max, struct kn__cgpp_pls **out);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cgpp.c - CGPP (sync/cgpp.h, docs/cgpp.md): the cost model on
- * hand-computed partitions; what the model implies on degenerate inputs
- * (equal workers, one slow worker, n = 1, a bound that admits only BSP);
+ * partitions computed the long way (sums over pairs of groups, the
+ * chunk rule's damping 1 / (1 + m_G) included); what the model implies
+ * on degenerate inputs (equal workers, one slow worker, a lone straggler
+ * 8x or 6x slower, n = 1, a bound that admits only BSP);
  * argument checks; and 200 seeded random instances of up to 16 workers
  * on which CGP_AGA must reach the exhaustive optimum on at least 95% and
  * never be infeasible, and CGP_PLS's archive must be mutually
@@ -40,13 +42,42 @@ static const struct kn__cgpp p4 = {
 	.bound = 4,
 };
 
+/*
+ * The model of cgpp.h the long way: for each group G, V_G and m_G summed
+ * over the other groups H, w_G = 1 / (1 + m_G), Lambda = sum_G w_G |G| b
+ * / T_G, tau_max = max_G w_G V_G.
+ */
+static void long_way(const double *T, const int *size, int k, double b,
+		     double *lambda, double *tau)
+{
+	double n = 0;
+
+	for (int g = 0; g < k; g++)
+		n += size[g];
+	*lambda = 0;
+	*tau = 0;
+	for (int g = 0; g < k; g++) {
+		double v = 0, m = 0, w;
+
+		for (int h = 0; h < k; h++) {
+			if (h == g)
+				continue;
+			v += T[g] / T[h];
+			m += size[h] / n * T[g] / T[h];
+		}
+		w = 1 / (1 + m);
+		*lambda += w * size[g] * b / T[g];
+		*tau = fmax(*tau, w * v);
+	}
+}
+
 Test(cgpp, eval_bsp)
 {
 	const uint8_t cuts[3] = { 0, 0, 0 };
 	struct kn__cgpp_eval ev;
 
 	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
-	/* T = 4 + 0.5 + 4 x 0.25 = 5.5 */
+	/* T = 4 + 0.5 + 4 x 0.25 = 5.5; nobody else applies: undamped */
 	assert_close(ev.lambda, 40 / 5.5, "lambda");
 	cr_assert_eq(ev.tau_max, 0.0);
 	cr_assert(ev.feasible);
@@ -56,47 +87,78 @@ Test(cgpp, eval_bsp)
 Test(cgpp, eval_asp)
 {
 	const uint8_t cuts[3] = { 1, 1, 1 };
+	const double T[4] = { 1.75, 1.75, 2.75, 4.75 }; /* t_i + 0.75 */
+	const int size[4] = { 1, 1, 1, 1 };
 	struct kn__cgpp_eval ev;
+	double lambda, tau;
 
+	long_way(T, size, 4, 10, &lambda, &tau);
 	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
-	/* T_i = t_i + 0.75; tau_max from the slowest group */
-	assert_close(ev.lambda, 10 * (2 / 1.75 + 1 / 2.75 + 1 / 4.75),
-		     "lambda");
-	assert_close(ev.tau_max, 4.75 * (2 / 1.75 + 1 / 2.75), "tau_max");
-	cr_assert(!ev.feasible, "tau_max %g > 4", ev.tau_max);
+	assert_close(ev.lambda, lambda, "lambda");
+	assert_close(ev.tau_max, tau, "tau_max");
+	/* the slowest: V = 4.75 (2/1.75 + 1/2.75), damped by 1 + V/4 */
+	assert_close(tau, 4.75 * (2 / 1.75 + 1 / 2.75) /
+				  (1 + 4.75 * (2 / 1.75 + 1 / 2.75) / 4),
+		     "the slowest's");
+	/* undamped it was 4.30 > 4; at the weight the rule gives it, 1.74 */
+	cr_assert(ev.feasible, "tau_max %g", ev.tau_max);
 	cr_assert_eq(ev.groups, 4);
 }
 
 Test(cgpp, eval_two_groups)
 {
 	const uint8_t cuts[3] = { 0, 0, 1 };
-	struct kn__cgpp_eval ev;
-
-	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
 	/* {1 1 2}: T = 2 + 0.5 + 0.75 = 3.25; {4}: T = 4 + 0.5 + 0.25 */
-	assert_close(ev.lambda, 30 / 3.25 + 10 / 4.75, "lambda");
-	assert_close(ev.tau_max, 4.75 / 3.25, "tau_max");
+	const double T[2] = { 3.25, 4.75 };
+	const int size[2] = { 3, 1 };
+	struct kn__cgpp_eval ev;
+	double lambda, tau;
+
+	long_way(T, size, 2, 10, &lambda, &tau);
+	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
+	assert_close(ev.lambda, lambda, "lambda");
+	/* by hand: m = 1/4 x 3.25/4.75 for the fast, 3/4 x 4.75/3.25 */
+	assert_close(lambda,
+		     30 / 3.25 / (1 + 0.25 * 3.25 / 4.75) +
+			     10 / 4.75 / (1 + 0.75 * 4.75 / 3.25),
+		     "by hand");
+	assert_close(ev.tau_max, tau, "tau_max");
 	cr_assert(ev.feasible);
 	cr_assert_eq(ev.groups, 2);
 }
 
 Test(cgpp, eval_tau_max_is_the_max_over_groups)
 {
-	/* tau_max = max_G sum_{H != G} T_G / T_H, computed the long way */
 	const uint8_t cuts[3] = { 1, 0, 1 };
-	double T[3] = { 1 + 0.75, 2 + 1.0, 4 + 0.75 }, want = 0;
+	const double T[3] = { 1 + 0.75, 2 + 1.0, 4 + 0.75 };
+	const int size[3] = { 1, 2, 1 };
 	struct kn__cgpp_eval ev;
+	double lambda, tau;
 
-	for (int g = 0; g < 3; g++) {
-		double s = 0;
-
-		for (int h = 0; h < 3; h++)
-			if (h != g)
-				s += T[g] / T[h];
-		want = fmax(want, s);
-	}
+	long_way(T, size, 3, 10, &lambda, &tau);
 	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
-	assert_close(ev.tau_max, want, "tau_max");
+	assert_close(ev.tau_max, tau, "tau_max");
+	assert_close(ev.lambda, lambda, "lambda");
+}
+
+Test(cgpp, eval_groups_is_the_same_model)
+{
+	/* the planner's entry: any order, empty groups skipped */
+	const double T[4] = { 4.75, 0, 1.75, 3.0 };
+	const uint32_t size[4] = { 1, 0, 1, 2 };
+	const uint8_t cuts[3] = { 1, 0, 1 };
+	struct kn__cgpp_eval eg, ec;
+
+	cr_assert_eq(kn__cgpp_eval_groups(T, size, 4, 10, 4, &eg), 0);
+	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ec), 0);
+	assert_close(eg.lambda, ec.lambda, "lambda");
+	assert_close(eg.tau_max, ec.tau_max, "tau_max");
+	cr_assert_eq(eg.groups, 3);
+	cr_assert_eq(kn__cgpp_eval_groups(T, size, 1, 10, 4, &eg), 0);
+	cr_assert_eq(eg.tau_max, 0.0);
+	assert_close(eg.lambda, 10 / 4.75, "one group");
+	cr_assert_eq(kn__cgpp_eval_groups(T, size, 2, 0, 4, &eg), -EINVAL);
+	cr_assert_eq(kn__cgpp_eval_groups(T, size, 0, 10, 4, &eg), -EINVAL);
 }
 
 Test(cgpp, refuses_bad_input)
@@ -176,11 +238,12 @@ Test(cgpp, equal_workers_free_sync_is_one_group)
 	cr_assert_eq(ep.groups, 1);
 }
 
-Test(cgpp, equal_workers_size_cost_split_up_to_the_bound)
+Test(cgpp, equal_workers_moderate_sync_cost_stay_one_group)
 {
 	/* With C_sync growing in m, m / (a + c m) is concave, so splitting
-	 * always gains; k groups of equal T have tau_max = k - 1, so the
-	 * model's optimum under S = 4 is 5 groups of 2.
+	 * shortens rounds; but every group beside another is damped (k
+	 * equal groups: 1 / (2 - 1/k)), and with C_sync(10) = 1 against
+	 * 1 s steps that costs more than the shorter rounds gain: BSP.
 	 */
 	double t[10];
 	struct kn__cgpp p = { .t = t,
@@ -190,22 +253,54 @@ Test(cgpp, equal_workers_size_cost_split_up_to_the_bound)
 			      .bytes = 1,
 			      .bw = 10,
 			      .bound = 4 };
-	const uint8_t want[9] = { 0, 1, 0, 1, 0, 1, 0, 1, 0 };
 	struct kn__cgpp_eval e, ea, ep;
 	uint8_t cuts[9];
 
 	for (int i = 0; i < 10; i++)
 		t[i] = 1;
 	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_eq(e.groups, 5);
-	cr_assert_arr_eq(cuts, want, 9);
+	cr_assert_eq(e.groups, 1);
+	cr_assert_eq(ea.groups, 1);
+	cr_assert_eq(ep.groups, 1);
+}
+
+Test(cgpp, equal_workers_costly_sync_split_up_to_the_bound)
+{
+	/* C_sync(10) = 10 s against 1 s steps: shorter rounds win despite
+	 * the damping, and the bound is what stops the splitting: ASP (ten
+	 * groups, tau_max = 9 / 1.9 = 4.7) breaks it.
+	 */
+	double t[10];
+	struct kn__cgpp p = { .t = t,
+			      .n = 10,
+			      .batch = 32,
+			      .lat = 0.1,
+			      .bytes = 1,
+			      .bw = 1,
+			      .bound = 4 };
+	uint8_t asp[9];
+	struct kn__cgpp_eval e, ea, ep, ev;
+	uint8_t cuts[9];
+
+	for (int i = 0; i < 10; i++)
+		t[i] = 1;
+	memset(asp, 1, sizeof(asp));
+	cr_assert_eq(kn__cgpp_eval(&p, asp, &ev), 0);
+	assert_close(ev.tau_max, 9 / 1.9, "asp tau_max");
+	cr_assert(!ev.feasible);
+	all_solvers(&p, cuts, &e, &ea, &ep);
+	cr_assert_gt(e.groups, 4);
+	cr_assert_lt(e.groups, 10);
+	cr_assert(e.feasible);
 	assert_close(ea.lambda, e.lambda, "aga lambda");
 	assert_close(ep.lambda, e.lambda, "pls lambda");
 }
 
 Test(cgpp, one_slow_worker_alone_when_the_bound_allows)
 {
-	/* 7 workers at 1 s, one at 3 s: alone it gives tau_max = 3.1/1.1 */
+	/* 7 workers at 1 s, one at 3 s: alone, V = 3.1/1.1 versions, m =
+	 * 7/8 of that, and tau_max = V / (1 + m)
+	 */
 	const double t[8] = { 1, 1, 1, 1, 1, 1, 1, 3 };
 	struct kn__cgpp p = { .t = t,
 			      .n = 8,
@@ -220,15 +315,65 @@ Test(cgpp, one_slow_worker_alone_when_the_bound_allows)
 
 	all_solvers(&p, cuts, &e, &ea, &ep);
 	cr_assert_arr_eq(cuts, want, 7);
-	assert_close(e.tau_max, 3.1 / 1.1, "tau_max");
+	assert_close(e.tau_max, 3.1 / 1.1 / (1 + 7.0 / 8 * 3.1 / 1.1),
+		     "tau_max");
 	assert_close(ea.lambda, e.lambda, "aga lambda");
 	assert_close(ep.lambda, e.lambda, "pls lambda");
 }
 
+/*
+ * A lone straggler far slower than the rest: alone it misses
+ * T_slow / T_fast versions, above S = 4, which the model without the
+ * damping refused, so every solver stayed at BSP and everyone waited for
+ * it.  Damped as the chunk rule damps it, it is within the bound.
+ */
+static void lone_straggler(uint32_t n, double factor)
+{
+	double t[16];
+	struct kn__cgpp p = { .t = t,
+			      .n = n,
+			      .batch = 32,
+			      .lat = 1e-4,
+			      .bytes = 0,
+			      .bw = 1,
+			      .bound = 4 };
+	uint8_t want[15] = { 0 }, cuts[15];
+	struct kn__cgpp_eval e, ea, ep;
+	double tf = 0.02 + 1e-4, ts = 0.02 * factor + 1e-4;
+	double v = ts / tf, m = (n - 1.0) / n * v;
+
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = i + 1 < n ? 0.02 : 0.02 * factor;
+	want[n - 2] = 1;
+	cr_assert_gt(v, 4, "the undamped staleness breaks the bound");
+	all_solvers(&p, cuts, &e, &ea, &ep);
+	cr_assert_arr_eq(cuts, want, n - 1);
+	cr_assert_eq(e.groups, 2);
+	assert_close(e.tau_max, v / (1 + m), "tau_max");
+	cr_assert(e.feasible);
+	/* far above BSP's n / T_slow */
+	cr_assert_gt(e.lambda, 3 * n * 32 / ts);
+	assert_close(ea.lambda, e.lambda, "aga lambda");
+	assert_close(ep.lambda, e.lambda, "pls lambda");
+	cr_assert_eq(ea.groups, 2);
+	cr_assert_eq(ep.groups, 2);
+}
+
+Test(cgpp, a_lone_straggler_8x_of_8_is_alone)
+{
+	lone_straggler(8, 8);
+}
+
+Test(cgpp, a_lone_straggler_6x_of_16_is_alone)
+{
+	lone_straggler(16, 6);
+}
+
 Test(cgpp, bound_below_every_split_gives_bsp)
 {
-	/* every split leaves the slow worker's group at >= 3.1 s beside a
-	 * 1.1 s one, tau_max >= 2.8, so S = 2 admits BSP only
+	/* in every split the slowest group misses V >= 1 versions, counted
+	 * m <= V in rounds of n, so tau_max >= V / (1 + V) >= 1/2: S = 0.4
+	 * admits BSP only
 	 */
 	const double t[8] = { 1, 1, 1, 1, 1, 1, 1, 3 };
 	struct kn__cgpp p = { .t = t,
@@ -237,7 +382,7 @@ Test(cgpp, bound_below_every_split_gives_bsp)
 			      .lat = 0.1,
 			      .bytes = 0,
 			      .bw = 1,
-			      .bound = 2 };
+			      .bound = 0.4 };
 	struct kn__cgpp_eval e, ea, ep;
 	uint8_t cuts[7];
 
