@@ -457,6 +457,60 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 	free(json);
 }
 
+/*
+ * Every protocol under the trainer's default optimizer (momentum 0.9,
+ * lr 0.05), the MLP, one epoch of each worker's shard under a straggler:
+ * the model it ends with clears 0.72.  Measured: 0.78 to 0.83 for all
+ * six; before contributions were made to hold under momentum (gradient
+ * sums of local steps into the servers' momentum, SSP's bursts applied
+ * whole) SSP ended at 0.60, ESP at 0.57 and ASP at 0.63.
+ */
+static void converges_under_momentum(const char *protocol)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
+			 "--protocol", (char *)protocol, "--model", "mlp",
+			 "--epochs", "1", "--step-time", "2ms", "--seed", "3",
+			 "--imbalance", "persistent:0.25:4", "--curve", "-",
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json;
+
+	need_dataset();
+	json = run_ok_json(argv);
+	cr_expect(strstr(json, "\"optimizer\": \"momentum\""), "%s", json);
+	cr_expect_gt(json_num(json, "final_accuracy"), 0.72, "%s", json);
+	free(json);
+}
+
+Test(train_cli, bsp_converges_under_momentum)
+{
+	converges_under_momentum("bsp");
+}
+
+Test(train_cli, asp_converges_under_momentum)
+{
+	converges_under_momentum("asp");
+}
+
+Test(train_cli, ssp_converges_under_momentum)
+{
+	converges_under_momentum("ssp");
+}
+
+Test(train_cli, esp_converges_under_momentum)
+{
+	converges_under_momentum("esp");
+}
+
+Test(train_cli, psp_converges_under_momentum)
+{
+	converges_under_momentum("psp");
+}
+
+Test(train_cli, cgp_converges_under_momentum)
+{
+	converges_under_momentum("cgp");
+}
+
 /* The injected delay is slept: every step takes at least base x factor. */
 Test(train_cli, injected_delay_is_slept)
 {
