@@ -37,18 +37,24 @@ static bool near(float got, double want)
 }
 
 static unsigned int nworkers, nsteps;
+static unsigned int steps_of[MAXW];   /* 0: nsteps */
+static double sleep_of[MAXW];	      /* >0: sleep so long a step, and let
+				       * the engine measure it */
 
 /*
  * Plain SGD on every worker, the same gradients whatever the protocol:
- * the model it ends with in sh->values (its first 62 elements), its
- * clock in values[62], the results of its steps as a mask in values[63].
+ * the model it ends with in sh->values (its first 61 elements), the
+ * number of steps that stayed local in values[61], its clock in
+ * values[62], the results of its first 16 steps as a mask in values[63].
  */
 static int sgd_worker(unsigned int rank)
 {
 	float *p = malloc(LEN * 4), *g = malloc(LEN * 4);
 	struct kn_worker *w = join(rank);
 	struct kn_job_info job;
-	uint32_t results = 0;
+	uint32_t results = 0, local = 0;
+	unsigned int steps = steps_of[rank] ? steps_of[rank] : nsteps;
+	double seconds = sleep_of[rank] > 0 ? -1 : 0.001;
 	int ret;
 
 	if (!w || !p || !g)
@@ -63,21 +69,25 @@ static int sgd_worker(unsigned int rank)
 	for (size_t i = 0; !ret && i < LEN; i++)
 		if (p[i] != init_of(i))
 			ret = -EBADMSG; /* the initial model is rank 0's */
-	for (unsigned int s = 0; !ret && s < nsteps; s++) {
+	for (unsigned int s = 0; !ret && s < steps; s++) {
 		unsigned int what = 99;
 
 		for (size_t i = 0; i < LEN; i++)
 			g[i] = grad_of(rank, s, i);
-		ret = kn_worker_step_done(w, 0.001, 0, &what);
+		if (sleep_of[rank] > 0)
+			usleep((useconds_t)(sleep_of[rank] * 1e6));
+		ret = kn_worker_step_done(w, seconds, 0, &what);
 		if (!ret && what > KN_STEP_SYNCED)
 			ret = -EBADMSG;
+		local += !ret && what == KN_STEP_LOCAL;
 		if (!ret && s < 16 && what == KN_STEP_SYNCED)
 			results |= 1u << s;
 	}
 	if (!ret)
 		ret = kn_worker_finish(w);
-	for (size_t i = 0; !ret && i < 62; i++)
+	for (size_t i = 0; !ret && i < 61; i++)
 		sh->values[rank][i] = p[i];
+	sh->values[rank][61] = (float)local;
 	sh->values[rank][62] = (float)kn_worker_clock(w);
 	sh->values[rank][63] = (float)results;
 	kn_worker_destroy(w);
@@ -123,7 +133,7 @@ Test(step, gradient_protocols_push_every_step, .timeout = 120)
 	for (unsigned int w = 0; w < 2; w++) {
 		cr_assert_eq(sh->values[w][62], 6.0f, "one push a step");
 		cr_assert_eq(sh->values[w][63], (float)0x3f, "all synced");
-		for (size_t i = 0; i < 62; i++)
+		for (size_t i = 0; i < 61; i++)
 			cr_assert(near(sh->values[w][i], bsp_value(i, 2, 6)),
 				  "worker %u [%zu] = %g, want %g", w, i,
 				  (double)sh->values[w][i], bsp_value(i, 2, 6));
@@ -142,7 +152,7 @@ Test(step, psp_warmup_is_bsp_with_deltas, .timeout = 120)
 	unsetenv("KANEL_PSP_WARMUP");
 	for (unsigned int w = 0; w < 3; w++) {
 		cr_assert_eq(sh->values[w][62], 5.0f);
-		for (size_t i = 0; i < 62; i++)
+		for (size_t i = 0; i < 61; i++)
 			cr_assert(near(sh->values[w][i], bsp_value(i, 3, 5)),
 				  "worker %u [%zu] = %g, want %g", w, i,
 				  (double)sh->values[w][i], bsp_value(i, 3, 5));
@@ -169,10 +179,47 @@ Test(step, esp_takes_local_steps_until_h_max, .timeout = 120)
 		     (double)sh->values[0][62]);
 	cr_assert_eq(sh->values[0][63], (float)0x11, "results %#x",
 		     (unsigned int)sh->values[0][63]);
-	for (size_t i = 0; i < 62; i++)
+	for (size_t i = 0; i < 61; i++)
 		cr_assert(near(sh->values[0][i], bsp_value(i, 1, 8)),
 			  "[%zu] = %g, want %g", i, (double)sh->values[0][i],
 			  bsp_value(i, 1, 8));
+}
+
+/*
+ * PSP's planner hears the step times the engine measures: a worker whose
+ * steps take 4 times as long as the other's pushes after each step, and
+ * the fast one, given about 4 local steps a round by the plan, pushes
+ * as often while it does 4 times the steps.  With equal step times the
+ * plan gives both one step, and the fast one pushes far more per step.
+ */
+static double pushes_per_step(double slow_s)
+{
+	setenv("KANEL_PSP_WARMUP", "2", 1);
+	sleep_of[0] = 0.002;
+	sleep_of[1] = slow_s;
+	steps_of[0] = 160;
+	steps_of[1] = (unsigned int)(160 * 0.002 / slow_s);
+	run("predicted", 2, 160);
+	unsetenv("KANEL_PSP_WARMUP");
+	memset(sleep_of, 0, sizeof(sleep_of));
+	memset(steps_of, 0, sizeof(steps_of));
+	fprintf(stderr, "slow %g s: worker 0 %g pushes in 160 steps, "
+			"worker 1 %g\n",
+		slow_s, (double)sh->values[0][62], (double)sh->values[1][62]);
+	return sh->values[0][62] / 160.0;
+}
+
+Test(step, psp_plans_from_the_measured_step_times, .timeout = 120)
+{
+	double equal = pushes_per_step(0.002);
+	double skewed = pushes_per_step(0.008);
+
+	/* measured: 0.14 to 0.18 against 0.42 to 0.51 (steps taken while
+	 * waiting count toward the next push, so equal peers push less
+	 * often than every step) */
+	cr_assert_leq(skewed, 0.3, "4x slower peer: %g pushes a step", skewed);
+	cr_assert_lt(2 * skewed, equal, "%g pushes a step against %g", skewed,
+		     equal);
 }
 
 /* ---- what a program learns of the job, and what it is refused ---- */
