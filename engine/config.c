@@ -16,6 +16,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -589,6 +590,28 @@ static int opt_verbose(struct parse *p, const char *src, const char *val)
 		   src, val);
 }
 
+/*
+ * How an option's field is written back as its variable's value
+ * (kn__config_export): each as its parser reads it.
+ */
+enum field_kind {
+	F_NONE = 0, /* not exported (--help) */
+	F_NAME,	    /* a uint32_t or an enum: the first name of its value */
+	F_U32,
+	F_MS, /* a uint32_t of milliseconds: "1500ms" */
+	F_FLOAT,
+	F_ADDR, /* struct kn__config_addr; an empty host is left alone */
+	F_PATH, /* char[]; "" is left alone */
+	F_BOOL,
+};
+
+/* F_NAME reads an enum field as a uint32_t. */
+_Static_assert(sizeof(enum kn__role) == sizeof(uint32_t) &&
+		       sizeof(enum kn__config_transport) == sizeof(uint32_t) &&
+		       sizeof(enum kn__config_sync) == sizeof(uint32_t) &&
+		       sizeof(enum kn__config_optimizer) == sizeof(uint32_t),
+	       "enum fields are read as uint32_t");
+
 enum opt_id {
 	O_ROLE,
 	O_RANK,
@@ -638,160 +661,190 @@ struct opt {
 	const char *help;
 	int (*parse)(struct parse *p, const char *src, const char *val);
 	unsigned int group; /* KN__CONFIG_OPT_*; 0: every command's */
+	/* the field it sets, for kn__config_export to write back */
+	enum field_kind kind;
+	size_t off;
 };
 
-#define CHOICE(t) .names = t, .nnames = ARRAY_SIZE(t)
+#define CHOICE(t)	 .names = t, .nnames = ARRAY_SIZE(t)
+#define FIELD(k, member) .kind = k, .off = offsetof(struct kn__config, member)
 
 static const struct opt opts[O_COUNT] = {
 	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names),
 		     .none = "default from the launcher",
 		     .help = "what this process is", .parse = opt_role,
-		     .group = KN__CONFIG_OPT_ROLE },
+		     .group = KN__CONFIG_OPT_ROLE, FIELD(F_NAME, role) },
 	[O_RANK] = { "--rank", "KANEL_RANK", "R",
 		     .none = "default from the launcher",
 		     .help = "index within the role, from 0 (with --role)",
-		     .parse = opt_rank, .group = KN__CONFIG_OPT_RANK },
+		     .parse = opt_rank, .group = KN__CONFIG_OPT_RANK,
+		     FIELD(F_U32, rank) },
 	[O_SERVERS] = { "--servers", "KANEL_SERVERS", "M", .deflt = "1",
 			.help = "number of servers", .parse = opt_servers,
-			.group = KN__CONFIG_OPT_COUNTS },
+			.group = KN__CONFIG_OPT_COUNTS, FIELD(F_U32, servers) },
 	[O_WORKERS] = { "--workers", "KANEL_WORKERS", "N",
 			.none = "default launcher size - 1 - M",
 			.help = "number of workers", .parse = opt_workers,
-			.group = KN__CONFIG_OPT_COUNTS },
+			.group = KN__CONFIG_OPT_COUNTS, FIELD(F_U32, workers) },
 	[O_COORDINATOR] = { "--coordinator", "KANEL_COORDINATOR", "HOST:PORT",
 			    .none = "required",
 			    .help = "the coordinator's address, which every "
 				    "process needs",
 			    .parse = opt_coordinator,
-			    .group = KN__CONFIG_OPT_COORDINATOR },
+			    .group = KN__CONFIG_OPT_COORDINATOR,
+			    FIELD(F_ADDR, coordinator) },
 	[O_LISTEN] = { "--listen", "KANEL_LISTEN", "HOST:PORT",
 		       .deflt = "0.0.0.0:0",
 		       .help = "a server's bind address (port 0: any)",
-		       .parse = opt_listen, .group = KN__CONFIG_OPT_LISTEN },
+		       .parse = opt_listen, .group = KN__CONFIG_OPT_LISTEN,
+		       FIELD(F_ADDR, listen) },
 	[O_TRANSPORT] = { "--transport", "KANEL_TRANSPORT",
 			  CHOICE(transport_names), .deflt = "tcp",
 			  .help = "tcp (io_uring) or verbs (RDMA)",
 			  .parse = opt_transport,
-			  .group = KN__CONFIG_OPT_COMMON },
+			  .group = KN__CONFIG_OPT_COMMON,
+			  FIELD(F_NAME, transport) },
 	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(sync_names), .deflt = "bsp",
 		     .help = "synchronization protocol", .parse = opt_sync,
-		     .group = KN__CONFIG_OPT_JOB },
+		     .group = KN__CONFIG_OPT_JOB, FIELD(F_NAME, sync) },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
 			  CHOICE(optimizer_names), .deflt = "sgd",
 			  .help = "the servers' update; sum: servers publish "
 				  "the mean, workers apply it",
-			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB },
+			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB,
+			  FIELD(F_NAME, optimizer) },
 	[O_LR] = { "--lr", "KANEL_LR", "RATE", .deflt = "0.01",
 		   .help = "learning rate, above 0", .parse = opt_lr,
-		   .group = KN__CONFIG_OPT_JOB },
+		   .group = KN__CONFIG_OPT_JOB, FIELD(F_FLOAT, lr) },
 	[O_MOMENTUM] = { "--momentum", "KANEL_MOMENTUM", "MU", .deflt = "0.9",
 			 .help = "momentum, in [0, 1)", .parse = opt_momentum,
-			 .group = KN__CONFIG_OPT_JOB },
+			 .group = KN__CONFIG_OPT_JOB,
+			 FIELD(F_FLOAT, momentum) },
 	[O_STALENESS] = { "--staleness", "KANEL_STALENESS", "S", .deflt = "3",
 			  .help = "SSP, ESP: pushes a worker may run ahead "
 				  "of the slowest",
-			  .parse = opt_staleness, .group = KN__CONFIG_OPT_JOB },
+			  .parse = opt_staleness, .group = KN__CONFIG_OPT_JOB,
+			  FIELD(F_U32, proto.staleness) },
 	[O_MAX_SKIP] = { "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "H",
 			 .deflt = "8",
 			 .help = "ESP: local steps after which a push is due",
-			 .parse = opt_max_skip, .group = KN__CONFIG_OPT_JOB },
+			 .parse = opt_max_skip, .group = KN__CONFIG_OPT_JOB,
+			 FIELD(F_U32, proto.max_skip) },
 	[O_GAMMA] = { "--esp-gamma", "KANEL_ESP_GAMMA", "G", .deflt = "1",
 		      .help = "ESP: push when the expected cost is at most "
 			      "G local steps",
-		      .parse = opt_gamma, .group = KN__CONFIG_OPT_JOB },
+		      .parse = opt_gamma, .group = KN__CONFIG_OPT_JOB,
+		      FIELD(F_FLOAT, proto.gamma) },
 	[O_THETA] = { "--esp-theta", "KANEL_ESP_THETA", "T", .deflt = "0.01",
 		      .help = "ESP: or when the model moved by T relative to "
 			      "its last version",
-		      .parse = opt_theta, .group = KN__CONFIG_OPT_JOB },
+		      .parse = opt_theta, .group = KN__CONFIG_OPT_JOB,
+		      FIELD(F_FLOAT, proto.theta) },
 	[O_MAX_STEPS] = { "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "R",
 			  .deflt = "15",
 			  .help = "predicted: most local steps a plan gives, "
 				  "1 to 1024",
-			  .parse = opt_max_steps, .group = KN__CONFIG_OPT_JOB },
+			  .parse = opt_max_steps, .group = KN__CONFIG_OPT_JOB,
+			  FIELD(F_U32, proto.max_steps) },
 	[O_WARMUP] = { "--psp-warmup", "KANEL_PSP_WARMUP", "B", .deflt = "3",
 		       .help = "predicted, cgp: barriers under BSP before "
 			       "the first plan",
-		       .parse = opt_warmup, .group = KN__CONFIG_OPT_JOB },
+		       .parse = opt_warmup, .group = KN__CONFIG_OPT_JOB,
+		       FIELD(F_U32, proto.warmup) },
 	[O_ALPHA] = { "--psp-alpha", "KANEL_PSP_ALPHA", "A", .deflt = "0.5",
 		      .help = "predicted, cgp: weight of the newest timing, "
 			      "(0, 1]",
-		      .parse = opt_alpha, .group = KN__CONFIG_OPT_JOB },
+		      .parse = opt_alpha, .group = KN__CONFIG_OPT_JOB,
+		      FIELD(F_FLOAT, proto.alpha) },
 	[O_MISS] = { "--psp-miss", "KANEL_PSP_MISS", "M", .deflt = "0.25",
 		     .help = "predicted: re-plan when a prediction misses by "
 			     "more, (0, 1]",
-		     .parse = opt_miss, .group = KN__CONFIG_OPT_JOB },
+		     .parse = opt_miss, .group = KN__CONFIG_OPT_JOB,
+		     FIELD(F_FLOAT, proto.miss) },
 	[O_CGP_SOLVER] = { "--cgp-solver", "KANEL_CGP_SOLVER",
 			   CHOICE(cgp_solver_names), .deflt = "auto",
 			   .help = "cgp: how workers are grouped; auto: aga "
 				   "up to 128 workers, pls above",
-			   .parse = opt_cgp_solver,
-			   .group = KN__CONFIG_OPT_JOB },
+			   .parse = opt_cgp_solver, .group = KN__CONFIG_OPT_JOB,
+			   FIELD(F_NAME, proto.solver) },
 	[O_CGP_BOUND] = { "--cgp-bound", "KANEL_CGP_BOUND", "S", .deflt = "4",
 			  .help = "cgp: most staleness the groups may cause, "
 				  "above 0",
-			  .parse = opt_cgp_bound, .group = KN__CONFIG_OPT_JOB },
+			  .parse = opt_cgp_bound, .group = KN__CONFIG_OPT_JOB,
+			  FIELD(F_FLOAT, proto.bound) },
 	[O_CGP_EPOCH] = { "--cgp-epoch", "KANEL_CGP_EPOCH", "R", .deflt = "20",
 			  .help = "cgp: rounds the fastest group runs between "
 				  "two barriers, 1 to 4095",
-			  .parse = opt_cgp_epoch, .group = KN__CONFIG_OPT_JOB },
+			  .parse = opt_cgp_epoch, .group = KN__CONFIG_OPT_JOB,
+			  FIELD(F_U32, proto.epoch_rounds) },
 	[O_CGP_PERIOD] = { "--cgp-period", "KANEL_CGP_PERIOD", "T",
 			   .deflt = "100",
 			   .help = "cgp: iterations between regroup checks, "
 				   "1 or more",
-			   .parse = opt_cgp_period,
-			   .group = KN__CONFIG_OPT_JOB },
+			   .parse = opt_cgp_period, .group = KN__CONFIG_OPT_JOB,
+			   FIELD(F_U32, proto.period) },
 	[O_CGP_LATENCY] = { "--cgp-latency", "KANEL_CGP_LATENCY", "SECONDS",
 			    .deflt = "100e-6",
 			    .help = "cgp: fixed seconds of a sync in its cost "
 				    "model, above 0",
 			    .parse = opt_cgp_latency,
-			    .group = KN__CONFIG_OPT_JOB },
+			    .group = KN__CONFIG_OPT_JOB,
+			    FIELD(F_FLOAT, proto.latency) },
 	[O_CGP_BANDWIDTH] = { "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH",
 			      "BYTES_PER_S", .deflt = "1e9",
 			      .help = "cgp: bytes per second the servers take "
 				      "in, in its cost model",
 			      .parse = opt_cgp_bandwidth,
-			      .group = KN__CONFIG_OPT_JOB },
+			      .group = KN__CONFIG_OPT_JOB,
+			      FIELD(F_FLOAT, proto.bandwidth) },
 	[O_OUTER_LR] = { "--outer-lr", "KANEL_OUTER_LR", "RATE", .deflt = "1",
 			 .help = "esp, predicted: the servers' rate on the "
 				 "mean model delta, above 0",
-			 .parse = opt_outer_lr, .group = KN__CONFIG_OPT_JOB },
-	[O_OUTER_MOMENTUM] = { "--outer-momentum", "KANEL_OUTER_MOMENTUM",
-			       "MU", .deflt = "0",
+			 .parse = opt_outer_lr, .group = KN__CONFIG_OPT_JOB,
+			 FIELD(F_FLOAT, proto.outer_lr) },
+	[O_OUTER_MOMENTUM] = { "--outer-momentum", "KANEL_OUTER_MOMENTUM", "MU",
+			       .deflt = "0",
 			       .help = "esp, predicted: Nesterov momentum of "
 				       "the servers' update, in [0, 1)",
 			       .parse = opt_outer_momentum,
-			       .group = KN__CONFIG_OPT_JOB },
+			       .group = KN__CONFIG_OPT_JOB,
+			       FIELD(F_FLOAT, proto.outer_momentum) },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "1M",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "
 			      "4K to 1024M",
-		      .parse = opt_chunk, .group = KN__CONFIG_OPT_JOB },
+		      .parse = opt_chunk, .group = KN__CONFIG_OPT_JOB,
+		      FIELD(F_U32, chunk_bytes) },
 	[O_HEARTBEAT] = { "--heartbeat-timeout", "KANEL_HEARTBEAT_TIMEOUT",
 			  "MS", .deflt = "3000",
 			  .help = "silence after which a peer is dead; "
 				  "ms, or an ms or s suffix",
 			  .parse = opt_heartbeat,
-			  .group = KN__CONFIG_OPT_HEARTBEAT },
+			  .group = KN__CONFIG_OPT_HEARTBEAT,
+			  FIELD(F_MS, heartbeat_timeout_ms) },
 	[O_STARTUP] = { "--startup-timeout", "KANEL_STARTUP_TIMEOUT", "S",
 			.deflt = "30",
 			.help = "how long the job may take to assemble; "
 				"s, or an ms or s suffix",
-			.parse = opt_startup, .group = KN__CONFIG_OPT_COMMON },
+			.parse = opt_startup, .group = KN__CONFIG_OPT_COMMON,
+			FIELD(F_MS, startup_timeout_ms) },
 	[O_SECRET_FILE] = { "--secret-file", "KANEL_SECRET_FILE", "PATH",
 			    .none = "else KANEL_SECRET",
 			    .help = "file holding the job secret "
 				    "(mode 600 or stricter)",
 			    .parse = opt_secret_file,
-			    .group = KN__CONFIG_OPT_COMMON },
+			    .group = KN__CONFIG_OPT_COMMON,
+			    FIELD(F_PATH, secret_file) },
 	[O_METRICS] = { "--metrics", "KANEL_METRICS", "PATH",
 			.none = "not written",
 			.help = "append this process's figures to PATH as "
 				"one JSON line when it ends",
-			.parse = opt_metrics, .group = KN__CONFIG_OPT_METRICS },
+			.parse = opt_metrics, .group = KN__CONFIG_OPT_METRICS,
+			FIELD(F_PATH, metrics) },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
-			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON },
+			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON,
+			FIELD(F_BOOL, verbose) },
 	[O_HELP] = { "--help", NULL, NULL, .help = "print this and exit" },
 };
 
@@ -1125,6 +1178,74 @@ void kn__config_usage_of(FILE *out, unsigned int options)
 		fprintf(out, "\n      %s", o->help);
 		fputc('\n', out);
 	}
+}
+
+/* @o's value in @cfg as its parser reads it; false: none to give. */
+static bool format_value(const struct opt *o, const struct kn__config *cfg,
+			 char *buf, size_t cap)
+{
+	const char *field = (const char *)cfg + o->off;
+	const struct kn__config_addr *a;
+	const char *name;
+	uint32_t u;
+	float f;
+
+	switch (o->kind) {
+	case F_NAME:
+		memcpy(&u, field, sizeof(u));
+		name = name_of(o->names, o->nnames, (int)u);
+		if (!name)
+			return false;
+		snprintf(buf, cap, "%s", name);
+		return true;
+	case F_U32:
+	case F_MS:
+		memcpy(&u, field, sizeof(u));
+		snprintf(buf, cap, "%u%s", u, o->kind == F_MS ? "ms" : "");
+		return true;
+	case F_FLOAT:
+		memcpy(&f, field, sizeof(f));
+		/* nine digits give a float back exactly */
+		snprintf(buf, cap, "%.9g", (double)f);
+		return true;
+	case F_ADDR:
+		a = (const struct kn__config_addr *)(const void *)field;
+		if (!a->host[0])
+			return false;
+		name = strchr(a->host, ':') ? "[" : "";
+		snprintf(buf, cap, "%s%s%s:%u", name, a->host,
+			 name[0] ? "]" : "", (unsigned int)a->port);
+		return true;
+	case F_PATH:
+		if (!field[0])
+			return false;
+		snprintf(buf, cap, "%s", field);
+		return true;
+	case F_BOOL:
+		snprintf(buf, cap, "%d", *(const bool *)(const void *)field);
+		return true;
+	case F_NONE:
+		break;
+	}
+	return false;
+}
+
+int kn__config_export(const struct kn__config *cfg, unsigned int options)
+{
+	char v[KN_CONFIG_PATH_MAX + 16];
+
+	if (!cfg)
+		return -EINVAL;
+	for (int i = 0; i < O_COUNT; i++) {
+		const struct opt *o = &opts[i];
+
+		if (!o->env || !o->group || !(options & o->group) ||
+		    !format_value(o, cfg, v, sizeof(v)))
+			continue;
+		if (setenv(o->env, v, 1))
+			return -errno;
+	}
+	return 0;
 }
 
 const char *kn__config_resolve_strerror(const struct kn__config_addr *addr,

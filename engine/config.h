@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+#include "kanel.h"
 #include "sync.h"
 
 #define KN_CONFIG_HOST_MAX  256u   /* host of HOST:PORT, with its NUL */
@@ -31,11 +32,12 @@
 /* most --cgp-epoch rounds: KN__SYNC_CGP_MAX_ROUNDS of sync/sync.h */
 #define KN_CONFIG_CGP_MAX_ROUNDS 4095u
 
-/* What a process is.  Also the role byte of auth.h's ANSWER. */
+/* What a process is.  Also the role byte of auth.h's ANSWER.  Numbered
+ * as the public enum kn_role of kanel.h. */
 enum kn__role {
-	KN__ROLE_COORDINATOR = 1,
-	KN__ROLE_SERVER = 2,
-	KN__ROLE_WORKER = 3,
+	KN__ROLE_COORDINATOR = KN_ROLE_COORDINATOR,
+	KN__ROLE_SERVER = KN_ROLE_SERVER,
+	KN__ROLE_WORKER = KN_ROLE_WORKER,
 };
 
 enum kn__config_transport {
@@ -112,20 +114,18 @@ struct kn__config {
  * The groups of options, for a command that takes only some of them
  * (kn__config_parse_as): each option belongs to one.
  */
+/* (kanel.h says which options each group holds) */
 enum {
-	KN__CONFIG_OPT_ROLE = 1u << 0,	      /* --role */
-	KN__CONFIG_OPT_RANK = 1u << 1,	      /* --rank */
-	KN__CONFIG_OPT_COUNTS = 1u << 2,      /* --servers, --workers */
-	KN__CONFIG_OPT_COORDINATOR = 1u << 3, /* --coordinator */
-	KN__CONFIG_OPT_LISTEN = 1u << 4,      /* --listen */
-	/* --transport, --secret-file, --startup-timeout, --verbose */
-	KN__CONFIG_OPT_COMMON = 1u << 5,
-	KN__CONFIG_OPT_HEARTBEAT = 1u << 6, /* --heartbeat-timeout */
-	/* the job's rules: --sync, the protocols' parameters, --optimizer,
-	 * --lr, --momentum, --chunk-bytes */
-	KN__CONFIG_OPT_JOB = 1u << 7,
-	KN__CONFIG_OPT_METRICS = 1u << 8, /* --metrics */
-	KN__CONFIG_OPT_ALL = (1u << 9) - 1,
+	KN__CONFIG_OPT_ROLE = KN_CONFIG_OPT_ROLE,
+	KN__CONFIG_OPT_RANK = KN_CONFIG_OPT_RANK,
+	KN__CONFIG_OPT_COUNTS = KN_CONFIG_OPT_COUNTS,
+	KN__CONFIG_OPT_COORDINATOR = KN_CONFIG_OPT_COORDINATOR,
+	KN__CONFIG_OPT_LISTEN = KN_CONFIG_OPT_LISTEN,
+	KN__CONFIG_OPT_COMMON = KN_CONFIG_OPT_COMMON,
+	KN__CONFIG_OPT_HEARTBEAT = KN_CONFIG_OPT_HEARTBEAT,
+	KN__CONFIG_OPT_JOB = KN_CONFIG_OPT_JOB,
+	KN__CONFIG_OPT_METRICS = KN_CONFIG_OPT_METRICS,
+	KN__CONFIG_OPT_ALL = KN_CONFIG_OPT_ALL,
 };
 
 /*
@@ -161,6 +161,17 @@ int kn__config_parse(int argc, char **argv, char *const *envp,
 int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 			char **argv, char *const *envp, struct kn__config *cfg,
 			char *err, size_t errlen);
+
+/*
+ * Put the options of the groups @options (KN__CONFIG_OPT_*) into the
+ * process's environment, each under its KANEL_* variable and written so
+ * that kn__config_parse reads back the value @cfg holds: how a process
+ * hands its options to its children.  An option without a value (a path
+ * or an address not given) leaves its variable alone.  Walks the option
+ * table, so a new option is exported with no edit elsewhere.  Not
+ * thread-safe (setenv).  0, -EINVAL for a NULL @cfg, or -ENOMEM.
+ */
+int kn__config_export(const struct kn__config *cfg, unsigned int options);
 
 /* Print every option with its variable and default to @out. */
 void kn__config_usage(FILE *out);

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -417,6 +418,199 @@ KN_EXPORT unsigned int kn_worker_size(const struct kn_worker *w);
  * progress thread and free everything.  NULL-safe.
  */
 KN_EXPORT void kn_worker_destroy(struct kn_worker *w);
+
+/*
+ * ---- The kanel command's API: configuration, roles, imbalance ----
+ *
+ * What the kanel command is built on, so that it needs nothing but this
+ * header, as any program that starts a job's processes would: the job
+ * configuration every process starts from (options, KANEL_* variables,
+ * the launcher's rank variables; docs/configuration.md), the
+ * coordinator's and the servers' entry points, and the injected-delay
+ * models of docs/imbalance.md.  Nothing here is on a data path; the
+ * parse and the exports touch process-wide state (getopt, the
+ * environment) and are not thread-safe.
+ */
+
+/* What a process of a job is. */
+enum kn_role {
+	KN_ROLE_COORDINATOR = 1,
+	KN_ROLE_SERVER = 2,
+	KN_ROLE_WORKER = 3,
+};
+
+/*
+ * The groups of options, for a command that takes only some of them;
+ * each option is in one group (--help is in none: always taken).
+ */
+#define KN_CONFIG_OPT_ROLE	  (1u << 0) /* --role */
+#define KN_CONFIG_OPT_RANK	  (1u << 1) /* --rank */
+#define KN_CONFIG_OPT_COUNTS	  (1u << 2) /* --servers, --workers */
+#define KN_CONFIG_OPT_COORDINATOR (1u << 3) /* --coordinator */
+#define KN_CONFIG_OPT_LISTEN	  (1u << 4) /* --listen */
+/* --transport, --secret-file, --startup-timeout, --verbose */
+#define KN_CONFIG_OPT_COMMON	  (1u << 5)
+#define KN_CONFIG_OPT_HEARTBEAT	  (1u << 6) /* --heartbeat-timeout */
+/* the job's rules: --sync, the protocols' parameters, --optimizer, --lr,
+ * --momentum, --chunk-bytes */
+#define KN_CONFIG_OPT_JOB	  (1u << 7)
+#define KN_CONFIG_OPT_METRICS	  (1u << 8) /* --metrics */
+#define KN_CONFIG_OPT_ALL	  ((1u << 9) - 1)
+
+/*
+ * What a command takes.  A flag outside @options is refused, naming the
+ * flag and @command; a variable outside them is not read (the processes
+ * of a job share one environment).  With a @role, no flag or variable
+ * sets the role, and messages name @command as its source.
+ */
+struct kn_config_scope {
+	const char *command;  /* "kanel train", for messages; kept, not copied */
+	unsigned int options; /* KN_CONFIG_OPT_* */
+	enum kn_role role;    /* 0: from --role, KANEL_ROLE or the launcher */
+};
+
+/* A job configuration, read-only once parsed. */
+struct kn_config;
+
+/*
+ * Parse @argv (argv[0] is the program's name; it is not reordered) with
+ * the process's environment and the defaults, as @scope says (NULL:
+ * every option, the role from the usual sources).  0 and a new
+ * configuration in @cfg, or -EINVAL with one line in @err (if not NULL;
+ * truncated to @errlen) that names the offending option, variable or
+ * value, or -ENOMEM.  --help parses nothing else: kn_config_help() is
+ * then 1 and the rest is the defaults.  Names are not resolved here.
+ */
+KN_EXPORT int kn_config_parse(const struct kn_config_scope *scope, int argc,
+			      char **argv, char *err, size_t errlen,
+			      struct kn_config **cfg);
+
+/* Free @cfg.  NULL-safe. */
+KN_EXPORT void kn_config_destroy(struct kn_config *cfg);
+
+/*
+ * Print the options of the groups @options (KN_CONFIG_OPT_*) to @out,
+ * each with its variable and its default, after a paragraph on where
+ * values come from.
+ */
+KN_EXPORT void kn_config_usage(FILE *out, unsigned int options);
+
+/* Whether --help was given (1 or 0). */
+KN_EXPORT int kn_config_help(const struct kn_config *cfg);
+
+/* The process's role, and its rank within the role (from 0). */
+KN_EXPORT enum kn_role kn_config_role(const struct kn_config *cfg);
+KN_EXPORT unsigned int kn_config_rank(const struct kn_config *cfg);
+
+/* Whether --verbose is on (1 or 0). */
+KN_EXPORT int kn_config_verbose(const struct kn_config *cfg);
+
+/* The --metrics file, or NULL when none is written. */
+KN_EXPORT const char *kn_config_metrics(const struct kn_config *cfg);
+
+/*
+ * The job @cfg describes, as a coordinator started with it would set it
+ * up: protocol, optimizer, rates, counts and the protocols' parameters,
+ * the fields kn_worker_job() fills from a job joined.  0, or -EINVAL for
+ * NULL arguments.
+ */
+KN_EXPORT int kn_config_job(const struct kn_config *cfg,
+			    struct kn_job_info *info);
+
+/*
+ * Put the options of the groups @options (KN_CONFIG_OPT_*) into the
+ * process's environment, each under its KANEL_* variable, written so
+ * that a parse reads back the value @cfg holds: how a process hands its
+ * options to the processes it starts, or to kn_worker_create(), which
+ * reads the environment.  Options without a value (a path or an address
+ * not given) leave their variable alone.  Every option of the table is
+ * covered, so a new one needs no edit in the caller.  0, -EINVAL for a
+ * NULL @cfg, or -ENOMEM.  Not thread-safe (setenv).
+ */
+KN_EXPORT int kn_config_export(const struct kn_config *cfg,
+			       unsigned int options);
+
+/*
+ * Resolve the addresses @cfg's role needs (the coordinator's; a
+ * server's --listen too), so that a name that does not resolve is
+ * reported as such before anything starts.  0, or a negative errno
+ * (-ENOENT: no such host, -EAGAIN: the name service failed for now)
+ * with one line in @err naming the address.  May block on DNS.
+ */
+KN_EXPORT int kn_config_check_addresses(const struct kn_config *cfg,
+					char *err, size_t errlen);
+
+/*
+ * Run the job's coordinator, or one of its servers, as @cfg says (its
+ * role must be that one) until the job ends.  First the job secret is
+ * read (--secret-file, else KANEL_SECRET) and the addresses resolved
+ * (kn_config_check_addresses); a failure there returns a negative errno
+ * with one line in @err (non-empty), and nothing was started.  Once the
+ * role runs, it returns 0 when the job ended well, or a negative errno,
+ * logged on stderr by the engine, with @err left empty.  -EINVAL for a
+ * configuration of another role (@err says so).  Blocks; installs no
+ * signal handlers.
+ */
+KN_EXPORT int kn_run_coordinator(const struct kn_config *cfg, char *err,
+				 size_t errlen);
+KN_EXPORT int kn_run_server(const struct kn_config *cfg, char *err,
+			    size_t errlen);
+
+/* "sgd", "momentum", "adam", or NULL for an unknown value. */
+KN_EXPORT const char *kn_optimizer_name(enum kn_optimizer opt);
+
+/*
+ * Imbalance models (docs/imbalance.md): how much slower than its base
+ * step time each worker's next step is.  A program that injects delay
+ * sleeps base * kn_imbalance_factor() per step; the simulator adds the
+ * same to simulated time, so both see the same stragglers: a worker's
+ * factors depend only on (spec, seed, rank, workers, the t values it is
+ * asked about).
+ */
+struct kn_imbalance;
+
+/*
+ * Parse @spec, one of
+ *   none
+ *   persistent[:FRACTION[:FACTOR]]             defaults 0.25, 4
+ *   random[:P[:FACTOR]]                        defaults 0.05, 4
+ *   episodic[:PERIOD[:DURATION[:K[:FACTOR]]]]  defaults 30, 10, 1, 4
+ *   periodic[:PERIOD[:AMPLITUDE]]              defaults 120, 0.5
+ * into a model with @seed for @workers workers (0: none, for a model
+ * that is only formatted or named).  0 and the model in @model, or
+ * -EINVAL with one sentence in @err (if not NULL) naming the field and
+ * its range, or saying that the model does not fit @workers (episodic K
+ * above it), or -ENOMEM.
+ */
+KN_EXPORT int kn_imbalance_parse(const char *spec, uint64_t seed,
+				 unsigned int workers, char *err,
+				 size_t errlen, struct kn_imbalance **model);
+
+/*
+ * The canonical spec of @model, every field present, e.g.
+ * "persistent:0.25:4" (the seed is not part of it): the length written
+ * without the NUL, -ENOSPC when it does not fit in @cap, or -EINVAL.
+ */
+KN_EXPORT int kn_imbalance_format(const struct kn_imbalance *model, char *buf,
+				  size_t cap);
+
+/* The model's kind: "none", "persistent", "random", "episodic" or
+ * "periodic". */
+KN_EXPORT const char *kn_imbalance_name(const struct kn_imbalance *model);
+
+/*
+ * The factor of the next step of worker @worker (below the model's
+ * workers), which starts @t seconds after the job's start: the step
+ * should take base * factor.  Always above 0; NaN for a worker out of
+ * range.  Advances that worker's generator, so each worker is asked by
+ * one thread at a time; different workers may be asked concurrently.
+ * O(1); never blocks.
+ */
+KN_EXPORT double kn_imbalance_factor(struct kn_imbalance *model,
+				     unsigned int worker, double t);
+
+/* Free @model.  NULL-safe. */
+KN_EXPORT void kn_imbalance_destroy(struct kn_imbalance *model);
 
 #ifdef __cplusplus
 }

@@ -393,7 +393,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "sim") == 0) {
 		/* its messages and usage say "kanel sim" */
 		argv[1] = "kanel sim";
-		return kn__sim_main(argc - 1, argv + 1);
+		return kn_sim_main(argc - 1, argv + 1);
 	}
 	kn__tool_log("kanel: unknown command '%s'; try kanel --help\n",
 		     argv[1]);

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "kanel_sim.h"
 
 /*
  * The job options each command takes (KN__CONFIG_OPT_* of config.h); a
@@ -158,6 +159,5 @@ void kn__job_fini(struct kn__job *job);
 /* The subcommands beyond the roles. */
 int kn__train_main(int argc, char **argv);
 int kn__compare_main(int argc, char **argv);
-int kn__sim_main(int argc, char **argv); /* perf/sim/sim_cli.c */
 
 #endif /* KN_TOOL_H */

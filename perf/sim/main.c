@@ -4,9 +4,9 @@
  * own: the same code as `kanel sim` (sim_cli.c), without the rest of
  * the kanel command.
  */
-#include "sim.h"
+#include "kanel_sim.h"
 
 int main(int argc, char **argv)
 {
-	return kn__sim_main(argc, argv);
+	return kn_sim_main(argc, argv);
 }

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "imbalance.h"
+#include "kanel_sim.h"
 #include "sync.h"
 
 #define KN__SIM_MAX_SERVERS   1024u
@@ -130,12 +131,6 @@ int kn__sim_run(struct kn__sim *sim, struct kn__sim_result *res);
 /* Why the last kn__sim_run() failed; "" when it did not. */
 const char *kn__sim_strerror(const struct kn__sim *sim);
 
-/*
- * `kanel sim` and perf/sim/sim: parse options, run, print a summary and
- * write the files asked for.  @argv[0] names the command in messages.
- * Returns 0, 1 when the run or an output file failed, or 2 for a usage
- * error.
- */
-int kn__sim_main(int argc, char **argv);
+/* `kanel sim` and perf/sim/sim: kn_sim_main() of kanel_sim.h. */
 
 #endif /* KN_SIM_H */

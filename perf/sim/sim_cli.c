@@ -7,7 +7,7 @@
  *
  * The options are one table, so that parsing, checking and --help agree;
  * each is `--name VALUE` or `--name=VALUE`.  Parsing keeps no global
- * state (no getopt), so kn__sim_main() can be called again in one
+ * state (no getopt), so kn_sim_main() can be called again in one
  * process, as the tests do.  The progress line on stderr is the one
  * place that reads the clock besides wall_s.
  */
@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kanel_sim.h"
 #include "sim.h"
 
 struct cli {
@@ -470,7 +471,7 @@ static void summary(const struct cli *c, const struct kn__sim_result *r)
 	fflush(stdout);
 }
 
-int kn__sim_main(int argc, char **argv)
+int kn_sim_main(int argc, char **argv)
 {
 	struct cli c = { .prog = argc > 0 && argv[0] ? argv[0] : "sim" };
 	struct kn__sim_result res;

@@ -115,7 +115,7 @@ static char *cli_run(const char *const *args, char **curve)
 	argv[argc++] = "--curve";
 	argv[argc++] = curve_path;
 	argv[argc] = NULL;
-	ret = kn__sim_main(argc, argv);
+	ret = kn_sim_main(argc, argv);
 	cr_assert_eq(ret, 0, "sim exited %d", ret);
 	json = slurp(json_path);
 	*curve = slurp(curve_path);
@@ -415,14 +415,14 @@ Test(sim, the_command_line_refuses_what_it_cannot_run)
 			      NULL };
 	char *help[] = { "sim", "--help", NULL };
 
-	cr_expect_eq(kn__sim_main(3, bad_protocol), 2);
-	cr_expect_eq(kn__sim_main(3, bad_imbalance), 2);
-	cr_expect_eq(kn__sim_main(3, bad_number), 2);
-	cr_expect_eq(kn__sim_main(2, bad_seconds), 2);
-	cr_expect_eq(kn__sim_main(2, no_value), 2);
-	cr_expect_eq(kn__sim_main(2, unknown), 2);
-	cr_expect_eq(kn__sim_main(6, too_big_k), 2);
-	cr_expect_eq(kn__sim_main(2, help), 0);
+	cr_expect_eq(kn_sim_main(3, bad_protocol), 2);
+	cr_expect_eq(kn_sim_main(3, bad_imbalance), 2);
+	cr_expect_eq(kn_sim_main(3, bad_number), 2);
+	cr_expect_eq(kn_sim_main(2, bad_seconds), 2);
+	cr_expect_eq(kn_sim_main(2, no_value), 2);
+	cr_expect_eq(kn_sim_main(2, unknown), 2);
+	cr_expect_eq(kn_sim_main(6, too_big_k), 2);
+	cr_expect_eq(kn_sim_main(2, help), 0);
 }
 
 Test(sim, the_json_has_every_key)
