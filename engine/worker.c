@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "kernels.h"
 #include "node.h"
 #include "roles.h"
 
@@ -1294,20 +1295,14 @@ static int inner_update(struct kn_worker *w)
 /* ESP's significance test: |params - anchor| / |anchor| over the model. */
 static float delta_ratio(const struct kn_worker *w)
 {
-	double d = 0, a = 0;
+	double sums[2] = { 0, 0 }; /* |x - a|^2, |a|^2 */
 
 	for (uint32_t i = 0; i < w->ntensors; i++) {
 		const struct wk_tensor *t = &w->tensors[i];
-		const float *x = t->params, *y = t->anchor;
 
-		for (size_t k = 0; k < t->d.len; k++) {
-			double e = (double)x[k] - y[k];
-
-			d += e * e;
-			a += (double)y[k] * y[k];
-		}
+		kn__kernels->local_dist(t->params, t->anchor, t->d.len, sums);
 	}
-	return (float)(sqrt(d) / fmax(sqrt(a), 1e-12));
+	return (float)(sqrt(sums[0]) / fmax(sqrt(sums[1]), 1e-12));
 }
 
 /*
@@ -1326,12 +1321,9 @@ static int local_released(struct kn_worker *w)
 
 	for (uint32_t i = 0; i < w->ntensors; i++) {
 		struct wk_tensor *t = &w->tensors[i];
-		float *x = t->params;
-		const float *in = t->inbox, *at = t->at_push;
 
-		for (size_t k = 0; k < t->d.len; k++)
-			x[k] = in[k] + (x[k] - at[k]);
-		memcpy(t->anchor, in, t->d.len * sizeof(float));
+		kn__kernels->local_merge(t->params, t->anchor, t->inbox,
+					 t->at_push, t->d.len);
 	}
 	w->pending = false;
 	kn__worker_release_info(w, &steps, &epoch, &hint);
@@ -1361,12 +1353,9 @@ static int local_push(struct kn_worker *w)
 {
 	for (uint32_t i = 0; i < w->ntensors; i++) {
 		struct wk_tensor *t = &w->tensors[i];
-		const float *x = t->params, *a = t->anchor;
-		float *d = t->grads;
 
-		for (size_t k = 0; k < t->d.len; k++)
-			d[k] = a[k] - x[k];
-		memcpy(t->at_push, x, t->d.len * sizeof(float));
+		kn__kernels->local_delta(t->grads, t->at_push, t->anchor,
+					 t->params, t->d.len);
 	}
 	w->push_t = kn__now();
 	return post_op(w, NULL, true, true, &w->pending_handle);

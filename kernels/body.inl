@@ -409,6 +409,77 @@ static void cvt_f32_f32(void *dst, const void *src, size_t count)
 	memcpy(dst, src, count * sizeof(float));
 }
 
+/* The local-step passes (kernels.h says what each computes). */
+static void local_dist(const float *x, const float *a, size_t n,
+		       double out[2])
+{
+	const KN_V one = v_set1(1.0f);
+	float ld[KN_VW], la[KN_VW];
+	size_t i = 0;
+
+	while (i < n) {
+		size_t end = n - i > KN__DIST_BLOCK ? i + KN__DIST_BLOCK : n;
+		KN_V d2 = v_set1(0.0f), a2 = v_set1(0.0f);
+
+		for (; i + KN_VW <= end; i += KN_VW) {
+			KN_V va = v_ld_f32(a + i);
+			KN_V e = v_fnmadd(va, one, v_ld_f32(x + i));
+
+			d2 = v_fmadd(e, e, d2);
+			a2 = v_fmadd(va, va, a2);
+		}
+		v_st_f32(ld, d2);
+		v_st_f32(la, a2);
+		for (int k = 0; k < KN_VW; k++) {
+			out[0] += ld[k];
+			out[1] += la[k];
+		}
+		for (; i < end; i++) {
+			double e = (double)x[i] - a[i];
+
+			out[0] += e * e;
+			out[1] += (double)a[i] * a[i];
+		}
+	}
+}
+
+static void local_delta(float *d, float *at, const float *a, const float *x,
+			size_t n)
+{
+	const KN_V one = v_set1(1.0f);
+	size_t i = 0;
+
+	for (; i + KN_VW <= n; i += KN_VW) {
+		KN_V vx = v_ld_f32(x + i);
+
+		v_st_f32(d + i, v_fnmadd(vx, one, v_ld_f32(a + i)));
+		v_st_f32(at + i, vx);
+	}
+	for (; i < n; i++) {
+		d[i] = a[i] - x[i];
+		at[i] = x[i];
+	}
+}
+
+static void local_merge(float *x, float *a, const float *in, const float *at,
+			size_t n)
+{
+	const KN_V one = v_set1(1.0f);
+	size_t i = 0;
+
+	for (; i + KN_VW <= n; i += KN_VW) {
+		KN_V vin = v_ld_f32(in + i);
+		KN_V since = v_fnmadd(v_ld_f32(at + i), one, v_ld_f32(x + i));
+
+		v_st_f32(x + i, v_add(vin, since));
+		v_st_f32(a + i, vin);
+	}
+	for (; i < n; i++) {
+		x[i] = in[i] + (x[i] - at[i]);
+		a[i] = in[i];
+	}
+}
+
 const struct kn__kernel_ops KN_OPS_NAME = {
 	.path = KN_PATH,
 	.sum_to_f32 = { sum_f32_f32, sum_f16_f32, sum_bf16_f32 },
@@ -418,4 +489,7 @@ const struct kn__kernel_ops KN_OPS_NAME = {
 	.adam = { adam_f32, adam_f16, adam_bf16 },
 	.to_f32 = { cvt_f32_f32, cvt_f16_f32, cvt_bf16_f32 },
 	.from_f32 = { cvt_f32_f32, cvt_f32_f16, cvt_f32_bf16 },
+	.local_dist = local_dist,
+	.local_delta = local_delta,
+	.local_merge = local_merge,
 };

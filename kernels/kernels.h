@@ -61,6 +61,26 @@ typedef void kn__update_fn(const struct kn__update_coef *c, float *w, float *m,
 
 typedef void kn__convert_fn(void *dst, const void *src, size_t count);
 
+/*
+ * The local-step protocols' passes over a worker's fp32 model, each
+ * reading and writing every array once (engine/worker.c):
+ *   dist:  out[0] += sum (x - a)^2, out[1] += sum a^2 (ESP's delta
+ *          ratio; in fp32 vectors per block of KN__DIST_BLOCK elements,
+ *          the blocks added in double: the paths agree to rounding, not
+ *          bit for bit);
+ *   delta: d = a - x and at = x (a push: the delta from the anchor, and
+ *          the model at the push);
+ *   merge: x = in + (x - at) and a = in (a release: the new model with
+ *          the progress since the push, and the new anchor).
+ */
+#define KN__DIST_BLOCK 1024
+typedef void kn__local_dist_fn(const float *x, const float *a, size_t n,
+			       double out[2]);
+typedef void kn__local_delta_fn(float *d, float *at, const float *a,
+				const float *x, size_t n);
+typedef void kn__local_merge_fn(float *x, float *a, const float *in,
+				const float *at, size_t n);
+
 struct kn__kernel_ops {
 	enum kn_kernel_path path;
 	/* indexed by the input dtype */
@@ -71,6 +91,9 @@ struct kn__kernel_ops {
 	kn__update_fn *adam[KN__NDTYPES];
 	kn__convert_fn *to_f32[KN__NDTYPES];   /* dtype -> fp32 */
 	kn__convert_fn *from_f32[KN__NDTYPES]; /* fp32 -> dtype */
+	kn__local_dist_fn *local_dist;
+	kn__local_delta_fn *local_delta;
+	kn__local_merge_fn *local_merge;
 };
 
 /*
