@@ -20,8 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "roles.h"
 #include "tool.h"
 
 void kn__tool_log(const char *fmt, ...)
@@ -47,15 +45,15 @@ void kn__tool_log(const char *fmt, ...)
 		;
 }
 
-int kn__tool_parse(int argc, char **argv, const struct kn__config_scope *scope,
-		   struct kn__config *cfg)
+int kn__tool_parse(int argc, char **argv, const struct kn_config_scope *scope,
+		   struct kn_config **cfg)
 {
 	char err[512];
-	int ret = kn__config_parse_as(scope, argc, argv, NULL, cfg, err,
-				      sizeof(err));
+	int ret = kn_config_parse(scope, argc, argv, err, sizeof(err), cfg);
 
 	if (ret)
-		kn__tool_log("kanel: %s\n", err);
+		kn__tool_log("kanel: %s\n",
+			     ret == -ENOMEM ? strerror(ENOMEM) : err);
 	return ret;
 }
 
@@ -63,56 +61,31 @@ void kn__tool_usage(FILE *out, const char *head, unsigned int options)
 {
 	fputs(head, out);
 	fprintf(out, "Job options (each also a KANEL_* variable):\n");
-	kn__config_usage_of(out, options);
+	kn_config_usage(out, options);
 }
 
-/* Resolve @a, or say why not, naming it: 0 or a negative errno. */
-static int check_address(const char *what, const struct kn__config_addr *a)
+int kn__tool_check_addresses(const struct kn_config *cfg)
 {
-	struct sockaddr_storage ss;
-	bool v6 = strchr(a->host, ':') != NULL;
-	socklen_t len;
-	const char *why;
-	int ret = kn__config_resolve(a, &ss, &len);
-
-	if (!ret)
-		return 0;
-	why = kn__config_resolve_strerror(a, ret);
-	kn__tool_log("kanel: %s %s%s%s:%u: %s\n", what, v6 ? "[" : "", a->host,
-		     v6 ? "]" : "", (unsigned int)a->port, why);
-	return ret;
-}
-
-int kn__tool_check_addresses(const struct kn__config *cfg)
-{
-	int ret = check_address("the coordinator's address", &cfg->coordinator);
-
-	if (!ret && cfg->role == KN__ROLE_SERVER)
-		ret = check_address("--listen", &cfg->listen);
-	return ret;
-}
-
-int kn__tool_run_role(const struct kn__config *cfg)
-{
-	uint8_t secret[KN_AUTH_SECRET_MAX];
 	char err[512];
-	size_t len;
-	int ret;
+	int ret = kn_config_check_addresses(cfg, err, sizeof(err));
 
-	ret = kn__auth_load_secret(
-		cfg->secret_file[0] ? cfg->secret_file : NULL, NULL, secret,
-		KN_AUTH_SECRET_MAX, &len, err, sizeof(err));
-	if (ret) {
+	if (ret)
+		kn__tool_log("kanel: %s\n", err);
+	return ret;
+}
+
+int kn__tool_run_role(const struct kn_config *cfg)
+{
+	char err[512];
+	int ret = kn_config_role(cfg) == KN_ROLE_COORDINATOR
+			  ? kn_run_coordinator(cfg, err, sizeof(err))
+			  : kn_run_server(cfg, err, sizeof(err));
+
+	/* a reason in @err: it did not start; none: the engine logged it */
+	if (ret && err[0]) {
 		kn__tool_log("kanel: %s\n", err);
 		return 2;
 	}
-	if (kn__tool_check_addresses(cfg))
-		return 2;
-	if (cfg->role == KN__ROLE_COORDINATOR)
-		ret = kn__coordinator_run(cfg, secret, len);
-	else
-		ret = kn__server_run(cfg, secret, len);
-	kn__auth_wipe(secret, sizeof(secret));
 	return ret ? 1 : 0;
 }
 
@@ -145,7 +118,7 @@ static int make_secret(char *path, size_t cap)
 		return -errno;
 	ok = fchmod(fd, 0600) == 0 && getentropy(key, sizeof(key)) == 0 &&
 	     write(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
-	kn__auth_wipe(key, sizeof(key));
+	explicit_bzero(key, sizeof(key));
 	close(fd);
 	if (!ok) {
 		unlink(path);
@@ -163,82 +136,20 @@ static void setenv_u(const char *name, unsigned int v, const char *suffix)
 	setenv(name, num, 1);
 }
 
-static void setenv_f(const char *name, float v)
+void kn__tool_export_member(const struct kn_config *cfg)
 {
-	char num[32];
-
-	snprintf(num, sizeof(num), "%.9g", (double)v);
-	setenv(name, num, 1);
-}
-
-void kn__tool_export_member(const struct kn__config *cfg)
-{
-	char v[KN_CONFIG_HOST_MAX + 16];
-	bool v6 = strchr(cfg->coordinator.host, ':') != NULL;
-
-	snprintf(v, sizeof(v), "%s%s%s:%u", v6 ? "[" : "",
-		 cfg->coordinator.host, v6 ? "]" : "", cfg->coordinator.port);
-	setenv("KANEL_COORDINATOR", v, 1);
-	setenv("KANEL_ROLE", kn__role_name(cfg->role), 1);
-	setenv_u("KANEL_RANK", cfg->rank, "");
-	setenv_u("KANEL_WORKERS", cfg->workers, "");
-	setenv_u("KANEL_SERVERS", cfg->servers, "");
-	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport), 1);
-	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
-	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
-	if (cfg->secret_file[0])
-		setenv("KANEL_SECRET_FILE", cfg->secret_file, 1);
-	setenv("KANEL_VERBOSE", cfg->verbose ? "1" : "0", 1);
-}
-
-/* The checked options, for the children to read back. */
-static void export_options(const struct kn__config *cfg)
-{
-	char num[32];
-
-	setenv_u("KANEL_WORKERS", cfg->workers, "");
-	setenv_u("KANEL_SERVERS", cfg->servers, "");
-	setenv("KANEL_TRANSPORT", kn__config_transport_name(cfg->transport), 1);
-	setenv("KANEL_SYNC", kn__config_sync_name(cfg->sync), 1);
-	setenv("KANEL_OPTIMIZER", kn__config_optimizer_name(cfg->optimizer), 1);
-	setenv_u("KANEL_CHUNK_BYTES", cfg->chunk_bytes, "");
-	snprintf(num, sizeof(num), "%.9g", (double)cfg->lr);
-	setenv("KANEL_LR", num, 1);
-	snprintf(num, sizeof(num), "%.9g", (double)cfg->momentum);
-	setenv("KANEL_MOMENTUM", num, 1);
-	setenv_u("KANEL_STALENESS", cfg->proto.staleness, "");
-	setenv_u("KANEL_ESP_MAX_SKIP", cfg->proto.max_skip, "");
-	setenv_f("KANEL_ESP_GAMMA", cfg->proto.gamma);
-	setenv_f("KANEL_ESP_THETA", cfg->proto.theta);
-	setenv_u("KANEL_PSP_MAX_STEPS", cfg->proto.max_steps, "");
-	setenv_u("KANEL_PSP_WARMUP", cfg->proto.warmup, "");
-	setenv_f("KANEL_PSP_ALPHA", cfg->proto.alpha);
-	setenv_f("KANEL_PSP_MISS", cfg->proto.miss);
-	setenv("KANEL_CGP_SOLVER", kn__config_cgp_solver_name(
-		(enum kn__config_cgp_solver)cfg->proto.solver), 1);
-	setenv_f("KANEL_CGP_BOUND", cfg->proto.bound);
-	setenv_u("KANEL_CGP_EPOCH", cfg->proto.epoch_rounds, "");
-	setenv_u("KANEL_CGP_PERIOD", cfg->proto.period, "");
-	setenv_f("KANEL_CGP_LATENCY", cfg->proto.latency);
-	setenv_f("KANEL_CGP_BANDWIDTH", cfg->proto.bandwidth);
-	setenv_f("KANEL_OUTER_LR", cfg->proto.outer_lr);
-	setenv_f("KANEL_OUTER_MOMENTUM", cfg->proto.outer_momentum);
-	setenv_u("KANEL_HEARTBEAT_TIMEOUT", cfg->heartbeat_timeout_ms, "ms");
-	setenv_u("KANEL_STARTUP_TIMEOUT", cfg->startup_timeout_ms, "ms");
-	if (cfg->metrics[0])
-		setenv("KANEL_METRICS", cfg->metrics, 1);
-	if (cfg->verbose)
-		setenv("KANEL_VERBOSE", "1", 1);
+	kn_config_export(cfg, KN__TOOL_EXPORT_MEMBER);
 }
 
 int kn__job_init(struct kn__job *job, const char *command, int argc,
 		 char **argv)
 {
-	const struct kn__config_scope scope = {
+	const struct kn_config_scope scope = {
 		.command = command,
 		.options = KN__TOOL_OPTS_LOCAL,
-		.role = KN__ROLE_COORDINATOR,
+		.role = KN_ROLE_COORDINATOR,
 	};
+	const char *secret_file;
 	char coord[64];
 	int port, n;
 
@@ -248,8 +159,9 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	/* the job's options, checked once here; children read the env */
 	if (kn__tool_parse(argc, argv, &scope, &job->cfg))
 		return -EINVAL;
-	if (job->cfg.help)
+	if (kn_config_help(job->cfg))
 		return 0;
+	kn_config_job(job->cfg, &job->info);
 	port = free_port();
 	if (port < 0) {
 		kn__tool_log("%s: no free port on 127.0.0.1\n", command);
@@ -257,17 +169,16 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	}
 	snprintf(coord, sizeof(coord), "127.0.0.1:%d", port);
 	setenv("KANEL_COORDINATOR", coord, 1);
-	snprintf(job->cfg.coordinator.host, sizeof(job->cfg.coordinator.host),
-		 "127.0.0.1");
-	job->cfg.coordinator.port = (uint16_t)port;
 	n = (int)readlink("/proc/self/exe", job->self, sizeof(job->self) - 1);
 	if (n <= 0)
 		return -errno;
 	job->self[n] = '\0';
-	export_options(&job->cfg);
-	if (job->cfg.secret_file[0]) {
-		setenv("KANEL_SECRET_FILE", job->cfg.secret_file, 1);
-	} else if (!getenv("KANEL_SECRET")) {
+	/* the checked options, for the children to read back; a secret
+	 * file given is among them */
+	if (kn_config_export(job->cfg, KN__TOOL_OPTS_LOCAL))
+		return -ENOMEM;
+	secret_file = getenv("KANEL_SECRET_FILE");
+	if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET")) {
 		if (make_secret(job->secret_path, sizeof(job->secret_path))) {
 			kn__tool_log("%s: cannot make a job secret\n", command);
 			return -EIO;
@@ -278,7 +189,7 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	unsetenv("OMPI_COMM_WORLD_RANK");
 	/* a variable the job's processes would read instead of ours */
 	unsetenv("KANEL_LISTEN");
-	job->total = 1 + job->cfg.servers + job->cfg.workers;
+	job->total = 1 + job->info.servers + job->info.workers;
 	job->pids = calloc(job->total, sizeof(*job->pids));
 	job->names = calloc(job->total, sizeof(*job->names));
 	return job->pids && job->names ? 0 : -ENOMEM;
@@ -290,10 +201,10 @@ static void describe(const struct kn__job *job, unsigned int idx, char *buf,
 {
 	if (idx == 0)
 		snprintf(buf, cap, "the coordinator");
-	else if (idx <= job->cfg.servers)
+	else if (idx <= job->info.servers)
 		snprintf(buf, cap, "server %u", idx - 1);
 	else
-		snprintf(buf, cap, "worker %u", idx - 1 - job->cfg.servers);
+		snprintf(buf, cap, "worker %u", idx - 1 - job->info.servers);
 }
 
 /*
@@ -379,7 +290,7 @@ int kn__job_start_roles(struct kn__job *job)
 	job->start_w = -1;
 
 	argv[1] = "server";
-	for (unsigned int s = 0; !ret && s < job->cfg.servers; s++)
+	for (unsigned int s = 0; !ret && s < job->info.servers; s++)
 		ret = spawn(job, 1 + s, argv, "server", s);
 	return ret;
 }
@@ -387,7 +298,7 @@ int kn__job_start_roles(struct kn__job *job)
 int kn__job_start_worker(struct kn__job *job, unsigned int rank,
 			 char *const *argv)
 {
-	return spawn(job, 1 + job->cfg.servers + rank, argv, "worker", rank);
+	return spawn(job, 1 + job->info.servers + rank, argv, "worker", rank);
 }
 
 /* Whether the coordinator has said that the job started. */
@@ -432,7 +343,7 @@ static unsigned int reap(struct kn__job *job, bool block, bool one)
 				job->status =
 					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 			describe(job, i, who, sizeof(who));
-			if (job->workers_may_fail && i > job->cfg.servers &&
+			if (job->workers_may_fail && i > job->info.servers &&
 			    started(job)) {
 				job->lost++;
 				kn__tool_log("%s: %s (%s, pid %d) ended badly "
@@ -518,4 +429,6 @@ void kn__job_fini(struct kn__job *job)
 	if (job->start_fd >= 0)
 		close(job->start_fd);
 	job->start_fd = -1;
+	kn_config_destroy(job->cfg);
+	job->cfg = NULL;
 }

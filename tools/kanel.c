@@ -47,8 +47,9 @@ static void usage(FILE *out)
 		"[-- CMD [ARG...]]\n"
 		"  kanel worker [--steps N] [--tensors N] "
 		"[--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]\n\n"
-		"The job's options (each also a KANEL_* variable):\n");
-	kn__config_usage(out);
+		"The job's options (each also a KANEL_* variable):\n"
+		"Usage: kanel [OPTION]...\n");
+	kn_config_usage(out, KN_CONFIG_OPT_ALL);
 }
 
 static const char coordinator_head[] =
@@ -81,36 +82,40 @@ static const char launch_head[] =
 	"variables, and a fresh job\nsecret unless one is given.  A process "
 	"that fails, or a CMD that cannot be\nrun, ends the job at once.\n\n";
 
-static const struct kn__config_scope coordinator_scope = {
+static const struct kn_config_scope coordinator_scope = {
 	.command = "kanel coordinator",
 	.options = KN__TOOL_OPTS_COORDINATOR,
-	.role = KN__ROLE_COORDINATOR,
+	.role = KN_ROLE_COORDINATOR,
 };
 
-static const struct kn__config_scope server_scope = {
+static const struct kn_config_scope server_scope = {
 	.command = "kanel server",
 	.options = KN__TOOL_OPTS_SERVER,
-	.role = KN__ROLE_SERVER,
+	.role = KN_ROLE_SERVER,
 };
 
-static const struct kn__config_scope worker_scope = {
+static const struct kn_config_scope worker_scope = {
 	.command = "kanel worker",
 	.options = KN__TOOL_OPTS_WORKER,
-	.role = KN__ROLE_WORKER,
+	.role = KN_ROLE_WORKER,
 };
 
-static int run_role(int argc, char **argv, const struct kn__config_scope *sc,
+static int run_role(int argc, char **argv, const struct kn_config_scope *sc,
 		    const char *head)
 {
-	struct kn__config cfg;
+	struct kn_config *cfg;
+	int ret;
 
 	if (kn__tool_parse(argc, argv, sc, &cfg))
 		return 2;
-	if (cfg.help) {
+	if (kn_config_help(cfg)) {
 		kn__tool_usage(stdout, head, sc->options);
-		return 0;
+		ret = 0;
+	} else {
+		ret = kn__tool_run_role(cfg);
 	}
-	return kn__tool_run_role(&cfg);
+	kn_config_destroy(cfg);
+	return ret;
 }
 
 /* ---- kanel worker: synthetic tensors ---- */
@@ -210,30 +215,31 @@ static int synth_options(int *argc, char **argv, struct synth *o)
  * kanel worker, or (@given: its configuration, already parsed) a process
  * whose sources made it a worker.
  */
-static int run_worker(int argc, char **argv, const struct kn__config *given)
+static int run_worker(int argc, char **argv, const struct kn_config *given)
 {
 	struct synth o = { .steps = 10,
 			   .tensors = 1,
 			   .bytes = 1 << 20,
 			   .dtype = KN_DTYPE_FP32 };
 	struct kn_worker_options wo = { .rank = -1 };
-	struct kn__config cfg;
+	struct kn_config *own = NULL;
+	const struct kn_config *cfg = given;
 	struct kn_worker *w;
-	char **bufs;
+	char **bufs = NULL;
 	size_t count;
 	int ret;
 
 	if (synth_options(&argc, argv, &o))
 		return 2;
-	if (given) {
-		cfg = *given;
-	} else {
-		if (kn__tool_parse(argc, argv, &worker_scope, &cfg))
+	if (!given) {
+		if (kn__tool_parse(argc, argv, &worker_scope, &own))
 			return 2;
-		if (cfg.help) {
+		cfg = own;
+		if (kn_config_help(cfg)) {
 			kn__tool_usage(stdout, worker_head,
 				       worker_scope.options);
-			return 0;
+			ret = 0;
+			goto out;
 		}
 	}
 	count = o.bytes / kn_dtype_size(o.dtype);
@@ -241,22 +247,22 @@ static int run_worker(int argc, char **argv, const struct kn__config *given)
 		kn__tool_log("kanel worker: --tensor-bytes %zu: less than one "
 			     "element of its dtype\n",
 			     o.bytes);
-		return 2;
+		ret = 2;
+		goto out;
 	}
+	ret = 2;
 	bufs = calloc(2 * o.tensors, sizeof(*bufs));
 	if (!bufs)
-		return 2;
+		goto out;
 	/* kn_worker_create reads the environment: what this command was
 	 * told, flags included, goes there first */
-	kn__tool_export_member(&cfg);
-	if (kn__tool_check_addresses(&cfg)) {
-		free(bufs);
-		return 2;
-	}
+	kn__tool_export_member(cfg);
+	if (kn__tool_check_addresses(cfg))
+		goto out;
 	ret = kn_worker_create(&wo, &w);
 	if (ret) {
-		free(bufs);
-		return 1;
+		ret = 1;
+		goto out;
 	}
 	for (unsigned long t = 0; !ret && t < o.tensors; t++) {
 		char key[32];
@@ -275,16 +281,19 @@ static int run_worker(int argc, char **argv, const struct kn__config *given)
 	for (unsigned long s = 0; !ret && s < o.steps; s++)
 		ret = kn_worker_step(w, NULL);
 	if (ret)
-		kn__tool_log("kanel: worker %u: %s\n", cfg.rank,
+		kn__tool_log("kanel: worker %u: %s\n", kn_config_rank(cfg),
 			     strerror(-ret));
-	else if (cfg.verbose)
-		kn__tool_log("kanel: worker %u: %lu steps done\n", cfg.rank,
-			     o.steps);
+	else if (kn_config_verbose(cfg))
+		kn__tool_log("kanel: worker %u: %lu steps done\n",
+			     kn_config_rank(cfg), o.steps);
 	kn_worker_destroy(w);
 	for (unsigned long t = 0; t < 2 * o.tensors; t++)
 		free(bufs[t]);
+	ret = ret ? 1 : 0;
+out:
 	free(bufs);
-	return ret ? 1 : 0;
+	kn_config_destroy(own);
+	return ret;
 }
 
 /* ---- kanel [options]: the role from the sources ---- */
@@ -292,7 +301,7 @@ static int run_worker(int argc, char **argv, const struct kn__config *given)
 static int run_any(int argc, char **argv)
 {
 	char **job_args = calloc((size_t)argc + 1, sizeof(*job_args));
-	struct kn__config cfg;
+	struct kn_config *cfg = NULL;
 	struct synth o;
 	int nargs = argc, ret;
 
@@ -304,15 +313,18 @@ static int run_any(int argc, char **argv)
 	ret = synth_options(&nargs, job_args, &o) ||
 	      kn__tool_parse(nargs, job_args, NULL, &cfg);
 	free(job_args);
-	if (ret)
+	if (ret) {
+		kn_config_destroy(cfg);
 		return 2;
-	if (cfg.help) {
-		usage(stdout);
-		return 0;
 	}
-	if (cfg.role != KN__ROLE_WORKER)
-		return kn__tool_run_role(&cfg);
-	return run_worker(argc, argv, &cfg);
+	if (kn_config_help(cfg))
+		usage(stdout);
+	else if (kn_config_role(cfg) != KN_ROLE_WORKER)
+		ret = kn__tool_run_role(cfg);
+	else
+		ret = run_worker(argc, argv, cfg);
+	kn_config_destroy(cfg);
+	return ret;
 }
 
 /* ---- kanel launch ---- */
@@ -331,7 +343,7 @@ static int run_launch(int argc, char **argv)
 			break;
 		}
 	ret = kn__job_init(&job, "kanel launch", argc, argv);
-	if (ret || job.cfg.help) {
+	if (ret || kn_config_help(job.cfg)) {
 		if (!ret)
 			kn__tool_usage(stdout, launch_head,
 				       KN__TOOL_OPTS_LOCAL);
@@ -347,7 +359,7 @@ static int run_launch(int argc, char **argv)
 	wargv[0] = job.self;
 	job.workers_may_fail = true;
 	ret = kn__job_start_roles(&job);
-	for (unsigned int w = 0; !ret && w < job.cfg.workers; w++)
+	for (unsigned int w = 0; !ret && w < job.info.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd ? cmd : wargv);
 	if (ret) {
 		/* the reason is printed: end what did start */
@@ -360,9 +372,10 @@ static int run_launch(int argc, char **argv)
 		kn__tool_log("kanel launch: %u of %u process%s failed\n",
 			     job.failed, job.total, job.total == 1 ? "" : "es");
 	else if (job.lost && !ret)
-		kn__tool_log("kanel launch: %u worker%s failed after the start; "
-			     "the others finished the job\n",
-			     job.lost, job.lost == 1 ? "" : "s");
+		kn__tool_log(
+			"kanel launch: %u worker%s failed after the start; "
+			"the others finished the job\n",
+			job.lost, job.lost == 1 ? "" : "s");
 	ret = ret ? 2 : job.status;
 	kn__job_fini(&job);
 	return ret;

@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "config.h"
+#include "kanel.h"
 #include "kanel_sim.h"
 
 /*
- * The job options each command takes (KN__CONFIG_OPT_* of config.h); a
+ * The job options each command takes (KN_CONFIG_OPT_* of kanel.h); a
  * flag outside them is refused, naming the flag and the command.
  *   coordinator: the counts, its address, the job's rules, heartbeats;
  *   server: its rank, the counts, the coordinator, --listen, --metrics;
@@ -29,31 +29,39 @@
  * All of them take --transport, --secret-file, --startup-timeout and
  * --verbose.
  */
-#define KN__TOOL_OPTS_COORDINATOR                             \
-	(KN__CONFIG_OPT_COUNTS | KN__CONFIG_OPT_COORDINATOR | \
-	 KN__CONFIG_OPT_COMMON | KN__CONFIG_OPT_HEARTBEAT |   \
-	 KN__CONFIG_OPT_JOB)
-#define KN__TOOL_OPTS_SERVER                                  \
-	(KN__CONFIG_OPT_RANK | KN__CONFIG_OPT_COUNTS |        \
-	 KN__CONFIG_OPT_COORDINATOR | KN__CONFIG_OPT_LISTEN | \
-	 KN__CONFIG_OPT_COMMON | KN__CONFIG_OPT_METRICS)
-#define KN__TOOL_OPTS_WORKER                                  \
-	(KN__CONFIG_OPT_RANK | KN__CONFIG_OPT_COUNTS |        \
-	 KN__CONFIG_OPT_COORDINATOR | KN__CONFIG_OPT_COMMON | \
-	 KN__CONFIG_OPT_HEARTBEAT)
-#define KN__TOOL_OPTS_LOCAL                              \
-	(KN__CONFIG_OPT_COUNTS | KN__CONFIG_OPT_COMMON | \
-	 KN__CONFIG_OPT_HEARTBEAT | KN__CONFIG_OPT_JOB | \
-	 KN__CONFIG_OPT_METRICS)
+#define KN__TOOL_OPTS_COORDINATOR                           \
+	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COORDINATOR | \
+	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB)
+#define KN__TOOL_OPTS_SERVER                                \
+	(KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS |        \
+	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_LISTEN | \
+	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_METRICS)
+#define KN__TOOL_OPTS_WORKER                                \
+	(KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS |        \
+	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_COMMON | \
+	 KN_CONFIG_OPT_HEARTBEAT)
+#define KN__TOOL_OPTS_LOCAL                            \
+	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COMMON | \
+	 KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB | KN_CONFIG_OPT_METRICS)
+
+/*
+ * What a worker's process is told through the environment, where
+ * kn_worker_create reads it: its identity and connection options.
+ */
+#define KN__TOOL_EXPORT_MEMBER                                            \
+	(KN_CONFIG_OPT_ROLE | KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS | \
+	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_COMMON |               \
+	 KN_CONFIG_OPT_HEARTBEAT)
 
 /*
  * Parse the job's options in @argv (argv[0] is the command's name) as
  * @scope says (NULL: every option, the role from the usual sources); an
- * error is printed.  0 or -EINVAL.  The caller prints the usage for
- * --help (@cfg->help).
+ * error is printed.  0 and a new configuration in @cfg (free it with
+ * kn_config_destroy), or -EINVAL or -ENOMEM.  The caller prints the
+ * usage for --help (kn_config_help).
  */
-int kn__tool_parse(int argc, char **argv, const struct kn__config_scope *scope,
-		   struct kn__config *cfg);
+int kn__tool_parse(int argc, char **argv, const struct kn_config_scope *scope,
+		   struct kn_config **cfg);
 
 /*
  * Print the usage of a command: @head (its usage lines, then a blank
@@ -62,12 +70,13 @@ int kn__tool_parse(int argc, char **argv, const struct kn__config_scope *scope,
 void kn__tool_usage(FILE *out, const char *head, unsigned int options);
 
 /*
- * Put @cfg's identity and connection options (coordinator, role, rank,
- * counts, transport, timeouts, secret file, verbosity) in the process's
- * environment, where kn_worker_create reads them, so that the flags a
- * command was given win over the KANEL_* variables it inherited.
+ * Put @cfg's identity and connection options (KN__TOOL_EXPORT_MEMBER:
+ * coordinator, role, rank, counts, transport, timeouts, secret file,
+ * verbosity) in the process's environment, where kn_worker_create reads
+ * them, so that the flags a command was given win over the KANEL_*
+ * variables it inherited.
  */
-void kn__tool_export_member(const struct kn__config *cfg);
+void kn__tool_export_member(const struct kn_config *cfg);
 
 /*
  * Log: format into a buffer and write it to stderr with one write(2), so
@@ -83,19 +92,21 @@ __attribute__((format(printf, 1, 2))) void kn__tool_log(const char *fmt, ...);
  * such, naming it, before anything starts: 0 or a negative errno
  * (printed).  May block on DNS.
  */
-int kn__tool_check_addresses(const struct kn__config *cfg);
+int kn__tool_check_addresses(const struct kn_config *cfg);
 
-/* Run a coordinator or a server as @cfg says: the process's exit code. */
-int kn__tool_run_role(const struct kn__config *cfg);
+/* Run a coordinator or a server as @cfg says: the process's exit code
+ * (2: it could not start, the reason printed; 1: the job failed). */
+int kn__tool_run_role(const struct kn_config *cfg);
 
 /* A job on this machine, its processes children of this one. */
 struct kn__job {
-	struct kn__config cfg; /* the job's options, as checked */
-	char self[4096];       /* this program, for the roles */
-	char secret_path[256]; /* a secret made for the job; "" if given */
-	pid_t *pids;	       /* coordinator, servers, then workers */
-	char **names;	       /* the command each runs, for messages */
-	unsigned int total;    /* 1 + servers + workers */
+	struct kn_config *cfg;	 /* the job's options, as checked */
+	struct kn_job_info info; /* the job they describe: counts, protocol */
+	char self[4096];	 /* this program, for the roles */
+	char secret_path[256];	 /* a secret made for the job; "" if given */
+	pid_t *pids;		 /* coordinator, servers, then workers */
+	char **names;		 /* the command each runs, for messages */
+	unsigned int total;	 /* 1 + servers + workers */
 	unsigned int running;
 	unsigned int failed;  /* ended badly on their own */
 	unsigned int stopped; /* ended badly once kn__job_kill was called */
@@ -119,7 +130,8 @@ struct kn__job {
  * them (KN__TOOL_OPTS_LOCAL), pick a free loopback port for the
  * coordinator, make a fresh secret unless one is given, and export all
  * of it to the environment, where the children read it.  0, or -EINVAL
- * (printed); @job->cfg.help is set (and nothing else done) for --help.
+ * (printed); for --help, kn_config_help(@job->cfg) is 1 and nothing else
+ * is done.
  */
 int kn__job_init(struct kn__job *job, const char *command, int argc,
 		 char **argv);

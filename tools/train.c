@@ -29,6 +29,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -41,9 +42,7 @@
 #include <cblas.h>
 
 #include "idx.h"
-#include "imbalance.h"
 #include "kanel.h"
-#include "roles.h"
 #include "tool.h"
 #include "train.h"
 
@@ -144,7 +143,7 @@ static void train_usage(FILE *out)
 		"machine places its processes itself).\n\n",
 		KN_FASHION_MNIST_DIR, KN__TRAIN_DEFAULT_WORKERS);
 	fprintf(out, "Job options (each also a KANEL_* variable):\n");
-	kn__config_usage_of(out, KN__TOOL_OPTS_LOCAL);
+	kn_config_usage(out, KN__TOOL_OPTS_LOCAL);
 }
 
 static int bad_value(const char *flag, const char *val, const char *want)
@@ -241,12 +240,17 @@ static int set_option(struct kn__train_opts *o, const char *flag,
 	} else if (strcmp(flag, "--target-accuracy") == 0) {
 		ret = parse_double(flag, val, 0, 1, &o->target);
 	} else if (strcmp(flag, "--imbalance") == 0) {
-		struct kn__imb m;
+		struct kn_imbalance *m;
 		char err[256];
 
-		if (kn__imb_parse(val, 0, &m, err, sizeof(err)) ||
-		    kn__imb_format(&m, o->imbalance, sizeof(o->imbalance)) < 0)
+		/* no workers: only checked, and kept in its canonical form */
+		if (kn_imbalance_parse(val, 0, 0, err, sizeof(err), &m))
 			return bad_value(flag, val, err);
+		ret = kn_imbalance_format(m, o->imbalance,
+					  sizeof(o->imbalance)) < 0;
+		kn_imbalance_destroy(m);
+		if (ret)
+			return bad_value(flag, val, "");
 	} else if (strcmp(flag, "--step-time") == 0) {
 		ret = parse_duration(flag, val, &o->step_time);
 	} else if (strcmp(flag, "--seed") == 0) {
@@ -274,7 +278,7 @@ static int set_option(struct kn__train_opts *o, const char *flag,
 
 /*
  * Take the trainer's options out of @argv (in place; --protocol becomes
- * --sync), leaving the job's for kn__config_parse.
+ * --sync), leaving the job's for kn_config_parse.
  */
 static int take_options(int *argc, char **argv, struct kn__train_opts *o,
 			bool *help)
@@ -502,13 +506,13 @@ struct worker_state {
 	float *params, *grads, *bx;
 	uint8_t *by;
 	uint32_t *shard, *order, *bidx, shard_len;
-	struct kn__imb imb;
-	struct kn__imb_worker imb_worker;
+	struct kn_imbalance *imb; /* for the job's workers */
 };
 
 static void worker_state_fini(struct worker_state *s)
 {
 	kn__model_work_destroy(s->work);
+	kn_imbalance_destroy(s->imb);
 	kn__dataset_fini(&s->train);
 	kn__dataset_fini(&s->test);
 	free(s->params);
@@ -535,9 +539,8 @@ static int worker_setup(struct worker_state *s, const struct kn__train_opts *o,
 		kn__tool_log("kanel train: worker %u: %s\n", rank, err);
 		return ret;
 	}
-	ret = kn__imb_parse(o->imbalance, o->seed, &s->imb, err, sizeof(err));
-	if (!ret)
-		ret = kn__imb_worker_init(&s->imb, rank, n, &s->imb_worker);
+	ret = kn_imbalance_parse(o->imbalance, o->seed, n, err, sizeof(err),
+				 &s->imb);
 	if (ret) {
 		kn__tool_log("kanel train: --imbalance %s does not fit %u "
 			     "workers\n",
@@ -587,17 +590,19 @@ static void shuffle_epoch(struct worker_state *s, uint64_t seed,
  * The job must run the protocol this worker was told: every process of a
  * job gets the same --protocol, and a mismatch is a mistake to report.
  */
-static int check_protocol(const struct kn__config *cfg, struct kn_worker *w)
+static int check_protocol(const struct kn_config *cfg, struct kn_worker *w)
 {
-	struct kn_job_info job;
+	struct kn_job_info job, told;
 	int ret = kn_worker_job(w, &job);
 
-	if (ret || (int)job.protocol == (int)cfg->sync)
+	if (!ret)
+		ret = kn_config_job(cfg, &told);
+	if (ret || job.protocol == told.protocol)
 		return ret;
 	kn__tool_log("kanel train: worker %u: the job runs %s, this worker "
 		     "was told %s: give every process the same --protocol\n",
-		     cfg->rank, job.protocol_name,
-		     kn__config_sync_name(cfg->sync));
+		     kn_config_rank(cfg), job.protocol_name,
+		     told.protocol_name);
 	return -EINVAL;
 }
 
@@ -640,7 +645,7 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 			break;
 		b = now_s();
 		sleep_s(o->step_time *
-			kn__imb_factor(&s->imb, &s->imb_worker, a - t0));
+			kn_imbalance_factor(s->imb, wr->rank, a - t0));
 		c = now_s();
 		st.compute_s += b - a;
 		st.delay_s += c - b;
@@ -708,11 +713,13 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 }
 
 static int run_worker(const struct kn__train_opts *o,
-		      const struct kn__config *cfg, int report_fd)
+		      const struct kn_config *cfg, int report_fd)
 {
+	struct kn_job_info told;
 	struct worker_run wr = { .o = o,
-				 .rank = cfg->rank,
-				 .n = cfg->workers,
+				 .rank = kn_config_rank(cfg),
+				 .n = kn_config_job(cfg, &told) ? 0
+								: told.workers,
 				 .report_fd = report_fd };
 	struct kn_worker_options wo = { .rank = -1 };
 	struct kn__train_results local;
@@ -785,9 +792,9 @@ static int run_worker(const struct kn__train_opts *o,
 	ret = train_loop(&wr, &s, w, evaluating ? &ev : NULL);
 	if (wr.local) {
 		/* the job's settings are its coordinator's, not ours */
-		struct kn__config job = *cfg;
+		struct kn_job_info job = told;
 
-		kn__worker_job(w, &job);
+		kn_worker_job(w, &job);
 		kn__results_summary(wr.local, o, &job, stdout);
 		if (o->curve && kn__results_write_curve(wr.local, o->curve))
 			ret = ret ? ret : -EIO;
@@ -934,11 +941,12 @@ static bool drain_reports(struct monitor *m, int fd)
 
 static int run_local(int nargs, char **args, struct kn__train_opts *o)
 {
-	char metrics_path[KN_CONFIG_PATH_MAX] = "", fdnum[16];
+	char metrics_path[PATH_MAX] = "", fdnum[16];
 	struct kn__train_results r;
 	struct monitor m = { .r = &r, .o = o };
 	struct worker_cmd cmd;
 	struct kn__job job;
+	const char *metrics;
 	double failed_at = -1;
 	long metrics_from = 0;
 	int fds[2] = { -1, -1 }, ret;
@@ -946,23 +954,24 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 
 	/* the options first, which are cheap to check, then the data */
 	ret = kn__job_init(&job, "kanel train", nargs, args);
-	if (ret || job.cfg.help || check_dataset(o)) {
+	if (ret || kn_config_help(job.cfg) || check_dataset(o)) {
+		ret = ret || !kn_config_help(job.cfg) ? 2 : 0;
 		kn__job_fini(&job);
-		return ret || !job.cfg.help ? 2 : 0;
+		return ret;
 	}
-	if (kn__results_init(&r, job.cfg.workers)) {
+	if (kn__results_init(&r, job.info.workers)) {
 		kn__job_fini(&job);
 		return 2;
 	}
-	if (job.cfg.metrics[0]) {
-		FILE *f = fopen(job.cfg.metrics, "r");
+	metrics = kn_config_metrics(job.cfg);
+	if (metrics) {
+		FILE *f = fopen(metrics, "r");
 
 		if (f && fseek(f, 0, SEEK_END) == 0)
 			metrics_from = ftell(f);
 		if (f)
 			fclose(f);
-		snprintf(metrics_path, sizeof(metrics_path), "%s",
-			 job.cfg.metrics);
+		snprintf(metrics_path, sizeof(metrics_path), "%s", metrics);
 	} else {
 		int mfd;
 
@@ -990,17 +999,17 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		(strcmp(o->progress, "auto") == 0 && isatty(STDERR_FILENO));
 	kn__tool_log("kanel train: %s, %s, %u worker%s, %u server%s, imbalance "
 		     "%s, on this machine\n",
-		     kn__config_sync_name(job.cfg.sync),
-		     kn__model_name(o->model), job.cfg.workers,
-		     job.cfg.workers == 1 ? "" : "s", job.cfg.servers,
-		     job.cfg.servers == 1 ? "" : "s", o->imbalance);
+		     job.info.protocol_name, kn__model_name(o->model),
+		     job.info.workers, job.info.workers == 1 ? "" : "s",
+		     job.info.servers, job.info.servers == 1 ? "" : "s",
+		     o->imbalance);
 	/* Ctrl-C stops the workers, which finish their step, report and
 	 * leave; the coordinator and servers ignore it and end the job as
 	 * usual.  A second Ctrl-C ends everything at once. */
 	signal(SIGINT, SIG_IGN);
 	ret = kn__job_start_roles(&job);
 	catch_stop(SIGINT);
-	for (unsigned int w = 0; !ret && w < job.cfg.workers; w++)
+	for (unsigned int w = 0; !ret && w < job.info.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd.argv);
 	close(fds[1]);
 	unsetenv(REPORT_FD_ENV);
@@ -1037,11 +1046,11 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		kn__tool_log("\n");
 	if (metrics_path[0])
 		kn__results_metrics(&r, metrics_path, metrics_from);
-	kn__results_summary(&r, o, &job.cfg, stdout);
+	kn__results_summary(&r, o, &job.info, stdout);
 	if (o->curve && kn__results_write_curve(&r, o->curve))
 		ret = ret ? ret : -EIO;
 	if (o->summary_json &&
-	    kn__results_write_json(&r, o, &job.cfg, o->summary_json))
+	    kn__results_write_json(&r, o, &job.info, o->summary_json))
 		ret = ret ? ret : -EIO;
 	if (job.failed)
 		kn__tool_log("kanel train: %u of %u processes failed\n",
@@ -1049,7 +1058,7 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 out:
 	if (fds[0] >= 0)
 		close(fds[0]);
-	if (!job.cfg.metrics[0] && metrics_path[0])
+	if (!metrics && metrics_path[0])
 		unlink(metrics_path);
 	kn__results_fini(&r);
 	kn__job_fini(&job);
@@ -1072,7 +1081,7 @@ int kn__train_main(int argc, char **argv)
 		.curve = "kanel-curve.csv",
 		.progress = "auto",
 	};
-	struct kn__config cfg;
+	struct kn_config *cfg = NULL;
 	bool help = false;
 	const char *fd;
 	char **args;
@@ -1113,12 +1122,13 @@ int kn__train_main(int argc, char **argv)
 		ret = run_local(nargs, args, &o);
 	} else if (kn__tool_parse(nargs, args, NULL, &cfg)) {
 		ret = 2;
-	} else if (cfg.role != KN__ROLE_WORKER) {
-		ret = kn__tool_run_role(&cfg);
+	} else if (kn_config_role(cfg) != KN_ROLE_WORKER) {
+		ret = kn__tool_run_role(cfg);
 	} else {
 		fd = getenv(REPORT_FD_ENV);
-		ret = run_worker(&o, &cfg, fd ? atoi(fd) : -1);
+		ret = run_worker(&o, cfg, fd ? atoi(fd) : -1);
 	}
+	kn_config_destroy(cfg);
 	free(args);
 	return ret;
 }

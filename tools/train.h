@@ -16,20 +16,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "kanel.h"
 #include "model.h"
 
 struct kn__train_opts {
 	enum kn__model_kind model;
-	unsigned int hidden;	/* MLP hidden units */
-	unsigned int batch;	/* minibatch per worker step */
-	double epochs;		/* passes over each worker's shard */
-	double time_budget;	/* seconds of training; 0: none */
-	double target;		/* the accuracy time-to-target measures */
-	double step_time;	/* base injected delay per step, seconds */
-	double eval_interval;	/* seconds between evaluations */
+	unsigned int hidden;	 /* MLP hidden units */
+	unsigned int batch;	 /* minibatch per worker step */
+	double epochs;		 /* passes over each worker's shard */
+	double time_budget;	 /* seconds of training; 0: none */
+	double target;		 /* the accuracy time-to-target measures */
+	double step_time;	 /* base injected delay per step, seconds */
+	double eval_interval;	 /* seconds between evaluations */
 	unsigned int eval_every; /* rank-0 steps between them; 0: none */
-	char imbalance[128];	/* the canonical spec */
+	char imbalance[128];	 /* the canonical spec */
 	uint64_t seed;
 	const char *data;	  /* the dataset's directory */
 	const char *curve;	  /* the CSV to write; NULL: none */
@@ -61,7 +61,7 @@ struct kn__train_results {
 	struct kn__train_status *status; /* per worker */
 	struct kn__train_eval *evals;
 	size_t nevals, cap;
-	double best;	/* best accuracy so far */
+	double best;	 /* best accuracy so far */
 	double target_t; /* first time at or above the target; < 0: not yet */
 	/* staleness, from the servers' --metrics lines */
 	bool have_staleness;
@@ -94,14 +94,15 @@ double kn__results_wait_fraction(const struct kn__train_results *r);
 void kn__results_progress(const struct kn__train_results *r,
 			  const struct kn__train_opts *o, char *buf,
 			  size_t cap);
-/* The human summary, the curve CSV and the summary JSON. */
+/* The human summary, the curve CSV and the summary JSON; @job is the
+ * job's protocol, update and counts (kn_config_job, kn_worker_job). */
 void kn__results_summary(const struct kn__train_results *r,
 			 const struct kn__train_opts *o,
-			 const struct kn__config *cfg, FILE *out);
+			 const struct kn_job_info *job, FILE *out);
 int kn__results_write_curve(const struct kn__train_results *r,
 			    const char *path);
 int kn__results_write_json(const struct kn__train_results *r,
 			   const struct kn__train_opts *o,
-			   const struct kn__config *cfg, const char *path);
+			   const struct kn_job_info *job, const char *path);
 
 #endif /* KN_TOOL_TRAIN_H */

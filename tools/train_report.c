@@ -271,21 +271,27 @@ void kn__results_progress(const struct kn__train_results *r,
 		 100 * kn__results_wait_fraction(r));
 }
 
+/* The name of the job's update, as --optimizer takes it. */
+static const char *optimizer_name(const struct kn_job_info *job)
+{
+	return job->summation ? "sum" : kn_optimizer_name(job->optimizer);
+}
+
 void kn__results_summary(const struct kn__train_results *r,
 			 const struct kn__train_opts *o,
-			 const struct kn__config *cfg, FILE *out)
+			 const struct kn_job_info *job, FILE *out)
 {
 	const struct kn__train_eval *fin = final_eval(r);
 
 	fprintf(out, "kanel train: %s, %s, %u worker%s, imbalance %s%s\n",
-		kn__config_sync_name(cfg->sync), kn__model_name(o->model),
-		r->workers, r->workers == 1 ? "" : "s", o->imbalance,
+		job->protocol_name, kn__model_name(o->model), r->workers,
+		r->workers == 1 ? "" : "s", o->imbalance,
 		r->rank0_only ? " (worker 0's figures only)" : "");
 	/* the job's update, which its coordinator decided */
-	fprintf(out, "  optimizer              %s, lr %g",
-		kn__config_optimizer_name(cfg->optimizer), (double)cfg->lr);
-	if (cfg->optimizer == KN__CONFIG_MOMENTUM)
-		fprintf(out, ", momentum %g", (double)cfg->momentum);
+	fprintf(out, "  optimizer              %s, lr %g", optimizer_name(job),
+		(double)job->lr);
+	if (!job->summation && job->optimizer == KN_OPT_MOMENTUM)
+		fprintf(out, ", momentum %g", (double)job->momentum);
 	fputc('\n', out);
 	if (r->target_t >= 0)
 		fprintf(out, "  time to %.4g accuracy  %.2f s\n", o->target,
@@ -352,7 +358,7 @@ static void json_num(FILE *f, const char *key, double v, bool last)
 
 int kn__results_write_json(const struct kn__train_results *r,
 			   const struct kn__train_opts *o,
-			   const struct kn__config *cfg, const char *path)
+			   const struct kn_job_info *job, const char *path)
 {
 	const struct kn__train_eval *fin = final_eval(r);
 	FILE *f = fopen(path, "w");
@@ -364,15 +370,14 @@ int kn__results_write_json(const struct kn__train_results *r,
 		return ret;
 	}
 	fprintf(f, "{\n  \"protocol\": \"%s\",\n  \"model\": \"%s\",\n",
-		kn__config_sync_name(cfg->sync), kn__model_name(o->model));
+		job->protocol_name, kn__model_name(o->model));
 	fprintf(f, "  \"workers\": %u,\n  \"servers\": %u,\n", r->workers,
-		cfg->servers);
+		job->servers);
 	fprintf(f, "  \"imbalance\": \"%s\",\n", o->imbalance);
 	json_num(f, "seed", (double)o->seed, false);
 	json_num(f, "batch", o->batch, false);
-	fprintf(f, "  \"optimizer\": \"%s\",\n",
-		kn__config_optimizer_name(cfg->optimizer));
-	json_num(f, "lr", cfg->lr, false);
+	fprintf(f, "  \"optimizer\": \"%s\",\n", optimizer_name(job));
+	json_num(f, "lr", job->lr, false);
 	json_num(f, "target_accuracy", o->target, false);
 	json_num(f, "time_to_target_s", r->target_t >= 0 ? r->target_t : NAN,
 		 false);
