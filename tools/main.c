@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kanel.c - the one binary of a Kanel job:
+ * main.c - the one binary of a Kanel job, `kanel`:
  *
  *   kanel coordinator [options]
  *   kanel server      [options]
