@@ -195,10 +195,10 @@ Test(step, esp_takes_local_steps_until_h_max, .timeout = 120)
 static double pushes_per_step(double slow_s)
 {
 	setenv("KANEL_PSP_WARMUP", "2", 1);
-	sleep_of[0] = 0.002;
+	sleep_of[0] = 0.01;
 	sleep_of[1] = slow_s;
 	steps_of[0] = 160;
-	steps_of[1] = (unsigned int)(160 * 0.002 / slow_s);
+	steps_of[1] = (unsigned int)(160 * 0.01 / slow_s);
 	run("predicted", 2, 160);
 	unsetenv("KANEL_PSP_WARMUP");
 	memset(sleep_of, 0, sizeof(sleep_of));
@@ -211,12 +211,13 @@ static double pushes_per_step(double slow_s)
 
 Test(step, psp_plans_from_the_measured_step_times, .timeout = 120)
 {
-	double equal = pushes_per_step(0.002);
-	double skewed = pushes_per_step(0.008);
+	double equal = pushes_per_step(0.01);
+	double skewed = pushes_per_step(0.04);
 
-	/* measured: 0.14 to 0.18 against 0.42 to 0.51 (steps taken while
-	 * waiting count toward the next push, so equal peers push less
-	 * often than every step) */
+	/* measured, on a loaded machine too: 0.10 to 0.14 against 0.51
+	 * (a step taken while waiting counts toward the next push, so
+	 * equal peers push every other step); steps of 10 ms keep the
+	 * round trips, which add waiting steps, small beside them */
 	cr_assert_leq(skewed, 0.3, "4x slower peer: %g pushes a step", skewed);
 	cr_assert_lt(2 * skewed, equal, "%g pushes a step against %g", skewed,
 		     equal);
