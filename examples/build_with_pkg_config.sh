@@ -14,9 +14,16 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 # the .pc names the real prefix; the scratch root stands in front of it
 prefix=$root$(pkg-config --variable=prefix kanel)
 flags=$(pkg-config --define-variable=prefix="$prefix" --cflags --libs kanel)
-# shellcheck disable=SC2086 # pkg-config's words are separate flags
-cc -std=c11 -Wall -Wextra -Werror "$src" -o "$root/prog" $flags -lm
-echo "built $(basename "$src") with: $flags"
 lib=$(pkg-config --define-variable=prefix="$prefix" --variable=libdir kanel)
+# a sanitizer build's library needs its runtime loaded first: a program
+# linked with it gets that by being built with the same sanitizers
+san=()
+deps=$(ldd "$lib/libkanel.so" 2>/dev/null || true)
+case $deps in *libasan*) san+=(-fsanitize=address) ;; esac
+case $deps in *libubsan*) san+=(-fsanitize=undefined) ;; esac
+# shellcheck disable=SC2086 # pkg-config's words are separate flags
+cc -std=c11 -Wall -Wextra -Werror "${san[@]}" "$src" -o "$root/prog" \
+	$flags -lm
+echo "built $(basename "$src") with: ${san[*]} $flags"
 LD_LIBRARY_PATH=$lib "$kanel" launch --workers 1 --optimizer momentum \
 	--lr 0.5 -- "$root/prog" 200
