@@ -709,8 +709,8 @@ static const struct opt opts[O_COUNT] = {
 		     .group = KN__CONFIG_OPT_JOB, FIELD(F_NAME, sync) },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
 			  CHOICE(optimizer_names), .deflt = "sgd",
-			  .help = "the servers' update; sum: servers publish "
-				  "the mean, workers apply it",
+			  .help = "the optimizer (esp, predicted: on workers); "
+				  "sum: workers apply the mean",
 			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB,
 			  FIELD(F_NAME, optimizer) },
 	[O_LR] = { "--lr", "KANEL_LR", "RATE", .deflt = "0.01",
