@@ -90,16 +90,10 @@ const char *kn_config_metrics(const struct kn_config *cfg)
 	return cfg && cfg->c.metrics[0] ? cfg->c.metrics : NULL;
 }
 
-int kn_config_job(const struct kn_config *cfg, struct kn_job_info *info)
+void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 {
-	const struct kn__config *c;
-	bool sum;
+	bool sum = c->optimizer == KN__CONFIG_SUM;
 
-	if (!cfg || !info)
-		return -EINVAL;
-	c = &cfg->c;
-	sum = c->optimizer == KN__CONFIG_SUM;
-	/* the fields as kn_worker_job fills them from a JOB message */
 	*info = (struct kn_job_info){
 		.protocol = (enum kn_sync)c->sync,
 		.protocol_name = kn__config_sync_name(c->sync),
@@ -122,6 +116,13 @@ int kn_config_job(const struct kn_config *cfg, struct kn_job_info *info)
 		.outer_lr = c->proto.outer_lr,
 		.outer_momentum = c->proto.outer_momentum,
 	};
+}
+
+int kn_config_job(const struct kn_config *cfg, struct kn_job_info *info)
+{
+	if (!cfg || !info)
+		return -EINVAL;
+	kn__job_info(&cfg->c, info);
 	return 0;
 }
 

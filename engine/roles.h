@@ -34,29 +34,11 @@ void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 			 struct kn__sync_params *out);
 
 /*
- * The job as its coordinator set it up, as worker @w was told when it
- * joined: counts, protocol, optimizer, rate, momentum, chunk size and the
- * protocols' parameters into those fields of @cfg (the rest untouched).  0, or -EAGAIN before
- * kn_worker_start has succeeded.
+ * What the job described by @cfg runs, as kanel.h's struct kn_job_info
+ * gives it (kn_worker_job from the JOB message, kn_config_job from the
+ * options): the one place that maps the one onto the other.
  */
-int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg);
-
-/*
- * ESP, PSP: what the servers said with the last releases: the local
- * steps the plan asks before the next push, the plan's epoch, and the
- * longest predicted wait (seconds) of any server.  0, or -EAGAIN for
- * a protocol that sends none or before the start.  Any thread.
- */
-int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
-			    uint64_t *epoch, float *hint);
-
-/*
- * PSP, CGP: tell the coordinator this worker's seconds per local step in
- * its last round (sent by the progress thread; reports that come before
- * it sent the last go as their mean).  0, or -EINVAL for a value that is
- * negative, not finite or above FLT_MAX.  Any thread; does not block.
- */
-int kn__worker_timing(struct kn_worker *w, double seconds);
+void kn__job_info(const struct kn__config *cfg, struct kn_job_info *info);
 
 bool kn__addr_is_any(const struct sockaddr_storage *a);
 bool kn__addr_is_loopback(const struct sockaddr_storage *a);

@@ -487,8 +487,7 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 		if (m->type == KN__MSG_JOB && w->state == WK_JOINING) {
 			w->job = *m;
 			w->release_info =
-				m->u.job.protocol == KN__CONFIG_ESP ||
-				m->u.job.protocol == KN__CONFIG_PREDICTED;
+				kn__sync_local_steps(m->u.job.protocol);
 			w->servers =
 				calloc(m->u.job.servers, sizeof(*w->servers));
 			if (!w->servers || m->u.job.rank != w->cfg.rank)
@@ -860,9 +859,9 @@ static void local_free(struct wk_tensor *t)
  * A local-step job's tensor: the program's gradients are read by
  * kn_worker_step_done alone; pushes read our delta buffer, pulls land
  * in our inbox, and the anchor, the copy at push time and the inner
- * optimizer's state are ours.  fp32 only: the merge is done in fp32.
+ * optimizer's state (@optimizer's) are ours.  fp32 only: the merge is done in fp32.
  */
-static int local_buffers(struct wk_tensor *t)
+static int local_buffers(struct wk_tensor *t, uint32_t optimizer)
 {
 	size_t n = t->d.len;
 
@@ -878,10 +877,14 @@ static int local_buffers(struct wk_tensor *t)
 	t->inbox = fp32_alloc(n);
 	t->anchor = fp32_alloc(n);
 	t->at_push = fp32_alloc(n);
-	t->m = fp32_alloc(n);
-	t->v = fp32_alloc(n);
-	if (!t->grads || !t->inbox || !t->anchor || !t->at_push || !t->m ||
-	    !t->v) {
+	/* the optimizer's state where it has one: momentum's m, Adam's m, v */
+	if (optimizer != KN__CONFIG_SGD)
+		t->m = fp32_alloc(n);
+	if (optimizer == KN__CONFIG_ADAM)
+		t->v = fp32_alloc(n);
+	if (!t->grads || !t->inbox || !t->anchor || !t->at_push ||
+	    (optimizer != KN__CONFIG_SGD && !t->m) ||
+	    (optimizer == KN__CONFIG_ADAM && !t->v)) {
 		local_free(t);
 		return -ENOMEM;
 	}
@@ -918,7 +921,7 @@ int kn_worker_register(struct kn_worker *w, const char *key,
 			t->params = params;
 			t->grads = grads;
 			if (w->local)
-				ret = local_buffers(t);
+				ret = local_buffers(t, w->job.u.job.optimizer);
 			if (ret)
 				w->ntensors--;
 		}
@@ -1129,40 +1132,14 @@ int kn_worker_wait(struct kn_worker *w, uint64_t handle, int timeout_ms)
 	return ret < 0 ? ret : 0;
 }
 
-int kn_worker_step(struct kn_worker *w, const char *key)
-{
-	double t = kn__now();
-	uint64_t h;
-	int ret = kn_worker_pushpull(w, key, &h);
-
-	/* CGP groups workers by their compute time: the time since the
-	 * last step returned, as kn_worker_step_done takes it */
-	if (!ret && w->job.u.job.protocol == KN__CONFIG_CGP && !key &&
-	    w->step_return > 0)
-		ret = kn__worker_timing(w, t - w->step_return);
-	if (!ret)
-		ret = kn_worker_wait(w, h, -1);
-	w->step_return = kn__now();
-	return ret;
-}
-
-uint64_t kn_worker_clock(const struct kn_worker *w)
-{
-	return w->clock;
-}
-
-unsigned int kn_worker_rank(const struct kn_worker *w)
-{
-	return w->cfg.rank;
-}
-
-unsigned int kn_worker_size(const struct kn_worker *w)
-{
-	return w->job.u.job.workers;
-}
-
-int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
-			    uint64_t *epoch, float *hint)
+/*
+ * ESP, PSP: what the servers said with the last releases: the local
+ * steps the plan asks before the next push, the plan's epoch, and the
+ * longest predicted wait (seconds) of any server.  0, or -EAGAIN for a
+ * protocol that sends none or before the start.
+ */
+static int release_info(struct kn_worker *w, uint32_t *steps, uint64_t *epoch,
+			float *hint)
 {
 	uint32_t st = 0;
 	uint64_t ep = 0;
@@ -1192,7 +1169,13 @@ int kn__worker_release_info(struct kn_worker *w, uint32_t *steps,
 	return 0;
 }
 
-int kn__worker_timing(struct kn_worker *w, double seconds)
+/*
+ * PSP, CGP: tell the coordinator this worker's seconds per local step in
+ * its last round (sent by the progress thread; reports that come before
+ * it sent the last go as their mean).  0, or -EINVAL for a value that is
+ * negative, not finite or above FLT_MAX.  Does not block.
+ */
+static int report_timing(struct kn_worker *w, double seconds)
 {
 	/* a float on the wire: above FLT_MAX it would be infinite */
 	if (!(seconds >= 0) || !(seconds <= FLT_MAX))
@@ -1211,7 +1194,46 @@ int kn__worker_timing(struct kn_worker *w, double seconds)
 	return 0;
 }
 
-int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
+int kn_worker_step(struct kn_worker *w, const char *key)
+{
+	double t = kn__now();
+	uint64_t h;
+	int ret = kn_worker_pushpull(w, key, &h);
+
+	/* CGP groups workers by their compute time: the time since the
+	 * last step returned, as kn_worker_step_done takes it */
+	if (!ret && w->job.u.job.protocol == KN__CONFIG_CGP && !key &&
+	    w->step_return > 0)
+		ret = report_timing(w, t - w->step_return);
+	if (!ret)
+		ret = kn_worker_wait(w, h, -1);
+	w->step_return = kn__now();
+	return ret;
+}
+
+uint64_t kn_worker_clock(const struct kn_worker *w)
+{
+	return w->clock;
+}
+
+unsigned int kn_worker_rank(const struct kn_worker *w)
+{
+	return w->cfg.rank;
+}
+
+unsigned int kn_worker_size(const struct kn_worker *w)
+{
+	return w->job.u.job.workers;
+}
+
+
+
+/*
+ * The job as its coordinator set it up, as this worker was told when it
+ * joined, into those fields of @cfg (the rest untouched): 0, or -EAGAIN
+ * before the JOB message.
+ */
+static int job_config(const struct kn_worker *w, struct kn__config *cfg)
 {
 	const struct kn__msg *j = &w->job;
 
@@ -1232,36 +1254,13 @@ int kn__worker_job(const struct kn_worker *w, struct kn__config *cfg)
 
 int kn_worker_job(const struct kn_worker *w, struct kn_job_info *info)
 {
-	const struct kn__msg *j;
+	struct kn__config c = { 0 };
 
 	if (!w || !info)
 		return -EINVAL;
-	j = &w->job;
-	*info = (struct kn_job_info){
-		.protocol = (enum kn_sync)j->u.job.protocol,
-		.protocol_name = kn__config_sync_name(
-			(enum kn__config_sync)j->u.job.protocol),
-		.optimizer = j->u.job.optimizer == KN__CONFIG_SUM
-				     ? KN_OPT_SGD
-				     : (enum kn_optimizer)j->u.job.optimizer,
-		.summation = j->u.job.optimizer == KN__CONFIG_SUM,
-		.local_steps = w->local,
-		.lr = j->u.job.lr,
-		.momentum = j->u.job.momentum,
-		.workers = j->u.job.workers,
-		.servers = j->u.job.servers,
-		.staleness = j->u.job.proto.staleness,
-		.max_skip = j->u.job.proto.max_skip,
-		.gamma = j->u.job.proto.gamma,
-		.theta = j->u.job.proto.theta,
-		.max_steps = j->u.job.proto.max_steps,
-		.warmup = j->u.job.proto.warmup,
-		.alpha = j->u.job.proto.alpha,
-		.miss = j->u.job.proto.miss,
-		.bound = j->u.job.proto.bound,
-		.outer_lr = j->u.job.proto.outer_lr,
-		.outer_momentum = j->u.job.proto.outer_momentum,
-	};
+	if (job_config(w, &c))
+		return -EAGAIN; /* not after kn_worker_create: it waits */
+	kn__job_info(&c, info);
 	return 0;
 }
 
@@ -1326,7 +1325,7 @@ static int local_released(struct kn_worker *w)
 					 t->at_push, t->d.len);
 	}
 	w->pending = false;
-	kn__worker_release_info(w, &steps, &epoch, &hint);
+	release_info(w, &steps, &epoch, &hint);
 	ev.t = kn__now();
 	ev.steps = steps;
 	ev.epoch = epoch;
@@ -1335,7 +1334,7 @@ static int local_released(struct kn_worker *w)
 	ret = kn__sync_worker_event(w->rule, &ev, &next);
 	if (!ret && w->job.u.job.protocol == KN__CONFIG_PREDICTED &&
 	    w->round_steps)
-		ret = kn__worker_timing(w, w->round_s / w->round_steps);
+		ret = report_timing(w, w->round_s / w->round_steps);
 	w->round_s = 0;
 	w->round_steps = 0;
 	return ret;
@@ -1431,7 +1430,7 @@ int kn_worker_step_done(struct kn_worker *w, double seconds,
 		ret = post_op(w, NULL, true, true, &h);
 		if (!ret && (w->job.u.job.protocol == KN__CONFIG_CGP ||
 			     w->job.u.job.protocol == KN__CONFIG_PREDICTED))
-			ret = kn__worker_timing(w, seconds);
+			ret = report_timing(w, seconds);
 		if (!ret)
 			ret = kn_worker_wait(w, h, -1);
 	}
