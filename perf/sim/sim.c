@@ -113,6 +113,7 @@ struct kn__sim {
 
 	/* the objective f(x) = 0.5 sum h_j (x_j - xs_j)^2, and the model */
 	double *h, *xs, *x, *sum; /* [d] each; sum: an APPLY's scratch */
+	double *vel;		  /* [d]: the servers' momentum buffer */
 	double loss;
 	bool loss_dirty;
 
@@ -127,8 +128,9 @@ struct kn__sim {
 
 	struct worker *w;	   /* [n] */
 	struct kn__imb_worker *iw; /* [n] */
-	/* [n * d]: local model, anchor, model at push, inbox, gradient sum */
-	double *xl, *anchor, *xpush, *xin, *acc;
+	/* [n * d]: local model, anchor, model at push, inbox, gradient sum,
+	 * the worker's momentum buffer (ESP, PSP) */
+	double *xl, *anchor, *xpush, *xin, *acc, *wvel;
 	double *slots;	    /* [n * 2 * d]: pushed contributions by parity */
 	uint64_t *ver_read; /* [n * m]: chunk versions it computes from */
 	uint64_t *ver_in;   /* [n * m]: chunk versions in its inbox */
@@ -391,7 +393,7 @@ static int apply(struct kn__sim *s, uint32_t sv,
 		 const struct kn__sync_action *a)
 {
 	const struct server *srv = &s->srv[sv];
-	double *sum = s->sum, step;
+	double *sum = s->sum, step, mu;
 
 	for (uint32_t j = srv->lo; j < srv->hi; j++)
 		sum[j] = 0;
@@ -419,10 +421,22 @@ static int apply(struct kn__sim *s, uint32_t sv,
 					      ? tau
 					      : KN__SIM_STALE_BUCKETS - 1]++;
 	}
-	/* deltas: the servers' outer update, as engine/server.c applies it */
+	/*
+	 * As engine/server.c applies it: the job's optimizer on gradients
+	 * (momentum m = mu m + g, x -= lr m); on the deltas of ESP and PSP
+	 * the outer update, at outer_lr with Nesterov outer momentum.
+	 */
 	step = (s->deltas ? s->params.outer_lr : s->cfg.lr) * a->lr_scale;
-	for (uint32_t j = srv->lo; j < srv->hi; j++)
-		s->x[j] -= step * sum[j];
+	mu = s->deltas ? s->params.outer_momentum : s->cfg.momentum;
+	for (uint32_t j = srv->lo; j < srv->hi; j++) {
+		double g = sum[j];
+
+		if (mu > 0) {
+			s->vel[j] = mu * s->vel[j] + g;
+			g = s->deltas ? g + mu * s->vel[j] : s->vel[j];
+		}
+		s->x[j] -= step * g;
+	}
 	s->loss_dirty = true;
 	s->res.contributions += a->ncontrib;
 	s->res.applies++;
@@ -638,18 +652,20 @@ static int start_step(struct kn__sim *s, uint32_t i, double t)
 }
 
 /*
- * One SGD step on the worker's local copy with a fresh noisy gradient,
- * which also goes into the sum it will push; returns |x - anchor| /
- * |anchor| (FLT_MAX for any change from a zero anchor).
+ * One step on the worker's local copy with a fresh noisy gradient, which
+ * also goes into the sum it will push: SGD, or under ESP and PSP the
+ * job's momentum with the worker's own buffer (the engine runs the job's
+ * optimizer on the workers there).  Returns |x - anchor| / |anchor|
+ * (FLT_MAX for any change from a zero anchor).
  */
 static float local_step(struct kn__sim *s, uint32_t i)
 {
 	struct worker *w = &s->w[i];
 	size_t off = (size_t)i * s->d;
-	double *xl = s->xl + off, *acc = s->acc + off;
+	double *xl = s->xl + off, *acc = s->acc + off, *v = s->wvel + off;
 	const double *an = s->anchor + off, *h = s->h, *xs = s->xs;
 	double sigma = s->cfg.sigma, lr = s->cfg.lr, dn = 0, z[2] = { 0, 0 };
-	double r;
+	double mu = s->deltas ? s->cfg.momentum : 0, r;
 
 	for (uint32_t j = 0; j < s->d; j++) {
 		double g, e;
@@ -658,8 +674,12 @@ static float local_step(struct kn__sim *s, uint32_t i)
 		if (sigma > 0 && !(j & 1))
 			normal_pair(&w->rng, &z[0], &z[1]);
 		g = h[j] * (xl[j] - xs[j]) + sigma * z[j & 1];
-		xl[j] -= lr * g;
 		acc[j] += g;
+		if (mu > 0) {
+			v[j] = mu * v[j] + g;
+			g = v[j];
+		}
+		xl[j] -= lr * g;
 		e = xl[j] - an[j];
 		dn += e * e;
 	}
@@ -988,6 +1008,8 @@ static int check_config(const struct kn__sim_config *c, char *err,
 		return bad(err, errlen, "sigma must be 0 or more");
 	if (!isfinite(c->lr) || !(c->lr > 0))
 		return bad(err, errlen, "lr must be above 0");
+	if (!(c->momentum >= 0 && c->momentum < 1))
+		return bad(err, errlen, "momentum must be in [0, 1)");
 	if (!isfinite(c->loss_every) || !(c->loss_every >= 0))
 		return bad(err, errlen, "loss-every must be 0 or more");
 	if (kn__sync_params_resolve(&p))
@@ -1002,11 +1024,11 @@ static int alloc_arrays(struct kn__sim *s)
 {
 	size_t n = s->n, d = s->d, m = s->m;
 
-	s->h = calloc(4 * d, sizeof(double));
+	s->h = calloc(5 * d, sizeof(double));
 	s->srv = calloc(m, sizeof(*s->srv));
 	s->w = calloc(n, sizeof(*s->w));
 	s->iw = calloc(n, sizeof(*s->iw));
-	s->xl = calloc(7 * n * d, sizeof(double));
+	s->xl = calloc(8 * n * d, sizeof(double));
 	s->ver_read = calloc(4 * n * m, sizeof(uint64_t));
 	s->await = calloc(n * m, 1);
 	s->out = calloc(kn__sync_max_actions(&s->params), sizeof(*s->out));
@@ -1016,11 +1038,13 @@ static int alloc_arrays(struct kn__sim *s)
 	s->xs = s->h + d;
 	s->x = s->xs + d;
 	s->sum = s->x + d;
+	s->vel = s->sum + d;
 	s->anchor = s->xl + n * d;
 	s->xpush = s->anchor + n * d;
 	s->xin = s->xpush + n * d;
 	s->acc = s->xin + n * d;
-	s->slots = s->acc + n * d; /* 2 n d */
+	s->wvel = s->acc + n * d;
+	s->slots = s->wvel + n * d; /* 2 n d */
 	s->ver_in = s->ver_read + n * m;
 	s->slot_ver = s->ver_in + n * m; /* 2 n m */
 

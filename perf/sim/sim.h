@@ -59,6 +59,9 @@ struct kn__sim_config {
 	double server_rate;    /* bytes/s a server aggregates, > 0 (10e9) */
 	double sigma;	       /* gradient noise per coordinate, >= 0 (0.5) */
 	double lr;	       /* SGD rate, workers and servers, > 0 (0.1) */
+	/* the job's momentum, [0, 1) (0): the servers' under gradient
+	 * protocols, the workers' own under ESP and PSP, as in the engine */
+	double momentum;
 	double loss_every;     /* seconds between loss samples; 0: auto */
 	/*
 	 * The protocol and its own parameters (0: the documented default);

@@ -89,6 +89,12 @@ static const struct opt opts[] = {
 	  "gradient noise per coordinate" },
 	{ "--lr", "LR", O_F64, C(cfg.lr), 1e-300, 1e300, "0.1",
 	  "SGD rate of workers and servers" },
+	{ "--momentum", "MU", O_F64, C(cfg.momentum), 0, 0.999999, "0",
+	  "momentum: servers' (gradients), workers' (esp, predicted)" },
+	{ "--outer-lr", "RATE", O_F32, C(cfg.sync.outer_lr), 0, 1e30, "0",
+	  "esp, predicted: servers' rate on the deltas (0: default 1)" },
+	{ "--outer-momentum", "MU", O_F32, C(cfg.sync.outer_momentum), 0,
+	  0.999999, "0", "esp, predicted: servers' Nesterov momentum" },
 	{ "--loss-every", "SEC", O_SECONDS, C(cfg.loss_every), 0, 1e300, "auto",
 	  "simulated seconds between loss samples" },
 	{ "--staleness", "S", O_U32, C(cfg.sync.staleness), 0, UINT32_MAX, "0",
@@ -399,6 +405,7 @@ static int write_json(const struct cli *c, const struct kn__sim_result *r)
 	json_u64(f, "dim", g->dim);
 	json_num(f, "sigma", g->sigma);
 	json_num(f, "lr", g->lr);
+	json_num(f, "momentum", g->momentum);
 	json_num(f, "sim_time_s", r->sim_time_s);
 	json_num(f, "iterations_per_s", r->iterations_per_s);
 	json_num(f, "wait_fraction", r->wait_fraction);

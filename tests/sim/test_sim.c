@@ -208,6 +208,68 @@ Test(sim, the_model_follows_sgd_exactly_without_noise)
 	cr_expect_eq(a.staleness_hist[1], 2 * 60 - 1);
 }
 
+/*
+ * With momentum, as the engine applies it.  Under BSP the servers keep
+ * the buffer: m_k = mu m_k-1 + e_k, e_k+1 = e_k - lr m_k (one dimension,
+ * h = 1, no noise, so the round's mean gradient is e_k).
+ */
+Test(sim, bsp_momentum_is_the_servers_heavy_ball)
+{
+	struct kn__sim_config cfg = config(KN__SYNC_BSP, 4, 60, NULL);
+	struct kn__sim_result r, plain;
+	double lr = 0.1, mu = 0.9, e = 1, m = 0, ratio;
+
+	cfg.dim = 1;
+	cfg.sigma = 0;
+	cfg.lr = lr;
+	plain = run(&cfg);
+	cfg.momentum = mu;
+	r = run(&cfg);
+	for (int k = 0; k < 60; k++) {
+		m = mu * m + e;
+		e -= lr * m;
+	}
+	ratio = e * e;
+	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio),
+		      1e-9 * ratio, "bsp: %.17g, expected %.17g",
+		      r.final_loss / r.initial_loss, ratio);
+	cr_expect_neq(r.final_loss, plain.final_loss);
+}
+
+/*
+ * Under ESP the job's momentum runs on the worker with its own buffer.
+ * One worker: every delta it pushes is applied whole (weight 1, outer
+ * rate 1) to the model it came from, so the global model is the
+ * worker's local heavy-ball
+ * trajectory as it was at its last push, a few steps before the end.
+ */
+Test(sim, esp_momentum_runs_on_the_worker)
+{
+	struct kn__sim_config cfg = config(KN__SYNC_ESP, 1, 80, NULL);
+	struct kn__sim_result r;
+	double lr = 0.1, mu = 0.9, e = 1, m = 0, got, best = INFINITY;
+
+	cfg.dim = 1;
+	cfg.sigma = 0;
+	cfg.lr = lr;
+	cfg.momentum = mu;
+	/* a wire slower than a step, so that ESP skips pushes */
+	cfg.latency = 0.05;
+	r = run(&cfg);
+	got = r.final_loss / r.initial_loss;
+	cr_assert_lt(r.pushes, 80, "esp skipped no push");
+	for (int k = 1; k <= 80; k++) {
+		double d;
+
+		m = mu * m + e;
+		e -= lr * m;
+		d = fabs(got - e * e) / (e * e);
+		if (k > 80 - 20 && d < best)
+			best = d;
+	}
+	cr_expect_leq(best, 1e-9, "%.17g is no step of the heavy ball", got);
+}
+
 /* --- determinism ------------------------------------------------------ */
 
 Test(sim, a_seed_gives_the_same_run_and_another_a_different_one)
