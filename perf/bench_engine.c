@@ -325,7 +325,8 @@ static void sides_start(void)
 		      "pthread_create");
 	}
 	pthread_barrier_wait(&bar); /* side 1 listens */
-	pthread_barrier_wait(&bar); /* both connected */
+	pthread_barrier_wait(&bar); /* both connected, descriptors out */
+	pthread_barrier_wait(&bar); /* both hold the peer's descriptor */
 }
 
 static void sides_stop(void)

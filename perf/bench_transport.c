@@ -648,7 +648,8 @@ int main(int argc, char **argv)
 		      "pthread_create");
 	}
 	pthread_barrier_wait(&bar); /* side 1 listens */
-	pthread_barrier_wait(&bar); /* both connected */
+	pthread_barrier_wait(&bar); /* both connected, descriptors out */
+	pthread_barrier_wait(&bar); /* both hold the peer's descriptor */
 
 	f = cfg.csv ? stderr : stdout;
 	fprintf(f,
