@@ -17,17 +17,22 @@
  * so that a sample takes about 0.2 s.  gbps counts both directions of
  * every worker: 2 * bytes * workers / round time.
  *
- * The baseline is the transport alone: two threads, one tcp context each,
- * side 0 streaming write_imms of the same size into side 1 over
- * 127.0.0.1 (as perf/bench_transport's stream test); its gbps is bytes /
- * time per message.  Engine and transport samples of a job alternate, the
- * order too, and the transport samples of all the jobs of a size make
- * that size's baseline, so that ratio_vs_transport (engine gbps /
- * transport gbps) compares the same stretch of time.  Every figure is a
- * median over repeats with min and max.  The parameters are checked once
- * per job against the SGD updates the rounds made.  Every wait has a
- * deadline; a child that dies is named.  It prints figures and judges
- * nothing: it is not a test.
+ * The baseline is the transport alone: perf/bench_transport's stream test,
+ * two threads with one tcp context each, side 0 streaming write_imms of
+ * the same size into side 1 over 127.0.0.1; its gbps is bytes / time per
+ * message.  This program sees kanel.h alone, so the baseline runs in
+ * bench_transport --serve-stream, a co-process started once for the run
+ * (from this program's folder, or --bench-transport) with its sides up
+ * all along: a line on its stdin asks for one sample and a line on its
+ * stdout gives the messages and the time (a warm-up per job sizes the
+ * samples to about 0.1 or 0.2 s).  Engine and transport samples of a job
+ * alternate, the order too, and the transport samples of all the jobs of
+ * a size make that size's baseline, so that ratio_vs_transport (engine
+ * gbps / transport gbps) compares the same stretch of time.  Every figure
+ * is a median over repeats with min and max.  The parameters are checked
+ * once per job against the SGD updates the rounds made.  Every wait has a
+ * deadline (the co-process's answers included); a child that dies is
+ * named.  It prints figures and judges nothing: it is not a test.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,10 +41,10 @@
 #include <libgen.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -54,7 +59,6 @@
 
 #include "bench_util.h"
 #include "kanel.h"
-#include "transport.h"
 
 #define MAX_REPS     5
 #define WAIT_S	     30 /* deadline of every wait */
@@ -72,25 +76,17 @@
 #define CAL_NS	     50e6  /* or as many rounds as take this long */
 #define MIN_ROUNDS   3
 #define MAX_ROUNDS   1000
-#define RING_BYTES   (64 * MIB) /* stream messages cycle through this much */
-#define WINDOW_BYTES (64 * MIB) /* stream: bytes in flight, as writes in: */
-#define MIN_WINDOW   64
-#define MAX_WINDOW   1024 /* the tcp provider's send queue: no -EAGAIN */
-#define CAL_BYTES    (16 * MIB)
-#define MAX_TOTAL    (1024 * MIB) /* stream bytes of a sample, at most */
-#define MIN_MSGS     8
-#define POLL_BATCH   64
 
 static struct {
 	bool quick, csv;
 	unsigned int reps;
-	double tp_ns;	    /* time a transport sample should take */
-	char kanel[4096];   /* the kanel binary */
-	size_t chunk_bytes; /* KANEL_CHUNK_BYTES */
+	double tp_ns;	      /* time a transport sample should take */
+	char kanel[4096];     /* the kanel binary */
+	char transport[4096]; /* bench_transport, for the baseline */
+	size_t chunk_bytes;   /* KANEL_CHUNK_BYTES */
 	size_t sizes[BENCH_MAX_LIST], workers[BENCH_MAX_LIST],
 		servers[BENCH_MAX_LIST];
 	unsigned int nsizes, nworkers, nservers;
-	size_t buf_bytes; /* of each transport region */
 } cfg;
 
 static double now_ns(void)
@@ -120,242 +116,6 @@ static const char *size_name(size_t bytes, char *buf, size_t cap)
 	return buf;
 }
 
-/* ---- the baseline: a write_imm stream between two contexts ---- */
-
-/* One side; its thread runs side_main() on the stream of the moment. */
-struct side {
-	int id; /* 0 streams, 1 counts */
-	struct kn__tp_ctx *ctx;
-	struct kn__tp_ep *ep;
-	struct kn__tp_mr *src_mr, *dst_mr;
-	struct kn__tp_rdesc mine, peer; /* dst regions */
-	char *src, *dst;
-	double deadline;
-	unsigned long posts, writes, imms; /* of this stream, so far */
-};
-
-/* One stream by both sides, and what it measured. */
-struct stream {
-	size_t bytes;
-	unsigned long count; /* messages */
-	unsigned int window; /* write_imms in flight */
-	double t0, t1;	     /* first post, last arrival (ns) */
-};
-
-static struct side sides[2];
-static pthread_t side_th[2];
-static pthread_barrier_t bar;	  /* main and both sides */
-static struct stream *stream_now; /* the stream after the next barrier */
-static struct sockaddr_storage listen_addr;
-static const char *tp_name; /* the contexts' provider */
-
-/* A side's stream cannot go on: say why. */
-static void __attribute__((noreturn, format(printf, 2, 3)))
-side_die(const struct side *s, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "bench_engine: transport baseline, side %d: ", s->id);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	if (stream_now)
-		fprintf(stderr, " (stream of %zu B)", stream_now->bytes);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-/* Where message @k of a stream goes: slots over RING_BYTES. */
-static size_t slot(const struct stream *st, unsigned long k)
-{
-	size_t n = st->bytes < RING_BYTES ? RING_BYTES / st->bytes : 1;
-
-	return k % n * st->bytes;
-}
-
-/*
- * Poll once, counting the peer's write_imms (which must arrive whole and
- * in order) and our own write_imm completions; anything else ends the run.
- */
-static void side_progress(struct side *s, size_t bytes, const char *what)
-{
-	struct kn__tp_completion c[POLL_BATCH];
-	int n = kn__tp_poll(s->ctx, c, POLL_BATCH);
-
-	check(n, "kn__tp_poll");
-	if (n == 0 && now_ns() > s->deadline)
-		side_die(s, "waited %d s for %s", WAIT_S, what);
-	for (int i = 0; i < n; i++) {
-		if (c[i].status)
-			side_die(s, "completion of op %u: %s", c[i].op,
-				 strerror(-c[i].status));
-		if (c[i].op == KN_TP_OP_WRITE_IMM) {
-			s->writes++;
-		} else if (c[i].op == KN_TP_OP_RECV_IMM &&
-			   c[i].imm == (uint32_t)s->imms &&
-			   c[i].bytes == bytes) {
-			s->imms++;
-		} else {
-			side_die(s, "unexpected op %u (imm %u, %llu B)",
-				 c[i].op, c[i].imm,
-				 (unsigned long long)c[i].bytes);
-		}
-	}
-}
-
-/*
- * Messages in flight may share a source range (the transport only reads
- * it) and a destination range (the payload is not checked).
- */
-static void side_stream(struct side *s, struct stream *st)
-{
-	if (s->id == 1) {
-		while (s->imms < st->count)
-			side_progress(s, st->bytes, "the stream's messages");
-		st->t1 = now_ns();
-		return;
-	}
-	st->t0 = now_ns();
-	while (s->writes < st->count) {
-		while (s->posts < st->count &&
-		       s->posts - s->writes < st->window) {
-			size_t off = slot(st, s->posts);
-
-			check(kn__tp_post_write_imm(s->ep, s->src_mr, off,
-						    st->bytes, &s->peer, off,
-						    (uint32_t)s->posts, NULL),
-			      "kn__tp_post_write_imm");
-			s->posts++;
-		}
-		side_progress(s, st->bytes, "write_imm completions");
-	}
-}
-
-/*
- * The side's set-up, on its own thread (a context is the thread's for the
- * whole run): regions, then side 1 listens on 127.0.0.1 and side 0
- * connects; the barriers (with main) say when the address and the
- * descriptors are out, then that both are up.
- */
-static void side_open(struct side *s)
-{
-	struct kn__tp_ctx_attr attr = { .provider = "tcp" };
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct kn__tp_listener *l = NULL;
-	struct kn__tp_completion c;
-	int n;
-
-	check(kn__tp_ctx_create(&attr, &s->ctx), "kn__tp_ctx_create");
-	s->src = aligned_alloc(4096, cfg.buf_bytes);
-	s->dst = aligned_alloc(4096, cfg.buf_bytes);
-	if (!s->src || !s->dst)
-		check(-ENOMEM, "aligned_alloc");
-	memset(s->src, 0x5a + s->id, cfg.buf_bytes); /* pages in, now */
-	memset(s->dst, 0, cfg.buf_bytes);
-	check(kn__tp_mr_reg(s->ctx, s->src, cfg.buf_bytes, 0, &s->src_mr),
-	      "kn__tp_mr_reg");
-	check(kn__tp_mr_reg(s->ctx, s->dst, cfg.buf_bytes, KN_TP_REMOTE_WRITE,
-			    &s->dst_mr),
-	      "kn__tp_mr_reg");
-	if (s->id == 1) {
-		check(kn__tp_listen(s->ctx, (struct sockaddr *)&a, sizeof(a),
-				    NULL, &l),
-		      "kn__tp_listen");
-		check(kn__tp_listener_addr(l, &listen_addr),
-		      "kn__tp_listener_addr");
-	}
-	pthread_barrier_wait(&bar);
-	if (s->id == 0)
-		check(kn__tp_connect(s->ctx, (struct sockaddr *)&listen_addr,
-				     sizeof(a), NULL, &s->ep),
-		      "kn__tp_connect");
-	s->deadline = now_ns() + WAIT_S * 1e9;
-	while ((n = kn__tp_poll(s->ctx, &c, 1)) == 0)
-		if (now_ns() > s->deadline)
-			side_die(s, "waited %d s for the connection", WAIT_S);
-	check(n, "kn__tp_poll");
-	check(c.status, s->id ? "accept" : "connect");
-	if (c.op != (s->id ? KN_TP_OP_ACCEPT : KN_TP_OP_CONNECT))
-		check(-EPROTO, "connection set-up");
-	s->ep = c.ep;
-	kn__tp_listener_close(l);
-	/* a remote peer would get the descriptor in a control message */
-	check(kn__tp_ep_grant(s->ep, s->dst_mr, 0, cfg.buf_bytes,
-			      KN_TP_REMOTE_WRITE, &s->mine),
-	      "kn__tp_ep_grant");
-	pthread_barrier_wait(&bar);
-	s->peer = sides[!s->id].mine;
-	if (s->id == 0)
-		tp_name = kn__tp_ctx_provider(s->ctx);
-	pthread_barrier_wait(&bar);
-}
-
-/* A side's thread: set-up, then the streams main hands out, until NULL. */
-static void *side_main(void *arg)
-{
-	struct side *s = arg;
-	struct stream *st;
-
-	side_open(s);
-	for (;;) {
-		pthread_barrier_wait(&bar);
-		st = stream_now;
-		if (!st)
-			break;
-		s->posts = s->writes = s->imms = 0;
-		s->deadline = now_ns() + WAIT_S * 1e9;
-		side_stream(s, st);
-		pthread_barrier_wait(&bar);
-	}
-	kn__tp_mr_dereg(s->src_mr);
-	kn__tp_mr_dereg(s->dst_mr);
-	kn__tp_ctx_destroy(s->ctx); /* closes the endpoint */
-	free(s->src);
-	free(s->dst);
-	return NULL;
-}
-
-static void sides_start(void)
-{
-	check(-pthread_barrier_init(&bar, NULL, 3), "pthread_barrier_init");
-	for (int s = 0; s < 2; s++) {
-		sides[s].id = s;
-		check(-pthread_create(&side_th[s], NULL, side_main, &sides[s]),
-		      "pthread_create");
-	}
-	pthread_barrier_wait(&bar); /* side 1 listens */
-	pthread_barrier_wait(&bar); /* both connected, descriptors out */
-	pthread_barrier_wait(&bar); /* both hold the peer's descriptor */
-}
-
-static void sides_stop(void)
-{
-	stream_now = NULL;
-	pthread_barrier_wait(&bar);
-	for (int s = 0; s < 2; s++)
-		check(-pthread_join(side_th[s], NULL), "pthread_join");
-	pthread_barrier_destroy(&bar);
-}
-
-/* One stream of @count messages of @bytes: ns per message. */
-static double stream_sample(size_t bytes, unsigned long count)
-{
-	struct stream st = {
-		.bytes = bytes,
-		.count = count,
-		.window = (unsigned int)fmin(
-			fmax((double)(WINDOW_BYTES / bytes), MIN_WINDOW),
-			MAX_WINDOW),
-	};
-
-	stream_now = &st;
-	pthread_barrier_wait(&bar); /* go */
-	pthread_barrier_wait(&bar); /* both done */
-	stream_now = NULL;
-	return (st.t1 - st.t0) / (double)count;
-}
-
 /* ---- the job's processes: coordinator and servers ---- */
 
 struct child {
@@ -366,11 +126,18 @@ struct child {
 
 static struct child children[MAX_CHILDREN];
 static unsigned int nchildren;
+/* the baseline's co-process, for the whole run (below) */
+static struct child tp_proc = { .name = "bench_transport --serve-stream" };
 static char tmpdir[256], secret_path[300];
 
 /* On any exit: no child outlives us, no secret stays behind. */
 static void cleanup(void)
 {
+	if (tp_proc.pid > 0) {
+		kill(tp_proc.pid, SIGKILL);
+		waitpid(tp_proc.pid, NULL, 0);
+		tp_proc.pid = 0;
+	}
 	for (unsigned int i = 0; i < nchildren; i++)
 		if (children[i].pid > 0) {
 			kill(children[i].pid, SIGKILL);
@@ -394,7 +161,7 @@ static void show_log(const struct child *c)
 	size_t n;
 	long end;
 
-	if (!f)
+	if (!f) /* or no log: the co-process's stderr is ours */
 		return;
 	fseek(f, 0, SEEK_END);
 	end = ftell(f);
@@ -522,12 +289,30 @@ static void wait_listening(int port)
 
 extern char **environ;
 
+/*
+ * Children start with SIGPIPE's default action, which ours is not (main()
+ * ignores it, for the co-process's pipe).
+ */
+static void spawnattr_init(posix_spawnattr_t *at)
+{
+	sigset_t def;
+
+	sigemptyset(&def);
+	sigaddset(&def, SIGPIPE);
+	check(-posix_spawnattr_init(at), "posix_spawnattr_init");
+	check(-posix_spawnattr_setsigdefault(at, &def),
+	      "posix_spawnattr_setsigdefault");
+	check(-posix_spawnattr_setflags(at, POSIX_SPAWN_SETSIGDEF),
+	      "posix_spawnattr_setflags");
+}
+
 /* Start `kanel ROLE` with KANEL_ROLE and KANEL_RANK, output to its log. */
 static void spawn(const char *role, unsigned int rank)
 {
 	struct child *c = &children[nchildren];
 	char env_role[64], env_rank[32], *argv[3], **envp;
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
 	size_t n = 0, k = 0;
 	int ret;
 
@@ -558,7 +343,9 @@ static void spawn(const char *role, unsigned int rank)
 	      "posix_spawn_file_actions_addopen");
 	check(-posix_spawn_file_actions_adddup2(&fa, 1, 2),
 	      "posix_spawn_file_actions_adddup2");
-	ret = posix_spawn(&c->pid, cfg.kanel, &fa, NULL, argv, envp);
+	spawnattr_init(&at);
+	ret = posix_spawn(&c->pid, cfg.kanel, &fa, &at, argv, envp);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	free(envp);
 	if (ret) {
@@ -611,6 +398,238 @@ static void children_stop(void)
 	for (unsigned int i = 0; i < nchildren; i++)
 		unlink(children[i].log);
 	nchildren = 0;
+}
+
+/* ---- the baseline: bench_transport --serve-stream, a co-process ---- */
+
+/*
+ * The transport alone: bench_transport in its --serve-stream mode, started
+ * once for the whole run, with its two sides up all along.  A command a
+ * sample on its stdin, one line of answer on its stdout (the protocol is
+ * at the top of bench_transport.c); its stderr is ours.
+ */
+static int tp_in = -1, tp_out = -1; /* its stdin, its stdout */
+static char tp_buf[256];	    /* what it wrote past the last line */
+static size_t tp_len;
+static char tp_name[64]; /* the transport provider it measures */
+
+/*
+ * It stopped answering while we waited for @what: its exit status if it
+ * comes within 5 s, and the run is over.
+ */
+static void __attribute__((noreturn)) tp_gone(const char *what)
+{
+	double deadline = now_ns() + 5e9;
+	int st;
+
+	fprintf(stderr, "bench_engine: %s closed its output before %s\n",
+		tp_proc.name, what);
+	while (now_ns() < deadline) {
+		if (waitpid(tp_proc.pid, &st, WNOHANG) == tp_proc.pid)
+			child_died(&tp_proc, st);
+		usleep(1000);
+	}
+	fprintf(stderr, "bench_engine: %s (pid %d) is still running: killed\n",
+		tp_proc.name, (int)tp_proc.pid);
+	exit(1); /* cleanup() kills it */
+}
+
+/*
+ * Its next line, without the newline, into @line of @cap bytes.  The wait
+ * ends after WAIT_S + 5 s: its own waits end after WAIT_S, and it then says
+ * why itself.
+ */
+static void tp_read(char *line, size_t cap, const char *what)
+{
+	double deadline = now_ns() + (WAIT_S + 5) * 1e9;
+
+	for (;;) {
+		char *nl = memchr(tp_buf, '\n', tp_len);
+		struct pollfd p = { .fd = tp_out, .events = POLLIN };
+		double left = deadline - now_ns();
+		ssize_t n;
+
+		if (nl) {
+			*nl = 0;
+			snprintf(line, cap, "%s", tp_buf);
+			tp_len -= (size_t)(nl + 1 - tp_buf);
+			memmove(tp_buf, nl + 1, tp_len);
+			return;
+		}
+		if (tp_len == sizeof(tp_buf)) {
+			fprintf(stderr,
+				"bench_engine: %s: a line over %zu bytes "
+				"(%s)\n",
+				tp_proc.name, sizeof(tp_buf), what);
+			exit(1);
+		}
+		if (left <= 0) {
+			fprintf(stderr,
+				"bench_engine: waited %d s for %s from %s\n",
+				WAIT_S + 5, what, tp_proc.name);
+			exit(1);
+		}
+		n = poll(&p, 1, (int)(left / 1e6) + 1);
+		if (n < 0 && errno != EINTR)
+			check(-errno, "poll on bench_transport's output");
+		if (n <= 0)
+			continue;
+		n = read(tp_out, tp_buf + tp_len, sizeof(tp_buf) - tp_len);
+		if (n < 0 && errno != EINTR)
+			check(-errno, "reading bench_transport's output");
+		if (n == 0)
+			tp_gone(what);
+		if (n > 0)
+			tp_len += (size_t)n;
+	}
+}
+
+/*
+ * Start it, regions sized for every size of the run, and wait for its
+ * "ready PROVIDER": the two sides are connected then.
+ */
+static void tp_start(void)
+{
+	char sizes[BENCH_MAX_LIST * 24] = "", line[256], *argv[5];
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	int in[2], out[2], ret, used = 0;
+	size_t len = 0;
+
+	for (unsigned int i = 0; i < cfg.nsizes; i++)
+		len += (size_t)snprintf(sizes + len, sizeof(sizes) - len,
+					"%s%zu", i ? "," : "", cfg.sizes[i]);
+	argv[0] = cfg.transport;
+	argv[1] = "--serve-stream";
+	argv[2] = "--stream-sizes";
+	argv[3] = sizes;
+	argv[4] = NULL;
+	/* our ends stay out of every other child */
+	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+		check(-errno, "pipe2");
+	check(-posix_spawn_file_actions_init(&fa), "posix_spawn_file_actions");
+	check(-posix_spawn_file_actions_adddup2(&fa, in[0], 0),
+	      "posix_spawn_file_actions_adddup2");
+	check(-posix_spawn_file_actions_adddup2(&fa, out[1], 1),
+	      "posix_spawn_file_actions_adddup2");
+	spawnattr_init(&at);
+	ret = posix_spawn(&tp_proc.pid, cfg.transport, &fa, &at, argv, environ);
+	posix_spawnattr_destroy(&at);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(out[1]);
+	if (ret) {
+		tp_proc.pid = 0;
+		fprintf(stderr,
+			"bench_engine: cannot start %s --serve-stream: "
+			"%s\n",
+			cfg.transport, strerror(ret));
+		exit(1);
+	}
+	tp_in = in[1];
+	tp_out = out[0];
+	tp_read(line, sizeof(line), "the first line ('ready PROVIDER')");
+	if (strncmp(line, "error ", 6) == 0) {
+		fprintf(stderr, "bench_engine: %s: %s\n", tp_proc.name,
+			line + 6);
+		exit(1);
+	}
+	if (sscanf(line, "ready %63s%n", tp_name, &used) != 1 || line[used]) {
+		fprintf(stderr,
+			"bench_engine: %s said '%s', not 'ready PROVIDER'\n",
+			tp_proc.name, line);
+		exit(1);
+	}
+}
+
+/*
+ * Send it @cmd and return what its answer says: ns per message of the
+ * stream it ran, of messages of @bytes.
+ */
+static double tp_command(const char *cmd, size_t bytes)
+{
+	char line[256], what[128], buf[128];
+	unsigned long long b, msgs;
+	size_t len, off = 0;
+	double ns;
+	int used = 0;
+
+	len = (size_t)snprintf(buf, sizeof(buf), "%s\n", cmd);
+	snprintf(what, sizeof(what), "the answer to '%s'", cmd);
+	while (off < len) {
+		/* SIGPIPE is ignored: a reader gone is EPIPE */
+		ssize_t n = write(tp_in, buf + off, len - off);
+
+		if (n < 0 && errno == EPIPE)
+			tp_gone(what);
+		if (n < 0 && errno != EINTR)
+			check(-errno, "writing to bench_transport");
+		if (n > 0)
+			off += (size_t)n;
+	}
+	tp_read(line, sizeof(line), what);
+	if (sscanf(line, "ok %llu %llu %lf%n", &b, &msgs, &ns, &used) == 3 &&
+	    !line[used] && b == bytes && msgs > 0 && ns > 0 && isfinite(ns))
+		return ns / (double)msgs;
+	if (strncmp(line, "error ", 6) == 0)
+		fprintf(stderr, "bench_engine: %s, '%s': %s\n", tp_proc.name,
+			cmd, line + 6);
+	else
+		fprintf(stderr,
+			"bench_engine: %s answered '%s' to '%s', not 'ok "
+			"%zu MESSAGES NS'\n",
+			tp_proc.name, line, cmd, bytes);
+	exit(1);
+}
+
+/*
+ * A warm-up stream of @bytes, which sizes the stream samples of @bytes to
+ * take about @ns (bench_transport does the sizing, as for its own stream
+ * test).
+ */
+static void stream_calibrate(size_t bytes, double ns)
+{
+	char cmd[64];
+
+	snprintf(cmd, sizeof(cmd), "calibrate %zu %.0f", bytes, ns);
+	tp_command(cmd, bytes);
+}
+
+/* One stream sample of @bytes: ns per message. */
+static double stream_sample(size_t bytes)
+{
+	char cmd[64];
+
+	snprintf(cmd, sizeof(cmd), "stream %zu", bytes);
+	return tp_command(cmd, bytes);
+}
+
+/*
+ * EOF on its stdin ends it; it must exit 0 within WAIT_S (its sides' tear
+ * down), or it is killed.
+ */
+static void tp_stop(void)
+{
+	double deadline = now_ns() + WAIT_S * 1e9;
+	int st;
+
+	close(tp_in);
+	tp_in = -1;
+	while (waitpid(tp_proc.pid, &st, WNOHANG) != tp_proc.pid) {
+		if (now_ns() > deadline) {
+			fprintf(stderr,
+				"bench_engine: %s (pid %d) did not end %d s "
+				"after EOF on its input: killed\n",
+				tp_proc.name, (int)tp_proc.pid, WAIT_S);
+			exit(1); /* cleanup() kills it */
+		}
+		usleep(1000);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		child_died(&tp_proc, st);
+	tp_proc.pid = 0;
+	close(tp_out);
+	tp_out = -1;
 }
 
 /* ---- the workers: threads of this process ---- */
@@ -903,7 +922,7 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 		      struct result *r, double *tp_s)
 {
 	double eng_s[MAX_REPS], el, *round_ns, t0 = now_ns(), t1;
-	unsigned long rounds, msgs, total = CAL_ROUNDS;
+	unsigned long rounds, total = CAL_ROUNDS;
 	char size[32];
 	int port;
 
@@ -963,10 +982,7 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 	}
 	rounds = (unsigned long)fmin(
 		fmax(SAMPLE_NS * (double)rounds / el, MIN_ROUNDS), MAX_ROUNDS);
-	el = stream_sample(bytes,
-			   (unsigned long)fmax(CAL_BYTES / bytes, MIN_MSGS));
-	msgs = (unsigned long)fmax(
-		fmin(cfg.tp_ns / el, (double)(MAX_TOTAL / bytes)), MIN_MSGS);
+	stream_calibrate(bytes, cfg.tp_ns);
 	fprintf(stderr, "%u samples of %lu rounds ", cfg.reps, rounds);
 	for (unsigned int s = 0; s < cfg.reps; s++) {
 		for (int i = 0; i < 2; i++) {
@@ -974,7 +990,7 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 				eng_s[s] = engine_sample(rounds, round_ns, &el);
 				total += rounds;
 			} else {
-				tp_s[s] = stream_sample(bytes, msgs);
+				tp_s[s] = stream_sample(bytes);
 			}
 		}
 		fputc('.', stderr);
@@ -1063,24 +1079,45 @@ static void usage(void)
 	       "  --kanel PATH        the kanel binary (default: "
 	       "../tools/kanel from\n"
 	       "                      this program's folder)\n"
+	       "  --bench-transport PATH\n"
+	       "                      bench_transport, which measures the "
+	       "baseline (default:\n"
+	       "                      the one in this program's folder)\n"
 	       "Sizes may end in K, M or G (binary), from 4 KiB to %zu MiB, "
 	       "multiples of 4.\n",
 	       MAX_SIZE / MIB);
 }
 
-/* ../tools/kanel next to this program's own folder (the build tree). */
-static void default_kanel(void)
+/*
+ * @rel from this program's own folder (the build tree's perf/) into @path
+ * of 4096 bytes, unless an option set it.
+ */
+static void default_path(char *path, const char *rel)
 {
 	char self[4096];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	ssize_t n;
 
+	if (path[0])
+		return;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
 		check(-errno, "readlink /proc/self/exe");
 	self[n] = 0;
-	snprintf(cfg.kanel, sizeof(cfg.kanel), "%s/../tools/kanel",
-		 dirname(self));
-	if (realpath(cfg.kanel, self))
-		snprintf(cfg.kanel, sizeof(cfg.kanel), "%s", self);
+	snprintf(path, 4096, "%s/%s", dirname(self), rel);
+	if (realpath(path, self))
+		snprintf(path, 4096, "%s", self);
+}
+
+/* A program we start, @option to say where, must be there. */
+static void need_program(const char *path, const char *what, const char *option)
+{
+	if (access(path, X_OK) == 0)
+		return;
+	fprintf(stderr,
+		"bench_engine: no %s at %s (%s); build it (ninja -C BUILD-DIR) "
+		"or pass --%s PATH\n",
+		what, path, strerror(errno), option);
+	exit(2);
 }
 
 static void parse_args(int argc, char **argv)
@@ -1093,6 +1130,7 @@ static void parse_args(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 'S' },
 		{ "chunk-bytes", required_argument, NULL, 'C' },
 		{ "kanel", required_argument, NULL, 'k' },
+		{ "bench-transport", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1142,6 +1180,10 @@ static void parse_args(int argc, char **argv)
 		case 'k':
 			snprintf(cfg.kanel, sizeof(cfg.kanel), "%s", optarg);
 			break;
+		case 'b':
+			snprintf(cfg.transport, sizeof(cfg.transport), "%s",
+				 optarg);
+			break;
 		case 'h':
 			usage();
 			exit(0);
@@ -1155,15 +1197,10 @@ static void parse_args(int argc, char **argv)
 			argv[optind]);
 		exit(2);
 	}
-	if (!cfg.kanel[0])
-		default_kanel();
-	if (access(cfg.kanel, X_OK)) {
-		fprintf(stderr,
-			"bench_engine: no kanel binary at %s (%s); build it "
-			"(ninja -C BUILD-DIR) or pass --kanel PATH\n",
-			cfg.kanel, strerror(errno));
-		exit(2);
-	}
+	default_path(cfg.kanel, "../tools/kanel");
+	need_program(cfg.kanel, "kanel binary", "kanel");
+	default_path(cfg.transport, "bench_transport");
+	need_program(cfg.transport, "bench_transport", "bench-transport");
 	if (!cfg.nsizes && cfg.quick) {
 		cfg.nsizes = 3;
 		memcpy(cfg.sizes, quick_sizes, sizeof(quick_sizes));
@@ -1183,10 +1220,6 @@ static void parse_args(int argc, char **argv)
 	cfg.reps = cfg.quick ? 3 : MAX_REPS;
 	/* many jobs' samples make a size's baseline: each may be short */
 	cfg.tp_ns = cfg.quick ? 0.1e9 : 0.2e9;
-	cfg.buf_bytes = RING_BYTES;
-	for (unsigned int i = 0; i < cfg.nsizes; i++)
-		if (cfg.sizes[i] > cfg.buf_bytes)
-			cfg.buf_bytes = (cfg.sizes[i] + 4095) / 4096 * 4096;
 }
 
 int main(int argc, char **argv)
@@ -1201,7 +1234,9 @@ int main(int argc, char **argv)
 	unsetenv("KANEL_RANK");
 	make_secret();
 	atexit(cleanup);
-	sides_start();
+	/* a co-process gone makes our writes to it EPIPE, not our death */
+	signal(SIGPIPE, SIG_IGN);
+	tp_start();
 
 	f = cfg.csv ? stderr : stdout;
 	fprintf(f,
@@ -1233,7 +1268,7 @@ int main(int argc, char **argv)
 		if (cfg.sizes[s] == 16 * MIB)
 			target = ratio1;
 	}
-	sides_stop();
+	tp_stop();
 
 	if (isnan(target))
 		fprintf(f, "# target 1w1s@16MiB: not measured (it needs "

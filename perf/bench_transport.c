@@ -22,6 +22,24 @@
  * gives the load average.  Regions are registered and touched up front;
  * every wait has a deadline.  It prints figures and judges nothing: it is
  * not a test.
+ *
+ * With --serve-stream it is a co-process instead (perf/bench_engine's
+ * baseline, the transport alone in the engine's run): it sets up the two
+ * sides once (no sockets), says "ready PROVIDER" on stdout, then reads
+ * commands on stdin, one a line, and answers each with one line:
+ *
+ *   calibrate BYTES NS  a warm-up stream of BYTES-byte messages, as the
+ *                       stream test's; it sizes the samples of BYTES to
+ *                       take about NS ns
+ *   stream BYTES        one stream sample of BYTES-byte messages, as many
+ *                       as the last calibrate of BYTES chose
+ *
+ * The answer is "ok BYTES MESSAGES NS" (NS from the first post to the last
+ * arrival) or "error TEXT"; a side that fails answers "error TEXT" and
+ * exits 1.  --stream-sizes sizes the regions (BYTES may go up to 64 MiB
+ * or the largest of them), --provider, --provider-flags and --addr apply,
+ * and EOF on stdin ends it.  Window, warm-up and sample sizing are the stream
+ * test's own (stream_window(), stream_warmup_msgs(), stream_msgs()).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,6 +83,7 @@ static const char *const test_names[] = { "pingpong", "stream" };
 
 static struct {
 	bool quick, csv, progress;
+	bool serve;	      /* --serve-stream */
 	uint32_t flags;	      /* of the contexts */
 	const char *provider; /* tcp or verbs */
 	struct in_addr ip;    /* where both sides meet */
@@ -115,31 +134,46 @@ static double now_ns(void)
 	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
+/* With --serve-stream the failure is the answer, on stdout. */
 static void check(int ret, const char *call)
 {
-	if (ret < 0) {
+	if (ret >= 0)
+		return;
+	if (cfg.serve) {
+		printf("error %s: %s\n", call, strerror(-ret));
+		fflush(stdout);
+	} else {
 		fprintf(stderr, "bench_transport: %s: %s\n", call,
 			strerror(-ret));
-		exit(1);
 	}
+	exit(1);
 }
 
-/* A side's run cannot go on: say why, and in which job. */
+/*
+ * A side's run cannot go on: say why, and in which job (with
+ * --serve-stream, as the answer on stdout).
+ */
 static void __attribute__((noreturn, format(printf, 2, 3)))
 die(const struct side *s, const char *fmt, ...)
 {
 	const struct job *j = s->job;
+	char why[256], job[64] = "";
 	va_list ap;
 
-	fprintf(stderr, "bench_transport: side %d: ", s->id);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	if (j)
-		fprintf(stderr, " (%s %s, %zu B)",
-			j->socket ? "socket" : "kanel", test_names[j->test],
-			j->bytes);
-	fputc('\n', stderr);
+		snprintf(job, sizeof(job), " (%s %s, %zu B)",
+			 j->socket ? "socket" : "kanel", test_names[j->test],
+			 j->bytes);
+	if (cfg.serve) {
+		printf("error side %d: %s%s\n", s->id, why, job);
+		fflush(stdout);
+	} else {
+		fprintf(stderr, "bench_transport: side %d: %s%s\n", s->id, why,
+			job);
+	}
 	exit(1);
 }
 
@@ -149,6 +183,28 @@ static size_t slot(const struct job *j, unsigned long k)
 	size_t n = j->bytes < RING_BYTES ? RING_BYTES / j->bytes : 1;
 
 	return k % n * j->bytes;
+}
+
+/*
+ * How a stream of @bytes is sized, here and for --serve-stream alike: the
+ * write_imms it keeps in flight, the messages of its warm-up, and those of
+ * a sample that takes about @ns when the warm-up took @msg_ns a message.
+ */
+static unsigned int stream_window(size_t bytes)
+{
+	return (unsigned int)fmin(
+		fmax((double)(WINDOW_BYTES / bytes), MIN_WINDOW), MAX_WINDOW);
+}
+
+static unsigned long stream_warmup_msgs(size_t bytes)
+{
+	return (unsigned long)fmax((double)(CAL_BYTES / bytes), MIN_MSGS);
+}
+
+static unsigned long stream_msgs(size_t bytes, double ns, double msg_ns)
+{
+	return (unsigned long)fmax(
+		fmin(ns / msg_ns, (double)(cfg.max_total / bytes)), MIN_MSGS);
 }
 
 /* ---- Kanel's side ---- */
@@ -415,7 +471,8 @@ static void *side_main(void *arg)
 	kn__tp_mr_dereg(s->src_mr);
 	kn__tp_mr_dereg(s->dst_mr);
 	kn__tp_ctx_destroy(s->ctx); /* closes the endpoint */
-	close(s->fd);
+	if (s->fd >= 0)
+		close(s->fd);
 	free(s->src);
 	free(s->dst);
 	return NULL;
@@ -464,9 +521,7 @@ static void emit(const char *provider, enum test t, size_t bytes,
  */
 static void bench_size(enum test t, size_t bytes, double *rtt)
 {
-	double window =
-		fmin(fmax(WINDOW_BYTES / bytes, MIN_WINDOW), MAX_WINDOW);
-	double sample[2][MAX_REPS], slowest = 0, target;
+	double sample[2][MAX_REPS], slowest = 0;
 	struct job job[2];
 	struct stats st[2];
 	unsigned long n;
@@ -478,23 +533,19 @@ static void bench_size(enum test t, size_t bytes, double *rtt)
 			.test = t,
 			.socket = k == 1,
 			.bytes = bytes,
-			.count = t == PINGPONG
-					 ? CAL_ROUNDS
-					 : (unsigned long)fmax(
-						   CAL_BYTES / bytes, MIN_MSGS),
-			.window = (unsigned int)window,
+			.count = t == PINGPONG ? CAL_ROUNDS
+					       : stream_warmup_msgs(bytes),
+			.window = stream_window(bytes),
 			.rtt = rtt,
 		};
 		sample[k][0] = run_job(&job[k]);
 		slowest = sample[k][0] > slowest ? sample[k][0] : slowest;
 	}
-	target = (t == PINGPONG ? cfg.pp_ns : cfg.st_ns) / slowest;
 	if (t == PINGPONG)
-		n = (unsigned long)fmin(fmax(target, MIN_ROUNDS), MAX_ROUNDS);
+		n = (unsigned long)fmin(fmax(cfg.pp_ns / slowest, MIN_ROUNDS),
+					MAX_ROUNDS);
 	else
-		n = (unsigned long)fmax(
-			fmin(target, (double)(cfg.max_total / bytes)),
-			MIN_MSGS);
+		n = stream_msgs(bytes, cfg.st_ns, slowest);
 	for (unsigned int r = 0; r < cfg.reps; r++)
 		for (int i = 0; i < 2; i++) {
 			int k = (int)(r + (unsigned int)i) % 2;
@@ -506,6 +557,123 @@ static void bench_size(enum test t, size_t bytes, double *rtt)
 		st[k] = summarize(sample[k], cfg.reps);
 	emit("socket", t, bytes, &st[1], 1.0);
 	emit(kn_name, t, bytes, &st[0], st[1].med / st[0].med);
+}
+
+/* ---- --serve-stream: stream samples on command ---- */
+
+static void __attribute__((format(printf, 1, 2)))
+answer_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("error ", stdout);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+/* @s as the whole of a command's BYTES: 1 to the regions' size, or 0. */
+static size_t command_bytes(const char *s)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*s < '0' || *s > '9' || *end || errno || v < 1 || v > cfg.buf_bytes)
+		return 0;
+	return (size_t)v;
+}
+
+/*
+ * One Kanel stream of @count messages of @bytes, answered on stdout;
+ * returns its ns per message.
+ */
+static double serve_stream(size_t bytes, unsigned long count)
+{
+	struct job j = { .test = STREAM,
+			 .bytes = bytes,
+			 .count = count,
+			 .window = stream_window(bytes) };
+	double msg_ns = run_job(&j);
+
+	printf("ok %zu %lu %.0f\n", bytes, count, j.t1 - j.t0);
+	fflush(stdout);
+	return msg_ns;
+}
+
+/*
+ * Answer the commands on stdin (see the top of this file) until EOF.  A
+ * command that cannot run gets "error TEXT" and the next one is read: the
+ * sides are idle between streams.
+ */
+static void serve(void)
+{
+	size_t cal_bytes = 0;	    /* the last calibrate's size, */
+	unsigned long cal_msgs = 0; /* and the messages of its samples */
+	char line[256];
+
+	printf("ready %s\n", kn_name);
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin)) {
+		char *save = NULL, *cmd, *arg[3], *end;
+		unsigned int n = 0;
+		size_t bytes;
+		double ns;
+
+		if (!strchr(line, '\n') && !feof(stdin)) {
+			int c;
+
+			while ((c = getchar()) != EOF && c != '\n')
+				;
+			answer_error("a line over %zu bytes", sizeof(line) - 2);
+			continue;
+		}
+		cmd = strtok_r(line, " \t\r\n", &save);
+		while (n < 3 && (arg[n] = strtok_r(NULL, " \t\r\n", &save)))
+			n++;
+		if (!cmd) {
+			answer_error("an empty line");
+		} else if (strcmp(cmd, "calibrate") == 0) {
+			if (n != 2 || !(bytes = command_bytes(arg[0]))) {
+				answer_error("usage: calibrate BYTES NS, BYTES "
+					     "from 1 to %zu (--stream-sizes "
+					     "sizes the regions)",
+					     cfg.buf_bytes);
+				continue;
+			}
+			ns = strtod(arg[1], &end);
+			if (*end || !(ns > 0) || !isfinite(ns)) {
+				answer_error("calibrate: NS '%s' is not a "
+					     "positive number",
+					     arg[1]);
+				continue;
+			}
+			cal_bytes = bytes;
+			cal_msgs = stream_msgs(
+				bytes, ns,
+				serve_stream(bytes, stream_warmup_msgs(bytes)));
+		} else if (strcmp(cmd, "stream") == 0) {
+			if (n != 1 || !(bytes = command_bytes(arg[0])))
+				answer_error("usage: stream BYTES, BYTES from "
+					     "1 to %zu",
+					     cfg.buf_bytes);
+			else if (bytes != cal_bytes)
+				answer_error("stream %zu: the last calibrate "
+					     "was not of %zu B",
+					     bytes, bytes);
+			else
+				serve_stream(bytes, cal_msgs);
+		} else {
+			answer_error("unknown command '%s' (calibrate "
+				     "BYTES NS, stream BYTES)",
+				     cmd);
+		}
+	}
+	if (ferror(stdin))
+		check(-EIO, "reading the commands on stdin");
 }
 
 static void usage(void)
@@ -522,6 +690,19 @@ static void usage(void)
 	       "  --sizes LIST           pingpong message bytes, e.g. "
 	       "8,4K,64K\n"
 	       "  --stream-sizes LIST    stream message bytes, e.g. 64K,1M\n"
+	       "  --serve-stream         no tests: serve stream samples to\n"
+	       "                         bench_engine, its baseline (see the\n"
+	       "                         top of bench_transport.c): says\n"
+	       "                         'ready PROVIDER', then answers each\n"
+	       "                         line on stdin with one on stdout:\n"
+	       "                         calibrate BYTES NS: a warm-up that\n"
+	       "                           sizes the samples of BYTES to\n"
+	       "                           take about NS ns\n"
+	       "                         stream BYTES: one sample\n"
+	       "                         answers: ok BYTES MESSAGES NS, or\n"
+	       "                           error TEXT; EOF on stdin ends it.\n"
+	       "                         BYTES: up to 64M or the largest\n"
+	       "                         --stream-sizes\n"
 	       "Sizes may end in K, M or G (binary), from 1 B to %zu MiB.\n",
 	       MAX_SIZE / MIB);
 }
@@ -547,6 +728,7 @@ static void parse_args(int argc, char **argv)
 		{ "addr", required_argument, NULL, 'a' },
 		{ "sizes", required_argument, NULL, 's' },
 		{ "stream-sizes", required_argument, NULL, 'S' },
+		{ "serve-stream", no_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -585,6 +767,9 @@ static void parse_args(int argc, char **argv)
 		case 'S':
 			cfg.nssizes =
 				parse_sizes("stream-sizes", optarg, cfg.ssizes);
+			break;
+		case 'e':
+			cfg.serve = true;
 			break;
 		case 'h':
 			usage();
@@ -629,27 +814,11 @@ static void parse_args(int argc, char **argv)
 	cfg.progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
 }
 
-int main(int argc, char **argv)
+/* Every test and size, with the header and the table. */
+static void bench_all(double *rtt)
 {
-	pthread_t th[2];
 	double load[1];
 	FILE *f;
-	double *rtt;
-
-	parse_args(argc, argv);
-	rtt = malloc(MAX_ROUNDS * sizeof(*rtt));
-	if (!rtt)
-		check(-ENOMEM, "malloc");
-	check(-pthread_barrier_init(&bar, NULL, 3), "pthread_barrier_init");
-	sock_open();
-	for (int s = 0; s < 2; s++) {
-		sides[s].id = s;
-		check(-pthread_create(&th[s], NULL, side_main, &sides[s]),
-		      "pthread_create");
-	}
-	pthread_barrier_wait(&bar); /* side 1 listens */
-	pthread_barrier_wait(&bar); /* both connected, descriptors out */
-	pthread_barrier_wait(&bar); /* both hold the peer's descriptor */
 
 	f = cfg.csv ? stderr : stdout;
 	fprintf(f,
@@ -682,6 +851,33 @@ int main(int argc, char **argv)
 		bench_size(PINGPONG, cfg.sizes[i], rtt);
 	for (unsigned int i = 0; i < cfg.nssizes; i++)
 		bench_size(STREAM, cfg.ssizes[i], rtt);
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t th[2];
+	double *rtt;
+
+	parse_args(argc, argv);
+	rtt = malloc(MAX_ROUNDS * sizeof(*rtt));
+	if (!rtt)
+		check(-ENOMEM, "malloc");
+	check(-pthread_barrier_init(&bar, NULL, 3), "pthread_barrier_init");
+	sides[0].fd = sides[1].fd = -1;
+	if (!cfg.serve)
+		sock_open(); /* the stream samples on command need no baseline */
+	for (int s = 0; s < 2; s++) {
+		sides[s].id = s;
+		check(-pthread_create(&th[s], NULL, side_main, &sides[s]),
+		      "pthread_create");
+	}
+	pthread_barrier_wait(&bar); /* side 1 listens */
+	pthread_barrier_wait(&bar); /* both connected, descriptors out */
+	pthread_barrier_wait(&bar); /* both hold the peer's descriptor */
+	if (cfg.serve)
+		serve();
+	else
+		bench_all(rtt);
 
 	job_now = NULL;
 	pthread_barrier_wait(&bar);

@@ -3,17 +3,56 @@
 """The layering of tools/, checked by the compiler: each probe target
 (tests/cli/layer_probe.c with one layer's header, compiled with the
 dependencies tools/ gets) must fail to build because that header is not
-found.  Usage: check_layering.py BUILD_DIR HEADER=TARGET_PATH..."""
+found.  And the public-only sources of perf/ (--public-only SOURCE, e.g.
+bench_engine.c), checked by reading them: they include kanel.h,
+bench_util.h (read the same way) and system headers only.
+Usage: check_layering.py BUILD_DIR [--public-only SOURCE]...
+HEADER=TARGET_PATH..."""
 import os
+import re
 import subprocess
 import sys
+
+PUBLIC = ('kanel.h', 'bench_util.h')
+INCLUDE = re.compile(r'\s*#\s*include\b\s*(.*)')
+
+
+def public_only(path, layer_headers):
+    """The reasons @path (and the perf/ headers it includes) breaks the
+    rule: a quoted include other than PUBLIC, a layer's header however
+    written, or an include by macro."""
+    bad = []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for n, line in enumerate(lines, 1):
+        m = INCLUDE.match(line)
+        if not m:
+            continue
+        arg = m.group(1).split('/*')[0].strip()
+        name = arg[1:-1]
+        if not (re.fullmatch(r'"[^"]+"', arg) or
+                re.fullmatch(r'<[^>]+>', arg)):
+            bad.append(f'{path}:{n}: include by macro: {line.strip()}')
+        elif os.path.basename(name) in layer_headers or (
+                arg[0] == '"' and name not in PUBLIC):
+            bad.append(f'{path}:{n}: {line.strip()}')
+        elif arg[0] == '"':
+            near = os.path.join(os.path.dirname(path), name)
+            if os.path.exists(near):
+                bad += public_only(near, layer_headers)
+    return bad
 
 
 def main():
     build = sys.argv[1]
+    args = sys.argv[2:]
+    sources = []
+    while len(args) >= 2 and args[0] == '--public-only':
+        sources.append(args[1])
+        args = args[2:]
+    probes = [arg.split('=', 1) for arg in args]
     failures = 0
-    for arg in sys.argv[2:]:
-        header, target = arg.split('=', 1)
+    for header, target in probes:
         target = os.path.relpath(target, build)
         run = subprocess.run(['ninja', '-C', build, target],
                              stdout=subprocess.PIPE,
@@ -29,6 +68,15 @@ def main():
             failures += 1
         else:
             print(f'ok: {header} is not visible to tools/')
+    for source in sources:
+        bad = public_only(source, {header for header, _ in probes})
+        for why in bad:
+            print(f'FAIL: {why}: perf/ outside the layer benchmarks '
+                  'sees kanel.h alone')
+        failures += len(bad)
+        if not bad:
+            print(f'ok: {os.path.basename(source)} includes only '
+                  f'{", ".join(PUBLIC)} and system headers')
     return 1 if failures else 0
 
 
