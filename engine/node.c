@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,14 @@ size_t kn__escape(const char *in, char *out, size_t size)
 	return k;
 }
 
+/*
+ * The last line logged in this process, without "kanel: " and the
+ * newline, for kn_last_message(): bindings that raise an exception
+ * carry the engine's reason in it.
+ */
+static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_line[2048];
+
 static void vlog_line(const char *name, const char *fmt, va_list ap)
 {
 	char msg[1024], line[2048];
@@ -108,6 +117,10 @@ static void vlog_line(const char *name, const char *fmt, va_list ap)
 	if (n < 0 || (size_t)n >= sizeof(line))
 		return;
 	n += (int)kn__escape(msg, line + n, sizeof(line) - (size_t)n - 1);
+	pthread_mutex_lock(&last_lock);
+	memcpy(last_line, line + 7, (size_t)n - 7); /* past "kanel: " */
+	last_line[n - 7] = '\0';
+	pthread_mutex_unlock(&last_lock);
 	line[n++] = '\n';
 	/* one write: lines of processes sharing stderr never splice */
 	(void)!write(STDERR_FILENO, line, (size_t)n);
@@ -120,6 +133,31 @@ void kn__log(const struct kn__node *n, const char *fmt, ...)
 	va_start(ap, fmt);
 	vlog_line(n->name, fmt, ap);
 	va_end(ap);
+}
+
+void kn__log_as(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog_line(name, fmt, ap);
+	va_end(ap);
+}
+
+size_t kn_last_message(char *buf, size_t cap)
+{
+	size_t len;
+
+	if (!buf || !cap)
+		return 0;
+	pthread_mutex_lock(&last_lock);
+	len = strlen(last_line);
+	if (len >= cap)
+		len = cap - 1;
+	memcpy(buf, last_line, len);
+	buf[len] = '\0';
+	pthread_mutex_unlock(&last_lock);
+	return len;
 }
 
 /* Say how many refusals went unlogged in the window that ended. */

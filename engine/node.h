@@ -130,6 +130,9 @@ void kn__chan_close(struct kn__chan *ch);
  */
 void kn__log(const struct kn__node *n, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* The same line under @name, for a role with no node yet. */
+void kn__log_as(const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /*
  * Copy @in to @out (@size bytes, NUL-terminated) with every byte outside

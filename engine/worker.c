@@ -758,7 +758,7 @@ static int options(const struct kn_worker_options *opt, struct kn__config *cfg)
 	ret = kn__config_parse(argc, argv, NULL, cfg, err, sizeof(err));
 	pthread_mutex_unlock(&parse_lock);
 	if (ret)
-		fprintf(stderr, "kanel: worker: %s\n", err);
+		kn__log_as("worker", "%s", err);
 	return ret;
 }
 
@@ -780,15 +780,14 @@ int kn_worker_create(const struct kn_worker_options *opt,
 			w->secret, sizeof(w->secret), &w->secret_len, err,
 			sizeof(err));
 		if (ret)
-			fprintf(stderr, "kanel: worker: %s\n", err);
+			kn__log_as("worker", "%s", err);
 	}
 	if (!ret) {
 		ret = kn__config_resolve(&w->cfg.coordinator, &w->coord_addr,
 					 &w->coord_len);
 		if (ret)
-			fprintf(stderr,
-				"kanel: worker: the coordinator's address "
-				"%s:%u: %s\n",
+			kn__log_as("worker",
+				   "the coordinator's address %s:%u: %s",
 				w->cfg.coordinator.host, w->cfg.coordinator.port,
 				kn__config_resolve_strerror(&w->cfg.coordinator,
 							    ret));
@@ -866,9 +865,9 @@ static int local_buffers(struct wk_tensor *t, uint32_t optimizer)
 	size_t n = t->d.len;
 
 	if (t->d.dtype != KN_DTYPE_FP32) {
-		fprintf(stderr,
-			"kanel: worker: tensor '%s' is %s: the workers of "
-			"esp and predicted keep fp32 tensors only\n",
+		kn__log_as("worker",
+			   "tensor '%s' is %s: the workers of "
+			   "esp and predicted keep fp32 tensors only",
 			t->d.key, kn_dtype_name(t->d.dtype));
 		return -ENOTSUP;
 	}
@@ -937,8 +936,8 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 	if (!w || !key || !inbox)
 		return -EINVAL;
 	if (w->local) {
-		fprintf(stderr, "kanel: worker: the job runs %s: the engine "
-				"keeps the inbox itself (kn_worker_step_done)\n",
+		kn__log_as("worker", "the job runs %s: the engine "
+				   "keeps the inbox itself (kn_worker_step_done)",
 			kn__config_sync_name(
 				(enum kn__config_sync)w->job.u.job.protocol));
 		return -EINVAL;
@@ -1006,12 +1005,11 @@ int kn_worker_start(struct kn_worker *w)
 static int refuse_local(struct kn_worker *w)
 {
 	if (!w->told_local)
-		fprintf(stderr,
-			"kanel: worker %u: the job runs %s, whose workers take "
+		kn__log(&w->node,
+			"the job runs %s, whose workers take "
 			"local steps: train with kn_worker_step_done() (after "
 			"each step), not with push, pull or kn_worker_step "
-			"(docs/engine.md)\n",
-			w->cfg.rank,
+			"(docs/engine.md)",
 			kn__config_sync_name(
 				(enum kn__config_sync)w->job.u.job.protocol));
 	w->told_local = true;

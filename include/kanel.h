@@ -420,6 +420,15 @@ KN_EXPORT unsigned int kn_worker_size(const struct kn_worker *w);
 KN_EXPORT void kn_worker_destroy(struct kn_worker *w);
 
 /*
+ * The last line the engine logged on stderr in this process (any role,
+ * any thread), without the "kanel: " prefix and the newline, into @buf
+ * (@cap bytes, NUL-terminated, truncated to fit): what a binding puts in
+ * the exception it raises for a negative errno.  Its length, 0 when
+ * nothing was logged yet (or @buf is NULL or @cap 0).
+ */
+KN_EXPORT size_t kn_last_message(char *buf, size_t cap);
+
+/*
  * ---- The kanel command's API: configuration, roles, imbalance ----
  *
  * What the kanel command is built on, so that it needs nothing but this

@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every protocol trains a tiny model to 0.9 through Worker.step_done,
+and a DistributedOptimizer trains a torch.nn model under each."""
+import pytest
+
+from conftest import explain, launch, lines
+
+PROTOCOLS = ["bsp", "asp", "ssp", "esp", "predicted", "psp", "cgp"]
+
+
+@pytest.mark.parametrize("sync", PROTOCOLS)
+def test_tiny_model_converges(sync):
+    res = launch("tiny.py", 300, workers=4, servers=2, sync=sync,
+                 options=["--optimizer", "momentum", "--lr", "0.5"])
+    acc = lines(res.stdout, "accuracy ")
+    assert res.returncode == 0, explain(res)
+    assert len(acc) == 4
+    for a in acc:
+        assert float(a[2]) >= 0.9
+        assert a[3] == ("predicted" if sync == "psp" else sync)
+
+
+@pytest.mark.parametrize("sync", ["bsp", "asp", "ssp", "esp", "predicted",
+                                  "cgp"])
+def test_distributed_optimizer_trains(sync):
+    res = launch("torch_mlp.py", 60, workers=2, sync=sync,
+                 options=["--optimizer", "momentum", "--lr", "0.1",
+                          "--momentum", "0.9"])
+    assert res.returncode == 0, explain(res)
+    out = lines(res.stdout, "torch ")
+    assert len(out) == 2, explain(res)
+    for o in out:
+        first, last = float(o[3]), float(o[4])
+        assert last < 0.7 * first, explain(res)
+    if sync == "bsp":  # one model: the same on every worker
+        assert out[0][5] == out[1][5], explain(res)
+    # gradient protocols apply the job's optimizer on the servers, and
+    # the wrapped SGD matches it: no warning
+    assert "not the wrapped" not in res.stderr
+
+
+def test_gradients_set_to_none_still_exchanged():
+    res = launch("torch_mlp.py", 40, "set_to_none", workers=2, sync="bsp",
+                 options=["--optimizer", "momentum", "--lr", "0.1",
+                          "--momentum", "0.9"])
+    assert res.returncode == 0, explain(res)
+    out = lines(res.stdout, "torch ")
+    assert out[0][5] == out[1][5]
+    assert float(out[0][4]) < 0.7 * float(out[0][3])
+
+
+def test_mismatched_optimizer_is_named():
+    res = launch("torch_mlp.py", 5, workers=1, sync="bsp",
+                 options=["--optimizer", "sgd", "--lr", "0.01"])
+    assert res.returncode == 0, explain(res)
+    assert "not the wrapped SGD" in res.stderr
