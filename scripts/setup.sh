@@ -34,6 +34,8 @@ test_packages=(
 	libcriterion-dev    # test framework
 	libibverbs-dev librdmacm-dev # verbs transport
 	gnuplot-nox         # the plots of kanel compare (train/cli, docs)
+	# the python suite and the PyTorch example: Debian's /usr/bin/python3
+	python3-numpy python3-torch python3-pytest
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
 	# The rxe suite's VM (tests/rxe/vm.sh fetches the kernel itself),
 	# and the rdma-core userspace the guest uses from the host's root:

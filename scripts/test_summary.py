@@ -6,7 +6,11 @@ A Criterion executable is one meson test but many tests: its own
 --verbose output one "[SKIP]" line per skipped test.  The docs suite's
 run_doc_commands.py is one meson test too, and its last line, "doc
 commands: N passed, N failed, N skipped", counts each documented block.
-Any other meson test counts as one, by meson's result.  A test binary that crashed or timed out
+A pytest run (the python suite) is one meson test too: its closing line
+("N passed, N failed in 2.1s") counts each test, and a pytest skip
+counts as a failure (a Python test that did not run, a missing module
+say, must not pass unseen).  Any other meson test counts as one, by
+meson's result.  A test binary that crashed or timed out
 before its synthesis counts as one failure, and so does one whose output
 holds a sanitizer report: a leak found as a forked Criterion test exits
 does not change that test's verdict or the binary's exit status.
@@ -27,7 +31,11 @@ DOCS = re.compile(r"^doc commands: (\d+) passed, (\d+) failed, "
                   r"(\d+) skipped$", re.M)
 
 
-FAILED_LINE = re.compile(r"\[FAIL\]|\[----\] \S+:\d+: |.*(CRASH|Timed out|"
+PYTEST = re.compile(r"^=* ?((?:\d+ (?:passed|failed|skipped|errors?|"
+                    r"xfailed|xpassed|warnings?|deselected)(?:, )?)+) in "
+                    r"[\d.]+s", re.M)
+FAILED_LINE = re.compile(r"\[FAIL\]|(FAILED|ERROR|SKIPPED) |"
+                         r"\[----\] \S+:\d+: |.*(CRASH|Timed out|"
                          r"Aborted|ERROR: [A-Za-z]+Sanitizer|runtime error: )")
 
 
@@ -48,6 +56,21 @@ def count(path):
             m = SYNTH.search(out)
             d = DOCS.search(out)
             ok = t["result"] in ("OK", "EXPECTEDFAIL")
+            py = PYTEST.findall(out)
+            if py and not m and not d:
+                n = {w: int(c) for c, w in
+                     (x.split() for x in py[-1].split(", "))}
+                bad = (n.get("failed", 0) + n.get("error", 0) +
+                       n.get("errors", 0) + n.get("skipped", 0))
+                passed += n.get("passed", 0)
+                failed += bad
+                if bad:
+                    report(t, out, f"{bad} pytest tests failed, erred or "
+                                   "were skipped")
+                elif not ok:
+                    failed += 1
+                    report(t, out, t["result"])
+                continue
             if d and not m:
                 p, f_, s_ = map(int, d.groups())
                 passed += p

@@ -231,9 +231,8 @@ def _start_roles():
                          "in the environment torchrun passes on")
     exe = _kanel_command()
     servers = int(os.environ.get("KANEL_SERVERS", "1"))
-    host, port = os.environ["KANEL_COORDINATOR"].rsplit(":", 1)
-    procs = [subprocess.Popen([exe, "coordinator", "--listen",
-                               f"{host}:{port}"])]
+    # the coordinator listens on KANEL_COORDINATOR, set from torchrun's
+    procs = [subprocess.Popen([exe, "coordinator"])]
     for r in range(servers):
         procs.append(subprocess.Popen([exe, "server", "--rank", str(r)]))
     return procs

@@ -5,8 +5,9 @@ Where the library is found, first match wins:
 
 1. ``KANEL_LIBRARY``: the path of ``libkanel.so`` (the tests point it at
    the build tree's);
-2. the library directory this package was installed with
-   (``_build_info.LIBDIR``, written by ``meson install``);
+2. the library of the build this copy of the package comes from
+   (``_build_info.LIBDIR``: the build tree's for ``BUILD/python``, the
+   installed one after ``meson install``);
 3. the dynamic loader's own search (``libkanel.so.0``).
 
 ctypes releases the GIL around every foreign call, so a worker blocked
@@ -17,7 +18,7 @@ import os
 
 try:
     from . import _build_info
-except ImportError:  # the source tree, not installed
+except ImportError:  # the source tree itself
     _build_info = None
 
 
@@ -28,7 +29,7 @@ def _candidates():
         return  # named explicitly: no fallback that would hide a typo
     if _build_info is not None:
         yield os.path.join(_build_info.LIBDIR, "libkanel.so.0")
-    yield "libkanel.so.0"
+    yield "libkanel.so.0"  # the dynamic loader's search
 
 
 def _load():
