@@ -725,11 +725,25 @@ static bool running(struct kn_worker *w, uint64_t unused)
 
 static pthread_mutex_t parse_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/*
+ * Whether this process takes its role and rank from the launcher's rank
+ * (Open MPI's, Slurm's), as the kanel command does: no rank given, by
+ * the options or KANEL_RANK, and no KANEL_ROLE.
+ */
+static bool role_from_launcher(const struct kn_worker_options *opt)
+{
+	if ((opt && opt->rank >= 0) || getenv("KANEL_RANK") ||
+	    getenv("KANEL_ROLE"))
+		return false;
+	return getenv("OMPI_COMM_WORLD_RANK") || getenv("SLURM_PROCID");
+}
+
 static int options(const struct kn_worker_options *opt, struct kn__config *cfg)
 {
 	char rank[16], timeout[16], err[256];
 	char *argv[16] = { "kanel-worker", "--role", "worker" };
-	int argc = 3, ret;
+	bool launcher = role_from_launcher(opt);
+	int argc = launcher ? 1 : 3, ret;
 
 	if (opt && opt->coordinator) {
 		argv[argc++] = "--coordinator";
@@ -759,6 +773,16 @@ static int options(const struct kn_worker_options *opt, struct kn__config *cfg)
 	pthread_mutex_unlock(&parse_lock);
 	if (ret)
 		kn__log_as("worker", "%s", err);
+	else if (cfg->role != KN__ROLE_WORKER) {
+		kn__log_as("worker",
+			   "%s makes this process the job's %s, not a "
+			   "worker: start the kanel command on it "
+			   "(docs/engine.md, the role script)",
+			   cfg->role_source,
+			   cfg->role == KN__ROLE_COORDINATOR ? "coordinator"
+							     : "server");
+		ret = -EINVAL;
+	}
 	return ret;
 }
 

@@ -168,7 +168,10 @@ class DistributedOptimizer:
         self.worker = None
 
     def __getattr__(self, name):  # param_groups, state, state_dict, ...
-        return getattr(self.__dict__["optimizer"], name)
+        inner = self.__dict__.get("optimizer")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
 
 
 def broadcast_parameters(state, optimizer=None):

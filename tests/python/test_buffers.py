@@ -83,3 +83,14 @@ def test_three_workers_two_servers():
                  options=["--optimizer", "sgd", "--lr", "0.25"])
     assert res.returncode == 0, explain(res)
     assert len(lines(res.stdout, "ok ")) == 3
+
+
+def test_the_gil_is_free_while_the_engine_waits():
+    res = launch("gil.py", workers=2, sync="bsp")
+    assert res.returncode == 0, explain(res)
+    (line,) = lines(res.stdout, "gil ")
+    took, counted = float(line[1]), int(line[2])
+    assert took > 0.5, explain(res)  # it did wait for rank 1
+    # a thread that never got the GIL back would count nothing; a
+    # Python loop counts millions a second
+    assert counted > 100000, explain(res)

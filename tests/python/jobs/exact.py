@@ -43,4 +43,15 @@ with kanel.Worker() as w:
     assert np.array_equal(a, want_a), (a, want_a)
     assert np.array_equal(h, want_h), (h, want_h)
     assert torch.equal(t, want_t), (t, want_t)
+    # the same step again through pushpull and a handle, then push and
+    # pull of one tensor: each a second and a third SGD step on "a"
+    h = w.pushpull()
+    w.wait(h)
+    assert w.test(h)
+    want_a -= np.float32(job.lr * mean)
+    assert np.array_equal(a, want_a), (a, want_a)
+    w.wait(w.push("a"))
+    w.wait(w.pull("a"))
+    want_a -= np.float32(job.lr * mean)
+    assert np.array_equal(a, want_a), (a, want_a)
     say("ok", r, job.protocol, job.optimizer, job.lr)
