@@ -4,10 +4,13 @@ torchrun: every process a worker, RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT read, rank 0 starting the coordinator and the servers; the
 processes are started here with exactly the variables torchrun gives its
 children (Debian's torchrun of torch 1.13 fails on Python 3.11 before it
-starts any: docs/python.md).  Open MPI: the ranks of the role script."""
+starts any: docs/python.md).  Open MPI and Slurm: the ranks of the
+role script."""
 import os
 import socket
 import subprocess
+
+import pytest
 
 from conftest import HERE, PYTHON, kanel_exe, lines
 
@@ -57,16 +60,21 @@ def test_torchrun_without_a_secret_is_refused():
     assert "KANEL_SECRET_FILE" in err
 
 
-def test_workers_under_open_mpi_variables():
-    """Open MPI's variables, as the role script of docs/engine.md uses
-    them: rank 0 the coordinator, rank 1 a server (the kanel command),
-    ranks 2 and 3 Python workers, which take their role and rank from
-    the same variables as a C program."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KANEL_")}
+@pytest.mark.parametrize("rank_var,size_var", [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS")])
+def test_workers_under_a_cluster_launcher(rank_var, size_var):
+    """Open MPI's and Slurm's variables, as the role script of
+    docs/engine.md uses them: rank 0 the coordinator, rank 1 a server
+    (the kanel command), ranks 2 and 3 Python workers, which take their
+    role and rank from the same variables as a C program."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KANEL_", "OMPI_", "SLURM_"))}
     env.update(KANEL_COORDINATOR=f"127.0.0.1:{free_port()}",
-               KANEL_SERVERS="1", KANEL_SECRET="an mpirun test secret",
+               KANEL_SERVERS="1", KANEL_SECRET="a cluster test secret",
                KANEL_SYNC="predicted", KANEL_OPTIMIZER="momentum",
-               KANEL_LR="0.5", KANEL_WORKERS="2", OMPI_COMM_WORLD_SIZE="4")
+               KANEL_LR="0.5", KANEL_WORKERS="2")
+    env[size_var] = "4"
     procs = []
     for rank in range(4):
         # the role script's split; a worker is given no role or rank:
@@ -75,7 +83,7 @@ def test_workers_under_open_mpi_variables():
                [kanel_exe(), "server", "--rank", "0"]][rank] if rank < 2 \
             else [PYTHON, os.path.join(HERE, "jobs", "tiny.py"), "200"]
         procs.append(subprocess.Popen(
-            cmd, env=dict(env, OMPI_COMM_WORLD_RANK=str(rank)),
+            cmd, env=dict(env, **{rank_var: str(rank)}),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (out, err) in zip(procs, outs):
