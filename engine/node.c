@@ -106,6 +106,7 @@ size_t kn__escape(const char *in, char *out, size_t size)
  */
 static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_line[2048];
+#define PREFIX (sizeof("kanel: ") - 1)
 
 static void vlog_line(const char *name, const char *fmt, va_list ap)
 {
@@ -118,8 +119,8 @@ static void vlog_line(const char *name, const char *fmt, va_list ap)
 		return;
 	n += (int)kn__escape(msg, line + n, sizeof(line) - (size_t)n - 1);
 	pthread_mutex_lock(&last_lock);
-	memcpy(last_line, line + 7, (size_t)n - 7); /* past "kanel: " */
-	last_line[n - 7] = '\0';
+	memcpy(last_line, line + PREFIX, (size_t)n - PREFIX);
+	last_line[n - PREFIX] = '\0';
 	pthread_mutex_unlock(&last_lock);
 	line[n++] = '\n';
 	/* one write: lines of processes sharing stderr never splice */
