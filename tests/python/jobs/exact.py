@@ -3,17 +3,11 @@
 values become everyone's at start, then one SGD step on the mean of the
 workers' gradients, checked against the value computed by hand, in
 fp32 (NumPy), fp16 (NumPy) and bf16 (torch)."""
-import os
-
 import numpy as np
 import torch
 
 import kanel
-
-
-def say(*words):
-    """One line in one write: the workers share the pipe."""
-    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+from jobout import say
 
 with kanel.Worker() as w:
     r, n = w.rank, w.size

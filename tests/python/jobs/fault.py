@@ -11,11 +11,7 @@ import time
 import numpy as np
 
 import kanel
-
-
-def say(*words):
-    """One line in one write: the workers share the pipe."""
-    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+from jobout import say
 
 where, steps, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 with kanel.Worker() as w:

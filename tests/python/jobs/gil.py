@@ -3,18 +3,13 @@
 step a second late, so rank 0's BSP step waits for it, and meanwhile a
 Python thread of rank 0 keeps counting.  Rank 0 prints how long its step
 took and how far the thread counted in that time."""
-import os
 import threading
 import time
 
 import numpy as np
 
 import kanel
-
-
-def say(*words):
-    """One line in one write: the workers share the pipe."""
-    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+from jobout import say
 
 
 count, stop = 0, False

@@ -3,17 +3,12 @@
 job runs, through Worker.step_done (the engine's worker rule).  Rank 0
 prints the accuracy of the global model it ends with on held-out
 samples; every worker exits 1 if it is below 0.9.  Argument: STEPS."""
-import os
 import sys
 
 import numpy as np
 
 import kanel
-
-
-def say(*words):
-    """One line in one write: the workers share the pipe."""
-    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+from jobout import say
 
 DIM, BATCH = 16, 32
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300

@@ -10,11 +10,7 @@ import torch
 from torch import nn
 
 import kanel.torch as kt
-
-
-def say(*words):
-    """One line in one write: the workers share the pipe."""
-    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+from jobout import say
 
 
 steps = int(sys.argv[1])
