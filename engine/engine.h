@@ -59,12 +59,14 @@ uint64_t kn__layout_own_slot(const struct kn__layout *l, uint32_t chunk,
  * The immediate of a data write: op (3 bits), clock parity (1 bit),
  * chunk (28 bits).  PUSH: a worker's contribution is in its slot; INIT:
  * worker 0's initial values are in its parity-0 slot; PULL: the server
- * wrote the chunk's new values into the worker's buffer.
+ * wrote the chunk's new values into the worker's buffer; SKIP: a push
+ * whose slot holds nothing to apply (the worker sits the round out).
  */
 enum kn__imm_op {
 	KN__IMM_PUSH = 1,
 	KN__IMM_INIT = 2,
 	KN__IMM_PULL = 3,
+	KN__IMM_SKIP = 4,
 };
 
 static inline uint32_t kn__imm(uint32_t op, uint32_t parity, uint32_t chunk)

@@ -274,6 +274,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		put_u32(&c, m->u.release.steps);
 		put_u64(&c, m->u.release.epoch);
 		put_f32(&c, m->u.release.hint);
+		put_u64(&c, m->u.release.version);
 		break;
 	case KN__MSG_TIMING:
 		put_f32(&c, m->u.timing.seconds);
@@ -402,6 +403,7 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.release.steps = get_u32(&c);
 		m->u.release.epoch = get_u64(&c);
 		m->u.release.hint = get_f32(&c);
+		m->u.release.version = get_u64(&c);
 		if (!(m->u.release.hint >= 0) || !isfinite(m->u.release.hint))
 			return -EPROTO;
 		break;

@@ -115,6 +115,7 @@ struct kn__msg {
 			uint32_t steps;	 /* local steps before the next push */
 			uint64_t epoch;	 /* the plan in force */
 			float hint;	 /* ESP: predicted wait, seconds */
+			uint64_t version; /* the chunk's version released */
 		} release;
 		struct {
 			float seconds; /* mean seconds per local step */

@@ -14,7 +14,8 @@
  * worker is then released with version 0 of every chunk, which brings
  * all of them to the same model.
  *
- * Per push (a PUSH immediate): the chunk rule gets a PUSH event; an
+ * Per push (a PUSH immediate): the chunk rule gets a PUSH event (a SKIP
+ * immediate, a SKIP event: a rejoined BSP worker sits a round out); an
  * APPLY action sums the named slots in one fused pass with the
  * optimizer (or, in summation mode, into the mean), converts the result
  * to the tensor's dtype in one of two out buffers, and each RELEASE
@@ -59,6 +60,7 @@ struct srv_chunk {
 	bool direct; /* fp32: out[0] is the master copy itself */
 	struct kn__sync_rule *rule;
 	uint64_t *delivered; /* per worker: version last released to it */
+	bool *announce;	     /* per worker: its next release answers a JOIN */
 	uint64_t *pushes;    /* per worker: pushes seen */
 	uint64_t *pushed;    /* per worker and slot: the version it read */
 	struct kn__sync_event *queue; /* events waiting for an out buffer */
@@ -158,12 +160,13 @@ static int setup_chunks(struct server *s)
 		ch->m = calloc(n, sizeof(float));
 		ch->v = calloc(n, sizeof(float));
 		ch->delivered = calloc(nw, sizeof(uint64_t));
+		ch->announce = calloc(nw, sizeof(bool));
 		ch->pushes = calloc(nw, sizeof(uint64_t));
 		ch->pushed = calloc(2 * (size_t)nw, sizeof(uint64_t));
 		ch->qcap = 4 * nw;
 		ch->queue = calloc(ch->qcap, sizeof(*ch->queue));
 		if (!ch->master || !ch->m || !ch->v || !ch->delivered ||
-		    !ch->pushes || !ch->pushed || !ch->queue)
+		    !ch->announce || !ch->pushes || !ch->pushed || !ch->queue)
 			return -ENOMEM;
 		/*
 		 * fp32 parameters leave straight from the master copy: no
@@ -261,12 +264,19 @@ static void release(struct server *s, struct srv_chunk *ch,
 	if (!sw->ch || !sw->ready)
 		return; /* gone: it gets the model when it comes back */
 	sw->steps = a->steps;
-	if (s->release_info) {
-		/* before the write: the worker counts the chunk delivered
-		 * once it has both, whichever order they come in */
+	if (s->release_info || ch->announce[w]) {
+		/*
+		 * Before the write: the worker counts the chunk delivered
+		 * once it has both, whichever order they come in.  Every
+		 * protocol announces the answer to a JOIN, whose version a
+		 * rejoining worker needs (a BSP joiner sits out the rounds
+		 * of chunks that lag its others).
+		 */
 		struct kn__msg m = { .type = KN__MSG_RELEASE };
 
+		ch->announce[w] = false;
 		m.u.release.chunk = ch->idx;
+		m.u.release.version = version;
 		m.u.release.steps = a->steps;
 		m.u.release.epoch = a->epoch;
 		m.u.release.hint = a->hint >= 0 ? a->hint : 0;
@@ -431,8 +441,11 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 {
 	int n, o = -1;
 
-	if (ev->type == KN__SYNC_EV_PUSH && (o = free_out(ch)) < 0)
+	if ((ev->type == KN__SYNC_EV_PUSH || ev->type == KN__SYNC_EV_SKIP) &&
+	    (o = free_out(ch)) < 0)
 		return false; /* a push may apply: it needs a free buffer */
+	if (ev->type == KN__SYNC_EV_JOIN)
+		ch->announce[ev->worker] = true;
 	n = kn__sync_rule_event(ch->rule, ev, s->actions);
 	if (n < 0 && ev->type == KN__SYNC_EV_PLAN) {
 		/* the coordinator's plan, which no worker is to blame for */
@@ -580,10 +593,13 @@ static void on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 			init_chunk(s, c);
 		return;
 	case KN__IMM_PUSH:
+	case KN__IMM_SKIP:
 		if (!c->initialized || !s->workers[w].member)
 			return; /* not in the job (yet): dropped */
 		ev = (struct kn__sync_event){
-			.type = KN__SYNC_EV_PUSH,
+			.type = kn__imm_op(imm) == KN__IMM_PUSH
+					? KN__SYNC_EV_PUSH
+					: KN__SYNC_EV_SKIP,
 			.worker = w,
 			.slot = kn__imm_parity(imm),
 			.clock = c->pushes[w]++,
@@ -866,6 +882,7 @@ static void server_free(struct server *s)
 		free(ch->m);
 		free(ch->v);
 		free(ch->delivered);
+		free(ch->announce);
 		free(ch->pushes);
 		free(ch->pushed);
 		free(ch->queue);

@@ -20,6 +20,13 @@
  * two slots, so at most two of its pushes are unanswered: a third waits
  * (operations are carried out in order).  Counters per chunk: expect
  * (answers due: the initial model plus one per push) and delivered.
+ *
+ * A worker that rejoins a running BSP job may find its chunks a round
+ * apart (the others were between their pushes to two chunks): every
+ * first release comes with a RELEASE message that names its version,
+ * and the worker sits out (SKIP) the round in progress of every chunk
+ * behind the newest, so that its first gradient is computed from one
+ * round's model.
  */
 #include <errno.h>
 #include <float.h>
@@ -76,6 +83,7 @@ struct wk_chunk {
 	 * RELEASE message are in, whichever comes first */
 	uint64_t writes, infos;
 	uint32_t steps; /* the last RELEASE message's */
+	uint64_t joined; /* the version of the model we joined with */
 	uint64_t epoch;
 	float hint;
 };
@@ -113,6 +121,7 @@ struct kn_worker {
 	struct kn__layout *layout;
 	struct wk_chunk *chunks;
 	uint32_t delivered_once;
+	uint32_t skipping; /* BSP: rounds we sit out before we start */
 	struct wk_op ops[MAX_OPS];
 	uint64_t next_id, first_unposted, first_undone;
 	uint64_t clock;
@@ -415,22 +424,86 @@ static void send_init(struct kn_worker *w)
 	}
 }
 
+/* The model is in hand: tell the coordinator we can start. */
+static void ready_to_start(struct kn_worker *w)
+{
+	struct kn__msg m = { .type = KN__MSG_READY };
+
+	w->state = WK_MODEL;
+	m.u.ready.what = KN__READY_START;
+	kn__chan_send(w->coord, &m);
+}
+
+/*
+ * Every chunk's first release is in.  Under BSP a chunk released with
+ * an older version than another has a round in progress that we are a
+ * member of: we sit it out (a SKIP in the push's place) and start once
+ * its result is in, so that every chunk is at the newest version.
+ */
+static void first_model_in(struct kn_worker *w)
+{
+	const struct kn__layout *l = w->layout;
+	uint64_t newest = 0;
+
+	if (w->job.u.job.protocol != KN__CONFIG_BSP) {
+		ready_to_start(w);
+		return;
+	}
+	for (uint32_t c = 0; c < l->nchunks; c++)
+		if (w->chunks[c].joined > newest)
+			newest = w->chunks[c].joined;
+	for (uint32_t c = 0; c < l->nchunks; c++) {
+		const struct kn__chunk *kc = &l->chunks[c];
+		const struct wk_tensor *t = &w->tensors[kc->tensor];
+		struct wk_server *s = &w->servers[kc->server];
+		struct wk_chunk *wc = &w->chunks[c];
+		uint32_t parity;
+		int ret;
+
+		if (wc->joined == newest)
+			continue;
+		/* the slot's contents are not read: any bytes of ours do */
+		parity = (uint32_t)(wc->pushed & 1);
+		ret = kn__tp_post_write_imm(
+			s->ch->ep, t->gmr, kc->first * kn_dtype_size(t->d.dtype),
+			kc->bytes, &s->slots, kn__layout_own_slot(l, c, parity),
+			kn__imm(KN__IMM_SKIP, parity, c), NULL);
+		if (ret) {
+			kn__log(&w->node, "sitting out a round of chunk %u: %s",
+				c, strerror(-ret));
+			fail(w, ret);
+			return;
+		}
+		wc->pushed++;
+		wc->expect++;
+		w->skipping++;
+	}
+	if (w->skipping)
+		kn__log(&w->node,
+			"rejoined with %u of %u chunks a round behind the "
+			"others: sitting that round out",
+			w->skipping, l->nchunks);
+	else
+		ready_to_start(w);
+}
+
 /* Count what of chunk @c's releases is now complete. */
 static void delivered(struct kn_worker *w, uint32_t c)
 {
 	struct wk_chunk *k = &w->chunks[c];
 	uint64_t done = k->writes;
-	struct kn__msg m = { .type = KN__MSG_READY };
 
 	if (w->release_info && k->infos < done)
 		done = k->infos;
+	else if (k->infos == 0)
+		done = 0; /* the first release comes with its version */
 	for (; k->delivered < done; k->delivered++) {
 		if (k->delivered == 0 &&
-		    ++w->delivered_once == w->layout->nchunks) {
-			w->state = WK_MODEL;
-			m.u.ready.what = KN__READY_START;
-			kn__chan_send(w->coord, &m);
-		}
+		    ++w->delivered_once == w->layout->nchunks)
+			first_model_in(w);
+		else if (k->delivered == 1 && w->skipping &&
+			 w->state == WK_SERVERS && --w->skipping == 0)
+			ready_to_start(w);
 	}
 	check_ops(w);
 	advance(w);
@@ -520,13 +593,15 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 			advance(w);
 			return;
 		}
-	} else if (m->type == KN__MSG_RELEASE && ch->user && w->layout &&
-		   w->release_info) {
+	} else if (m->type == KN__MSG_RELEASE && ch->user && w->layout) {
 		uint32_t c = m->u.release.chunk;
 
+		/* every release's under ESP and PSP, else the first's only */
 		if (c < w->layout->nchunks &&
-		    w->layout->chunks[c].server == ch->peer_rank) {
-			w->chunks[c].infos++;
+		    w->layout->chunks[c].server == ch->peer_rank &&
+		    (w->release_info || w->chunks[c].infos == 0)) {
+			if (w->chunks[c].infos++ == 0)
+				w->chunks[c].joined = m->u.release.version;
 			w->chunks[c].steps = m->u.release.steps;
 			w->chunks[c].epoch = m->u.release.epoch;
 			w->chunks[c].hint = m->u.release.hint;

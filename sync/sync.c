@@ -98,6 +98,7 @@ static int check_event(const struct kn__sync_params *params,
 			return -EINVAL;
 		break;
 	case KN__SYNC_EV_PUSH:
+	case KN__SYNC_EV_SKIP:
 	case KN__SYNC_EV_JOIN:
 	case KN__SYNC_EV_LEAVE:
 		break;
@@ -203,7 +204,7 @@ int kn__sync_round_push(struct kn__sync_rule *rule,
 	 * starts from, so a push computed from any other one, or a second
 	 * push for the round, is not a push of this round.
 	 */
-	if (w->pushed || ev->version != rule->version)
+	if (w->pushed || w->skipped || ev->version != rule->version)
 		return -EINVAL;
 	w->pushed = true;
 	w->slot = ev->slot;
@@ -219,6 +220,40 @@ void kn__sync_round_drop(struct kn__sync_rule *rule, uint32_t worker)
 		w->pushed = false;
 		rule->npushed--;
 	}
+	if (w->skipped) {
+		w->skipped = false;
+		rule->nskipped--;
+	}
+}
+
+int kn__sync_round_skip(struct kn__sync_rule *rule,
+			const struct kn__sync_event *ev)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+
+	if (w->pushed || w->skipped || ev->version != rule->version)
+		return -EINVAL;
+	w->skipped = true;
+	rule->nskipped++;
+	return 0;
+}
+
+uint32_t kn__sync_round_unskip(struct kn__sync_rule *rule,
+			       struct kn__sync_action *out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; rule->nskipped && i < rule->params.max_workers;
+	     i++) {
+		struct kn__sync_wstate *w = &rule->w[i];
+
+		if (!w->skipped)
+			continue;
+		w->skipped = false;
+		rule->nskipped--;
+		kn__sync_release(&out[n++], i, rule->version);
+	}
+	return n;
 }
 
 uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
@@ -226,7 +261,8 @@ uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
 {
 	uint32_t n = 0;
 
-	if (rule->nmembers == 0 || rule->npushed != rule->nmembers)
+	if (rule->npushed == 0 ||
+	    rule->npushed + rule->nskipped != rule->nmembers)
 		return 0;
 	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
 		struct kn__sync_wstate *w = &rule->w[i];
@@ -338,17 +374,21 @@ static int rule_push(struct kn__sync_rule *rule,
 		     struct kn__sync_action *out)
 {
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	kn__sync_rule_event_fn *hook =
+		ev->type == KN__SYNC_EV_SKIP ? rule->ops->skip : rule->ops->push;
 	int ret;
 
 	/*
 	 * A version the rule has not made yet cannot have been read, and a
 	 * clock not above the last one is a push seen before: applying it
-	 * again would count one gradient twice.
+	 * again would count one gradient twice.  A SKIP is a push without a
+	 * contribution, with the same clock; only protocols with rounds
+	 * have one.
 	 */
-	if (!w->member || ev->version > rule->version ||
+	if (!hook || !w->member || ev->version > rule->version ||
 	    (w->clocked && ev->clock <= w->clock))
 		return -EINVAL;
-	ret = rule->ops->push(rule, ev, out);
+	ret = hook(rule, ev, out);
 	if (ret < 0)
 		return ret;
 	w->clocked = true;
@@ -371,6 +411,7 @@ int kn__sync_rule_event(struct kn__sync_rule *rule,
 
 	switch (ev->type) {
 	case KN__SYNC_EV_PUSH:
+	case KN__SYNC_EV_SKIP:
 		return rule_push(rule, ev, out);
 	case KN__SYNC_EV_JOIN:
 		w = &rule->w[ev->worker];
@@ -490,6 +531,7 @@ int kn__sync_planner_event(struct kn__sync_planner *planner,
 
 	switch (ev->type) {
 	case KN__SYNC_EV_PUSH: /* pushes go to the chunk rules */
+	case KN__SYNC_EV_SKIP:
 	case KN__SYNC_EV_PLAN: /* plans come from the planner */
 		return -EINVAL;
 	case KN__SYNC_EV_JOIN:

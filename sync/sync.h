@@ -117,14 +117,16 @@ enum kn__sync_event_type {
 	KN__SYNC_EV_TIMER,    /* the time is @t: deadlines may have passed */
 	KN__SYNC_EV_PLAN,     /* chunk rules: the planner's plan @epoch */
 	KN__SYNC_EV_BARRIER,  /* planner: a chunk rule waits at @epoch's end */
+	KN__SYNC_EV_SKIP,     /* BSP: worker sits out the current round */
 };
 
 struct kn__sync_event {
 	uint32_t type;	  /* enum kn__sync_event_type */
-	uint32_t worker;  /* PUSH, JOIN, LEAVE, TIMING */
+	uint32_t worker;  /* PUSH, SKIP, JOIN, LEAVE, TIMING */
 	uint32_t slot;	  /* PUSH: where the contribution lies (parity) */
-	uint64_t clock;	  /* PUSH: the worker's push count, from 0 */
-	uint64_t version; /* PUSH: the model version it was computed from */
+	uint64_t clock;	  /* PUSH, SKIP: the worker's push count, from 0 */
+	uint64_t version; /* PUSH: the model version it was computed from;
+			   * SKIP: the version the skipped round starts from */
 	double t;	  /* seconds on the caller's clock */
 	double value;	  /* TIMING: seconds per iteration */
 	uint32_t steps;	  /* PUSH: local steps it holds (0 counts as 1) */

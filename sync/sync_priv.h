@@ -19,6 +19,7 @@
 struct kn__sync_wstate {
 	bool member;
 	bool pushed;	/* BSP: has a contribution in the current round */
+	bool skipped;	/* BSP: sits the current round out (SKIP) */
 	bool clocked;	/* a push was accepted since it became a member */
 	uint32_t slot;	/* BSP: where this round's contribution lies */
 	uint64_t clock; /* the clock of the last accepted push */
@@ -36,6 +37,7 @@ struct kn__sync_rule {
 	uint64_t version;  /* the version the rule has made so far */
 	uint32_t nmembers; /* members now */
 	uint32_t npushed;  /* BSP: members with a contribution this round */
+	uint32_t nskipped; /* BSP: members sitting this round out */
 	struct kn__sync_wstate *w;	  /* [max_workers] */
 	struct kn__sync_contrib *contrib; /* [max_workers], APPLY points here */
 	/* PSP: the plan in force and one waiting for the next barrier */
@@ -132,6 +134,7 @@ struct kn__sync_ops {
 	const char *name;
 	kn__sync_max_actions_fn *max_actions;
 	kn__sync_rule_event_fn *push;
+	kn__sync_rule_event_fn *skip;
 	kn__sync_rule_event_fn *join;
 	kn__sync_rule_event_fn *leave;
 	kn__sync_rule_event_fn *timing;
@@ -164,15 +167,29 @@ int kn__sync_round_push(struct kn__sync_rule *rule,
 /* A member left: the round is applied by its members only, so its push,
  * if it had one, is dropped. */
 void kn__sync_round_drop(struct kn__sync_rule *rule, uint32_t worker);
+/* Record @ev as its worker sitting this round out (SKIP): 0, or -EINVAL
+ * as kn__sync_round_push (nothing changes). */
+int kn__sync_round_skip(struct kn__sync_rule *rule,
+			const struct kn__sync_event *ev);
 /*
- * If the round is complete: its contributions into rule->contrib in
- * ascending worker id order (the summation order, which makes a round's
- * result bit-exact whatever order the pushes came in), a new version,
- * and out[0] = the APPLY, whose weights the caller sets; then a new
- * round starts.  The number of contributions, 0 if not complete.
+ * If the round is complete (every member pushed or skipped, and at
+ * least one pushed): its contributions into rule->contrib in ascending
+ * worker id order (the summation order, which makes a round's result
+ * bit-exact whatever order the pushes came in), a new version, and
+ * out[0] = the APPLY, whose weights the caller sets; then a new round
+ * starts, and the skippers wait for kn__sync_round_unskip.  The number
+ * of contributions, 0 if not complete.
  */
 uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
 				 struct kn__sync_action *out);
+/*
+ * Every skipper released into out[] with the rule's version, in
+ * ascending id order, for a round kn__sync_round_complete has just
+ * completed or one that only skippers are left in (nothing to apply,
+ * the version stays).  How many.
+ */
+uint32_t kn__sync_round_unskip(struct kn__sync_rule *rule,
+			       struct kn__sync_action *out);
 
 /*
  * The bound of SSP and ESP: a member's sync count P (pushes accepted

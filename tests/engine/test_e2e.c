@@ -448,21 +448,14 @@ static int rejoining_worker(unsigned int rank)
 		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
 	if (!ret)
 		ret = kn_worker_start(w);
-	/* every chunk of a model that has moved (the five chunks sit on
-	 * two servers, each releasing its newest: they may be a round
-	 * apart, so only a step makes them the same round) */
+	/* a model that has moved, one round's in every chunk (the five
+	 * chunks sit on two servers: a chunk a round behind the others is
+	 * sat out, so the start waits for its round) */
 	for (size_t i = 0; !ret && i < LEN_A; i++)
-		if (pa[i] == -1 || pa[i] == init_value(i))
+		if (pa[i] == -1 || pa[i] == init_value(i) ||
+		    pa[i] != pa[i % 16])
 			ret = -EBADMSG;
-	for (size_t i = 0; !ret && i < LEN_A; i++)
-		ga[i] = 1;
-	if (!ret)
-		ret = kn_worker_step(w, NULL);
-	/* one round's model, the same everywhere */
-	for (size_t i = 0; !ret && i < LEN_A; i++)
-		if (pa[i] == init_value(i) || pa[i] != pa[i % 16])
-			ret = -EBADMSG;
-	for (unsigned int r = 0; !ret && r < 2; r++) {
+	for (unsigned int r = 0; !ret && r < 3; r++) {
 		for (size_t i = 0; i < LEN_A; i++)
 			ga[i] = 1;
 		ret = kn_worker_step(w, NULL);
@@ -513,6 +506,126 @@ Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
 	spawn_worker(&j, 2, rejoining_worker);
 	end_job(&j, true);
 	for (unsigned int w = 0; w < 3; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+/*
+ * A rejoiner that finds its chunks a round apart: worker 0, alone after
+ * worker 1 died, has taken a round of tensor "a" but not yet of "b".
+ * The rejoiner sits out b's round and starts from one round's model
+ * (each value init - 1.0), not from a's newer and b's older one; the
+ * next step is then both workers' (init - 1.5 everywhere).  Flags in
+ * values[][63] order the two: "a" pushed, the rejoiner joining.
+ */
+#define FLAG(w) (*(volatile float *)&sh->values[w][63])
+
+static void set_flag(unsigned int w)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	FLAG(w) = 1.0f;
+}
+
+static int wait_flag(unsigned int w)
+{
+	for (int i = 0; i < WAIT_S * 100; i++) {
+		if (FLAG(w) == 1.0f)
+			return 0;
+		usleep(10000);
+	}
+	return -ETIMEDOUT;
+}
+
+static int one_round_model(const float *pa, const float *pb, float lost)
+{
+	for (size_t i = 0; i < LEN_A; i++)
+		if (pa[i] != init_value(i) - lost)
+			return -EBADMSG;
+	for (size_t i = 0; i < LEN_B; i++)
+		if (pb[i] != init_value(i) - lost)
+			return -EBADMSG;
+	return 0;
+}
+
+static int split_round_worker(unsigned int rank)
+{
+	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
+	float pb[LEN_B], gb[LEN_B];
+	struct kn_worker *w;
+	uint64_t h;
+	int ret = pa && ga ? 0 : -ENOMEM;
+	bool rejoiner = rank == 1 && sh->status[1] == -ECHILD;
+
+	if (!ret && rejoiner)
+		ret = wait_flag(0); /* "a" is a round ahead of "b" */
+	if (!ret && rejoiner)
+		set_flag(1);
+	w = ret ? NULL : join(rank);
+	if (!ret && !w)
+		ret = -ENOTCONN;
+	for (size_t i = 0; !ret && i < LEN_A; i++) {
+		pa[i] = rank == 0 ? init_value(i) : -1;
+		ga[i] = 1;
+	}
+	for (size_t i = 0; !ret && i < LEN_B; i++) {
+		pb[i] = rank == 0 ? init_value(i) : -1;
+		gb[i] = 1;
+	}
+	if (!ret)
+		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
+	if (!ret)
+		ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret && rejoiner)
+		ret = one_round_model(pa, pb, 1.0f);
+	if (!ret && !rejoiner)
+		ret = kn_worker_step(w, NULL); /* both: init - 0.5 */
+	if (!ret && rank == 1 && !rejoiner)
+		raise(SIGKILL);
+	if (!ret && rank == 0) {
+		usleep(300000); /* worker 1 is removed */
+		ret = kn_worker_pushpull(w, "a", &h);
+		if (!ret)
+			ret = kn_worker_wait(w, h, -1);
+		set_flag(0);
+		if (!ret)
+			ret = wait_flag(1);
+		usleep(1500000); /* the rejoiner is in */
+		if (!ret)
+			ret = kn_worker_pushpull(w, "b", &h);
+		if (!ret)
+			ret = kn_worker_wait(w, h, -1);
+		if (!ret)
+			ret = one_round_model(pa, pb, 1.0f);
+	}
+	if (!ret)
+		ret = kn_worker_step(w, NULL);
+	if (!ret)
+		ret = one_round_model(pa, pb, 1.5f);
+	kn_worker_destroy(w);
+	free(pa);
+	free(ga);
+	return ret;
+}
+
+Test(e2e, a_rejoiner_sits_out_the_round_its_chunks_are_behind_in,
+     .timeout = 120)
+{
+	struct job j = { 0 };
+	int st;
+
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	sh->status[1] = 0;
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, split_round_worker);
+	cr_assert_eq(waitpid(j.workers[1], &st, 0), j.workers[1]);
+	cr_assert(WIFSIGNALED(st), "worker 1: %s", strerror(-sh->status[1]));
+	sh->status[1] = -ECHILD; /* the next one is the rejoiner */
+	spawn_worker(&j, 1, split_round_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 2; w++)
 		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
 			     strerror(-sh->status[w]));
 }

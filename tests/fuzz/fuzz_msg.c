@@ -195,6 +195,7 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 		return a->u.release.chunk == b->u.release.chunk &&
 		       a->u.release.steps == b->u.release.steps &&
 		       a->u.release.epoch == b->u.release.epoch &&
+		       a->u.release.version == b->u.release.version &&
 		       same_f32(a->u.release.hint, b->u.release.hint);
 	case KN__MSG_TIMING:
 		return same_f32(a->u.timing.seconds, b->u.timing.seconds);

@@ -356,6 +356,113 @@ Test(bsp, rejoin_after_leave_starts_its_clock_afresh)
 	kn__sync_rule_destroy(rule);
 }
 
+static int skip(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
+		uint64_t version, struct kn__sync_action *out)
+{
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_SKIP,
+		.worker = worker,
+		.clock = clock,
+		.version = version,
+	};
+
+	return kn__sync_rule_event(rule, &ev, out);
+}
+
+/*
+ * A joiner whose other chunks are a round ahead sits this chunk's round
+ * out: the round is the others' mean, and the skipper is released with
+ * its result after them.
+ */
+Test(bsp, a_skipper_is_released_with_the_round_it_sat_out)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+	const uint32_t both[] = { 0, 1 }, three[] = { 0, 1, 5 };
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
+	assert_release(&out[0], 5, 0);
+	cr_assert_eq(skip(rule, 5, 0, 0, out), 0, "waits for worker 1");
+	cr_assert_eq(push(rule, 1, 0, 0, 1, out), 4);
+	cr_assert_eq(out[0].ncontrib, 2);
+	for (uint32_t k = 0; k < 2; k++) {
+		cr_assert_eq(out[0].contrib[k].worker, both[k]);
+		cr_assert_eq(out[0].contrib[k].weight, 0.5f);
+		assert_release(&out[1 + k], both[k], 1);
+	}
+	assert_release(&out[3], 5, 1);
+	/* the next round is everyone's, the skipper's slot parity 1 */
+	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
+	cr_assert_eq(push(rule, 1, 1, 1, 0, out), 0, "waits for the joiner");
+	assert_bsp_round(out, push(rule, 5, 1, 1, 1, out), three, 3, 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, a_skip_that_completes_the_round_releases_everyone)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_action out[MAXACT];
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(push(rule, 1, 0, 0, 0, out), 3);
+	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
+	cr_assert_eq(push(rule, 1, 1, 1, 1, out), 3);
+	cr_assert_eq(push(rule, 1, 2, 2, 0, out), 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 3, out), 1);
+	cr_assert_eq(push(rule, 0, 2, 2, 0, out), 0, "waits for the joiner");
+	cr_assert_eq(skip(rule, 3, 0, 2, out), 4);
+	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(out[0].version, 3);
+	cr_assert_eq(out[0].ncontrib, 2);
+	assert_release(&out[1], 0, 3);
+	assert_release(&out[2], 1, 3);
+	assert_release(&out[3], 3, 3);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, a_round_of_skippers_only_applies_nothing)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 1);
+	struct kn__sync_action out[MAXACT];
+
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 2, out), 1);
+	cr_assert_eq(skip(rule, 2, 0, 0, out), 0, "waits for worker 0");
+	/* worker 0 goes without pushing: nothing to apply, version stays */
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 0, out), 1);
+	assert_release(&out[0], 2, 0);
+	cr_assert_eq(push(rule, 2, 1, 0, 1, out), 2, "alone from now on");
+	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(out[0].version, 1);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(bsp, skips_that_break_the_round_are_refused_and_change_nothing)
+{
+	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_action out[MAXACT];
+
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(skip(rule, 0, 1, 0, out), -EINVAL, "pushed already");
+	cr_assert_eq(skip(rule, 1, 0, 1, out), -EINVAL, "a future version");
+	cr_assert_eq(skip(rule, 7, 0, 0, out), -EINVAL, "not a member");
+	cr_assert_eq(skip(rule, 1, 0, 0, out), 0, "waits for worker 2");
+	cr_assert_eq(skip(rule, 1, 1, 0, out), -EINVAL, "skipped already");
+	cr_assert_eq(push(rule, 1, 1, 0, 1, out), -EINVAL, "skipped already");
+	cr_assert_eq(push(rule, 2, 0, 0, 0, out), 4);
+	cr_assert_eq(out[0].ncontrib, 2);
+	cr_assert_eq(out[0].contrib[1].worker, 2);
+	assert_release(&out[3], 1, 1);
+	cr_assert_eq(skip(rule, 1, 0, 1, out), -EINVAL, "a clock seen");
+	cr_assert_eq(skip(rule, 1, 1, 0, out), -EINVAL, "an old version");
+	kn__sync_rule_destroy(rule);
+	/* no round to sit out elsewhere */
+	rule = rule_new(KN__SYNC_ASP, MAXW, 2);
+	cr_assert_eq(skip(rule, 0, 0, 0, out), -EINVAL);
+	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 2, "the clock is unused");
+	kn__sync_rule_destroy(rule);
+}
+
 /* --- both protocols --------------------------------------------------- */
 
 static void refusals(uint32_t protocol)
