@@ -22,6 +22,18 @@
 
 #include "tool.h"
 
+/* A worker that fails sooner than this after its start is not restarted
+ * by --restart-workers: it would only fail again (the messages say 2 s). */
+#define RESTART_MIN_S 2.0
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 void kn__tool_log(const char *fmt, ...)
 {
 	char buf[4096];
@@ -192,7 +204,8 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	job->total = 1 + job->info.servers + job->info.workers;
 	job->pids = calloc(job->total, sizeof(*job->pids));
 	job->names = calloc(job->total, sizeof(*job->names));
-	return job->pids && job->names ? 0 : -ENOMEM;
+	job->started_at = calloc(job->total, sizeof(*job->started_at));
+	return job->pids && job->names && job->started_at ? 0 : -ENOMEM;
 }
 
 /* Process @idx of @job as messages name it: "worker 3". */
@@ -269,6 +282,7 @@ static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
 		return -err;
 	}
 	job->pids[idx] = pid;
+	job->started_at[idx] = now_s();
 	job->running++;
 	return 0;
 }
@@ -278,6 +292,7 @@ int kn__job_start_roles(struct kn__job *job)
 	char *argv[3] = { job->self, "coordinator", NULL };
 	int fds[2], ret;
 
+	job->t0 = now_s();
 	job->start_w = -1;
 	if (pipe2(fds, O_CLOEXEC) == 0) {
 		fcntl(fds[0], F_SETFL, O_NONBLOCK);
@@ -298,7 +313,20 @@ int kn__job_start_roles(struct kn__job *job)
 int kn__job_start_worker(struct kn__job *job, unsigned int rank,
 			 char *const *argv)
 {
+	job->worker_argv = argv;
 	return spawn(job, 1 + job->info.servers + rank, argv, "worker", rank);
+}
+
+/*
+ * Whether worker process @i, which failed after the start, @ran seconds
+ * after its last one, is to be started again: the job asks for that, it
+ * ran long enough to be worth it, and the coordinator is still there to
+ * take it back.
+ */
+static bool restarting(const struct kn__job *job, unsigned int i, double ran)
+{
+	return job->restart_workers && job->pids[0] && !job->ending &&
+	       ran >= RESTART_MIN_S && i > job->info.servers;
 }
 
 /* Whether the coordinator has said that the job started. */
@@ -339,24 +367,51 @@ static unsigned int reap(struct kn__job *job, bool block, bool one)
 				job->stopped++;
 				break;
 			}
-			if (!job->status)
-				job->status =
-					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 			describe(job, i, who, sizeof(who));
 			if (job->workers_may_fail && i > job->info.servers &&
 			    started(job)) {
-				job->lost++;
+				double t = now_s();
+				bool again = restarting(job, i,
+							t - job->started_at[i]);
+
 				kn__tool_log("%s: %s (%s, pid %d) ended badly "
-					     "after the start (%s %d): the job "
-					     "goes on without it\n",
+					     "%.1f s after the start (%s %d): "
+					     "%s\n",
 					     job->command, who, job->names[i],
-					     (int)pid,
+					     (int)pid, t - job->t0,
 					     WIFEXITED(st) ? "status"
 							   : "signal",
 					     WIFEXITED(st) ? WEXITSTATUS(st)
-							   : WTERMSIG(st));
+							   : WTERMSIG(st),
+					     again ? "restarting it, with its "
+						     "rank"
+						   : "the job goes on without "
+						     "it");
+				if (again &&
+				    spawn(job, i, job->worker_argv, "worker",
+					  i - 1 - job->info.servers) == 0) {
+					job->restarted++;
+					break;
+				}
+				if (job->restart_workers && !again)
+					kn__tool_log(
+						"%s: %s is not restarted: %s\n",
+						job->command, who,
+						job->pids[0]
+							? "it failed within 2 s "
+							  "of its start"
+							: "the coordinator is "
+							  "gone");
+				job->lost++;
+				if (!job->status)
+					job->status = WIFEXITED(st)
+							      ? WEXITSTATUS(st)
+							      : 1;
 				break;
 			}
+			if (!job->status)
+				job->status =
+					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 			job->failed++;
 			if (WIFEXITED(st))
 				kn__tool_log("%s: %s (%s, pid %d) exited with "
@@ -386,14 +441,6 @@ void kn__job_kill(struct kn__job *job, int sig)
 	for (unsigned int i = 0; i < job->total; i++)
 		if (job->pids[i] > 0)
 			kill(job->pids[i], sig);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 void kn__job_wait(struct kn__job *job, double grace_s)
@@ -426,6 +473,8 @@ void kn__job_fini(struct kn__job *job)
 	job->pids = NULL;
 	free(job->names);
 	job->names = NULL;
+	free(job->started_at);
+	job->started_at = NULL;
 	if (job->start_fd >= 0)
 		close(job->start_fd);
 	job->start_fd = -1;

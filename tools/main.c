@@ -80,7 +80,14 @@ static const char launch_head[] =
 	"M servers\nand N workers running CMD (default: kanel worker), each "
 	"with its role in\nKANEL_ROLE/KANEL_RANK and the job in KANEL_* "
 	"variables, and a fresh job\nsecret unless one is given.  A process "
-	"that fails, or a CMD that cannot be\nrun, ends the job at once.\n\n";
+	"that fails, or a CMD that cannot be\nrun, ends the job at once; "
+	"a worker that fails after the start is let go,\nand the others "
+	"go on.\n\n"
+	"Launch options (docs/engine.md):\n"
+	"  --restart-workers       start a worker that fails after the start "
+	"again, with\n"
+	"                          its rank (not one that failed within 2 s "
+	"of its start)\n\n";
 
 static const struct kn_config_scope coordinator_scope = {
 	.command = "kanel coordinator",
@@ -333,6 +340,7 @@ static int run_launch(int argc, char **argv)
 {
 	char *wargv[3] = { NULL, "worker", NULL }, **cmd = NULL;
 	struct kn__job job;
+	bool restart = false;
 	int ret;
 
 	for (int i = 1; i < argc; i++)
@@ -341,6 +349,15 @@ static int run_launch(int argc, char **argv)
 			argv[i] = NULL;
 			argc = i;
 			break;
+		}
+	/* launch's own option, before the job's */
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--restart-workers") == 0) {
+			restart = true;
+			memmove(argv + i, argv + i + 1,
+				(size_t)(argc - i) * sizeof(*argv));
+			argc--;
+			i--;
 		}
 	ret = kn__job_init(&job, "kanel launch", argc, argv);
 	if (ret || kn_config_help(job.cfg)) {
@@ -358,6 +375,7 @@ static int run_launch(int argc, char **argv)
 	}
 	wargv[0] = job.self;
 	job.workers_may_fail = true;
+	job.restart_workers = restart;
 	ret = kn__job_start_roles(&job);
 	for (unsigned int w = 0; !ret && w < job.info.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd ? cmd : wargv);
@@ -376,6 +394,9 @@ static int run_launch(int argc, char **argv)
 			"kanel launch: %u worker%s failed after the start; "
 			"the others finished the job\n",
 			job.lost, job.lost == 1 ? "" : "s");
+	if (job.restarted && !ret)
+		kn__tool_log("kanel launch: %u worker restart%s\n",
+			     job.restarted, job.restarted == 1 ? "" : "s");
 	ret = ret ? 2 : job.status;
 	kn__job_fini(&job);
 	return ret;

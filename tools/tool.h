@@ -119,10 +119,21 @@ struct kn__job {
 	 */
 	int start_fd, start_w;
 	bool started;
-	/* launch: a worker that fails after the start is let go, and the
-	 * others go on, as the engine does; counted in @lost */
+	/* launch, train: a worker that fails after the start is let go, and
+	 * the others go on, as the engine does; counted in @lost */
 	bool workers_may_fail;
 	unsigned int lost;
+	/*
+	 * launch --restart-workers: such a worker is started again with its
+	 * rank (and @worker_argv, the last kn__job_start_worker's), unless
+	 * it failed within 2 s of its last start or the coordinator is
+	 * gone; restarts counted in @restarted.
+	 */
+	bool restart_workers;
+	char *const *worker_argv;
+	unsigned int restarted;
+	double t0;	    /* when the roles were started (CLOCK_MONOTONIC) */
+	double *started_at; /* per process: its last start, the same clock */
 };
 
 /*

@@ -49,6 +49,7 @@
 #define REPORT_FD_ENV "KANEL_TRAIN_REPORT_FD"
 #define STATUS_PERIOD 0.5 /* seconds between a worker's status lines */
 #define EVAL_BATCH    1000
+#define MAX_REJOINS   10 /* a worker removed from the job comes back */
 
 /* Ctrl-C (SIGINT) or SIGTERM: stop after this step and report. */
 static volatile sig_atomic_t stop_requested;
@@ -428,7 +429,9 @@ static void evaluator_stop(struct evaluator *e)
 
 struct worker_run {
 	const struct kn__train_opts *o;
+	const struct kn_config *cfg;
 	unsigned int rank, n;
+	unsigned int rejoins; /* times it came back after being removed */
 	int report_fd;			 /* the parent's pipe; -1: joined */
 	struct kn__train_results *local; /* joined rank 0: its own results */
 	pthread_mutex_t report_lock;
@@ -607,12 +610,78 @@ static int check_protocol(const struct kn_config *cfg, struct kn_worker *w)
 }
 
 /*
+ * Join the job as a worker with our tensors and start: the model every
+ * worker has now lands in our parameters (the initial one at the job's
+ * start, the current one on a rejoin).  0 and the worker, or a negative
+ * errno (printed).
+ */
+static int join_job(struct worker_run *wr, struct worker_state *s,
+		    struct kn_worker **out)
+{
+	struct kn_worker_options wo = { .rank = -1 };
+	struct kn_worker *w = NULL;
+	int ret = kn_worker_create(&wo, &w);
+
+	for (unsigned int t = 0; !ret && t < s->model.ntensors; t++) {
+		const struct kn__model_tensor *mt = &s->model.tensor[t];
+
+		ret = kn_worker_register(w, mt->key, KN_DTYPE_FP32, mt->count,
+					 s->params + mt->offset,
+					 s->grads + mt->offset);
+	}
+	if (!ret)
+		ret = check_protocol(wr->cfg, w);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (ret) {
+		kn__tool_log("kanel train: worker %u: cannot %s: %s\n",
+			     wr->rank, wr->rejoins ? "rejoin" : "start",
+			     strerror(-ret));
+		kn_worker_destroy(w);
+		return ret;
+	}
+	*out = w;
+	return 0;
+}
+
+/*
+ * A step failed with @err: if the job is still there (it did not end,
+ * and we were removed from it, say for missing heartbeats while the
+ * process was stopped), join it again with our rank and the current
+ * model, at most MAX_REJOINS times.  0 and the new worker in *@w, or
+ * @err.
+ */
+static int rejoin(struct worker_run *wr, struct worker_state *s,
+		  struct kn_worker **w, int err)
+{
+	char why[256], self[32];
+	const char *reason = why;
+	int n = snprintf(self, sizeof(self), "worker %u: ", wr->rank);
+
+	if (err == -ESHUTDOWN || stop_requested || wr->rejoins >= MAX_REJOINS)
+		return err;
+	kn_last_message(why, sizeof(why));
+	if (!why[0])
+		reason = strerror(-err);
+	else if (strncmp(why, self, (size_t)n) == 0)
+		reason += n; /* the engine's line names us already */
+	kn__tool_log("kanel train: worker %u: out of the job (%s): "
+		     "rejoining\n",
+		     wr->rank, reason);
+	kn_worker_destroy(*w);
+	*w = NULL;
+	wr->rejoins++;
+	return join_job(wr, s, w) ? err : 0;
+}
+
+/*
  * The steps of one worker, until its epochs or the time budget are done:
  * 0, or the negative errno the engine failed with.
  */
 static int train_loop(struct worker_run *wr, struct worker_state *s,
-		      struct kn_worker *w, struct evaluator *ev)
+		      struct kn_worker **wp, struct evaluator *ev)
 {
+	struct kn_worker *w = *wp;
 	const struct kn__train_opts *o = wr->o;
 	uint64_t per_epoch = s->shard_len / o->batch;
 	uint64_t steps = (uint64_t)ceil(o->epochs * (double)per_epoch);
@@ -666,7 +735,14 @@ static int train_loop(struct worker_run *wr, struct worker_state *s,
 			kn__tool_log("kanel train: worker %u: step %llu: %s\n",
 				     wr->rank, (unsigned long long)i,
 				     strerror(-ret));
-			break;
+			ret = rejoin(wr, s, wp, ret);
+			if (ret)
+				break;
+			/* the step's gradient is lost; the model is the job's */
+			w = *wp;
+			clock = kn_worker_clock(w);
+			since_push = 0;
+			continue;
 		}
 		st.iters = i + 1;
 		st.samples += o->batch;
@@ -717,11 +793,11 @@ static int run_worker(const struct kn__train_opts *o,
 {
 	struct kn_job_info told;
 	struct worker_run wr = { .o = o,
+				 .cfg = cfg,
 				 .rank = kn_config_rank(cfg),
 				 .n = kn_config_job(cfg, &told) ? 0
 								: told.workers,
 				 .report_fd = report_fd };
-	struct kn_worker_options wo = { .rank = -1 };
 	struct kn__train_results local;
 	struct worker_state s = { 0 };
 	struct evaluator ev = { .model = &s.model, .report = report_eval };
@@ -755,23 +831,9 @@ static int run_worker(const struct kn__train_opts *o,
 	kn__tool_export_member(cfg);
 	ret = kn__tool_check_addresses(cfg);
 	if (!ret)
-		ret = kn_worker_create(&wo, &w);
-	for (unsigned int t = 0; !ret && t < s.model.ntensors; t++) {
-		const struct kn__model_tensor *mt = &s.model.tensor[t];
-
-		ret = kn_worker_register(w, mt->key, KN_DTYPE_FP32, mt->count,
-					 s.params + mt->offset,
-					 s.grads + mt->offset);
-	}
-	if (!ret)
-		ret = check_protocol(cfg, w);
-	if (!ret)
-		ret = kn_worker_start(w);
-	if (ret) {
-		kn__tool_log("kanel train: worker %u: cannot start: %s\n",
-			     wr.rank, strerror(-ret));
+		ret = join_job(&wr, &s, &w);
+	if (ret)
 		goto out;
-	}
 	if (wr.rank == 0) {
 		ev.test = &s.test;
 		ev.arg = &wr;
@@ -789,7 +851,7 @@ static int run_worker(const struct kn__train_opts *o,
 		evaluating = true;
 	}
 	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
-	ret = train_loop(&wr, &s, w, evaluating ? &ev : NULL);
+	ret = train_loop(&wr, &s, &w, evaluating ? &ev : NULL);
 	if (wr.local) {
 		/* the job's settings are its coordinator's, not ours */
 		struct kn_job_info job = told;
@@ -1007,6 +1069,8 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	 * leave; the coordinator and servers ignore it and end the job as
 	 * usual.  A second Ctrl-C ends everything at once. */
 	signal(SIGINT, SIG_IGN);
+	/* a worker lost after the start is reported; the others go on */
+	job.workers_may_fail = true;
 	ret = kn__job_start_roles(&job);
 	catch_stop(SIGINT);
 	for (unsigned int w = 0; !ret && w < job.info.workers; w++)
@@ -1055,6 +1119,10 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	if (job.failed)
 		kn__tool_log("kanel train: %u of %u processes failed\n",
 			     job.failed, job.total);
+	else if (job.lost)
+		kn__tool_log("kanel train: %u worker%s failed after the start; "
+			     "the others finished the job\n",
+			     job.lost, job.lost == 1 ? "" : "s");
 out:
 	if (fds[0] >= 0)
 		close(fds[0]);

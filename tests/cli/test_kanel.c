@@ -459,6 +459,73 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
 	free(err);
 }
 
+/*
+ * --restart-workers: worker 1 is killed 2.5 s into the job and started
+ * again with its rank; it rejoins, and the job ends well.  Worker 0's
+ * steps outlast the kill and the restart (they take about 0.2 ms each).
+ */
+Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
+{
+	char script[8192], *err;
+	const char *exe = kanel();
+
+	snprintf(script, sizeof(script),
+		 "if [ \"$KANEL_RANK\" = 1 ]; then "
+		 "if [ ! -e '%s' ]; then : > '%s'; "
+		 "(sleep 2.5; kill -9 $$) & "
+		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
+		 "exec '%s' worker --steps 200 --tensor-bytes 4096; "
+		 "else exec '%s' worker --steps 30000 --tensor-bytes 4096; fi",
+		 in_dir("killed"), in_dir("killed"), exe, exe, exe);
+	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
+			      "--", "/bin/sh", "-c", script),
+			 NULL),
+		     0);
+	unlink(in_dir("killed"));
+	err = slurp("stderr");
+	cr_expect_not_null(strstr(err, "(signal 9): restarting it, with its "
+				       "rank"),
+			   "%s", err);
+	cr_expect_not_null(strstr(err, "worker 1 is back"), "%s", err);
+	cr_expect_not_null(strstr(err, "kanel launch: 1 worker restart\n"),
+			   "%s", err);
+	cr_expect_null(strstr(err, "failed after the start"), "%s", err);
+	free(err);
+}
+
+/* A restarted worker that fails again at once is not restarted again. */
+Test(kanel, launch_does_not_restart_a_worker_that_fails_at_once)
+{
+	char script[8192], *err;
+	const char *exe = kanel();
+
+	snprintf(script, sizeof(script),
+		 "if [ \"$KANEL_RANK\" = 1 ]; then "
+		 "if [ ! -e '%s' ]; then : > '%s'; "
+		 "(sleep 2.5; kill -9 $$) & "
+		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
+		 "exit 5; "
+		 "else exec '%s' worker --steps 30000 --tensor-bytes 4096; fi",
+		 in_dir("killed"), in_dir("killed"), exe, exe);
+	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
+			      "--", "/bin/sh", "-c", script),
+			 NULL),
+		     5);
+	unlink(in_dir("killed"));
+	err = slurp("stderr");
+	cr_expect_not_null(strstr(err, "restarting it, with its rank"), "%s",
+			   err);
+	cr_expect_not_null(strstr(err, "(status 5): the job goes on without "
+				       "it"),
+			   "%s", err);
+	cr_expect_not_null(strstr(err, "worker 1 is not restarted: it failed "
+				       "within 2 s of its start"),
+			   "%s", err);
+	cr_expect_not_null(strstr(err, "1 worker failed after the start"),
+			   "%s", err);
+	free(err);
+}
+
 /* --- help ------------------------------------------------------------ */
 
 static void expect_help(char *const *args, const char *const *want,

@@ -7,6 +7,7 @@
  * it, naming the package.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -554,6 +555,119 @@ Test(train_cli, ctrl_c_stops_and_reports)
 	cr_expect_lt(json_num(json, "train_time_s"), 10, "%s", json);
 	cr_expect_gt(json_num(json, "steps"), 0, "%s", json);
 	cr_expect_gt(json_num(json, "final_accuracy"), 0.5, "%s", json);
+	free(json);
+}
+
+/* The pid of @parent's child that is worker @rank (its environment says
+ * so), or -1. */
+static pid_t worker_pid(pid_t parent, unsigned int rank)
+{
+	char want[32], path[64], buf[16384];
+	struct dirent *d;
+	DIR *proc = opendir("/proc");
+	pid_t found = -1;
+
+	cr_assert_not_null(proc);
+	snprintf(want, sizeof(want), "KANEL_RANK=%u", rank);
+	while (found < 0 && (d = readdir(proc))) {
+		pid_t pid = (pid_t)atoi(d->d_name);
+		int ppid = -1;
+		bool role = false, ranked = false;
+		FILE *f;
+		size_t n;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		/* pid (comm) state ppid: comm holds no ')' here */
+		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
+			ppid = -1;
+		fclose(f);
+		if (ppid != parent)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+			role |= strcmp(buf + i, "KANEL_ROLE=worker") == 0;
+			ranked |= strcmp(buf + i, want) == 0;
+		}
+		if (role && ranked)
+			found = pid;
+	}
+	closedir(proc);
+	return found;
+}
+
+/*
+ * Workers that go: one stopped past the heartbeat timeout is removed,
+ * and on waking rejoins with its rank and the current model; one killed
+ * is let go.  The others finish the job, which reports the loss (and
+ * exits with the lost worker's status) and still learns.
+ */
+Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", "3",
+			 "--model", "softmax", "--epochs", "8", "--step-time",
+			 "5ms", "--heartbeat-timeout", "1000", "--curve", "-",
+			 "--progress", "log", "--summary-json",
+			 (char *)in_dir("s.json"), NULL };
+	pid_t pid, w1 = -1, w2 = -1;
+	char *err, *json;
+	int st;
+
+	need_dataset();
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
+			       0644);
+		int e = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
+			     0644);
+
+		dup2(out, 1);
+		dup2(e, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 100 && (w1 < 0 || w2 < 0); i++) {
+		usleep(50000);
+		w1 = worker_pid(pid, 1);
+		w2 = worker_pid(pid, 2);
+	}
+	cr_assert(w1 > 0 && w2 > 0, "the workers did not start");
+	sleep(3); /* started and training */
+	kill(w2, SIGSTOP);
+	sleep(3); /* past the 1 s heartbeat timeout: removed */
+	kill(w2, SIGCONT);
+	sleep(2);
+	kill(w1, SIGKILL);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	err = slurp(in_dir("stderr"));
+	cr_log_info("%s", err);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		  "the lost worker's status");
+	cr_expect(strstr(err, "worker 2 sent no heartbeat in time"), "%s", err);
+	cr_expect(strstr(err, "kanel train: worker 2: out of the job ("), "%s",
+		  err);
+	cr_expect(strstr(err, "worker 2 is back"), "%s", err);
+	cr_expect(strstr(err, "ended badly"), "%s", err);
+	cr_expect(strstr(err, "(signal 9): the job goes on without it"), "%s",
+		  err);
+	cr_expect(strstr(err, "1 worker failed after the start; the others "
+			      "finished the job"),
+		  "%s", err);
+	cr_expect_null(strstr(err, "processes failed"), "%s", err);
+	free(err);
+	json = slurp(in_dir("s.json"));
+	cr_expect_gt(json_num(json, "final_accuracy"), 0.75, "%s", json);
 	free(json);
 }
 
