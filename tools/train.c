@@ -47,6 +47,7 @@
 #include "train.h"
 
 #define REPORT_FD_ENV "KANEL_TRAIN_REPORT_FD"
+#define DATA_FD_ENV   "KANEL_TRAIN_DATA_FD"
 #define STATUS_PERIOD 0.5 /* seconds between a worker's status lines */
 #define EVAL_BATCH    1000
 #define MAX_REJOINS   10 /* a worker removed from the job comes back */
@@ -527,6 +528,24 @@ static void worker_state_fini(struct worker_state *s)
 	free(s->bidx);
 }
 
+/*
+ * The training set kanel train shared with its workers (DATA_FD_ENV),
+ * mapped read-only: one copy on the machine, not one per worker.
+ * -ENOENT when there is none (a --join run started elsewhere).
+ */
+static int shared_dataset(struct kn__dataset *d, char *err, size_t errlen)
+{
+	const char *v = getenv(DATA_FD_ENV);
+	int fd, ret;
+
+	if (!v || !*v)
+		return -ENOENT;
+	fd = atoi(v);
+	ret = kn__dataset_map(fd, d, err, errlen);
+	close(fd);
+	return ret;
+}
+
 static int worker_setup(struct worker_state *s, const struct kn__train_opts *o,
 			unsigned int rank, unsigned int n)
 {
@@ -534,7 +553,10 @@ static int worker_setup(struct worker_state *s, const struct kn__train_opts *o,
 	size_t bytes;
 	int ret;
 
-	ret = kn__dataset_load(o->data, "train", &s->train, err, sizeof(err));
+	ret = shared_dataset(&s->train, err, sizeof(err));
+	if (ret == -ENOENT)
+		ret = kn__dataset_load(o->data, "train", &s->train, err,
+				       sizeof(err));
 	if (!ret && rank == 0)
 		ret = kn__dataset_load(o->data, "t10k", &s->test, err,
 				       sizeof(err));
@@ -891,8 +913,12 @@ static bool job_option_given(int argc, char **argv, const char *flag,
 	return getenv(env) && *getenv(env);
 }
 
-/* The dataset, checked before any process starts: 0 or -errno. */
-static int check_dataset(const struct kn__train_opts *o)
+/*
+ * The dataset, checked before any process starts, the training set
+ * handed to the workers as one shared read-only file (*@fd; -1 if it
+ * cannot be made, and each worker loads its own copy): 0 or -errno.
+ */
+static int check_dataset(const struct kn__train_opts *o, int *fd)
 {
 	struct kn__dataset d = { 0 };
 	char err[512];
@@ -901,6 +927,8 @@ static int check_dataset(const struct kn__train_opts *o)
 	kn__dataset_fini(&d);
 	if (!ret)
 		ret = kn__dataset_load(o->data, "train", &d, err, sizeof(err));
+	if (!ret && kn__dataset_share(&d, fd))
+		*fd = -1;
 	kn__dataset_fini(&d);
 	if (ret)
 		kn__tool_log("kanel train: %s\n", err);
@@ -1011,17 +1039,22 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	const char *metrics;
 	double failed_at = -1;
 	long metrics_from = 0;
-	int fds[2] = { -1, -1 }, ret;
+	int fds[2] = { -1, -1 }, data_fd = -1, ret;
 	bool open_pipe = true, stopping = false;
 
 	/* the options first, which are cheap to check, then the data */
 	ret = kn__job_init(&job, "kanel train", nargs, args);
-	if (ret || kn_config_help(job.cfg) || check_dataset(o)) {
+	if (ret || kn_config_help(job.cfg) || check_dataset(o, &data_fd)) {
 		ret = ret || !kn_config_help(job.cfg) ? 2 : 0;
 		kn__job_fini(&job);
 		return ret;
 	}
+	/* the roles start first: they need no dataset */
+	if (data_fd >= 0)
+		fcntl(data_fd, F_SETFD, FD_CLOEXEC);
 	if (kn__results_init(&r, job.info.workers)) {
+		if (data_fd >= 0)
+			close(data_fd);
 		kn__job_fini(&job);
 		return 2;
 	}
@@ -1073,10 +1106,20 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	job.workers_may_fail = true;
 	ret = kn__job_start_roles(&job);
 	catch_stop(SIGINT);
+	if (data_fd >= 0) {
+		snprintf(fdnum, sizeof(fdnum), "%d", data_fd);
+		setenv(DATA_FD_ENV, fdnum, 1);
+		fcntl(data_fd, F_SETFD, 0);
+	}
 	for (unsigned int w = 0; !ret && w < job.info.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd.argv);
 	close(fds[1]);
 	unsetenv(REPORT_FD_ENV);
+	if (data_fd >= 0) {
+		close(data_fd); /* the workers hold it now */
+		data_fd = -1;
+		unsetenv(DATA_FD_ENV);
+	}
 	if (ret) /* the reason is printed: end what did start */
 		kn__job_kill(&job, SIGTERM);
 	m.t0 = now_s();
@@ -1126,6 +1169,8 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 out:
 	if (fds[0] >= 0)
 		close(fds[0]);
+	if (data_fd >= 0)
+		close(data_fd);
 	if (!metrics && metrics_path[0])
 		unlink(metrics_path);
 	kn__results_fini(&r);

@@ -606,11 +606,31 @@ static pid_t worker_pid(pid_t parent, unsigned int rank)
 	return found;
 }
 
+/* A field of /proc/@pid/status in kB ("RssAnon"), or -1. */
+static long status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t n = strlen(field);
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (kb < 0 && fgets(line, sizeof(line), f))
+		if (strncmp(line, field, n) == 0 && line[n] == ':')
+			kb = strtol(line + n + 1, NULL, 10);
+	fclose(f);
+	return kb;
+}
+
 /*
  * Workers that go: one stopped past the heartbeat timeout is removed,
  * and on waking rejoins with its rank and the current model; one killed
  * is let go.  The others finish the job, which reports the loss (and
- * exits with the lost worker's status) and still learns.
+ * exits with the lost worker's status) and still learns.  Meanwhile a
+ * worker holds no copy of the training set of its own.
  */
 Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 {
@@ -644,6 +664,10 @@ Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 	}
 	cr_assert(w1 > 0 && w2 > 0, "the workers did not start");
 	sleep(3); /* started and training */
+	/* the 180 MiB training set is one shared mapping, not a copy each */
+	cr_expect_lt(status_kb(w1, "RssAnon"), 64 * 1024, "%ld kB",
+		     status_kb(w1, "RssAnon"));
+	cr_expect_gt(status_kb(w1, "RssShmem"), 0);
 	kill(w2, SIGSTOP);
 	sleep(3); /* past the 1 s heartbeat timeout: removed */
 	kill(w2, SIGCONT);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -629,4 +630,65 @@ Test(idx, shuffle_is_uniform)
 					  "order %d%d%d came %u times of %u", i,
 					  j, k, h, trials);
 			}
+}
+
+/* --- one copy for a machine's workers --------------------------------- */
+
+static void load_small(struct kn__dataset *d)
+{
+	char err[512] = "";
+
+	write_images("train", 0, N, (size_t)N * ROWS * COLS);
+	write_labels("train", 0, N, 3);
+	cr_assert_eq(kn__dataset_load(dir, "train", d, err, sizeof(err)), 0,
+		     "%s", err);
+}
+
+Test(idx, a_shared_dataset_maps_back_equal_and_read_only)
+{
+	struct kn__dataset d, m;
+	char err[512] = "";
+	int fd;
+
+	load_small(&d);
+	cr_assert_eq(kn__dataset_share(&d, &fd), 0);
+	cr_assert_eq(kn__dataset_map(fd, &m, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(m.count, d.count);
+	cr_assert_eq(m.rows, d.rows);
+	cr_assert_eq(m.cols, d.cols);
+	cr_assert_eq((uintptr_t)m.x % 64, 0, "x is not 64-byte aligned");
+	cr_assert_eq(memcmp(m.x, d.x, (size_t)N * ROWS * COLS * 4), 0);
+	cr_assert_eq(memcmp(m.y, d.y, N), 0);
+	/* sealed: nobody changes the workers' data under them */
+	cr_assert_lt(pwrite(fd, "x", 1, 100), 0);
+	cr_assert_eq(errno, EPERM);
+	cr_assert_neq(ftruncate(fd, 1), 0);
+	close(fd);
+	kn__dataset_fini(&m);
+	cr_assert_null(m.map);
+	kn__dataset_fini(&d);
+}
+
+Test(idx, a_shared_dataset_that_is_not_ours_is_refused)
+{
+	struct kn__dataset d, m;
+	char err[512] = "";
+	char junk[4096] = "KNDATA1";
+	int fd;
+
+	/* a file without the seals, whatever its content */
+	fd = memfd_create("not-kanel", MFD_ALLOW_SEALING);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	cr_assert_eq(kn__dataset_map(fd, &m, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "not one kanel train made"), "%s", err);
+	close(fd);
+	/* ours, one label changed before the seals: refused by label */
+	load_small(&d);
+	d.y[5] = 10;
+	cr_assert_eq(kn__dataset_share(&d, &fd), 0);
+	cr_assert_eq(kn__dataset_map(fd, &m, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "label 5 is not below 10"), "%s", err);
+	close(fd);
+	kn__dataset_fini(&d);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -410,9 +411,128 @@ void kn__dataset_fini(struct kn__dataset *d)
 {
 	if (!d)
 		return;
-	free(d->x);
-	free(d->y);
+	if (d->map) {
+		munmap(d->map, d->map_len);
+	} else {
+		free(d->x);
+		free(d->y);
+	}
 	memset(d, 0, sizeof(*d));
+}
+
+/* The head of a shared dataset file; the arrays follow at their offsets. */
+struct share_head {
+	char magic[8]; /* SHARE_MAGIC */
+	uint32_t count, rows, cols, pad;
+	uint64_t x_off, y_off, total;
+};
+
+#define SHARE_MAGIC "KNDATA1"
+#define SHARE_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+
+static int pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+	const char *p = buf;
+
+	while (n) {
+		ssize_t k = pwrite(fd, p, n, (off_t)off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		p += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+int kn__dataset_share(const struct kn__dataset *d, int *fd)
+{
+	size_t pixels = (size_t)d->count * d->rows * d->cols;
+	struct share_head h = {
+		.magic = SHARE_MAGIC,
+		.count = d->count,
+		.rows = d->rows,
+		.cols = d->cols,
+		.x_off = 64,
+	};
+	int f, ret;
+
+	h.y_off = (h.x_off + pixels * sizeof(float) + 63) & ~(uint64_t)63;
+	h.total = h.y_off + d->count;
+	f = memfd_create("kanel-dataset", MFD_ALLOW_SEALING);
+	if (f < 0)
+		return -errno;
+	ret = ftruncate(f, (off_t)h.total) ? -errno : 0;
+	if (!ret)
+		ret = pwrite_full(f, &h, sizeof(h), 0);
+	if (!ret)
+		ret = pwrite_full(f, d->x, pixels * sizeof(float), h.x_off);
+	if (!ret)
+		ret = pwrite_full(f, d->y, d->count, h.y_off);
+	if (!ret && fcntl(f, F_ADD_SEALS, SHARE_SEALS))
+		ret = -errno;
+	if (ret) {
+		close(f);
+		return ret;
+	}
+	*fd = f;
+	return 0;
+}
+
+int kn__dataset_map(int fd, struct kn__dataset *out, char *err,
+		    size_t errlen)
+{
+	struct share_head h;
+	struct stat st;
+	uint64_t pixels;
+	char *base;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (fstat(fd, &st) || seals < 0)
+		return -errno;
+	if ((seals & SHARE_SEALS) != SHARE_SEALS ||
+	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    memcmp(h.magic, SHARE_MAGIC, sizeof(h.magic)) ||
+	    (uint64_t)st.st_size != h.total || !h.count || !h.rows ||
+	    !h.cols || h.rows > 4096 || h.cols > 4096) {
+		seterr(err, errlen, "the shared dataset is not one kanel "
+				    "train made");
+		return -EINVAL;
+	}
+	pixels = (uint64_t)h.count * h.rows * h.cols;
+	if (h.x_off < sizeof(h) || h.x_off % 64 ||
+	    pixels > (h.total - h.x_off) / sizeof(float) ||
+	    h.y_off < h.x_off + pixels * sizeof(float) ||
+	    h.y_off > h.total || h.total - h.y_off != h.count) {
+		seterr(err, errlen, "the shared dataset's layout does not fit "
+				    "its size");
+		return -EINVAL;
+	}
+	base = mmap(NULL, h.total, PROT_READ, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	for (uint32_t i = 0; i < h.count; i++) {
+		if ((uint8_t)base[h.y_off + i] >= KN_IDX_CLASSES) {
+			munmap(base, h.total);
+			seterr(err, errlen, "the shared dataset's label %u is "
+					    "not below %u",
+			       i, KN_IDX_CLASSES);
+			return -EINVAL;
+		}
+	}
+	*out = (struct kn__dataset){
+		.count = h.count,
+		.rows = h.rows,
+		.cols = h.cols,
+		.x = (float *)(void *)(base + h.x_off),
+		.y = (uint8_t *)base + h.y_off,
+		.map = base,
+		.map_len = h.total,
+	};
+	return 0;
 }
 
 /* splitmix64: expands the 64-bit seed into xoshiro's 256-bit state. */

@@ -43,6 +43,8 @@ struct kn__dataset {
 	uint32_t rows, cols; /* 28 x 28 for Fashion-MNIST */
 	float *x;   /* count * rows * cols, row-major, 64-byte aligned */
 	uint8_t *y; /* count labels, each < 10 */
+	void *map;  /* kn__dataset_map's read-only mapping, or NULL */
+	size_t map_len;
 };
 
 /*
@@ -58,8 +60,28 @@ struct kn__dataset {
 int kn__dataset_load(const char *dir, const char *prefix,
 		     struct kn__dataset *out, char *err, size_t errlen);
 
-/* kn__dataset_fini - free @d's arrays and zero it; NULL-safe, idempotent. */
+/* kn__dataset_fini - free @d's arrays (or unmap them) and zero it;
+ * NULL-safe, idempotent. */
 void kn__dataset_fini(struct kn__dataset *d);
+
+/*
+ * kn__dataset_share - @d in a sealed anonymous file (memfd: a header,
+ * the pixels 64-byte aligned, the labels), for the workers of one
+ * machine to map instead of each loading its own copy.  The file can no
+ * longer be written, grown or shrunk.  0 and its descriptor (not
+ * close-on-exec, for the children) in @fd, or a negative errno.
+ */
+int kn__dataset_share(const struct kn__dataset *d, int *fd);
+
+/*
+ * kn__dataset_map - map the file kn__dataset_share made, read-only and
+ * shared, into @out (its arrays point into the mapping).  The header is
+ * checked against the file's size and seals, and every label again, as
+ * for a file from disk (-EINVAL, with a sentence in @err).  @fd may be
+ * closed afterwards.  0 or a negative errno.
+ */
+int kn__dataset_map(int fd, struct kn__dataset *out, char *err,
+		    size_t errlen);
 
 /*
  * kn__idx_read - read the IDX file @path whose magic must be @magic
