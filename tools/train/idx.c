@@ -398,6 +398,8 @@ int kn__dataset_load(const char *dir, const char *prefix,
 	out->cols = idims[2];
 	out->x = x;
 	out->y = labels;
+	out->map = NULL; /* our own arrays: kn__dataset_fini frees them */
+	out->map_len = 0;
 	return 0;
 
 free_labels:
