@@ -755,8 +755,10 @@ Test(kanel, compare_runs_once_per_seed)
 	free(csv);
 	md = slurp("cmp/compare.md");
 	cr_expect(strstr(md, "| reached |"), "%s", md);
-	cr_expect(strstr(md, "| bsp | none | 0.00 (0.00-0.00) | 2/2 | "), "%s",
-		  md);
+	/* the time is the first evaluation's, a few ms on a loaded machine:
+	 * its figure is not checked, only that both seeds reached it */
+	cr_expect(strstr(md, "| bsp | none | "), "%s", md);
+	cr_expect(strstr(md, ") | 2/2 | 1.00x | "), "%s", md);
 	free(md);
 	if (access("/usr/bin/gnuplot", X_OK) == 0) {
 		char *gp = slurp("cmp/accuracy-vs-time-none.gp");
