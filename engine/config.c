@@ -575,19 +575,54 @@ static int opt_metrics(struct parse *p, const char *src, const char *val)
 	return parse_path(p, src, val, p->cfg.metrics, sizeof(p->cfg.metrics));
 }
 
-static int opt_verbose(struct parse *p, const char *src, const char *val)
+static int parse_bool(struct parse *p, const char *src, const char *val,
+		      bool *dst)
 {
 	static const char *const yes[] = { "1", "true", "yes", "on" };
 	static const char *const no[] = { "0", "false", "no", "off" };
 
 	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
 		if (!strcasecmp(val, yes[i]) || !strcasecmp(val, no[i])) {
-			p->cfg.verbose = !strcasecmp(val, yes[i]);
+			*dst = !strcasecmp(val, yes[i]);
 			return 0;
 		}
 	}
 	return bad(p, "%s='%s': expected 1 or 0 (true/false, yes/no, on/off)",
 		   src, val);
+}
+
+static int opt_verbose(struct parse *p, const char *src, const char *val)
+{
+	return parse_bool(p, src, val, &p->cfg.verbose);
+}
+
+static int opt_checkpoint_dir(struct parse *p, const char *src,
+			      const char *val)
+{
+	return parse_path(p, src, val, p->cfg.checkpoint_dir,
+			  sizeof(p->cfg.checkpoint_dir));
+}
+
+static int opt_checkpoint_every(struct parse *p, const char *src,
+				const char *val)
+{
+	return parse_range(p, src, val, 1, UINT32_MAX,
+			   &p->cfg.checkpoint_every);
+}
+
+static int opt_restore(struct parse *p, const char *src, const char *val)
+{
+	return parse_bool(p, src, val, &p->cfg.restore);
+}
+
+/* --resume DIR: --checkpoint-dir DIR and --restore in one. */
+static int opt_resume(struct parse *p, const char *src, const char *val)
+{
+	int ret = opt_checkpoint_dir(p, src, val);
+
+	if (!ret)
+		p->cfg.restore = true;
+	return ret;
 }
 
 /*
@@ -645,6 +680,10 @@ enum opt_id {
 	O_STARTUP,
 	O_SECRET_FILE,
 	O_METRICS,
+	O_CHECKPOINT_DIR,
+	O_CHECKPOINT_EVERY,
+	O_RESTORE,
+	O_RESUME,
 	O_VERBOSE,
 	O_HELP,
 	O_COUNT
@@ -841,6 +880,32 @@ static const struct opt opts[O_COUNT] = {
 				"one JSON line when it ends",
 			.parse = opt_metrics, .group = KN__CONFIG_OPT_METRICS,
 			FIELD(F_PATH, metrics) },
+	[O_CHECKPOINT_DIR] = { "--checkpoint-dir", "KANEL_CHECKPOINT_DIR",
+			       "DIR", .none = "no checkpoints",
+			       .help = "servers: write checkpoints into DIR, "
+				       "and restore from it",
+			       .parse = opt_checkpoint_dir,
+			       .group = KN__CONFIG_OPT_CHECKPOINT,
+			       FIELD(F_PATH, checkpoint_dir) },
+	[O_CHECKPOINT_EVERY] = { "--checkpoint-every", "KANEL_CHECKPOINT_EVERY",
+				 "N", .deflt = "100",
+				 .help = "servers: a checkpoint at every N-th "
+					 "model version",
+				 .parse = opt_checkpoint_every,
+				 .group = KN__CONFIG_OPT_CHECKPOINT,
+				 FIELD(F_U32, checkpoint_every) },
+	[O_RESTORE] = { "--restore", "KANEL_RESTORE", NULL, .deflt = "0",
+			.help = "coordinator: start the job from the newest "
+				"checkpoint every server has (the variable: "
+				"1 or 0)",
+			.parse = opt_restore,
+			.group = KN__CONFIG_OPT_CHECKPOINT,
+			FIELD(F_BOOL, restore) },
+	[O_RESUME] = { "--resume", NULL, "DIR",
+		       .help = "the job goes on from the checkpoints in DIR: "
+			       "--checkpoint-dir DIR and --restore",
+		       .parse = opt_resume,
+		       .group = KN__CONFIG_OPT_CHECKPOINT },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
 			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON,

@@ -105,6 +105,11 @@ struct kn__config {
 	uint32_t startup_timeout_ms;
 	char secret_file[KN_CONFIG_PATH_MAX]; /* "": KANEL_SECRET instead */
 	char metrics[KN_CONFIG_PATH_MAX];     /* "": no figures file */
+	/* servers: where checkpoints go ("": none), every how many
+	 * versions; coordinator: start from them */
+	char checkpoint_dir[KN_CONFIG_PATH_MAX];
+	uint32_t checkpoint_every;
+	bool restore;
 	bool verbose;
 	/* --help was given: nothing else was checked; print the usage. */
 	bool help;
@@ -125,6 +130,7 @@ enum {
 	KN__CONFIG_OPT_HEARTBEAT = KN_CONFIG_OPT_HEARTBEAT,
 	KN__CONFIG_OPT_JOB = KN_CONFIG_OPT_JOB,
 	KN__CONFIG_OPT_METRICS = KN_CONFIG_OPT_METRICS,
+	KN__CONFIG_OPT_CHECKPOINT = KN_CONFIG_OPT_CHECKPOINT,
 	KN__CONFIG_OPT_ALL = KN_CONFIG_OPT_ALL,
 };
 

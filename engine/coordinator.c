@@ -35,6 +35,10 @@ struct crd_server {
 	struct kn__chan *ch;
 	struct sockaddr_storage addr;
 	bool hello, layout;
+	/* --restore: the versions it can load (CHECKPOINTS), newest first */
+	bool listed;
+	uint32_t nckpt;
+	uint64_t ckpt[KN__MSG_CKPT_MAX];
 };
 
 struct crd_worker {
@@ -108,6 +112,7 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.lr = c->cfg->lr;
 	m.u.job.momentum = c->cfg->momentum;
 	m.u.job.rank = rank;
+	m.u.job.restore = c->cfg->restore;
 	*out = m;
 }
 
@@ -611,6 +616,59 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 	kn__chan_close(cw->ch);
 }
 
+/* Whether server @s offered checkpoint @version. */
+static bool offered(const struct crd_server *cs, uint64_t version)
+{
+	for (uint32_t i = 0; i < cs->nckpt; i++)
+		if (cs->ckpt[i] == version)
+			return true;
+	return false;
+}
+
+/*
+ * --restore, once every server has said which checkpoints it can load:
+ * the newest version all of them offer is the one the job starts from
+ * (under BSP every server's file of one version holds the same round,
+ * so together they are one model).  0 once RESTORE is sent, or -ENOENT
+ * with the job ended and everyone told why.
+ */
+static int restore(struct coordinator *c)
+{
+	struct kn__msg m = { .type = KN__MSG_RESTORE };
+	const struct crd_server *first = &c->servers[0];
+
+	for (uint32_t i = 0; i < first->nckpt; i++) {
+		uint32_t s = 1;
+
+		while (s < c->cfg->servers && offered(&c->servers[s],
+						      first->ckpt[i]))
+			s++;
+		if (s < c->cfg->servers)
+			continue;
+		m.u.restore.version = first->ckpt[i];
+		kn__log(&c->node, "restoring the job from its checkpoints "
+				  "of version %llu",
+			(unsigned long long)m.u.restore.version);
+		broadcast_servers(c, &m);
+		return 0;
+	}
+	kn__log(&c->node, "--restore: no checkpoint version that all %u "
+			  "servers hold intact: the job cannot start",
+		c->cfg->servers);
+	for (uint32_t w = 0; w < c->cfg->workers; w++)
+		if (c->workers[w].ch)
+			kn__chan_send_error(c->workers[w].ch, -ENOENT,
+					    "no checkpoint to restore the job "
+					    "from (the coordinator says why)");
+	for (uint32_t s = 0; s < c->cfg->servers; s++)
+		if (c->servers[s].ch)
+			kn__chan_send_error(c->servers[s].ch, -ENOENT,
+					    "no checkpoint version that every "
+					    "server holds");
+	shutdown_job(c, -ENOENT);
+	return -ENOENT;
+}
+
 static void on_server_msg(struct coordinator *c, uint32_t s,
 			  const struct kn__msg *m)
 {
@@ -630,10 +688,20 @@ static void on_server_msg(struct coordinator *c, uint32_t s,
 				welcome_worker(c, w);
 		return;
 	}
+	if (m->type == KN__MSG_CHECKPOINTS && c->cfg->restore && !cs->layout &&
+	    !cs->listed) {
+		cs->listed = true;
+		cs->nckpt = m->u.checkpoints.count;
+		memcpy(cs->ckpt, m->u.checkpoints.versions,
+		       cs->nckpt * sizeof(*cs->ckpt));
+		return;
+	}
 	if (m->type == KN__MSG_READY && m->u.ready.what == KN__READY_LAYOUT &&
-	    !cs->layout) {
+	    !cs->layout && (cs->listed || !c->cfg->restore)) {
 		cs->layout = true;
 		if (++c->layouts < c->cfg->servers)
+			return;
+		if (c->cfg->restore && restore(c))
 			return;
 		for (uint32_t w = 0; w < c->cfg->workers; w++)
 			if (c->workers[w].ch && c->workers[w].table_ok)

@@ -236,6 +236,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		put_f32(&c, m->u.job.momentum);
 		put_words(&c, &m->u.job.proto);
 		put_u32(&c, m->u.job.rank);
+		put_u32(&c, m->u.job.restore);
 		break;
 	case KN__MSG_TENSOR:
 		put_u32(&c, m->u.tensor.index);
@@ -291,6 +292,16 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		break;
 	case KN__MSG_BARRIER:
 		put_u64(&c, m->u.barrier.epoch);
+		break;
+	case KN__MSG_CHECKPOINTS:
+		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX)
+			return -EINVAL;
+		put_u32(&c, m->u.checkpoints.count);
+		for (uint32_t i = 0; i < m->u.checkpoints.count; i++)
+			put_u64(&c, m->u.checkpoints.versions[i]);
+		break;
+	case KN__MSG_RESTORE:
+		put_u64(&c, m->u.restore.version);
 		break;
 	default:
 		return -EINVAL;
@@ -357,6 +368,9 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.job.momentum = get_f32(&c);
 		get_words(&c, &m->u.job.proto);
 		m->u.job.rank = get_u32(&c);
+		m->u.job.restore = get_u32(&c);
+		if (m->u.job.restore > 1)
+			return -EPROTO;
 		/* what sync/ would refuse is refused here (0: the default) */
 		check = m->u.job.proto;
 		if (kn__sync_params_resolve(&check))
@@ -429,6 +443,22 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 	case KN__MSG_BARRIER:
 		m->u.barrier.epoch = get_u64(&c);
 		break;
+	case KN__MSG_CHECKPOINTS:
+		m->u.checkpoints.count = get_u32(&c);
+		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX)
+			return -EPROTO;
+		/* newest first, each once: what the coordinator intersects */
+		for (uint32_t i = 0; i < m->u.checkpoints.count && !c.err;
+		     i++) {
+			m->u.checkpoints.versions[i] = get_u64(&c);
+			if (i && m->u.checkpoints.versions[i] >=
+					 m->u.checkpoints.versions[i - 1])
+				return -EPROTO;
+		}
+		break;
+	case KN__MSG_RESTORE:
+		m->u.restore.version = get_u64(&c);
+		break;
 	default:
 		return -EPROTO;
 	}
@@ -457,6 +487,8 @@ const char *kn__msg_name(uint16_t type)
 		[KN__MSG_TIMING] = "TIMING",
 		[KN__MSG_PLAN] = "PLAN",
 		[KN__MSG_BARRIER] = "BARRIER",
+		[KN__MSG_CHECKPOINTS] = "CHECKPOINTS",
+		[KN__MSG_RESTORE] = "RESTORE",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])

@@ -46,7 +46,12 @@ enum kn__msg_type {
 	KN__MSG_TIMING,	     /* worker -> coordinator: its seconds per step */
 	KN__MSG_PLAN,	     /* coordinator -> servers: a plan, in parts */
 	KN__MSG_BARRIER,     /* server -> coordinator: CGP epoch end */
+	KN__MSG_CHECKPOINTS, /* server -> coordinator: versions it can load */
+	KN__MSG_RESTORE,     /* coordinator -> servers: load this version */
 };
+
+/* Versions a CHECKPOINTS message offers, newest first. */
+#define KN__MSG_CKPT_MAX 8
 
 /* Steps of a plan one PLAN message carries (a plan of more workers
  * travels in several, each naming its first worker). */
@@ -82,6 +87,8 @@ struct kn__msg {
 			struct kn__sync_params proto;
 			uint32_t
 				rank; /* the receiver's (a rejoin gets its own) */
+			/* 1: the servers start from their checkpoints */
+			uint32_t restore;
 		} job;
 		struct {
 			uint32_t index; /* in key order */
@@ -129,6 +136,13 @@ struct kn__msg {
 		struct {
 			uint64_t epoch; /* the epoch whose end was reached */
 		} barrier;
+		struct {
+			uint32_t count; /* at most KN__MSG_CKPT_MAX */
+			uint64_t versions[KN__MSG_CKPT_MAX]; /* newest first */
+		} checkpoints;
+		struct {
+			uint64_t version; /* one every server offered */
+		} restore;
 	} u;
 };
 

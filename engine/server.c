@@ -31,11 +31,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "node.h"
 #include "roles.h"
 #include "sync.h"
 
 #define NOUT 2 /* out buffers per chunk */
+/* Checkpoint files being filled at once: under BSP a chunk is at most
+ * one version ahead of another, so two always suffice; a chunk further
+ * behind (ASP) gets its oldest file abandoned. */
+#define CKPT_OPEN 2
 
 struct srv_worker {
 	struct kn__chan *ch;
@@ -57,6 +62,7 @@ struct srv_chunk {
 	uint32_t refs[NOUT]; /* writes in flight from each out buffer */
 	int cur;	     /* the out buffer holding the newest version */
 	bool initialized;
+	bool init_wait; /* worker 0's INIT came before the RESTORE */
 	bool direct; /* fp32: out[0] is the master copy itself */
 	struct kn__sync_rule *rule;
 	uint64_t *delivered; /* per worker: version last released to it */
@@ -111,6 +117,15 @@ struct server {
 	uint64_t barrier_epoch;
 	bool barrier_sent;
 	struct sockaddr_storage advertised; /* where workers reach us */
+	/* --checkpoint-dir: each owned chunk's index and size, the files
+	 * being filled (oldest first), how many arrays a chunk keeps */
+	struct kn__ckpt_chunk *ckpt_desc;
+	struct kn__ckpt *ckpt[CKPT_OPEN];
+	uint32_t ckpt_arrays;
+	/* the version restored from (--restore): the rules count from 0,
+	 * the checkpoints' versions go on from it */
+	uint64_t base;
+	bool restoring; /* the job restores: waiting for RESTORE */
 	bool done;
 	int status;
 };
@@ -125,6 +140,217 @@ static void fatal(struct server *s, int status, const char *why)
 	kn__log(&s->node, "%s", why);
 	s->status = status;
 	s->done = true;
+}
+
+/* ---- checkpoints ---- */
+
+static void init_chunk(struct server *s, struct srv_chunk *ch);
+
+/* The arrays a chunk's state needs: the master copy, and the moments the
+ * servers' optimizer keeps (under ESP and PSP: the outer update's). */
+static uint32_t state_arrays(const struct kn__msg *job)
+{
+	if (kn__sync_local_steps(job->u.job.protocol))
+		return job->u.job.proto.outer_momentum > 0 ? 2 : 1;
+	switch (job->u.job.optimizer) {
+	case KN__CONFIG_MOMENTUM:
+		return 2;
+	case KN__CONFIG_ADAM:
+		return 3;
+	default:
+		return 1;
+	}
+}
+
+static int setup_checkpoints(struct server *s)
+{
+	if (!s->cfg->checkpoint_dir[0])
+		return 0;
+	if (s->job.u.job.optimizer == KN__CONFIG_SUM) {
+		/* the servers keep no model to write */
+		kn__log(&s->node, "--checkpoint-dir: the workers apply the "
+				  "update (--optimizer sum): no checkpoints");
+		return 0;
+	}
+	s->ckpt_desc = calloc(s->nchunks + 1, sizeof(*s->ckpt_desc));
+	if (!s->ckpt_desc)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->nchunks; i++) {
+		s->ckpt_desc[i].idx = s->chunks[i].idx;
+		s->ckpt_desc[i].count = (uint32_t)s->chunks[i].c->count;
+	}
+	s->ckpt_arrays = state_arrays(&s->job);
+	return 0;
+}
+
+/* Chunk @k's state as it is now, for a file or from one. */
+static struct kn__ckpt_chunk ckpt_state(struct server *s, uint32_t k)
+{
+	struct kn__ckpt_chunk c = s->ckpt_desc[k];
+	struct srv_chunk *ch = &s->chunks[k];
+
+	c.step = ch->step;
+	c.master = ch->master;
+	c.m = ch->m;
+	c.v = ch->v;
+	return c;
+}
+
+/* The open file for @version, a new one, or NULL (an error, logged). */
+static struct kn__ckpt **ckpt_file(struct server *s, uint64_t version)
+{
+	struct kn__ckpt **slot = NULL;
+	char err[512];
+	int ret;
+
+	for (int i = 0; i < CKPT_OPEN; i++) {
+		if (s->ckpt[i] && kn__ckpt_version(s->ckpt[i]) == version)
+			return &s->ckpt[i];
+		if (!s->ckpt[i] && !slot)
+			slot = &s->ckpt[i];
+		else if (s->ckpt[i] && kn__ckpt_version(s->ckpt[i]) > version)
+			return NULL; /* a chunk that fell behind: skipped */
+	}
+	if (!slot) {
+		/* the oldest never filled: its chunks drifted apart */
+		slot = &s->ckpt[0];
+		kn__log(&s->node, "checkpoint of version %llu abandoned: a "
+				  "chunk of it fell %d checkpoints behind",
+			(unsigned long long)kn__ckpt_version(*slot),
+			CKPT_OPEN);
+		kn__ckpt_abort(*slot);
+		memmove(&s->ckpt[0], &s->ckpt[1],
+			(CKPT_OPEN - 1) * sizeof(s->ckpt[0]));
+		slot = &s->ckpt[CKPT_OPEN - 1];
+		*slot = NULL;
+	}
+	ret = kn__ckpt_open(s->cfg->checkpoint_dir, s->cfg->rank,
+			    s->job.u.job.servers, version, s->ckpt_arrays,
+			    s->ckpt_desc, s->nchunks, slot, err, sizeof(err));
+	if (ret) {
+		kn__log(&s->node, "checkpoint of version %llu: %s",
+			(unsigned long long)version, err);
+		return NULL;
+	}
+	return slot;
+}
+
+/*
+ * @ch has just made @version: every --checkpoint-every versions its
+ * state goes into that version's file, which is sealed once every
+ * chunk of ours has reached the version.  Synchronous file I/O, a
+ * chunk's bytes at a time; an error costs that checkpoint only.
+ */
+static void checkpoint(struct server *s, struct srv_chunk *ch,
+		       uint64_t version)
+{
+	const uint32_t k = (uint32_t)(ch - s->chunks);
+	struct kn__ckpt **f;
+	struct kn__ckpt_chunk state;
+	char err[512];
+	int ret;
+
+	if (!s->ckpt_desc || version % s->cfg->checkpoint_every)
+		return;
+	f = ckpt_file(s, version);
+	if (!f)
+		return;
+	state = ckpt_state(s, k);
+	ret = kn__ckpt_put(*f, k, &state);
+	if (!ret && !kn__ckpt_whole(*f))
+		return;
+	if (ret) {
+		kn__log(&s->node, "checkpoint of version %llu, chunk %u: %s",
+			(unsigned long long)version, ch->idx, strerror(-ret));
+		kn__ckpt_abort(*f);
+	} else if ((ret = kn__ckpt_close(*f, err, sizeof(err)))) {
+		kn__log(&s->node, "checkpoint of version %llu: %s",
+			(unsigned long long)version, err);
+	} else if (s->cfg->verbose) {
+		kn__log(&s->node, "checkpoint of version %llu written",
+			(unsigned long long)version);
+	}
+	*f = NULL;
+	/* keep the open ones oldest first, packed */
+	for (int i = 0; i + 1 < CKPT_OPEN; i++)
+		if (!s->ckpt[i]) {
+			s->ckpt[i] = s->ckpt[i + 1];
+			s->ckpt[i + 1] = NULL;
+		}
+}
+
+static void log_line(void *arg, const char *line)
+{
+	kn__log(arg, "%s", line);
+}
+
+/* The job restores: tell the coordinator which versions we can load. */
+static int offer_checkpoints(struct server *s)
+{
+	struct kn__msg m = { .type = KN__MSG_CHECKPOINTS };
+	uint32_t n = 0;
+	int ret;
+
+	if (!s->ckpt_desc) {
+		kn__log(&s->node, "the job restores from checkpoints, and this "
+				  "server keeps none (no --checkpoint-dir, "
+				  "or --optimizer sum)");
+		return -EINVAL;
+	}
+	ret = kn__ckpt_list(s->cfg->checkpoint_dir, s->cfg->rank,
+			    s->job.u.job.servers, m.u.checkpoints.versions,
+			    KN__MSG_CKPT_MAX, &n, log_line, &s->node);
+	if (ret) {
+		kn__log(&s->node, "--checkpoint-dir %s: %s",
+			s->cfg->checkpoint_dir, strerror(-ret));
+		return ret;
+	}
+	kn__log(&s->node, "%u intact checkpoint%s in %s%s", n,
+		n == 1 ? "" : "s", s->cfg->checkpoint_dir,
+		n ? "" : ": nothing to restore");
+	m.u.checkpoints.count = n;
+	s->restoring = true;
+	kn__chan_send(s->coord, &m);
+	return 0;
+}
+
+/* RESTORE: load @version into every chunk, then take the INITs that
+ * came meanwhile (their values are not used: the file's are). */
+static void on_restore(struct server *s, uint64_t version)
+{
+	char err[512];
+	struct kn__ckpt_chunk *st;
+	int ret;
+
+	if (!s->restoring) {
+		fatal(s, -EPROTO, "a RESTORE out of place");
+		return;
+	}
+	st = calloc(s->nchunks + 1, sizeof(*st));
+	if (!st) {
+		fatal(s, -ENOMEM, "out of memory");
+		return;
+	}
+	for (uint32_t k = 0; k < s->nchunks; k++)
+		st[k] = ckpt_state(s, k);
+	ret = kn__ckpt_load(s->cfg->checkpoint_dir, s->cfg->rank,
+			    s->job.u.job.servers, version, st, s->nchunks, err,
+			    sizeof(err));
+	for (uint32_t k = 0; !ret && k < s->nchunks; k++)
+		s->chunks[k].step = st[k].step;
+	free(st);
+	if (ret) {
+		kn__log(&s->node, "restoring version %llu: %s",
+			(unsigned long long)version, err);
+		fatal(s, ret, "the checkpoint cannot be loaded");
+		return;
+	}
+	kn__log(&s->node, "restored version %llu", (unsigned long long)version);
+	s->base = version;
+	s->restoring = false;
+	for (uint32_t k = 0; k < s->nchunks; k++)
+		if (s->chunks[k].init_wait)
+			init_chunk(s, &s->chunks[k]);
 }
 
 /* ---- start-up ---- */
@@ -228,8 +454,14 @@ static void on_table_end(struct server *s, uint32_t count)
 			    KN_TP_REMOTE_WRITE, &s->slots_mr);
 	if (!ret)
 		ret = setup_chunks(s);
+	if (!ret)
+		ret = setup_checkpoints(s);
 	if (ret) {
 		fatal(s, ret, "allocating the chunks failed");
+		return;
+	}
+	if (s->job.u.job.restore && offer_checkpoints(s)) {
+		fatal(s, -EINVAL, "no checkpoints to offer");
 		return;
 	}
 	if (s->cfg->verbose)
@@ -475,6 +707,7 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 				return true;
 			}
 			o = -1;
+			checkpoint(s, ch, s->base + a->version);
 		} else if (a->type == KN__SYNC_ACT_RELEASE) {
 			release(s, ch, a);
 		} else if (a->type == KN__SYNC_ACT_BARRIER) {
@@ -556,9 +789,16 @@ static void init_chunk(struct server *s, struct srv_chunk *ch)
 
 	if (ch->initialized)
 		return;
-	kn_convert(ch->master, KN_DTYPE_FP32, src, ch->dtype, ch->c->count);
+	if (s->restoring) {
+		ch->init_wait = true; /* the master comes from the file */
+		return;
+	}
+	if (!s->job.u.job.restore)
+		kn_convert(ch->master, KN_DTYPE_FP32, src, ch->dtype,
+			   ch->c->count);
 	if (!ch->direct)
-		memcpy(ch->out[ch->cur], src, ch->c->bytes);
+		kn_convert(ch->out[ch->cur], ch->dtype, ch->master,
+			   KN_DTYPE_FP32, ch->c->count);
 	ch->initialized = true;
 	/* members so far join the rule now, and get version 0 */
 	for (uint32_t w = 0; w < s->layout->nworkers; w++) {
@@ -772,6 +1012,9 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 	case KN__MSG_PLAN:
 		on_plan(s, m);
 		return;
+	case KN__MSG_RESTORE:
+		on_restore(s, m->u.restore.version);
+		return;
 	case KN__MSG_SHUTDOWN:
 		s->done = true;
 		return;
@@ -894,6 +1137,9 @@ static void server_free(struct server *s)
 			free(s->workers[w].params);
 			free(s->workers[w].grads);
 		}
+	for (int i = 0; i < CKPT_OPEN; i++)
+		kn__ckpt_abort(s->ckpt[i]); /* unsealed: never a checkpoint */
+	free(s->ckpt_desc);
 	free(s->workers);
 	free(s->chunks);
 	free(s->writes);

@@ -464,7 +464,9 @@ enum kn_role {
  * --momentum, --chunk-bytes */
 #define KN_CONFIG_OPT_JOB	  (1u << 7)
 #define KN_CONFIG_OPT_METRICS	  (1u << 8) /* --metrics */
-#define KN_CONFIG_OPT_ALL	  ((1u << 9) - 1)
+/* --checkpoint-dir, --checkpoint-every, --restore */
+#define KN_CONFIG_OPT_CHECKPOINT  (1u << 9)
+#define KN_CONFIG_OPT_ALL	  ((1u << 10) - 1)
 
 /*
  * What a command takes.  A flag outside @options is refused, naming the

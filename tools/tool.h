@@ -17,11 +17,13 @@
 /*
  * The job options each command takes (KN_CONFIG_OPT_* of kanel.h); a
  * flag outside them is refused, naming the flag and the command.
- *   coordinator: the counts, its address, the job's rules, heartbeats;
- *   server: its rank, the counts, the coordinator, --listen, --metrics;
+ *   coordinator: the counts, its address, the job's rules, heartbeats,
+ *     checkpoints (--restore);
+ *   server: its rank, the counts, the coordinator, --listen, --metrics,
+ *     checkpoints;
  *   worker: its rank, the counts, the coordinator, heartbeats;
  *   launch and train (a job on this machine): the counts, the job's
- *     rules, heartbeats and --metrics; they place the coordinator and
+ *     rules, heartbeats, --metrics and checkpoints; they place the coordinator and
  *     the servers themselves and give every process its role;
  *   no subcommand, or train --join: every option, the role coming from
  *     --role, KANEL_ROLE or the launcher (one command line serves every
@@ -31,18 +33,21 @@
  */
 #define KN__TOOL_OPTS_COORDINATOR                           \
 	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COORDINATOR | \
-	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB)
+	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_HEARTBEAT |   \
+	 KN_CONFIG_OPT_JOB | KN_CONFIG_OPT_CHECKPOINT)
 #define KN__TOOL_OPTS_SERVER                                \
 	(KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS |        \
 	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_LISTEN | \
-	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_METRICS)
+	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_METRICS |     \
+	 KN_CONFIG_OPT_CHECKPOINT)
 #define KN__TOOL_OPTS_WORKER                                \
 	(KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS |        \
 	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_COMMON | \
 	 KN_CONFIG_OPT_HEARTBEAT)
-#define KN__TOOL_OPTS_LOCAL                            \
-	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COMMON | \
-	 KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB | KN_CONFIG_OPT_METRICS)
+#define KN__TOOL_OPTS_LOCAL                                      \
+	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COMMON |           \
+	 KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB |           \
+	 KN_CONFIG_OPT_METRICS | KN_CONFIG_OPT_CHECKPOINT)
 
 /*
  * What a worker's process is told through the environment, where
