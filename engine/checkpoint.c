@@ -327,6 +327,19 @@ static void prune(const char *dir, uint32_t rank)
 		free(v);
 }
 
+void kn__ckpt_remove_newer(const char *dir, uint32_t rank, uint64_t version)
+{
+	char path[PATH_MAX];
+	uint64_t *v;
+	int n = scan(dir, rank, &v);
+
+	for (int i = 0; i < n && v[i] > version; i++)
+		if (!file_name(path, sizeof(path), dir, rank, v[i], ""))
+			unlink(path);
+	if (n >= 0)
+		free(v);
+}
+
 int kn__ckpt_close(struct kn__ckpt *c, char *err, size_t errlen)
 {
 	const size_t tbytes = (size_t)c->head.nchunks * sizeof(*c->table);

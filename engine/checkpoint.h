@@ -69,6 +69,13 @@ int kn__ckpt_list(const char *dir, uint32_t rank, uint32_t nservers,
 		  void (*log)(void *arg, const char *line), void *arg);
 
 /*
+ * Remove server @rank's files of versions above @version: a job gone
+ * back to @version writes them anew, and until it has they are not its
+ * model.  Errors are ignored (a file left is still checked at a load).
+ */
+void kn__ckpt_remove_newer(const char *dir, uint32_t rank, uint64_t version);
+
+/*
  * Load server @rank's checkpoint of @version into @chunks (idx and count
  * must match the file's, in order; the arrays the file holds are filled,
  * the others zeroed).  0, or a negative errno with the reason in @err

@@ -895,15 +895,14 @@ static const struct opt opts[O_COUNT] = {
 				 .group = KN__CONFIG_OPT_CHECKPOINT,
 				 FIELD(F_U32, checkpoint_every) },
 	[O_RESTORE] = { "--restore", "KANEL_RESTORE", NULL, .deflt = "0",
-			.help = "coordinator: start the job from the newest "
-				"checkpoint every server has (the variable: "
-				"1 or 0)",
+			.help = "start from the servers' newest "
+				"checkpoint (variable: 1/0)",
 			.parse = opt_restore,
 			.group = KN__CONFIG_OPT_CHECKPOINT,
 			FIELD(F_BOOL, restore) },
 	[O_RESUME] = { "--resume", NULL, "DIR",
-		       .help = "the job goes on from the checkpoints in DIR: "
-			       "--checkpoint-dir DIR and --restore",
+		       .help = "go on from the checkpoints in DIR "
+			       "(--checkpoint-dir DIR --restore)",
 		       .parse = opt_resume,
 		       .group = KN__CONFIG_OPT_CHECKPOINT },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",

@@ -18,6 +18,15 @@
  * ends when every worker has finished (DONE) or been removed; then
  * everyone is told (SHUTDOWN).  Start-up has a deadline, and missing it
  * names who never came.
+ *
+ * Checkpoints: with --restore the servers say which checkpoints they
+ * hold (CHECKPOINTS) and all load the newest one every server has
+ * (RESTORE) before the workers come.  With --checkpoint-dir a server
+ * lost after the start does not end the job: the workers are let go,
+ * the other servers asked for their checkpoints (RECOVER), and once the
+ * lost one is back (restarted by its supervisor) every server goes back
+ * to the newest common version and the workers that come back start
+ * together from it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -43,6 +52,7 @@ struct crd_server {
 
 struct crd_worker {
 	struct kn__chan *ch;
+	bool held; /* its READY START waits for the others' (recovery) */
 	struct kn__tensor_desc *table; /* as it arrives */
 	uint32_t ntable;
 	double last_seen;
@@ -59,6 +69,18 @@ struct coordinator {
 	uint32_t ntable;
 	uint32_t hellos, layouts, ready;
 	bool table_sent, started, done;
+	/*
+	 * Checkpoints: @restore, the servers start from theirs (--restore,
+	 * or a recovery), @restoring until the version is chosen.  A server
+	 * lost after the start with --checkpoint-dir given is waited for
+	 * (@recovering since @recover_t0); once it is back every server goes
+	 * back to the chosen version and the workers that come back start
+	 * together again (@holding: their READY START held until @expected
+	 * have sent one).
+	 */
+	bool restore, restoring, recovering, holding;
+	double recover_t0, hold_t0;
+	uint32_t expected, held;
 	double t0;
 	int status;
 	/* the planner of the job's protocol (PSP's, CGP's plans; none for
@@ -112,7 +134,7 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.lr = c->cfg->lr;
 	m.u.job.momentum = c->cfg->momentum;
 	m.u.job.rank = rank;
-	m.u.job.restore = c->cfg->restore;
+	m.u.job.restore = c->restore;
 	*out = m;
 }
 
@@ -147,6 +169,21 @@ static void send_ready(struct kn__chan *ch, uint32_t what)
 	kn__chan_send(ch, &m);
 }
 
+/* Every server has its layout and, in a restore, its model: workers
+ * may go to them. */
+static bool servers_ready(const struct coordinator *c)
+{
+	return c->layouts == c->cfg->servers && !c->restoring;
+}
+
+/* Send every worker whose table is checked to the servers. */
+static void workers_to_servers(struct coordinator *c)
+{
+	for (uint32_t w = 0; w < c->cfg->workers; w++)
+		if (c->workers[w].ch && c->workers[w].table_ok)
+			send_ready(c->workers[w].ch, KN__READY_TABLE);
+}
+
 static void send_table(struct coordinator *c, struct kn__chan *ch)
 {
 	struct kn__msg m = { .type = KN__MSG_TENSOR };
@@ -174,6 +211,7 @@ static void shutdown_job(struct coordinator *c, int status)
 {
 	struct kn__msg m = { .type = KN__MSG_SHUTDOWN };
 
+	c->recovering = false;
 	broadcast_servers(c, &m);
 	for (uint32_t w = 0; w < c->cfg->workers; w++)
 		if (c->workers[w].ch)
@@ -185,14 +223,38 @@ static void shutdown_job(struct coordinator *c, int status)
 /* The job ends once every worker has finished or been removed. */
 static void check_end(struct coordinator *c)
 {
-	if (!c->started)
-		return;
+	if (!c->started || c->recovering)
+		return; /* the workers gone in a recovery come back */
 	for (uint32_t w = 0; w < c->cfg->workers; w++)
 		if (!c->workers[w].done && !c->workers[w].removed)
 			return;
 	if (c->cfg->verbose)
 		kn__log(&c->node, "every worker is done: the job ends");
 	shutdown_job(c, 0);
+}
+
+static void plan_event(struct coordinator *c, uint32_t type, uint32_t w,
+		       double value);
+
+/* After a recovery: the workers back hold the restored model; start
+ * them together, as at the job's start. */
+static void release_held(struct coordinator *c)
+{
+	c->holding = false;
+	kn__log(&c->node, "%u worker%s back: the job goes on", c->held,
+		c->held == 1 ? "" : "s");
+	for (uint32_t w = 0; w < c->cfg->workers; w++) {
+		struct crd_worker *cw = &c->workers[w];
+
+		if (!cw->held)
+			continue;
+		cw->held = false;
+		if (cw->ch) {
+			send_ready(cw->ch, KN__READY_START);
+			plan_event(c, KN__SYNC_EV_JOIN, w, 0);
+		}
+	}
+	c->held = c->expected = 0;
 }
 
 #define GROUPS_TEXT 200 /* characters of a grouping in the regroup line */
@@ -459,7 +521,7 @@ static void check_table(struct coordinator *c, uint32_t w)
 		return;
 	}
 	cw->table_ok = true;
-	if (c->layouts == c->cfg->servers)
+	if (servers_ready(c))
 		send_ready(cw->ch, KN__READY_TABLE);
 }
 
@@ -536,7 +598,7 @@ static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 			send_table(c, c->servers[s].ch);
 	c->table_sent = true;
 	cw->table_ok = true;
-	if (c->layouts == c->cfg->servers)
+	if (servers_ready(c))
 		send_ready(cw->ch, KN__READY_TABLE);
 	for (uint32_t k = 1; k < c->cfg->workers; k++)
 		if (c->workers[k].ch && c->workers[k].table_done &&
@@ -575,6 +637,12 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 	case KN__MSG_READY:
 		if (m->u.ready.what != KN__READY_START || !cw->table_ok)
 			break;
+		if (c->started && c->holding) {
+			cw->held = true; /* after a recovery: all together */
+			if (++c->held >= c->expected)
+				release_held(c);
+			return;
+		}
 		if (c->started) {
 			send_ready(cw->ch, KN__READY_START); /* a rejoin */
 			plan_event(c, KN__SYNC_EV_JOIN, w, 0);
@@ -650,6 +718,7 @@ static int restore(struct coordinator *c)
 				  "of version %llu",
 			(unsigned long long)m.u.restore.version);
 		broadcast_servers(c, &m);
+		c->restoring = false;
 		return 0;
 	}
 	kn__log(&c->node, "--restore: no checkpoint version that all %u "
@@ -667,6 +736,129 @@ static int restore(struct coordinator *c)
 					    "server holds");
 	shutdown_job(c, -ENOENT);
 	return -ENOENT;
+}
+
+/*
+ * Once every server has its layout and has said which checkpoints it
+ * holds: the restore, then the workers go to the servers.  After a
+ * recovery, the workers back are started together once they all hold
+ * the restored model (release_held).
+ */
+static void maybe_restore(struct coordinator *c)
+{
+	if (c->layouts < c->cfg->servers)
+		return;
+	for (uint32_t s = 0; s < c->cfg->servers; s++)
+		if (!c->servers[s].listed)
+			return;
+	if (restore(c))
+		return;
+	if (c->recovering) {
+		c->recovering = false;
+		c->holding = true;
+		c->hold_t0 = kn__now();
+		c->held = c->expected = 0;
+		for (uint32_t w = 0; w < c->cfg->workers; w++)
+			c->expected += c->workers[w].ch &&
+				       !c->workers[w].done;
+		if (!c->expected)
+			c->holding = false;
+	}
+	workers_to_servers(c);
+}
+
+/*
+ * A recovery starts the protocol again from the restored model: the
+ * servers' chunk rules are new, so the planner that feeds them plans is
+ * too (the same parameters, the model's bytes known).
+ */
+static void reset_planner(struct coordinator *c)
+{
+	struct kn__sync_planner *p;
+	struct kn__sync_params sp;
+
+	planner_params(c, &sp);
+	if (kn__sync_planner_create(&sp, &p)) {
+		kn__log(&c->node, "out of memory for a new planner: the job "
+				  "ends");
+		shutdown_job(c, -ENOMEM);
+		return;
+	}
+	kn__sync_planner_destroy(c->planner);
+	c->planner = p;
+	c->plans = 0;
+	for (uint32_t w = 0; w < c->cfg->workers; w++)
+		c->workers[w].planned = true; /* the new one's membership */
+	if (c->table)
+		plan_with_table(c);
+}
+
+/*
+ * Server @r is gone.  Before the start, or without checkpoints, that ends
+ * the job.  With --checkpoint-dir the job waits for it to come back (its
+ * supervisor restarts it): every worker is let go (each comes back, as
+ * after a removal, and is held), the other servers are asked which
+ * checkpoints they hold (RECOVER), and once the lost one is back and has
+ * offered its own, every server goes back to the newest version all of
+ * them hold.
+ */
+static void lose_server(struct coordinator *c, uint32_t r)
+{
+	struct crd_server *cs = &c->servers[r];
+	struct kn__msg m = { .type = KN__MSG_RECOVER };
+	struct kn__msg e = { .type = KN__MSG_ERROR };
+	struct kn__chan *ch;
+
+	cs->ch = NULL;
+	if (cs->hello)
+		c->hellos--;
+	if (cs->layout)
+		c->layouts--;
+	cs->hello = cs->layout = cs->listed = false;
+	if (c->done)
+		return;
+	if (!c->started || !c->cfg->checkpoint_dir[0]) {
+		kn__log(&c->node, "server %u went away: the job cannot go on%s",
+			r,
+			c->started ? " (with --checkpoint-dir it would wait "
+				     "for the server to come back)"
+				   : "");
+		shutdown_job(c, -ECONNRESET);
+		return;
+	}
+	if (c->recovering)
+		return; /* another one: it offers its checkpoints when back */
+	kn__log(&c->node, "server %u went away: the job waits for it to come "
+			  "back, then goes on from the newest checkpoint",
+		r);
+	e.u.error.code = -ECONNRESET;
+	snprintf(e.u.error.text, sizeof(e.u.error.text),
+		 "server %u went away: come back for the model of the last "
+		 "checkpoint",
+		 r);
+	c->recovering = c->restore = c->restoring = true;
+	c->holding = false;
+	c->recover_t0 = kn__now();
+	for (uint32_t s = 0; s < c->cfg->servers; s++) {
+		c->servers[s].listed = false;
+		if (c->servers[s].ch && c->servers[s].layout)
+			kn__chan_send(c->servers[s].ch, &m);
+	}
+	reset_planner(c);
+	for (uint32_t w = 0; w < c->cfg->workers; w++) {
+		struct crd_worker *cw = &c->workers[w];
+
+		/* every worker is out until it is back */
+		plan_event(c, KN__SYNC_EV_LEAVE, w, 0);
+		if (!cw->ch || cw->done)
+			continue;
+		ch = cw->ch;
+		cw->ch = NULL; /* closed by us: no removal of its own */
+		cw->removed = true;
+		cw->held = false;
+		kn__chan_send(ch, &e); /* the program's kn_last_message */
+		kn__chan_close(ch);
+	}
 }
 
 static void on_server_msg(struct coordinator *c, uint32_t s,
@@ -688,24 +880,23 @@ static void on_server_msg(struct coordinator *c, uint32_t s,
 				welcome_worker(c, w);
 		return;
 	}
-	if (m->type == KN__MSG_CHECKPOINTS && c->cfg->restore && !cs->layout &&
-	    !cs->listed) {
+	if (m->type == KN__MSG_CHECKPOINTS && c->restoring && !cs->listed) {
 		cs->listed = true;
 		cs->nckpt = m->u.checkpoints.count;
 		memcpy(cs->ckpt, m->u.checkpoints.versions,
 		       cs->nckpt * sizeof(*cs->ckpt));
+		maybe_restore(c);
 		return;
 	}
 	if (m->type == KN__MSG_READY && m->u.ready.what == KN__READY_LAYOUT &&
-	    !cs->layout && (cs->listed || !c->cfg->restore)) {
+	    !cs->layout && (cs->listed || !c->restore)) {
 		cs->layout = true;
 		if (++c->layouts < c->cfg->servers)
 			return;
-		if (c->cfg->restore && restore(c))
-			return;
-		for (uint32_t w = 0; w < c->cfg->workers; w++)
-			if (c->workers[w].ch && c->workers[w].table_ok)
-				send_ready(c->workers[w].ch, KN__READY_TABLE);
+		if (c->restoring)
+			maybe_restore(c);
+		else
+			workers_to_servers(c);
 		return;
 	}
 	if (m->type == KN__MSG_BARRIER && c->started) {
@@ -751,6 +942,9 @@ static void on_open(struct kn__node *n, struct kn__chan *ch)
 			kn__log(n, "worker %u is back", r);
 		bool planned = cw->planned; /* the planner's, kept */
 
+		if (cw->held) /* held, then reconnected: counted again */
+			c->held--;
+
 		free(cw->table);
 		*cw = (struct crd_worker){ .ch = ch,
 					   .last_seen = kn__now(),
@@ -774,18 +968,24 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 	(void)status;
 	if (ch->peer_role == KN__ROLE_SERVER && r < c->cfg->servers &&
 	    c->servers[r].ch == ch) {
-		c->servers[r].ch = NULL;
-		if (!c->done) {
-			kn__log(n, "server %u went away: the job cannot go on",
-				r);
-			shutdown_job(c, -ECONNRESET);
-		}
+		lose_server(c, r);
 		return;
 	}
 	if (ch->peer_role == KN__ROLE_WORKER && r < c->cfg->workers &&
 	    c->workers[r].ch == ch) {
-		c->workers[r].ch = NULL;
-		if (!c->workers[r].done)
+		struct crd_worker *cw = &c->workers[r];
+
+		cw->ch = NULL;
+		if (c->holding) {
+			/* one fewer to wait for */
+			c->held -= cw->held;
+			cw->held = false;
+			if (c->expected)
+				c->expected--;
+			if (c->held >= c->expected)
+				release_held(c);
+		}
+		if (!cw->done)
 			remove_worker(c, r, "lost its connection");
 	}
 }
@@ -825,6 +1025,19 @@ static void tick(struct coordinator *c)
 		shutdown_job(c, -ETIMEDOUT);
 		return;
 	}
+	if (c->recovering &&
+	    t - c->recover_t0 > c->cfg->startup_timeout_ms / 1000.0) {
+		kn__log(&c->node, "the servers lost were not back within the "
+				  "start-up timeout (%.0f s): the job ends",
+			c->cfg->startup_timeout_ms / 1000.0);
+		log_missing(c);
+		shutdown_job(c, -ETIMEDOUT);
+		return;
+	}
+	/* a worker that does not come back is not waited for long */
+	if (c->holding &&
+	    t - c->hold_t0 > c->cfg->heartbeat_timeout_ms / 1000.0)
+		release_held(c);
 	for (uint32_t w = 0; w < c->cfg->workers; w++) {
 		struct crd_worker *cw = &c->workers[w];
 
@@ -837,7 +1050,10 @@ static void tick(struct coordinator *c)
 int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 			size_t secret_len)
 {
-	struct coordinator c = { .cfg = cfg, .t0 = kn__now() };
+	struct coordinator c = { .cfg = cfg,
+				 .t0 = kn__now(),
+				 .restore = cfg->restore,
+				 .restoring = cfg->restore };
 	struct sockaddr_storage addr;
 	socklen_t len;
 	struct kn__sync_params sp;

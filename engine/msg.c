@@ -261,6 +261,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 	case KN__MSG_HEARTBEAT:
 	case KN__MSG_DONE:
 	case KN__MSG_SHUTDOWN:
+	case KN__MSG_RECOVER:
 		break;
 	case KN__MSG_MEMBER:
 		put_u32(&c, m->u.member.rank);
@@ -399,6 +400,7 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 	case KN__MSG_HEARTBEAT:
 	case KN__MSG_DONE:
 	case KN__MSG_SHUTDOWN:
+	case KN__MSG_RECOVER:
 		break;
 	case KN__MSG_MEMBER:
 		m->u.member.rank = get_u32(&c);
@@ -489,6 +491,7 @@ const char *kn__msg_name(uint16_t type)
 		[KN__MSG_BARRIER] = "BARRIER",
 		[KN__MSG_CHECKPOINTS] = "CHECKPOINTS",
 		[KN__MSG_RESTORE] = "RESTORE",
+		[KN__MSG_RECOVER] = "RECOVER",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])

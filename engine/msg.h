@@ -48,6 +48,7 @@ enum kn__msg_type {
 	KN__MSG_BARRIER,     /* server -> coordinator: CGP epoch end */
 	KN__MSG_CHECKPOINTS, /* server -> coordinator: versions it can load */
 	KN__MSG_RESTORE,     /* coordinator -> servers: load this version */
+	KN__MSG_RECOVER,     /* coordinator -> servers: a server was lost */
 };
 
 /* Versions a CHECKPOINTS message offers, newest first. */

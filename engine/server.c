@@ -22,6 +22,14 @@
  * writes that buffer into the worker's buffer with a PULL immediate.  An
  * out buffer is reused only once every write from it has completed;
  * events that would need one meanwhile wait in the chunk's queue.
+ *
+ * Checkpoints (--checkpoint-dir): every --checkpoint-every versions a
+ * chunk's state goes into that version's file as the chunk makes it,
+ * and the file is sealed once all our chunks have (checkpoint.h).  A job
+ * that restores (JOB's flag, or RECOVER after a server was lost) offers
+ * the coordinator the versions we hold intact (CHECKPOINTS), loads the
+ * one it picks (RESTORE) and starts every chunk's rule anew from it; the
+ * workers, let go meanwhile, come back for that model.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +70,6 @@ struct srv_chunk {
 	uint32_t refs[NOUT]; /* writes in flight from each out buffer */
 	int cur;	     /* the out buffer holding the newest version */
 	bool initialized;
-	bool init_wait; /* worker 0's INIT came before the RESTORE */
 	bool direct; /* fp32: out[0] is the master copy itself */
 	struct kn__sync_rule *rule;
 	uint64_t *delivered; /* per worker: version last released to it */
@@ -126,6 +133,7 @@ struct server {
 	 * the checkpoints' versions go on from it */
 	uint64_t base;
 	bool restoring; /* the job restores: waiting for RESTORE */
+	bool restored;	/* the master copies came from a checkpoint */
 	bool done;
 	int status;
 };
@@ -194,6 +202,35 @@ static struct kn__ckpt_chunk ckpt_state(struct server *s, uint32_t k)
 	c.m = ch->m;
 	c.v = ch->v;
 	return c;
+}
+
+/*
+ * @ch's state has just been loaded from a checkpoint while its rule ran:
+ * a new rule (no members, version 0), and nothing owed to anyone.  A
+ * write still in flight from an out buffer went to a worker that has
+ * been let go; its completion only drops the reference.
+ */
+static int restart_chunk(struct server *s, struct srv_chunk *ch)
+{
+	const uint32_t nw = s->layout->nworkers;
+	struct kn__sync_rule *rule;
+	struct kn__sync_params sp;
+	int ret;
+
+	kn__job_sync_params(&s->job, 0, &sp);
+	sp.max_workers = nw;
+	ret = kn__sync_rule_create(&sp, &rule);
+	if (ret)
+		return ret;
+	kn__sync_rule_destroy(ch->rule);
+	ch->rule = rule;
+	memset(ch->delivered, 0, nw * sizeof(*ch->delivered));
+	memset(ch->announce, 0, nw * sizeof(*ch->announce));
+	memset(ch->pushes, 0, nw * sizeof(*ch->pushes));
+	memset(ch->pushed, 0, 2 * (size_t)nw * sizeof(*ch->pushed));
+	ch->qhead = ch->qtail = 0;
+	ch->initialized = false; /* init_chunk: members join, get version 0 */
+	return 0;
 }
 
 /* The open file for @version, a new one, or NULL (an error, logged). */
@@ -346,11 +383,43 @@ static void on_restore(struct server *s, uint64_t version)
 		return;
 	}
 	kn__log(&s->node, "restored version %llu", (unsigned long long)version);
+	kn__ckpt_remove_newer(s->cfg->checkpoint_dir, s->cfg->rank, version);
 	s->base = version;
 	s->restoring = false;
-	for (uint32_t k = 0; k < s->nchunks; k++)
-		if (s->chunks[k].init_wait)
-			init_chunk(s, &s->chunks[k]);
+	s->restored = true;
+	for (uint32_t k = 0; k < s->nchunks; k++) {
+		struct srv_chunk *ch = &s->chunks[k];
+
+		if (ch->initialized && restart_chunk(s, ch)) {
+			fatal(s, -ENOMEM, "out of memory for a chunk rule");
+			return;
+		}
+		/* the file's values, version 0 of the chunk's new rule, to
+		 * every worker that came meanwhile */
+		init_chunk(s, ch);
+	}
+}
+
+/*
+ * A server was lost and the job goes back to a checkpoint: the workers
+ * are let go (they come back for the restored model), the files being
+ * filled are dropped, and the coordinator hears which versions we hold.
+ */
+static void on_recover(struct server *s)
+{
+	if (!s->layout || s->restoring) {
+		fatal(s, -EPROTO, "a RECOVER out of place");
+		return;
+	}
+	for (uint32_t w = 0; w < s->layout->nworkers; w++)
+		if (s->workers[w].ch)
+			kn__chan_close(s->workers[w].ch);
+	for (int i = 0; i < CKPT_OPEN; i++) {
+		kn__ckpt_abort(s->ckpt[i]);
+		s->ckpt[i] = NULL;
+	}
+	if (offer_checkpoints(s))
+		fatal(s, -EINVAL, "no checkpoints to offer");
 }
 
 /* ---- start-up ---- */
@@ -762,6 +831,8 @@ static void join(struct server *s, uint32_t w)
 	if (s->workers[w].member)
 		return;
 	s->workers[w].member = true;
+	if (s->restoring)
+		return; /* it joins the restored rules (init_chunk) */
 	for (uint32_t i = 0; i < s->nchunks; i++)
 		if (s->chunks[i].initialized)
 			event(s, &s->chunks[i], &ev);
@@ -790,10 +861,10 @@ static void init_chunk(struct server *s, struct srv_chunk *ch)
 	if (ch->initialized)
 		return;
 	if (s->restoring) {
-		ch->init_wait = true; /* the master comes from the file */
+		/* the master comes from the file: on_restore */
 		return;
 	}
-	if (!s->job.u.job.restore)
+	if (!s->restored)
 		kn_convert(ch->master, KN_DTYPE_FP32, src, ch->dtype,
 			   ch->c->count);
 	if (!ch->direct)
@@ -1014,6 +1085,9 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 		return;
 	case KN__MSG_RESTORE:
 		on_restore(s, m->u.restore.version);
+		return;
+	case KN__MSG_RECOVER:
+		on_recover(s);
 		return;
 	case KN__MSG_SHUTDOWN:
 		s->done = true;

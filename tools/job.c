@@ -25,6 +25,8 @@
 /* A worker that fails sooner than this after its start is not restarted
  * by --restart-workers: it would only fail again (the messages say 2 s). */
 #define RESTART_MIN_S 2.0
+/* Times a server is started again after a crash (checkpoints on). */
+#define SERVER_RESTARTS 5
 
 static double now_s(void)
 {
@@ -161,7 +163,7 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 		.options = KN__TOOL_OPTS_LOCAL,
 		.role = KN_ROLE_COORDINATOR,
 	};
-	const char *secret_file;
+	const char *secret_file, *ckpt_dir;
 	char coord[64];
 	int port, n;
 
@@ -189,6 +191,10 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	 * file given is among them */
 	if (kn_config_export(job->cfg, KN__TOOL_OPTS_LOCAL))
 		return -ENOMEM;
+	/* with checkpoints a server that dies is started again: the
+	 * coordinator waits for it and the job goes on from them */
+	ckpt_dir = getenv("KANEL_CHECKPOINT_DIR");
+	job->restart_servers = ckpt_dir && *ckpt_dir;
 	secret_file = getenv("KANEL_SECRET_FILE");
 	if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET")) {
 		if (make_secret(job->secret_path, sizeof(job->secret_path))) {
@@ -329,6 +335,17 @@ static bool restarting(const struct kn__job *job, unsigned int i, double ran)
 	       ran >= RESTART_MIN_S && i > job->info.servers;
 }
 
+/* Whether server process @i, which failed after the start, is started
+ * again: checkpoints are on, the coordinator is there to wait for it, it
+ * has not failed too often nor too soon after its last start. */
+static bool restarting_server(const struct kn__job *job, unsigned int i,
+			      double ran)
+{
+	return job->restart_servers && job->pids[0] && !job->ending &&
+	       i >= 1 && i <= job->info.servers && ran >= RESTART_MIN_S &&
+	       job->server_restarts < SERVER_RESTARTS * job->info.servers;
+}
+
 /* Whether the coordinator has said that the job started. */
 static bool started(struct kn__job *job)
 {
@@ -368,6 +385,24 @@ static unsigned int reap(struct kn__job *job, bool block, bool one)
 				break;
 			}
 			describe(job, i, who, sizeof(who));
+			if (started(job) &&
+			    restarting_server(job, i, now_s() - job->started_at[i])) {
+				char *argv[3] = { job->self, "server", NULL };
+
+				kn__tool_log("%s: %s (pid %d) ended badly %.1f s "
+					     "after the start (%s %d): "
+					     "restarting it; the job goes on "
+					     "from the last checkpoint\n",
+					     job->command, who, (int)pid,
+					     now_s() - job->t0,
+					     WIFEXITED(st) ? "status" : "signal",
+					     WIFEXITED(st) ? WEXITSTATUS(st)
+							   : WTERMSIG(st));
+				if (spawn(job, i, argv, "server", i - 1) == 0) {
+					job->server_restarts++;
+					break;
+				}
+			}
 			if (job->workers_may_fail && i > job->info.servers &&
 			    started(job)) {
 				double t = now_s();

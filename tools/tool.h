@@ -137,6 +137,14 @@ struct kn__job {
 	bool restart_workers;
 	char *const *worker_argv;
 	unsigned int restarted;
+	/*
+	 * --checkpoint-dir given: a server that fails after the start is
+	 * started again (at most 5 times a server, and not one that failed
+	 * within 2 s of its last start); the coordinator holds the workers
+	 * until it is back.  Restarts counted in @server_restarts.
+	 */
+	bool restart_servers;
+	unsigned int server_restarts;
 	double t0;	    /* when the roles were started (CLOCK_MONOTONIC) */
 	double *started_at; /* per process: its last start, the same clock */
 };

@@ -1166,6 +1166,11 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		kn__tool_log("kanel train: %u worker%s failed after the start; "
 			     "the others finished the job\n",
 			     job.lost, job.lost == 1 ? "" : "s");
+	if (job.server_restarts)
+		kn__tool_log("kanel train: %u server restart%s; the job went on "
+			     "from its checkpoints\n",
+			     job.server_restarts,
+			     job.server_restarts == 1 ? "" : "s");
 out:
 	if (fds[0] >= 0)
 		close(fds[0]);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_msg.c - the control messages of engine/msg.h: the JOB fields of
- * every protocol and CGP's BARRIER go through encode and decode intact,
+ * every protocol, CGP's BARRIER and a restore's CHECKPOINTS, RESTORE and
+ * RECOVER go through encode and decode intact,
  * and values sync/ would refuse are refused on decoding.  The fuzz
  * target (tests/fuzz/fuzz_msg.c) checks every type in depth, but only in
  * a clang build; these run everywhere.
@@ -134,4 +135,56 @@ Test(msg, barrier_carries_its_epoch)
 	cr_assert_eq(b.type, KN__MSG_BARRIER);
 	cr_assert_eq(b.u.barrier.epoch, 0x0123456789abcdefull);
 	cr_assert_str_eq(kn__msg_name(KN__MSG_BARRIER), "BARRIER");
+}
+
+Test(msg, a_restore_exchange_goes_through_and_is_checked)
+{
+	struct kn__msg m = { .type = KN__MSG_CHECKPOINTS }, b;
+	uint8_t buf[KN__MSG_MAX];
+	int len;
+
+	m.u.checkpoints.count = 3;
+	m.u.checkpoints.versions[0] = 300;
+	m.u.checkpoints.versions[1] = 200;
+	m.u.checkpoints.versions[2] = 100;
+	b = round_trip(&m, &len);
+	cr_assert_eq(len, KN__MSG_HDR + 4 + 3 * 8);
+	cr_assert_eq(b.u.checkpoints.count, 3);
+	cr_assert_eq(b.u.checkpoints.versions[2], 100);
+	cr_assert_str_eq(kn__msg_name(KN__MSG_CHECKPOINTS), "CHECKPOINTS");
+
+	/* newest first, each once: an order the coordinator can trust */
+	m.u.checkpoints.versions[2] = 200;
+	len = kn__msg_encode(&m, buf, sizeof(buf));
+	cr_assert_gt(len, 0);
+	cr_expect_eq(kn__msg_decode(buf, (size_t)len, &b), -EPROTO);
+	m.u.checkpoints.count = KN__MSG_CKPT_MAX + 1;
+	cr_expect_eq(kn__msg_encode(&m, buf, sizeof(buf)), -EINVAL);
+
+	m = (struct kn__msg){ .type = KN__MSG_RESTORE };
+	m.u.restore.version = 1ull << 40;
+	b = round_trip(&m, &len);
+	cr_assert_eq(b.u.restore.version, 1ull << 40);
+	m = (struct kn__msg){ .type = KN__MSG_RECOVER };
+	len = kn__msg_encode(&m, buf, sizeof(buf));
+	cr_assert_eq(len, KN__MSG_HDR); /* no payload */
+	cr_assert_eq(kn__msg_decode(buf, (size_t)len, &b), 0);
+	cr_assert_eq(b.type, KN__MSG_RECOVER);
+	cr_assert_str_eq(kn__msg_name(KN__MSG_RECOVER), "RECOVER");
+}
+
+Test(msg, job_says_whether_it_restores)
+{
+	struct kn__msg m = cgp_job(), b;
+	uint8_t buf[KN__MSG_MAX];
+	int len;
+
+	m.u.job.restore = 1;
+	b = round_trip(&m, &len);
+	cr_assert_eq(b.u.job.restore, 1);
+	/* the flag is the last field: anything but 0 or 1 is refused */
+	len = kn__msg_encode(&m, buf, sizeof(buf));
+	buf[len - 1] = 0;
+	buf[len - 4] = 2;
+	cr_expect_eq(kn__msg_decode(buf, (size_t)len, &b), -EPROTO);
 }
