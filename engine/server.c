@@ -871,6 +871,10 @@ static void init_chunk(struct server *s, struct srv_chunk *ch)
 		kn_convert(ch->out[ch->cur], ch->dtype, ch->master,
 			   KN_DTYPE_FP32, ch->c->count);
 	ch->initialized = true;
+	/* the initial model is version 0's checkpoint: a server lost
+	 * before the first --checkpoint-every versions goes back to it */
+	if (!s->restored)
+		checkpoint(s, ch, 0);
 	/* members so far join the rule now, and get version 0 */
 	for (uint32_t w = 0; w < s->layout->nworkers; w++) {
 		if (!s->workers[w].member)

@@ -337,12 +337,16 @@ static bool restarting(const struct kn__job *job, unsigned int i, double ran)
 
 /* Whether server process @i, which failed after the start, is started
  * again: checkpoints are on, the coordinator is there to wait for it, it
- * has not failed too often nor too soon after its last start. */
+ * has not failed too often, nor too soon after a restart of ours (the
+ * first one ran since before the start). */
 static bool restarting_server(const struct kn__job *job, unsigned int i,
 			      double ran)
 {
+	bool restarted = job->started_at[i] > job->t0 + 1.0;
+
 	return job->restart_servers && job->pids[0] && !job->ending &&
-	       i >= 1 && i <= job->info.servers && ran >= RESTART_MIN_S &&
+	       i >= 1 && i <= job->info.servers &&
+	       (!restarted || ran >= RESTART_MIN_S) &&
 	       job->server_restarts < SERVER_RESTARTS * job->info.servers;
 }
 

@@ -140,7 +140,7 @@ struct kn__job {
 	/*
 	 * --checkpoint-dir given: a server that fails after the start is
 	 * started again (at most 5 times a server, and not one that failed
-	 * within 2 s of its last start); the coordinator holds the workers
+	 * within 2 s of a restart); the coordinator holds the workers
 	 * until it is back.  Restarts counted in @server_restarts.
 	 */
 	bool restart_servers;

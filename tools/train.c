@@ -1038,6 +1038,7 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	struct kn__job job;
 	const char *metrics;
 	double failed_at = -1;
+	bool terminated = false; /* SIGTERM sent after a failure */
 	long metrics_from = 0;
 	int fds[2] = { -1, -1 }, data_fd = -1, ret;
 	bool open_pipe = true, stopping = false;
@@ -1144,8 +1145,14 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		 * then end the job rather than wait on it */
 		if (job.failed && failed_at < 0)
 			failed_at = now_s();
-		if (failed_at >= 0 && now_s() - failed_at > 5) {
+		if (failed_at >= 0 && now_s() - failed_at > 5 && !terminated) {
 			kn__job_kill(&job, SIGTERM);
+			terminated = true;
+		}
+		/* a worker waiting to rejoin a job that is gone does not
+		 * see SIGTERM until its wait ends */
+		if (terminated && now_s() - failed_at > 10) {
+			kn__job_kill(&job, SIGKILL);
 			failed_at = 1e300;
 		}
 	}

@@ -799,3 +799,176 @@ Test(compare, tables_without_gnuplot)
 	cr_expect(strstr(err, "gnuplot is not installed"), "%s", err);
 	free(err);
 }
+
+/* ---- crashes: checkpoints, a server restarted, a job resumed ---- */
+
+/* The newest child of @parent whose command is `kanel ROLE`, or 0. */
+static pid_t child_with_role(pid_t parent, const char *role)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		char path[64], buf[512];
+		int pid = atoi(e->d_name), ppid = 0;
+		FILE *f;
+		size_t n;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+		f = fopen(path, "r");
+		/* "pid (comm) state ppid": comm is "kanel", no spaces */
+		if (!f || fscanf(f, "%*d %*s %*c %d", &ppid) != 1 ||
+		    ppid != parent) {
+			if (f)
+				fclose(f);
+			continue;
+		}
+		fclose(f);
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		/* argv[0] NUL argv[1] */
+		if (strlen(buf) + 1 < n && !strcmp(buf + strlen(buf) + 1, role) &&
+		    pid > found)
+			found = pid;
+	}
+	closedir(d);
+	return found;
+}
+
+/*
+ * Run @argv as run() does; once @trigger exists (a checkpoint file:
+ * the job is that far), SIGKILL its child `kanel ROLE`.  The exit code.
+ */
+static int run_killing(char *const *argv, const char *trigger,
+		       const char *role)
+{
+	pid_t pid = fork(), victim = 0;
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
+			       0644);
+		int err = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
+			       0644);
+
+		dup2(out, 1);
+		dup2(err, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 6000 && !victim; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			cr_assert_fail("the run ended before %s was written",
+				       trigger);
+		if (access(trigger, F_OK) == 0)
+			victim = child_with_role(pid, role);
+		if (!victim)
+			usleep(10000);
+	}
+	cr_assert_gt(victim, 0, "no %s after 60 s", trigger);
+	cr_assert_eq(kill(victim, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define CKPT_ARGS(json)                                                      \
+	(char *)kanel(), "train", "--workers", "4", "--servers", "2",         \
+		"--model", "mlp", "--epochs", "1", "--seed", "3", "--curve", \
+		(char *)in_dir("curve.csv"), "--summary-json",               \
+		(char *)in_dir(json)
+
+/*
+ * One epoch of BSP twice with the same seed (the same model to the last
+ * digit: BSP's sums have one order), the second with a server killed
+ * once version 100 is written.  It is restarted, the job goes back to
+ * version 100 and ends, with an accuracy within 0.5 points of the first.
+ */
+Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
+     .timeout = 600)
+{
+	char *argv[] = { CKPT_ARGS("whole.json"), NULL };
+	char *argk[] = { CKPT_ARGS("s.json"), "--checkpoint-dir",
+			 (char *)in_dir(""), "--checkpoint-every", "50", NULL };
+	char *whole, *json, *err;
+	double a, b;
+	int rc;
+
+	need_dataset();
+	cr_assert_eq(run(argv), 0);
+	whole = slurp(in_dir("whole.json"));
+	rc = run_killing(argk,
+			 in_dir("server-1.v00000000000000000100.ckpt"),
+			 "server");
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "restarting it; the job goes on from the last "
+			      "checkpoint"),
+		  "%s", err);
+	cr_expect(strstr(err, "restoring the job from its checkpoints of "
+			      "version 1"),
+		  "%s", err);
+	cr_expect(strstr(err, "1 server restart;"), "%s", err);
+	json = slurp(in_dir("s.json"));
+	a = json_num(whole, "final_accuracy");
+	b = json_num(json, "final_accuracy");
+	cr_expect(fabs(a - b) <= 0.005, "final %.4f, uninterrupted %.4f", b,
+		  a);
+	free(whole);
+	free(json);
+	free(err);
+}
+
+/*
+ * The coordinator killed once version 100 is written: the run fails, and
+ * `--resume DIR` starts a job from that version, whose first evaluation
+ * (before its first step) is the restored model's, not a new one's.
+ */
+Test(train_cli, resume_goes_on_after_the_coordinator_is_killed,
+     .timeout = 600)
+{
+	char *argk[] = { CKPT_ARGS("s.json"), "--checkpoint-dir",
+			 (char *)in_dir(""), "--checkpoint-every", "50", NULL };
+	char *argr[] = { (char *)kanel(), "train", "--workers", "4",
+			 "--servers", "2", "--model", "mlp", "--epochs", "0.02",
+			 "--seed", "3", "--curve", (char *)in_dir("curve.csv"),
+			 "--summary-json", (char *)in_dir("s.json"), "--resume",
+			 (char *)in_dir(""), NULL };
+	char *err, *curve, *line;
+	float first;
+	int rc;
+
+	need_dataset();
+	rc = run_killing(argk,
+			 in_dir("server-1.v00000000000000000100.ckpt"),
+			 "coordinator");
+	cr_assert_neq(rc, 0, "the run went on without its coordinator");
+	rc = run(argr);
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "restoring the job from its checkpoints of "
+			      "version 1"),
+		  "%s", err);
+	curve = slurp(in_dir("curve.csv"));
+	line = strchr(curve, '\n'); /* past the header */
+	cr_assert_not_null(line, "%s", curve);
+	cr_assert_eq(sscanf(line + 1, "%*[^,],%*[^,],%*[^,],%f", &first), 1,
+		     "%s", curve);
+	/* a new MLP tests at about 0.1; version 100 near 0.8 */
+	cr_expect_gt(first, 0.6, "%s", curve);
+	free(err);
+	free(curve);
+}
