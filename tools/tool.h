@@ -139,7 +139,7 @@ struct kn__job {
 	unsigned int restarted;
 	/*
 	 * --checkpoint-dir given: a server that fails after the start is
-	 * started again (at most 5 times a server, and not one that failed
+	 * started again (5 restarts per server in all, and not one that failed
 	 * within 2 s of a restart); the coordinator holds the workers
 	 * until it is back.  Restarts counted in @server_restarts.
 	 */
