@@ -44,8 +44,9 @@ struct crd_server {
 	struct kn__chan *ch;
 	struct sockaddr_storage addr;
 	bool hello, layout;
-	/* --restore: the versions it can load (CHECKPOINTS), newest first */
-	bool listed;
+	/* --restore: the versions it can load (CHECKPOINTS), newest first;
+	 * @any: it owns no chunk, and every version will do */
+	bool listed, any;
 	uint32_t nckpt;
 	uint64_t ckpt[KN__MSG_CKPT_MAX];
 };
@@ -81,6 +82,7 @@ struct coordinator {
 	bool restore, restoring, recovering, holding;
 	double recover_t0, hold_t0;
 	uint32_t expected, held;
+	uint32_t let_go; /* workers let go at the loss: expected back */
 	double t0;
 	int status;
 	/* the planner of the job's protocol (PSP's, CGP's plans; none for
@@ -687,6 +689,8 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 /* Whether server @s offered checkpoint @version. */
 static bool offered(const struct crd_server *cs, uint64_t version)
 {
+	if (cs->any)
+		return true;
 	for (uint32_t i = 0; i < cs->nckpt; i++)
 		if (cs->ckpt[i] == version)
 			return true;
@@ -703,10 +707,14 @@ static bool offered(const struct crd_server *cs, uint64_t version)
 static int restore(struct coordinator *c)
 {
 	struct kn__msg m = { .type = KN__MSG_RESTORE };
-	const struct crd_server *first = &c->servers[0];
+	const struct crd_server *first = NULL;
 
-	for (uint32_t i = 0; i < first->nckpt; i++) {
-		uint32_t s = 1;
+	/* the versions of a server that owns chunks are the candidates */
+	for (uint32_t s = 0; s < c->cfg->servers && !first; s++)
+		if (!c->servers[s].any)
+			first = &c->servers[s];
+	for (uint32_t i = 0; first && i < first->nckpt; i++) {
+		uint32_t s = 0;
 
 		while (s < c->cfg->servers && offered(&c->servers[s],
 						      first->ckpt[i]))
@@ -757,10 +765,10 @@ static void maybe_restore(struct coordinator *c)
 		c->recovering = false;
 		c->holding = true;
 		c->hold_t0 = kn__now();
-		c->held = c->expected = 0;
-		for (uint32_t w = 0; w < c->cfg->workers; w++)
-			c->expected += c->workers[w].ch &&
-				       !c->workers[w].done;
+		/* all those let go, unless they fail to come back within
+		 * a heartbeat timeout (tick) */
+		c->held = 0;
+		c->expected = c->let_go;
 		if (!c->expected)
 			c->holding = false;
 	}
@@ -838,6 +846,7 @@ static void lose_server(struct coordinator *c, uint32_t r)
 		 r);
 	c->recovering = c->restore = c->restoring = true;
 	c->holding = false;
+	c->let_go = 0;
 	c->recover_t0 = kn__now();
 	for (uint32_t s = 0; s < c->cfg->servers; s++) {
 		c->servers[s].listed = false;
@@ -853,6 +862,7 @@ static void lose_server(struct coordinator *c, uint32_t r)
 		if (!cw->ch || cw->done)
 			continue;
 		ch = cw->ch;
+		c->let_go++;
 		cw->ch = NULL; /* closed by us: no removal of its own */
 		cw->removed = true;
 		cw->held = false;
@@ -882,6 +892,7 @@ static void on_server_msg(struct coordinator *c, uint32_t s,
 	}
 	if (m->type == KN__MSG_CHECKPOINTS && c->restoring && !cs->listed) {
 		cs->listed = true;
+		cs->any = m->u.checkpoints.any;
 		cs->nckpt = m->u.checkpoints.count;
 		memcpy(cs->ckpt, m->u.checkpoints.versions,
 		       cs->nckpt * sizeof(*cs->ckpt));

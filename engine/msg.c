@@ -297,6 +297,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 	case KN__MSG_CHECKPOINTS:
 		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX)
 			return -EINVAL;
+		put_u32(&c, m->u.checkpoints.any);
 		put_u32(&c, m->u.checkpoints.count);
 		for (uint32_t i = 0; i < m->u.checkpoints.count; i++)
 			put_u64(&c, m->u.checkpoints.versions[i]);
@@ -446,8 +447,10 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.barrier.epoch = get_u64(&c);
 		break;
 	case KN__MSG_CHECKPOINTS:
+		m->u.checkpoints.any = get_u32(&c);
 		m->u.checkpoints.count = get_u32(&c);
-		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX)
+		if (m->u.checkpoints.any > 1 ||
+		    m->u.checkpoints.count > KN__MSG_CKPT_MAX)
 			return -EPROTO;
 		/* newest first, each once: what the coordinator intersects */
 		for (uint32_t i = 0; i < m->u.checkpoints.count && !c.err;

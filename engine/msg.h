@@ -138,6 +138,8 @@ struct kn__msg {
 			uint64_t epoch; /* the epoch whose end was reached */
 		} barrier;
 		struct {
+			/* 1: the server owns no chunk, any version will do */
+			uint32_t any;
 			uint32_t count; /* at most KN__MSG_CKPT_MAX */
 			uint64_t versions[KN__MSG_CKPT_MAX]; /* newest first */
 		} checkpoints;

@@ -334,6 +334,13 @@ static int offer_checkpoints(struct server *s)
 				  "or --optimizer sum)");
 		return -EINVAL;
 	}
+	if (!s->nchunks) {
+		/* nothing of the model here, nothing to go back to */
+		m.u.checkpoints.any = 1;
+		s->restoring = true;
+		kn__chan_send(s->coord, &m);
+		return 0;
+	}
 	ret = kn__ckpt_list(s->cfg->checkpoint_dir, s->cfg->rank,
 			    s->job.u.job.servers, m.u.checkpoints.versions,
 			    KN__MSG_CKPT_MAX, &n, log_line, &s->node);
@@ -370,9 +377,10 @@ static void on_restore(struct server *s, uint64_t version)
 	}
 	for (uint32_t k = 0; k < s->nchunks; k++)
 		st[k] = ckpt_state(s, k);
-	ret = kn__ckpt_load(s->cfg->checkpoint_dir, s->cfg->rank,
-			    s->job.u.job.servers, version, st, s->nchunks, err,
-			    sizeof(err));
+	ret = !s->nchunks ? 0
+			  : kn__ckpt_load(s->cfg->checkpoint_dir, s->cfg->rank,
+					  s->job.u.job.servers, version, st,
+					  s->nchunks, err, sizeof(err));
 	for (uint32_t k = 0; !ret && k < s->nchunks; k++)
 		s->chunks[k].step = st[k].step;
 	free(st);

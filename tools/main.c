@@ -398,8 +398,8 @@ static int run_launch(int argc, char **argv)
 		kn__tool_log("kanel launch: %u worker restart%s\n",
 			     job.restarted, job.restarted == 1 ? "" : "s");
 	if (job.server_restarts && !ret)
-		kn__tool_log("kanel launch: %u server restart%s; the job went "
-			     "on from its checkpoints\n",
+		kn__tool_log("kanel launch: %u server restart%s from the "
+			     "checkpoints\n",
 			     job.server_restarts,
 			     job.server_restarts == 1 ? "" : "s");
 	ret = ret ? 2 : job.status;

@@ -1174,8 +1174,8 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 			     "the others finished the job\n",
 			     job.lost, job.lost == 1 ? "" : "s");
 	if (job.server_restarts)
-		kn__tool_log("kanel train: %u server restart%s; the job went on "
-			     "from its checkpoints\n",
+		kn__tool_log("kanel train: %u server restart%s from the "
+			     "checkpoints\n",
 			     job.server_restarts,
 			     job.server_restarts == 1 ? "" : "s");
 out:

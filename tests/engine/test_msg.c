@@ -148,7 +148,7 @@ Test(msg, a_restore_exchange_goes_through_and_is_checked)
 	m.u.checkpoints.versions[1] = 200;
 	m.u.checkpoints.versions[2] = 100;
 	b = round_trip(&m, &len);
-	cr_assert_eq(len, KN__MSG_HDR + 4 + 3 * 8);
+	cr_assert_eq(len, KN__MSG_HDR + 8 + 3 * 8);
 	cr_assert_eq(b.u.checkpoints.count, 3);
 	cr_assert_eq(b.u.checkpoints.versions[2], 100);
 	cr_assert_str_eq(kn__msg_name(KN__MSG_CHECKPOINTS), "CHECKPOINTS");

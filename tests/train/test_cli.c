@@ -919,7 +919,8 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
 	cr_expect(strstr(err, "restoring the job from its checkpoints of "
 			      "version 1"),
 		  "%s", err);
-	cr_expect(strstr(err, "1 server restart;"), "%s", err);
+	cr_expect(strstr(err, "1 server restart from the checkpoints"), "%s",
+		  err);
 	json = slurp(in_dir("s.json"));
 	a = json_num(whole, "final_accuracy");
 	b = json_num(json, "final_accuracy");
