@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,34 @@ const char *transport(void)
 const char *host(void)
 {
 	const char *a = getenv("KANEL_RDMA_ADDR");
+	const char *net = getenv("KANEL_TEST_HOST");
 
+	if (net && *net)
+		return net; /* tests/net/netns.sh: the workers are elsewhere */
 	return strcmp(transport(), "verbs") == 0 && a ? a : "127.0.0.1";
+}
+
+/*
+ * Move this process into worker @rank's network namespace, where
+ * tests/net/netns.sh made one (KANEL_TEST_WORKER_NETNS names its
+ * prefix); elsewhere nothing.
+ */
+static void enter_worker_netns(unsigned int rank)
+{
+	const char *prefix = getenv("KANEL_TEST_WORKER_NETNS");
+	char path[128];
+	int fd;
+
+	if (!prefix || !*prefix)
+		return;
+	snprintf(path, sizeof(path), "/run/netns/%s%u", prefix, rank);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+		fprintf(stderr, "worker %u: cannot enter %s: %s\n", rank, path,
+			strerror(errno));
+		_exit(1);
+	}
+	close(fd);
 }
 
 int free_port(void)
@@ -85,7 +112,7 @@ void job_env(struct job *j, unsigned int workers, unsigned int servers,
 	setenv("KANEL_CHUNK_BYTES", "4096", 1); /* many chunks per tensor */
 	setenv("KANEL_HEARTBEAT_TIMEOUT", "1000ms", 1);
 	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
-	if (strcmp(transport(), "verbs") == 0)
+	if (strcmp(transport(), "verbs") == 0 || getenv("KANEL_TEST_HOST"))
 		setenv("KANEL_LISTEN", strcat(strcpy(listen_buf, host()), ":0"),
 		       1);
 	j->nworkers = workers;
@@ -166,6 +193,7 @@ void spawn_worker(struct job *j, unsigned int rank, worker_fn *fn)
 		struct timespec t0, t1;
 		int ret;
 
+		enter_worker_netns(rank);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		ret = fn(rank);
 		clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -95,11 +95,14 @@ mkdir -p "$cache" || skip "cannot create the cache directory $cache"
 # modules.dep): virtio-pci and 9p for the file systems, dummy for the
 # netdev under rxe, rdma_ucm for librdmacm's /dev/infiniband/rdma_cm,
 # overlay to make the host's root writable in the guest.
+# veth and sch_netem are for tests/net/ (namespaces joined by veth pairs,
+# netem's delay and loss), which the host kernel here does not have.
 # Debian's 6.1 builds all of them, virtio_pci included, as modules.
 # crc32_generic goes before rdma_rxe, or "rdma link add" fails with
 # ENOENT: rxe asks the crypto API for "crc32", and nothing autoloads
 # modules in this guest.
-wanted=(virtio_pci 9pnet_virtio 9p overlay dummy crc32_generic rdma_ucm rdma_rxe)
+wanted=(virtio_pci 9pnet_virtio 9p overlay dummy crc32_generic rdma_ucm rdma_rxe
+	veth sch_netem)
 # What a cached build was made from: a change to it (or to what
 # build_kernel makes: bump the number) rebuilds the cache.
 stamp="2 ${wanted[*]}"
