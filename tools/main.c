@@ -6,6 +6,7 @@
  *   kanel server      [options]
  *   kanel worker      [options] [--steps N] [--tensors N]
  *                     [--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]
+ *                     [--pause-ms N]
  *   kanel launch      --workers N [--servers M] [options] [-- CMD [ARG...]]
  *   kanel [options]   the role from --role, KANEL_ROLE or the launcher
  *   kanel train       [train options] [options]
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kanel.h"
 #include "tool.h"
@@ -46,7 +48,8 @@ static void usage(FILE *out)
 		"  kanel launch --workers N [--servers M] [options] "
 		"[-- CMD [ARG...]]\n"
 		"  kanel worker [--steps N] [--tensors N] "
-		"[--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]\n\n"
+		"[--tensor-bytes BYTES] [--dtype fp32|fp16|bf16]\n"
+		"               [--pause-ms N]\n\n"
 		"The job's options (each also a KANEL_* variable):\n"
 		"Usage: kanel [OPTION]...\n");
 	kn_config_usage(out, KN_CONFIG_OPT_ALL);
@@ -71,7 +74,10 @@ static const char worker_head[] =
 	"  --tensors N             tensors, 1 or more (default 1)\n"
 	"  --tensor-bytes BYTES    bytes of each, 1 or more (default "
 	"1048576)\n"
-	"  --dtype fp32|fp16|bf16  their element type (default fp32)\n\n";
+	"  --dtype fp32|fp16|bf16  their element type (default fp32)\n"
+	"  --pause-ms N            sleep N ms before each step, a stand-in "
+	"for\n"
+	"                          compute (default 0)\n\n";
 
 static const char launch_head[] =
 	"usage: kanel launch --workers N [--servers M] [options] "
@@ -128,7 +134,7 @@ static int run_role(int argc, char **argv, const struct kn_config_scope *sc,
 /* ---- kanel worker: synthetic tensors ---- */
 
 struct synth {
-	unsigned long steps, tensors;
+	unsigned long steps, tensors, pause_ms;
 	size_t bytes;
 	enum kn_dtype dtype;
 };
@@ -152,7 +158,8 @@ static bool is_synth_flag(const char *a, const char *flag, const char **val)
 static int synth_options(int *argc, char **argv, struct synth *o)
 {
 	static const char *const flags[] = { "--steps", "--tensors",
-					     "--tensor-bytes", "--dtype" };
+					     "--tensor-bytes", "--dtype",
+					     "--pause-ms" };
 	int out = 1;
 
 	for (int i = 1; i < *argc; i++) {
@@ -201,17 +208,23 @@ static int synth_options(int *argc, char **argv, struct synth *o)
 		}
 		errno = 0;
 		n = strtoul(v, &end, 10);
-		if (errno || end == v || *end || v[0] == '-' || (k > 0 && !n)) {
-			kn__tool_log("kanel worker: %s %s: a%s number\n",
-				     flags[k], v, k > 0 ? " positive" : "");
+		/* --steps and --pause-ms may be 0, the sizes may not */
+		if (errno || end == v || *end || v[0] == '-' ||
+		    ((k == 1 || k == 2) && !n) || (k == 4 && n > 3600000)) {
+			kn__tool_log("kanel worker: %s %s: %s\n", flags[k], v,
+				     k == 1 || k == 2 ? "a positive number"
+				     : k == 4 ? "milliseconds, 0 to 3600000"
+					      : "a number");
 			return -EINVAL;
 		}
 		if (k == 0)
 			o->steps = n;
 		else if (k == 1)
 			o->tensors = n;
-		else
+		else if (k == 2)
 			o->bytes = n;
+		else
+			o->pause_ms = n;
 	}
 	argv[out] = NULL;
 	*argc = out;
@@ -285,8 +298,18 @@ static int run_worker(int argc, char **argv, const struct kn_config *given)
 	}
 	if (!ret)
 		ret = kn_worker_start(w);
-	for (unsigned long s = 0; !ret && s < o.steps; s++)
+	for (unsigned long s = 0; !ret && s < o.steps; s++) {
+		if (o.pause_ms) {
+			struct timespec ts = {
+				.tv_sec = (time_t)(o.pause_ms / 1000),
+				.tv_nsec = (long)(o.pause_ms % 1000) * 1000000,
+			};
+
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
 		ret = kn_worker_step(w, NULL);
+	}
 	if (ret)
 		kn__tool_log("kanel: worker %u: %s\n", kn_config_rank(cfg),
 			     strerror(-ret));

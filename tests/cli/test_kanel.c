@@ -790,3 +790,45 @@ Test(kanel, compare_runs_once_per_seed)
 	free(csv);
 	remove_tree(out);
 }
+
+/*
+ * Load: 256 synthetic workers on two servers start, do their steps and
+ * finish, and the servers' figures count every push.  A sanitizer build
+ * runs 64: 256 instrumented processes would want some 10 GB.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define LOAD_WORKERS "64"
+#define LOAD_PUSHES  "\"contributions\":1280," /* 64 x 20, per server */
+#else
+#define LOAD_WORKERS "256"
+#define LOAD_PUSHES  "\"contributions\":5120,"
+#endif
+
+Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
+{
+	char *m;
+	int rc;
+
+	/* two tensors of one 4 KiB chunk each: one chunk per server */
+	rc = run(ARGS("launch", "--workers", LOAD_WORKERS, "--servers", "2",
+		      "--chunk-bytes", "4096", "--metrics",
+		      (char *)in_dir("m.json"), "--", kanel(), "worker",
+		      "--steps", "20", "--tensors", "2", "--tensor-bytes",
+		      "4096"),
+		 NULL);
+	if (rc) {
+		char *err = slurp("stderr");
+
+		cr_log_error("stderr: %s", err);
+		free(err);
+	}
+	cr_assert_eq(rc, 0);
+	m = slurp("m.json");
+	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":0,\"status\":0,"
+			    LOAD_PUSHES),
+		  "%s", m);
+	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":1,\"status\":0,"
+			    LOAD_PUSHES),
+		  "%s", m);
+	free(m);
+}

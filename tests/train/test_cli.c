@@ -973,3 +973,30 @@ Test(train_cli, resume_goes_on_after_the_coordinator_is_killed,
 	free(err);
 	free(curve);
 }
+
+/*
+ * Load: 128 trainer workers on two servers (each maps the one shared
+ * copy of the data) start, train and report.  A sanitizer build runs 32.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define TRAIN_LOAD "32"
+#else
+#define TRAIN_LOAD "128"
+#endif
+
+Test(train_cli, train_runs_128_workers_on_two_servers, .timeout = 600)
+{
+	char *argv[] = { (char *)kanel(), "train", "--workers", TRAIN_LOAD,
+			 "--servers", "2", "--model", "mlp", "--epochs", "0.3",
+			 "--curve", (char *)in_dir("curve.csv"),
+			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *json;
+
+	need_dataset();
+	json = run_ok_json(argv);
+	cr_expect(strstr(json, "\"workers\": " TRAIN_LOAD ","), "%s", json);
+	/* every worker's 0.3 of an epoch of its shard, in whole batches */
+	cr_expect_gt(json_num(json, "samples"), 0.25 * 60000, "%s", json);
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.3, "%s", json);
+	free(json);
+}
