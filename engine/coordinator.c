@@ -825,12 +825,15 @@ static void lose_server(struct coordinator *c, uint32_t r)
 	cs->hello = cs->layout = cs->listed = false;
 	if (c->done)
 		return;
-	if (!c->started || !c->cfg->checkpoint_dir[0]) {
+	if (!c->started || !c->cfg->checkpoint_dir[0] ||
+	    c->cfg->optimizer == KN__CONFIG_SUM) {
+		/* (--optimizer sum: the servers keep no model to go back to) */
 		kn__log(&c->node, "server %u went away: the job cannot go on%s",
 			r,
-			c->started ? " (with --checkpoint-dir it would wait "
-				     "for the server to come back)"
-				   : "");
+			c->started && !c->cfg->checkpoint_dir[0]
+				? " (with --checkpoint-dir it would wait for "
+				  "the server to come back)"
+				: "");
 		shutdown_job(c, -ECONNRESET);
 		return;
 	}

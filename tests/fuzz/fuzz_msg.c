@@ -165,7 +165,8 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 		       same_f32(a->u.job.lr, b->u.job.lr) &&
 		       same_f32(a->u.job.momentum, b->u.job.momentum) &&
 		       same_proto(&a->u.job.proto, &b->u.job.proto) &&
-		       a->u.job.rank == b->u.job.rank;
+		       a->u.job.rank == b->u.job.rank &&
+		       a->u.job.restore == b->u.job.restore;
 	case KN__MSG_TENSOR:
 		return a->u.tensor.index == b->u.tensor.index &&
 		       a->u.tensor.dtype == b->u.tensor.dtype &&
@@ -184,7 +185,16 @@ static bool same_msg(const struct kn__msg *a, const struct kn__msg *b)
 	case KN__MSG_HEARTBEAT:
 	case KN__MSG_DONE:
 	case KN__MSG_SHUTDOWN:
+	case KN__MSG_RECOVER:
 		return true;
+	case KN__MSG_CHECKPOINTS:
+		return a->u.checkpoints.any == b->u.checkpoints.any &&
+		       a->u.checkpoints.count == b->u.checkpoints.count &&
+		       !memcmp(a->u.checkpoints.versions,
+			       b->u.checkpoints.versions,
+			       a->u.checkpoints.count * sizeof(uint64_t));
+	case KN__MSG_RESTORE:
+		return a->u.restore.version == b->u.restore.version;
 	case KN__MSG_MEMBER:
 		return a->u.member.rank == b->u.member.rank &&
 		       a->u.member.joined == b->u.member.joined;
@@ -244,6 +254,8 @@ static void msg_valid(const struct kn__msg *m)
 			fail("decoded JOB bound %g, latency %g, bandwidth %g",
 			     (double)m->u.job.proto.bound, (double)m->u.job.proto.latency,
 			     (double)m->u.job.proto.bandwidth);
+		if (m->u.job.restore > 1)
+			fail("decoded JOB restore %u", m->u.job.restore);
 		break;
 	case KN__MSG_TENSOR:
 		if (!terminated(m->u.tensor.key, KN__KEY_MAX))
@@ -276,6 +288,17 @@ static void msg_valid(const struct kn__msg *m)
 		    m->u.plan.count > m->u.plan.workers - m->u.plan.first)
 			fail("decoded PLAN part %u+%u of %u", m->u.plan.first,
 			     m->u.plan.count, m->u.plan.workers);
+		break;
+	case KN__MSG_CHECKPOINTS:
+		/* at most the room, newest first, each version once */
+		if (m->u.checkpoints.any > 1 ||
+		    m->u.checkpoints.count > KN__MSG_CKPT_MAX)
+			fail("decoded CHECKPOINTS any %u, count %u",
+			     m->u.checkpoints.any, m->u.checkpoints.count);
+		for (uint32_t i = 1; i < m->u.checkpoints.count; i++)
+			if (m->u.checkpoints.versions[i] >=
+			    m->u.checkpoints.versions[i - 1])
+				fail("decoded CHECKPOINTS out of order");
 		break;
 	default:
 		break;
