@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -179,6 +180,18 @@ static int setup_checkpoints(struct server *s)
 		kn__log(&s->node, "--checkpoint-dir: the workers apply the "
 				  "update (--optimizer sum): no checkpoints");
 		return 0;
+	}
+	/* made if missing (its parent is not), and checked writable now,
+	 * not at the first checkpoint */
+	if (mkdir(s->cfg->checkpoint_dir, 0700) && errno != EEXIST) {
+		kn__log(&s->node, "--checkpoint-dir %s: %s",
+			s->cfg->checkpoint_dir, strerror(errno));
+		return -errno;
+	}
+	if (access(s->cfg->checkpoint_dir, W_OK | X_OK)) {
+		kn__log(&s->node, "--checkpoint-dir %s: %s",
+			s->cfg->checkpoint_dir, strerror(errno));
+		return -errno;
 	}
 	s->ckpt_desc = calloc(s->nchunks + 1, sizeof(*s->ckpt_desc));
 	if (!s->ckpt_desc)
@@ -531,10 +544,13 @@ static void on_table_end(struct server *s, uint32_t count)
 			    KN_TP_REMOTE_WRITE, &s->slots_mr);
 	if (!ret)
 		ret = setup_chunks(s);
-	if (!ret)
-		ret = setup_checkpoints(s);
 	if (ret) {
 		fatal(s, ret, "allocating the chunks failed");
+		return;
+	}
+	ret = setup_checkpoints(s);
+	if (ret) {
+		fatal(s, ret, "no checkpoints can be written");
 		return;
 	}
 	if (s->job.u.job.restore && offer_checkpoints(s)) {
