@@ -28,6 +28,25 @@
 /* Times a server is started again after a crash (checkpoints on). */
 #define SERVER_RESTARTS 5
 
+/* SIGTERM or SIGHUP to a job's parent that kn__job_catch_term set up:
+ * the job is ended, not left running without its supervisor. */
+static volatile sig_atomic_t term_signal;
+
+static void on_term(int sig)
+{
+	term_signal = sig;
+}
+
+void kn__job_catch_term(void)
+{
+	/* no SA_RESTART: a blocking waitpid returns, and the loop ends */
+	struct sigaction sa = { .sa_handler = on_term };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -370,6 +389,8 @@ static unsigned int reap(struct kn__job *job, bool block, bool one)
 
 		if (pid == 0 || (pid < 0 && errno != EINTR))
 			break;
+		if (pid < 0 && term_signal)
+			break; /* kn__job_wait ends the job */
 		if (pid < 0)
 			continue;
 		if (one)
@@ -487,11 +508,18 @@ void kn__job_wait(struct kn__job *job, double grace_s)
 	const struct timespec tick = { .tv_nsec = 20 * 1000 * 1000 };
 	double until;
 
-	/* one child at a time, until one fails or all are done */
-	while (job->running && !job->failed)
+	/* one child at a time, until one fails, all are done or we are
+	 * told to stop */
+	while (job->running && !job->failed && !term_signal)
 		reap(job, true, true);
 	if (!job->running)
 		return;
+	if (term_signal) {
+		kn__tool_log("%s: %s: ending the job\n", job->command,
+			     strsignal(term_signal));
+		if (!job->status)
+			job->status = 128 + term_signal;
+	}
 	kn__tool_log("%s: ending the job: %u process%s stopped\n", job->command,
 		     job->running, job->running == 1 ? "" : "es");
 	kn__job_kill(job, SIGTERM);

@@ -399,6 +399,7 @@ static int run_launch(int argc, char **argv)
 	wargv[0] = job.self;
 	job.workers_may_fail = true;
 	job.restart_workers = restart;
+	kn__job_catch_term();
 	ret = kn__job_start_roles(&job);
 	for (unsigned int w = 0; !ret && w < job.info.workers; w++)
 		ret = kn__job_start_worker(&job, w, cmd ? cmd : wargv);

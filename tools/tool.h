@@ -185,6 +185,13 @@ unsigned int kn__job_reap(struct kn__job *job, bool block);
  * @grace_s seconds) and are reaped.
  */
 void kn__job_wait(struct kn__job *job, double grace_s);
+/*
+ * From now on SIGTERM and SIGHUP make kn__job_wait end the job (SIGTERM
+ * to every process, SIGKILL after its grace) and exit with 128 + the
+ * signal, rather than leave the children running with nobody to reap
+ * them (kanel launch; kanel train has its own stop).
+ */
+void kn__job_catch_term(void);
 
 /* Send @sig to every child still running. */
 void kn__job_kill(struct kn__job *job, int sig);

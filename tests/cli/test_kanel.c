@@ -832,3 +832,35 @@ Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
 		  "%s", m);
 	free(m);
 }
+
+/*
+ * SIGTERM to kanel launch ends its job: every child is stopped and
+ * reaped (none is left running with nobody to supervise it) and launch
+ * exits 128 + 15.
+ */
+Test(kanel, launch_ends_its_job_on_sigterm)
+{
+	pid_t pid = start(ARGS("launch", "--workers", "2", "--", kanel(),
+			       "worker", "--steps", "1000000", "--pause-ms",
+			       "10"),
+			  NULL, -1);
+	char *err;
+	int gone = 0;
+
+	sleep(2);
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert_eq(wait_exit(pid), 128 + SIGTERM);
+	/* launch's children share its process group */
+	for (int i = 0; i < 100 && !gone; i++) {
+		gone = kill(-pid, 0) && errno == ESRCH;
+		if (!gone)
+			usleep(50000);
+	}
+	cr_expect(gone, "processes of the job outlived kanel launch");
+	if (!gone)
+		kill(-pid, SIGKILL);
+	err = slurp("stderr");
+	cr_expect(strstr(err, "kanel launch: Terminated: ending the job"), "%s",
+		  err);
+	free(err);
+}
