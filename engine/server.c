@@ -116,6 +116,7 @@ struct server {
 	struct kn__sync_action *actions;
 	struct srv_write *writes; /* NOUT per chunk */
 	const void **srcs;	  /* an apply's inputs, one per worker */
+	float *weights;		  /* and their weights, where they differ */
 	struct srv_staleness stale;
 	bool release_info; /* the protocol tells workers steps and hints */
 	uint32_t *plan;	   /* a PLAN being received, [workers] */
@@ -460,7 +461,9 @@ static int setup_chunks(struct server *s)
 	s->writes = calloc((size_t)s->nchunks * NOUT + 1, sizeof(*s->writes));
 	s->actions = calloc(kn__sync_max_actions(&sp), sizeof(*s->actions));
 	s->srcs = calloc(nw, sizeof(*s->srcs));
-	if (!s->chunks || !s->writes || !s->actions || !s->srcs)
+	s->weights = calloc(nw, sizeof(*s->weights));
+	if (!s->chunks || !s->writes || !s->actions || !s->srcs ||
+	    !s->weights)
 		return -ENOMEM;
 	for (uint32_t i = 0, k = 0; i < l->nchunks; i++) {
 		struct srv_chunk *ch = &s->chunks[k];
@@ -671,6 +674,7 @@ static int apply(struct server *s, struct srv_chunk *ch,
 	const struct kn__msg *job = &s->job;
 	size_t n = ch->c->count;
 	float w = a->ncontrib ? a->contrib[0].weight : 1.0f;
+	const float *weights = NULL;
 	int ret;
 
 	if (a->ncontrib == 0 || a->ncontrib > s->layout->nworkers)
@@ -678,32 +682,20 @@ static int apply(struct server *s, struct srv_chunk *ch,
 	for (uint32_t i = 0; i < a->ncontrib; i++) {
 		src[i] = slot_ptr(s, ch, a->contrib[i].worker,
 				  a->contrib[i].slot);
+		s->weights[i] = a->contrib[i].weight;
 		if (a->contrib[i].weight != w)
-			w = 0; /* weights differ (PSP): scaled below */
+			weights = s->weights; /* they differ (PSP, CGP) */
 	}
-	if (w == 0) {
-		/*
-		 * The kernels take one factor for all inputs, so each slot
-		 * is scaled by its weight in place first: the slot is
-		 * consumed by this apply and rewritten only after its
-		 * release (credits).  fp32 only; PSP's tensors are fp32.
-		 */
-		if (ch->dtype != KN_DTYPE_FP32)
-			return -ENOTSUP;
-		for (uint32_t i = 0; i < a->ncontrib; i++) {
-			float *x = (float *)(uintptr_t)src[i];
-			float k = a->contrib[i].weight;
-
-			for (size_t j = 0; j < n; j++)
-				x[j] *= k;
-		}
-		w = 1.0f;
-	}
+	if (weights)
+		w = 1.0f; /* each input's own factor, in the same pass */
 	count_staleness(&s->stale, ch, a);
 	if (job->u.job.optimizer == KN__CONFIG_SUM) {
 		/* the mean, in the tensor's dtype, for the workers */
-		ret = kn_sum(ch->out[o], ch->dtype, src, a->ncontrib, ch->dtype,
-			     n, w);
+		ret = weights ? kn_sum_weighted(ch->out[o], ch->dtype, src,
+						weights, a->ncontrib,
+						ch->dtype, n)
+			      : kn_sum(ch->out[o], ch->dtype, src, a->ncontrib,
+				       ch->dtype, n, w);
 	} else {
 		struct kn_update_params p = {
 			.optimizer = (enum kn_optimizer)job->u.job.optimizer,
@@ -719,8 +711,11 @@ static int apply(struct server *s, struct srv_chunk *ch,
 		if (kn__sync_local_steps(job->u.job.protocol))
 			outer_update(&job->u.job.proto, a->lr_scale, &p);
 
-		ret = kn_update(&p, ch->master, ch->m, ch->v, src, a->ncontrib,
-				ch->dtype, n);
+		ret = weights ? kn_update_weighted(&p, ch->master, ch->m,
+						   ch->v, src, weights,
+						   a->ncontrib, ch->dtype, n)
+			      : kn_update(&p, ch->master, ch->m, ch->v, src,
+					  a->ncontrib, ch->dtype, n);
 		if (!ret && !ch->direct)
 			ret = kn_convert(ch->out[o], ch->dtype, ch->master,
 					 KN_DTYPE_FP32, n);
@@ -1247,6 +1242,7 @@ static void server_free(struct server *s)
 	free(s->writes);
 	free(s->actions);
 	free(s->srcs);
+	free(s->weights);
 	free(s->plan);
 	free(s->slots);
 	free(s->table);

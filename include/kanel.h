@@ -91,6 +91,23 @@ KN_EXPORT int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
 		     float alpha);
 
 /*
+ * Weighted fused N-way sum:
+ *   dst[i] = weight[0] * src[0][i] + weight[1] * src[1][i] + ...
+ *
+ * kn_sum() with a factor of its own for every input, in the same single
+ * pass.  Each product is rounded to fp32 and the products are added in
+ * index order, never fused into an FMA, so results are bit-identical on
+ * every kernel path (a weight of 1 gives exactly kn_sum()'s terms).
+ * @weight holds @n floats, the caller's; the other arguments, the
+ * rounding to @dst_type, the errors (and -EINVAL for a NULL @weight),
+ * blocking and thread-safety are kn_sum()'s.
+ */
+KN_EXPORT int kn_sum_weighted(void *dst, enum kn_dtype dst_type,
+			      const void *const *src, const float *weight,
+			      unsigned int n, enum kn_dtype src_type,
+			      size_t count);
+
+/*
  * In-place N-way sum:  acc[i] = alpha * (acc[i] + src[0][i] + ... )
  *
  * The same pass as kn_sum() with the accumulator as the first input; it
@@ -158,6 +175,19 @@ struct kn_update_params {
 KN_EXPORT int kn_update(const struct kn_update_params *params, float *w,
 			float *m, float *v, const void *const *grad,
 			unsigned int n, enum kn_dtype grad_type, size_t count);
+
+/*
+ * kn_update() over a weighted sum of the gradients: the optimizer sees
+ *   g = grad_scale * sum_k weight[k] * grad[k] + weight_decay * w,
+ * the sum formed as kn_sum_weighted() forms it, in the same single pass
+ * (@weight: @n floats, the caller's).  Errors as kn_update(), and -EINVAL
+ * for a NULL @weight.
+ */
+KN_EXPORT int kn_update_weighted(const struct kn_update_params *params,
+				 float *w, float *m, float *v,
+				 const void *const *grad, const float *weight,
+				 unsigned int n, enum kn_dtype grad_type,
+				 size_t count);
 
 /*
  * A pool of threads for large kernel calls (optional).  One core does not

@@ -85,23 +85,41 @@ KN_INLINE size_t nt_head(enum kn_dtype t, const void *dst, size_t count)
  * tile that holds only the current stretch of elements.  Otherwise both
  * offsets are 0 and ft is the inputs' dtype.
  */
-KN_INLINE float sum1(enum kn_dtype ft, const void *first, size_t fofs,
-		     enum kn_dtype it, const void *const *rest,
-		     unsigned int nrest, size_t i)
+/*
+ * Weighted passes (@W true) multiply the first operand by @w0 and input
+ * k of @rest by @wr[k] before adding, each product rounded to fp32 and
+ * never fused with the add, so every path rounds alike.  An fp32 tile of
+ * partial sums is a first operand of weight 1: x * 1.0f is x exactly,
+ * so a tiled weighted pass equals the one-pass one bit for bit.
+ */
+KN_INLINE float sum1(bool W, enum kn_dtype ft, const void *first, size_t fofs,
+		     float w0, enum kn_dtype it, const void *const *rest,
+		     const float *wr, unsigned int nrest, size_t i)
 {
 	float acc = kn__load1(ft, first, i - fofs);
 
+	if (W)
+		acc *= w0;
 	for (unsigned int k = 0; k < nrest; k++)
-		acc += kn__load1(it, rest[k], i);
+		acc += W ? kn__load1(it, rest[k], i) * wr[k]
+			 : kn__load1(it, rest[k], i);
 	return acc;
 }
 
-KN_INLINE void sum_span(enum kn_dtype ft, enum kn_dtype it, enum kn_dtype ot,
-			void *dst, size_t dofs, const void *first, size_t fofs,
-			const void *const *rest, unsigned int nrest,
-			size_t begin, size_t end, float alpha, bool nt)
+/* acc + x, or acc + x * w in a weighted pass */
+KN_INLINE KN_V add_in(bool W, KN_V acc, KN_V x, KN_V w)
 {
-	const KN_V va = v_set1(alpha);
+	return v_add(acc, W ? v_mul(x, w) : x);
+}
+
+KN_INLINE void sum_span(bool W, enum kn_dtype ft, enum kn_dtype it,
+			enum kn_dtype ot, void *dst, size_t dofs,
+			const void *first, size_t fofs, float w0,
+			const void *const *rest, const float *wr,
+			unsigned int nrest, size_t begin, size_t end,
+			float alpha, bool nt)
+{
+	const KN_V va = v_set1(alpha), vw0 = v_set1(w0);
 	size_t i = begin, head;
 
 	if (nt) {
@@ -113,23 +131,27 @@ KN_INLINE void sum_span(enum kn_dtype ft, enum kn_dtype it, enum kn_dtype ot,
 		else
 			for (; i < begin + head; i++)
 				kn__store1(ot, dst, i - dofs,
-					   sum1(ft, first, fofs, it, rest,
-						nrest, i) *
+					   sum1(W, ft, first, fofs, w0, it,
+						rest, wr, nrest, i) *
 						   alpha);
 	}
 	for (; i + KN_UNROLL * KN_VW <= end; i += KN_UNROLL * KN_VW) {
 		KN_V acc[KN_UNROLL];
 
 #pragma GCC unroll 4
-		for (int u = 0; u < KN_UNROLL; u++)
+		for (int u = 0; u < KN_UNROLL; u++) {
 			acc[u] = ld(ft, first, i - fofs + u * KN_VW);
+			if (W)
+				acc[u] = v_mul(acc[u], vw0);
+		}
 		for (unsigned int k = 0; k < nrest; k++) {
 			const void *p = rest[k];
+			const KN_V wk = v_set1(W ? wr[k] : 1.0f);
 
 #pragma GCC unroll 4
 			for (int u = 0; u < KN_UNROLL; u++)
-				acc[u] =
-					v_add(acc[u], ld(it, p, i + u * KN_VW));
+				acc[u] = add_in(W, acc[u],
+						ld(it, p, i + u * KN_VW), wk);
 		}
 #pragma GCC unroll 4
 		for (int u = 0; u < KN_UNROLL; u++)
@@ -139,13 +161,18 @@ KN_INLINE void sum_span(enum kn_dtype ft, enum kn_dtype it, enum kn_dtype ot,
 	for (; i + KN_VW <= end; i += KN_VW) {
 		KN_V acc = ld(ft, first, i - fofs);
 
+		if (W)
+			acc = v_mul(acc, vw0);
 		for (unsigned int k = 0; k < nrest; k++)
-			acc = v_add(acc, ld(it, rest[k], i));
+			acc = add_in(W, acc, ld(it, rest[k], i),
+				     v_set1(W ? wr[k] : 1.0f));
 		st(ot, nt, dst, i - dofs, v_mul(acc, va));
 	}
 	for (; i < end; i++)
 		kn__store1(ot, dst, i - dofs,
-			   sum1(ft, first, fofs, it, rest, nrest, i) * alpha);
+			   sum1(W, ft, first, fofs, w0, it, rest, wr, nrest,
+				i) *
+				   alpha);
 	if (nt)
 		v_fence();
 }
@@ -184,39 +211,42 @@ KN_INLINE bool tiled(enum kn_dtype it, unsigned int nrest)
 }
 
 /* Adds the inputs up to the last group into @tile; returns that group. */
-KN_INLINE unsigned int tile_partial(enum kn_dtype it, float *tile,
-				    const void *first, const void *const *rest,
+KN_INLINE unsigned int tile_partial(bool W, enum kn_dtype it, float *tile,
+				    const void *first, float w0,
+				    const void *const *rest, const float *wr,
 				    unsigned int nrest, size_t i, size_t e)
 {
 	unsigned int g = group(it) - 1, k = g;
 
-	sum_span(it, it, KN_DTYPE_FP32, tile, i, first, 0, rest, k, i, e, 1.0f,
-		 false);
+	sum_span(W, it, it, KN_DTYPE_FP32, tile, i, first, 0, w0, rest, wr, k,
+		 i, e, 1.0f, false);
 	for (; nrest - k > g; k += g)
-		sum_span(KN_DTYPE_FP32, it, KN_DTYPE_FP32, tile, i, tile, i,
-			 rest + k, g, i, e, 1.0f, false);
+		sum_span(W, KN_DTYPE_FP32, it, KN_DTYPE_FP32, tile, i, tile, i,
+			 1.0f, rest + k, W ? wr + k : NULL, g, i, e, 1.0f,
+			 false);
 	return k;
 }
 
-KN_INLINE void sum_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
-			const void *first, const void *const *rest,
-			unsigned int nrest, size_t begin, size_t end,
-			float alpha, bool nt)
+KN_INLINE void sum_body(bool W, enum kn_dtype it, enum kn_dtype ot, void *dst,
+			const void *first, float w0, const void *const *rest,
+			const float *wr, unsigned int nrest, size_t begin,
+			size_t end, float alpha, bool nt)
 {
 	float tile[KN_TILE] __attribute__((aligned(64)));
 
 	if (!tiled(it, nrest)) {
-		sum_span(it, it, ot, dst, 0, first, 0, rest, nrest, begin, end,
-			 alpha, nt);
+		sum_span(W, it, it, ot, dst, 0, first, 0, w0, rest, wr, nrest,
+			 begin, end, alpha, nt);
 		return;
 	}
 	for (size_t i = begin; i < end; i += KN_TILE) {
 		size_t e = end - i < KN_TILE ? end : i + KN_TILE;
-		unsigned int k =
-			tile_partial(it, tile, first, rest, nrest, i, e);
+		unsigned int k = tile_partial(W, it, tile, first, w0, rest, wr,
+					      nrest, i, e);
 
-		sum_span(KN_DTYPE_FP32, it, ot, dst, 0, tile, i, rest + k,
-			 nrest - k, i, e, alpha, nt);
+		sum_span(W, KN_DTYPE_FP32, it, ot, dst, 0, tile, i, 1.0f,
+			 rest + k, W ? wr + k : NULL, nrest - k, i, e, alpha,
+			 nt);
 	}
 }
 
@@ -262,25 +292,33 @@ KN_INLINE void upd_apply(enum upd_kind kind, const struct kn__update_coef *c,
 	v_st_f32(w + i, wv);
 }
 
-KN_INLINE void upd_span(enum upd_kind kind, enum kn_dtype ft, const void *first,
-			size_t fofs, enum kn_dtype it, const void *const *rest,
-			unsigned int nrest, const struct kn__update_coef *c,
-			float *w, float *m, float *v, size_t begin, size_t end)
+KN_INLINE void upd_span(bool W, enum upd_kind kind, enum kn_dtype ft,
+			const void *first, size_t fofs, float w0,
+			enum kn_dtype it, const void *const *rest,
+			const float *wr, unsigned int nrest,
+			const struct kn__update_coef *c, float *w, float *m,
+			float *v, size_t begin, size_t end)
 {
+	const KN_V vw0 = v_set1(w0);
 	size_t i = begin;
 
 	for (; i + KN_UNROLL * KN_VW <= end; i += KN_UNROLL * KN_VW) {
 		KN_V g[KN_UNROLL];
 
 #pragma GCC unroll 4
-		for (int u = 0; u < KN_UNROLL; u++)
+		for (int u = 0; u < KN_UNROLL; u++) {
 			g[u] = ld(ft, first, i - fofs + u * KN_VW);
+			if (W)
+				g[u] = v_mul(g[u], vw0);
+		}
 		for (unsigned int k = 0; k < nrest; k++) {
 			const void *p = rest[k];
+			const KN_V wk = v_set1(W ? wr[k] : 1.0f);
 
 #pragma GCC unroll 4
 			for (int u = 0; u < KN_UNROLL; u++)
-				g[u] = v_add(g[u], ld(it, p, i + u * KN_VW));
+				g[u] = add_in(W, g[u], ld(it, p, i + u * KN_VW),
+					      wk);
 		}
 #pragma GCC unroll 4
 		for (int u = 0; u < KN_UNROLL; u++)
@@ -289,8 +327,11 @@ KN_INLINE void upd_span(enum upd_kind kind, enum kn_dtype ft, const void *first,
 	for (; i + KN_VW <= end; i += KN_VW) {
 		KN_V g = ld(ft, first, i - fofs);
 
+		if (W)
+			g = v_mul(g, vw0);
 		for (unsigned int k = 0; k < nrest; k++)
-			g = v_add(g, ld(it, rest[k], i));
+			g = add_in(W, g, ld(it, rest[k], i),
+				   v_set1(W ? wr[k] : 1.0f));
 		upd_apply(kind, c, w, m, v, i, g);
 	}
 	if (i < end) {
@@ -303,8 +344,8 @@ KN_INLINE void upd_span(enum upd_kind kind, enum kn_dtype ft, const void *first,
 		size_t r = end - i;
 
 		for (size_t e = 0; e < KN_VW; e++)
-			tg[e] = e < r ? sum1(ft, first, fofs, it, rest, nrest,
-					     i + e)
+			tg[e] = e < r ? sum1(W, ft, first, fofs, w0, it, rest,
+					     wr, nrest, i + e)
 				      : 0.0f;
 		memcpy(tw, w + i, r * sizeof(float));
 		if (kind != UPD_SGD)
@@ -321,25 +362,26 @@ KN_INLINE void upd_span(enum upd_kind kind, enum kn_dtype ft, const void *first,
 }
 
 /* Updates from more than KN_GROUP gradients are tiled like sums. */
-KN_INLINE void upd_body(enum upd_kind kind, enum kn_dtype it,
+KN_INLINE void upd_body(bool W, enum upd_kind kind, enum kn_dtype it,
 			const struct kn__update_coef *c, float *w, float *m,
-			float *v, const void *first, const void *const *rest,
+			float *v, const void *first, float w0,
+			const void *const *rest, const float *wr,
 			unsigned int nrest, size_t begin, size_t end)
 {
 	float tile[KN_TILE] __attribute__((aligned(64)));
 
 	if (!tiled(it, nrest)) {
-		upd_span(kind, it, first, 0, it, rest, nrest, c, w, m, v, begin,
-			 end);
+		upd_span(W, kind, it, first, 0, w0, it, rest, wr, nrest, c, w,
+			 m, v, begin, end);
 		return;
 	}
 	for (size_t i = begin; i < end; i += KN_TILE) {
 		size_t e = end - i < KN_TILE ? end : i + KN_TILE;
-		unsigned int k =
-			tile_partial(it, tile, first, rest, nrest, i, e);
+		unsigned int k = tile_partial(W, it, tile, first, w0, rest, wr,
+					      nrest, i, e);
 
-		upd_span(kind, KN_DTYPE_FP32, tile, i, it, rest + k, nrest - k,
-			 c, w, m, v, i, e);
+		upd_span(W, kind, KN_DTYPE_FP32, tile, i, 1.0f, it, rest + k,
+			 W ? wr + k : NULL, nrest - k, c, w, m, v, i, e);
 	}
 }
 
@@ -360,14 +402,25 @@ KN_INLINE void convert_body(enum kn_dtype it, enum kn_dtype ot, void *dst,
 		kn__store1(ot, dst, i, kn__load1(it, src, i));
 }
 
-/* Instantiate one function per (input, output) dtype pair. */
+/*
+ * Instantiate one function per (input, output) dtype pair, and its
+ * weighted twin (@weight: one per input, the first's first).
+ */
 #define KN_SUM(name, it, ot)                                                 \
 	static void name(void *dst, const void *first,                       \
 			 const void *const *rest, unsigned int nrest,        \
 			 size_t begin, size_t end, float alpha, bool nt)     \
 	{                                                                    \
-		sum_body(it, ot, dst, first, rest, nrest, begin, end, alpha, \
-			 nt);                                                \
+		sum_body(false, it, ot, dst, first, 1.0f, rest, NULL, nrest, \
+			 begin, end, alpha, nt);                             \
+	}                                                                    \
+	static void w##name(void *dst, const void *first,                    \
+			    const void *const *rest, const float *weight,    \
+			    unsigned int nrest, size_t begin, size_t end,    \
+			    bool nt)                                         \
+	{                                                                    \
+		sum_body(true, it, ot, dst, first, weight[0], rest,          \
+			 weight + 1, nrest, begin, end, 1.0f, nt);           \
 	}
 KN_SUM(sum_f32_f32, KN_DTYPE_FP32, KN_DTYPE_FP32)
 KN_SUM(sum_f16_f32, KN_DTYPE_FP16, KN_DTYPE_FP32)
@@ -380,8 +433,16 @@ KN_SUM(sum_bf16_bf16, KN_DTYPE_BF16, KN_DTYPE_BF16)
 			 float *v, const void *first, const void *const *rest, \
 			 unsigned int nrest, size_t begin, size_t end)         \
 	{                                                                      \
-		upd_body(kind, it, c, w, m, v, first, rest, nrest, begin,      \
-			 end);                                                 \
+		upd_body(false, kind, it, c, w, m, v, first, 1.0f, rest, NULL, \
+			 nrest, begin, end);                                   \
+	}                                                                      \
+	static void w##name(const struct kn__update_coef *c, float *w,         \
+			    float *m, float *v, const void *first,             \
+			    const void *const *rest, const float *weight,      \
+			    unsigned int nrest, size_t begin, size_t end)      \
+	{                                                                      \
+		upd_body(true, kind, it, c, w, m, v, first, weight[0], rest,   \
+			 weight + 1, nrest, begin, end);                       \
 	}
 KN_UPD(sgd_f32, UPD_SGD, KN_DTYPE_FP32)
 KN_UPD(sgd_f16, UPD_SGD, KN_DTYPE_FP16)
@@ -484,9 +545,14 @@ const struct kn__kernel_ops KN_OPS_NAME = {
 	.path = KN_PATH,
 	.sum_to_f32 = { sum_f32_f32, sum_f16_f32, sum_bf16_f32 },
 	.sum_same = { sum_f32_f32, sum_f16_f16, sum_bf16_bf16 },
+	.wsum_to_f32 = { wsum_f32_f32, wsum_f16_f32, wsum_bf16_f32 },
+	.wsum_same = { wsum_f32_f32, wsum_f16_f16, wsum_bf16_bf16 },
 	.sgd = { sgd_f32, sgd_f16, sgd_bf16 },
 	.momentum = { momentum_f32, momentum_f16, momentum_bf16 },
 	.adam = { adam_f32, adam_f16, adam_bf16 },
+	.wsgd = { wsgd_f32, wsgd_f16, wsgd_bf16 },
+	.wmomentum = { wmomentum_f32, wmomentum_f16, wmomentum_bf16 },
+	.wadam = { wadam_f32, wadam_f16, wadam_bf16 },
 	.to_f32 = { cvt_f32_f32, cvt_f16_f32, cvt_bf16_f32 },
 	.from_f32 = { cvt_f32_f32, cvt_f32_f16, cvt_f32_bf16 },
 	.local_dist = local_dist,

@@ -175,11 +175,14 @@ static size_t pass_bytes(size_t count, unsigned int n_read, size_t isz,
 	return count * ((size_t)n_read * isz + osz);
 }
 
-int kn_sum_pool(struct kn_kernel_pool *pool, void *dst, enum kn_dtype dst_type,
-		const void *const *src, unsigned int n, enum kn_dtype src_type,
-		size_t count, float alpha)
+/* kn_sum_pool(), or with @weight (not NULL) the weighted sum. */
+static int sum_pass(struct kn_kernel_pool *pool, void *dst,
+		    enum kn_dtype dst_type, const void *const *src,
+		    const float *weight, unsigned int n,
+		    enum kn_dtype src_type, size_t count, float alpha)
 {
 	const struct kn__kernel_ops *ops = kn__kernels;
+	const bool same = dst_type != KN_DTYPE_FP32;
 	struct kn__job j;
 	size_t bytes;
 
@@ -197,14 +200,37 @@ int kn_sum_pool(struct kn_kernel_pool *pool, void *dst, enum kn_dtype dst_type,
 		.first = src[0],
 		.rest = src + 1,
 		.nrest = n - 1,
-		.sum = dst_type == KN_DTYPE_FP32 ? ops->sum_to_f32[src_type]
-						 : ops->sum_same[src_type],
 		.dst = dst,
 		.alpha = alpha,
 		.nt = bytes >= kn__nt_threshold,
+		.weight = weight,
 	};
+	if (weight)
+		j.wsum = same ? ops->wsum_same[src_type]
+			      : ops->wsum_to_f32[src_type];
+	else
+		j.sum = same ? ops->sum_same[src_type]
+			     : ops->sum_to_f32[src_type];
 	kn__pool_run(pool, &j, bytes);
 	return 0;
+}
+
+int kn_sum_pool(struct kn_kernel_pool *pool, void *dst, enum kn_dtype dst_type,
+		const void *const *src, unsigned int n, enum kn_dtype src_type,
+		size_t count, float alpha)
+{
+	return sum_pass(pool, dst, dst_type, src, NULL, n, src_type, count,
+			alpha);
+}
+
+int kn_sum_weighted(void *dst, enum kn_dtype dst_type,
+		    const void *const *src, const float *weight,
+		    unsigned int n, enum kn_dtype src_type, size_t count)
+{
+	if (!weight)
+		return -EINVAL;
+	return sum_pass(NULL, dst, dst_type, src, weight, n, src_type, count,
+			1.0f);
 }
 
 int kn_sum(void *dst, enum kn_dtype dst_type, const void *const *src,
@@ -306,14 +332,18 @@ int kn__update_coef_init(const struct kn_update_params *p,
 	return 0;
 }
 
-int kn_update_pool(struct kn_kernel_pool *pool,
-		   const struct kn_update_params *params, float *w, float *m,
-		   float *v, const void *const *grad, unsigned int n,
-		   enum kn_dtype grad_type, size_t count)
+/* kn_update_pool(), or with @weight (not NULL) over the weighted sum. */
+static int update_pass(struct kn_kernel_pool *pool,
+		       const struct kn_update_params *params, float *w,
+		       float *m, float *v, const void *const *grad,
+		       const float *weight, unsigned int n,
+		       enum kn_dtype grad_type, size_t count)
 {
 	const struct kn__kernel_ops *ops = kn__kernels;
 	struct kn__update_coef c;
-	struct kn__job j = { .count = count, .coef = &c, .w = w };
+	struct kn__job j = {
+		.count = count, .coef = &c, .w = w, .weight = weight
+	};
 	size_t state = 1; /* fp32 arrays read and written: w, m, v */
 	int ret;
 
@@ -329,11 +359,13 @@ int kn_update_pool(struct kn_kernel_pool *pool,
 	switch (params->optimizer) {
 	case KN_OPT_SGD:
 		j.update = ops->sgd[grad_type];
+		j.wupdate = ops->wsgd[grad_type];
 		break;
 	case KN_OPT_MOMENTUM:
 		if (!m)
 			return -EINVAL;
 		j.update = ops->momentum[grad_type];
+		j.wupdate = ops->wmomentum[grad_type];
 		j.m = m;
 		state = 2;
 		break;
@@ -341,11 +373,16 @@ int kn_update_pool(struct kn_kernel_pool *pool,
 		if (!m || !v)
 			return -EINVAL;
 		j.update = ops->adam[grad_type];
+		j.wupdate = ops->wadam[grad_type];
 		j.m = m;
 		j.v = v;
 		state = 3;
 		break;
 	}
+	if (weight)
+		j.update = NULL; /* kn__job_run: the weighted one */
+	else
+		j.wupdate = NULL;
 	j.first = grad[0];
 	j.rest = grad + 1;
 	j.nrest = n - 1;
@@ -354,9 +391,29 @@ int kn_update_pool(struct kn_kernel_pool *pool,
 	return 0;
 }
 
+int kn_update_pool(struct kn_kernel_pool *pool,
+		   const struct kn_update_params *params, float *w, float *m,
+		   float *v, const void *const *grad, unsigned int n,
+		   enum kn_dtype grad_type, size_t count)
+{
+	return update_pass(pool, params, w, m, v, grad, NULL, n, grad_type,
+			   count);
+}
+
 int kn_update(const struct kn_update_params *params, float *w, float *m,
 	      float *v, const void *const *grad, unsigned int n,
 	      enum kn_dtype grad_type, size_t count)
 {
 	return kn_update_pool(NULL, params, w, m, v, grad, n, grad_type, count);
+}
+
+int kn_update_weighted(const struct kn_update_params *params, float *w,
+		       float *m, float *v, const void *const *grad,
+		       const float *weight, unsigned int n,
+		       enum kn_dtype grad_type, size_t count)
+{
+	if (!weight)
+		return -EINVAL;
+	return update_pass(NULL, params, w, m, v, grad, weight, n, grad_type,
+			   count);
 }

@@ -30,6 +30,15 @@ typedef void kn__sum_fn(void *dst, const void *first, const void *const *rest,
 			unsigned int nrest, size_t begin, size_t end,
 			float alpha, bool nt);
 
+/*
+ * The weighted sum: dst = weight[0] * first + weight[1] * rest[0] + ...,
+ * each product rounded to fp32 and added in that order (no FMA), so every
+ * path gives the same bits; see kn_sum_weighted().
+ */
+typedef void kn__wsum_fn(void *dst, const void *first,
+			 const void *const *rest, const float *weight,
+			 unsigned int nrest, size_t begin, size_t end, bool nt);
+
 /* Per-call constants of an update, derived once from kn_update_params. */
 struct kn__update_coef {
 	float lr;	    /* SGD and momentum step */
@@ -59,6 +68,12 @@ typedef void kn__update_fn(const struct kn__update_coef *c, float *w, float *m,
 			   float *v, const void *first, const void *const *rest,
 			   unsigned int nrest, size_t begin, size_t end);
 
+/* The same over the weighted sum of the gradients (kn_update_weighted). */
+typedef void kn__wupdate_fn(const struct kn__update_coef *c, float *w,
+			    float *m, float *v, const void *first,
+			    const void *const *rest, const float *weight,
+			    unsigned int nrest, size_t begin, size_t end);
+
 typedef void kn__convert_fn(void *dst, const void *src, size_t count);
 
 /*
@@ -86,9 +101,14 @@ struct kn__kernel_ops {
 	/* indexed by the input dtype */
 	kn__sum_fn *sum_to_f32[KN__NDTYPES]; /* fp32 output */
 	kn__sum_fn *sum_same[KN__NDTYPES];   /* output in the input dtype */
+	kn__wsum_fn *wsum_to_f32[KN__NDTYPES];
+	kn__wsum_fn *wsum_same[KN__NDTYPES];
 	kn__update_fn *sgd[KN__NDTYPES];
 	kn__update_fn *momentum[KN__NDTYPES];
 	kn__update_fn *adam[KN__NDTYPES];
+	kn__wupdate_fn *wsgd[KN__NDTYPES];
+	kn__wupdate_fn *wmomentum[KN__NDTYPES];
+	kn__wupdate_fn *wadam[KN__NDTYPES];
 	kn__convert_fn *to_f32[KN__NDTYPES];   /* dtype -> fp32 */
 	kn__convert_fn *from_f32[KN__NDTYPES]; /* fp32 -> dtype */
 	kn__local_dist_fn *local_dist;
@@ -97,8 +117,9 @@ struct kn__kernel_ops {
 };
 
 /*
- * One kernel call, as kn__pool_run() splits it: a sum (@sum set) or an
- * update (@update set) over elements [0, count) of every array.
+ * One kernel call, as kn__pool_run() splits it: a sum (@sum, or @wsum
+ * with @weight) or an update (@update, or @wupdate with @weight) over
+ * elements [0, count) of every array.
  */
 struct kn__job {
 	size_t count;
@@ -106,10 +127,13 @@ struct kn__job {
 	const void *const *rest;
 	unsigned int nrest;
 	kn__sum_fn *sum;
+	kn__wsum_fn *wsum;
 	void *dst;
 	float alpha;
 	bool nt;
 	kn__update_fn *update;
+	kn__wupdate_fn *wupdate;
+	const float *weight; /* 1 + nrest of them */
 	const struct kn__update_coef *coef;
 	float *w, *m, *v;
 };

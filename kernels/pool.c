@@ -51,6 +51,12 @@ void kn__job_run(const struct kn__job *j, size_t begin, size_t end)
 	if (j->sum)
 		j->sum(j->dst, j->first, j->rest, j->nrest, begin, end,
 		       j->alpha, j->nt);
+	else if (j->wsum)
+		j->wsum(j->dst, j->first, j->rest, j->weight, j->nrest, begin,
+			end, j->nt);
+	else if (j->wupdate)
+		j->wupdate(j->coef, j->w, j->m, j->v, j->first, j->rest,
+			   j->weight, j->nrest, begin, end);
 	else
 		j->update(j->coef, j->w, j->m, j->v, j->first, j->rest,
 			  j->nrest, begin, end);

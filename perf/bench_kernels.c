@@ -60,10 +60,11 @@ enum group {
 	G_PAIRWISE = 1 << 1,
 	G_SGD = 1 << 2, /* then momentum and Adam, as enum kn_optimizer */
 	G_ALIAS = 1 << 5,
+	G_WEIGHTED = 1 << 6,
 };
 
 static const char *const group_names[] = {
-	"sum", "pairwise", "sgd", "momentum", "adam", "alias",
+	"sum", "pairwise", "sgd", "momentum", "adam", "alias", "weighted",
 };
 
 static struct {
@@ -366,6 +367,39 @@ static void run_sum(const void *ctx)
 	      "kn_sum");
 }
 
+/* One weight per input, 1 (the values stay as they are, call after
+ * call), read at run time like any weights. */
+static float unit_weights[MAX_INPUTS];
+
+static void run_wsum(const void *ctx)
+{
+	const struct job *j = ctx;
+
+	check(kn_sum_weighted(j->out, j->dtype, j->in, unit_weights, j->n,
+			      j->dtype, j->count),
+	      "kn_sum_weighted");
+}
+
+/*
+ * What a weighted sum cost before it had a kernel: every input scaled in
+ * place by its weight (a pass over each, read and written), then the
+ * plain sum.  fp32 only, as that loop was.
+ */
+static void run_scale_sum(const void *ctx)
+{
+	const struct job *j = ctx;
+
+	for (unsigned int k = 0; k < j->n; k++) {
+		float *x = (float *)(uintptr_t)j->in[k];
+		const float w = unit_weights[k];
+
+		for (size_t i = 0; i < j->count; i++)
+			x[i] *= w;
+	}
+	check(kn_sum(j->out, j->dtype, j->in, j->n, j->dtype, j->count, 1.0f),
+	      "kn_sum");
+}
+
 static void run_pairwise(const void *ctx)
 {
 	const struct job *j = ctx;
@@ -556,6 +590,35 @@ static void bench_sums(enum kn_dtype t)
 	}
 }
 
+/*
+ * The weighted sum (one thread), beside the plain fused sum for the cost
+ * of its weights, and for fp32 beside the in-place scaling it replaced
+ * in the servers.
+ */
+static void bench_weighted(enum kn_dtype t)
+{
+	static struct job j;
+
+	for (unsigned int k = 0; k < MAX_INPUTS; k++)
+		unit_weights[k] = 1.0f;
+	for (unsigned int ni = 0; ni < cfg.ninputs; ni++) {
+		unsigned int n = (unsigned int)cfg.inputs[ni];
+
+		progress("weighted", t, n);
+		for (unsigned int si = 0; si < cfg.nsizes; si++) {
+			job_init(&j, t, n, cfg.sizes[si], false);
+			/* each row after its baseline, the ratio theirs
+			 * over the weighted sum's */
+			row("wsum", &j, run_wsum, n + 1.0, "sum", run_sum, &j,
+			    n + 1.0);
+			if (t == KN_DTYPE_FP32)
+				row("wsum", &j, run_wsum, n + 1.0,
+				    "scale_sum", run_scale_sum, &j,
+				    3.0 * n + 1.0);
+		}
+	}
+}
+
 static void bench_updates(void)
 {
 	static const char *const names[] = { "sgd", "momentum", "adam" };
@@ -592,7 +655,8 @@ static void usage(void)
 	       "  --sizes LIST    bytes of one input, e.g. 4K,1M,64M\n"
 	       "  --inputs LIST   numbers of inputs N (2..%d), e.g. 2,8,16\n"
 	       "  --dtypes LIST   dtypes of the sums: fp32,fp16,bf16\n"
-	       "  --kernels LIST  sum,pairwise,sgd,momentum,adam,alias\n"
+	       "  --kernels LIST  sum,pairwise,sgd,momentum,adam,alias,\n"
+	       "                  weighted\n"
 	       "  --reps N        samples per measurement (1..%d)\n"
 	       "  --threads T     every kernel call split over a kernel pool\n"
 	       "                  of T threads (1..%d); rows named KERNEL_tT\n"
@@ -629,7 +693,7 @@ static void parse_args(int argc, char **argv)
 
 	for (int t = 0; t < 3; t++)
 		dtype_names[t] = kn_dtype_name((enum kn_dtype)t);
-	cfg.groups = (1u << 6) - 1;
+	cfg.groups = (1u << 7) - 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
@@ -663,7 +727,7 @@ static void parse_args(int argc, char **argv)
 					(unsigned int)list[cfg.ndtypes];
 			break;
 		case 'k':
-			n = parse_list("kernels", optarg, group_names, 0, 6,
+			n = parse_list("kernels", optarg, group_names, 0, 7,
 				       false, list);
 			cfg.groups = 0;
 			for (unsigned int i = 0; i < n; i++)
@@ -790,13 +854,15 @@ int main(int argc, char **argv)
 		enum kn_dtype t = (enum kn_dtype)cfg.dtypes[i];
 
 		/* alias alone runs with fp32 only */
-		if (!(cfg.groups & (G_SUM | G_PAIRWISE)) &&
+		if (!(cfg.groups & (G_SUM | G_PAIRWISE | G_WEIGHTED)) &&
 		    !(cfg.groups & G_ALIAS && t == KN_DTYPE_FP32))
 			continue;
 		for (unsigned int k = 0; k < maxn && t != filled; k++)
 			pool_fill(k, t);
 		filled = t;
 		bench_sums(t);
+		if (cfg.groups & G_WEIGHTED)
+			bench_weighted(t);
 	}
 	/* the pool starts in fp32, the gradients' dtype */
 	for (unsigned int k = 0; k < maxn && filled != KN_DTYPE_FP32; k++)
