@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -52,7 +53,17 @@ struct kn__ckpt {
 	struct ckpt_entry *table;
 	uint32_t put; /* chunks written */
 	bool *done;
+	uint64_t bytes; /* of the records put */
+	double spent;	/* seconds in kn__ckpt_put */
 };
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -203,6 +214,7 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	uint32_t n = arrays_of(chunk, c->head.narrays, arr);
 	uint64_t off;
 	size_t bytes;
+	double t0;
 	int ret = 0;
 
 	if (i >= c->head.nchunks || c->done[i] ||
@@ -211,6 +223,7 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	e = &c->table[i];
 	off = e->offset;
 	bytes = (size_t)e->count * sizeof(float);
+	t0 = now_s();
 	ctx = EVP_MD_CTX_new();
 	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
 		ret = -ENOMEM;
@@ -226,12 +239,20 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	if (!ret && !EVP_DigestFinal_ex(ctx, e->digest, NULL))
 		ret = -ENOMEM;
 	EVP_MD_CTX_free(ctx);
+	c->spent += now_s() - t0;
 	if (ret)
 		return ret;
 	e->step = chunk->step;
 	c->done[i] = true;
 	c->put++;
+	c->bytes += e->bytes;
 	return 0;
+}
+
+void kn__ckpt_cost(const struct kn__ckpt *c, uint64_t *bytes, double *seconds)
+{
+	*bytes = c->bytes;
+	*seconds = c->spent;
 }
 
 uint64_t kn__ckpt_version(const struct kn__ckpt *c)

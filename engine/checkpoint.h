@@ -57,6 +57,9 @@ void kn__ckpt_abort(struct kn__ckpt *c);
 uint64_t kn__ckpt_version(const struct kn__ckpt *c);
 /* Whether every chunk of @c has been put (it is ready to close). */
 bool kn__ckpt_whole(const struct kn__ckpt *c);
+/* The bytes of @c's records put so far, and the seconds the puts took. */
+void kn__ckpt_cost(const struct kn__ckpt *c, uint64_t *bytes,
+		   double *seconds);
 
 /*
  * The versions of server @rank's checkpoints in @dir whose files are

@@ -298,6 +298,8 @@ static void checkpoint(struct server *s, struct srv_chunk *ch,
 	const uint32_t k = (uint32_t)(ch - s->chunks);
 	struct kn__ckpt **f;
 	struct kn__ckpt_chunk state;
+	uint64_t bytes;
+	double spent, t0;
 	char err[512];
 	int ret;
 
@@ -310,6 +312,8 @@ static void checkpoint(struct server *s, struct srv_chunk *ch,
 	ret = kn__ckpt_put(*f, k, &state);
 	if (!ret && !kn__ckpt_whole(*f))
 		return;
+	kn__ckpt_cost(*f, &bytes, &spent);
+	t0 = kn__now();
 	if (ret) {
 		kn__log(&s->node, "checkpoint of version %llu, chunk %u: %s",
 			(unsigned long long)version, ch->idx, strerror(-ret));
@@ -318,8 +322,13 @@ static void checkpoint(struct server *s, struct srv_chunk *ch,
 		kn__log(&s->node, "checkpoint of version %llu: %s",
 			(unsigned long long)version, err);
 	} else if (s->cfg->verbose) {
-		kn__log(&s->node, "checkpoint of version %llu written",
-			(unsigned long long)version);
+		/* what the progress loop spent on it: the chunks' writes,
+		 * then the seal (fsync, rename, the folder's fsync) */
+		kn__log(&s->node,
+			"checkpoint of version %llu written: %.1f MiB, "
+			"%.1f ms of writes, %.1f ms to seal",
+			(unsigned long long)version, (double)bytes / 1048576.0,
+			spent * 1e3, (kn__now() - t0) * 1e3);
 	}
 	*f = NULL;
 	/* keep the open ones oldest first, packed */
