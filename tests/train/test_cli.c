@@ -440,9 +440,17 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 	json = run_ok_json(argv);
 	log = slurp(in_dir("stderr"));
 	cr_expect(strstr(json, "\"protocol\": \"cgp\""), "%s", json);
-	/* the warm-up is one group; its end regroups */
-	line = strstr(log, "cgp: epoch 1: groups {0,1,2,3} -> ");
+	/*
+	 * The warm-up is one group; its end regroups (epoch 1 on a quiet
+	 * machine; under a CI run with other work beside it, once at epoch
+	 * 3, the measured step times blurred by the load).
+	 */
+	line = strstr(log, ": groups {0,1,2,3} -> ");
 	cr_assert_not_null(line, "no first regroup in\n%s", log);
+	cr_expect(strstr(log, "cgp: epoch 1: groups {0,1,2,3} -> ") ||
+			  strstr(log, "cgp: epoch 2: groups {0,1,2,3} -> ") ||
+			  strstr(log, "cgp: epoch 3: groups {0,1,2,3} -> "),
+		  "the first regroup after epoch 3 in\n%s", log);
 	for (line = log; (line = strstr(line, "cgp: epoch ")); line++) {
 		const char *to = strstr(line, " -> ");
 
