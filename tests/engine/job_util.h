@@ -29,6 +29,7 @@ struct shared {
 	int status[MAXW];
 	double seconds[MAXW];
 	float values[MAXW][64];
+	int arrived; /* a barrier's count, for tests whose workers need one */
 };
 
 /* Shared with the workers (MAP_SHARED), made by start_job(). */

@@ -219,6 +219,24 @@ Test(e2e, hundred_bf16_tensors, .timeout = 120)
 
 #define ASP_STEPS 20
 
+static unsigned int asp_workers;
+
+/*
+ * Every worker of the job has made its steps.  ASP weighs a push by the
+ * workers in the job when it is applied, so one that left early would
+ * make the others' last pushes weigh more: the bound the test checks
+ * holds for pushes applied while all are in.  Bounded by the test's wait.
+ */
+static void all_pushed(void)
+{
+	__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < WAIT_S * 1000 &&
+			__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) <
+				(int)asp_workers;
+	     i++)
+		usleep(1000);
+}
+
 static int asp_worker(unsigned int rank)
 {
 	float p[64], g[64];
@@ -236,6 +254,7 @@ static int asp_worker(unsigned int rank)
 	for (unsigned int s = 0; !ret && s < ASP_STEPS; s++)
 		ret = kn_worker_step(w, NULL);
 	memcpy(sh->values[rank], p, sizeof(p));
+	all_pushed();
 	kn_worker_destroy(w);
 	return ret;
 }
@@ -245,13 +264,17 @@ static int asp_worker(unsigned int rank)
  * value is exact.  Three workers: each push applied once as a third of a
  * round, its rate damped by the rounds it missed (lr / max(1, tau / 3)),
  * so the 60 pushes move the model by 20 at most, all of them undamped;
- * each worker's last view has moved, and by no more than that.
+ * each worker's last view has moved, and by no more than that.  The
+ * workers stay until all have pushed (all_pushed): over the net suite's
+ * slow links one once finished first, and the others' last pushes,
+ * weighed by the two left, moved worker 2's view by 20.58.
  */
 Test(e2e, asp_applies_every_push_once, .timeout = 120)
 {
 	struct job j = { 0 };
 
 	job_env(&j, 1, 1, "asp", "sgd", "1");
+	asp_workers = 1;
 	start_job(&j);
 	spawn_worker(&j, 0, asp_worker);
 	end_job(&j, true);
@@ -260,6 +283,7 @@ Test(e2e, asp_applies_every_push_once, .timeout = 120)
 	cr_assert_eq(sh->values[0][63], 1000.0f - ASP_STEPS);
 
 	job_env(&j, 3, 2, "asp", "sgd", "1");
+	asp_workers = 3;
 	start_job(&j);
 	for (unsigned int w = 0; w < 3; w++)
 		spawn_worker(&j, w, asp_worker);
