@@ -698,6 +698,22 @@ static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 		return;
 	case KN_TP_OP_DISCONNECT:
 		ch = c->user;
+		if (ch && !ch->closed && !ch->acceptor &&
+		    ch->state == CH_WAIT_CHALLENGE && kn__now() < n->retry_until) {
+			/*
+			 * Closed before its challenge came: the acceptor holds
+			 * as many handshakes as it takes at once (a job's
+			 * workers all connect together), or it is going down.
+			 * Again in a moment, spread by rank so that a crowd
+			 * does not come back together; a peer that is gone
+			 * stays refused, and the start-up deadline ends it.
+			 */
+			kn__tp_ep_close(ch->ep);
+			ch->ep = NULL;
+			ch->retry_at = kn__now() + RETRY_S +
+				       (double)(n->self_rank % 64) * 0.005;
+			return;
+		}
 		if (ch && !ch->closed) {
 			chan_close_status(ch, c->status);
 		} else if (ch && ch->ep) { /* lingering: nothing will leave */
