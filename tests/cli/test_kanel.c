@@ -810,9 +810,7 @@ Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
 	int rc;
 
 	/* two tensors of one 4 KiB chunk each: one chunk per server */
-	/* heartbeats with room: 256 processes share two cores */
 	rc = run(ARGS("launch", "--workers", LOAD_WORKERS, "--servers", "2",
-		      "--heartbeat-timeout", "30000",
 		      "--chunk-bytes", "4096", "--metrics",
 		      (char *)in_dir("m.json"), "--", kanel(), "worker",
 		      "--steps", "20", "--tensors", "2", "--tensor-bytes",
