@@ -418,6 +418,11 @@ static void on_restore(struct server *s, uint64_t version)
 	s->base = version;
 	s->restoring = false;
 	s->restored = true;
+	/* the rules start anew at epoch 0, and so does the planner: no
+	 * plan half received, no barrier told */
+	s->plan_have = 0;
+	s->barrier_sent = false;
+	s->barrier_epoch = 0;
 	for (uint32_t k = 0; k < s->nchunks; k++) {
 		struct srv_chunk *ch = &s->chunks[k];
 
