@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -862,5 +863,31 @@ Test(kanel, launch_ends_its_job_on_sigterm)
 	err = slurp("stderr");
 	cr_expect(strstr(err, "kanel launch: Terminated: ending the job"), "%s",
 		  err);
+	free(err);
+}
+
+/* kanel worker --pause-ms sleeps before every step; a bad value is named. */
+Test(kanel, synthetic_worker_pauses_before_each_step)
+{
+	struct timespec t0, t1;
+	char *err;
+	double s;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--", kanel(),
+			      "worker", "--steps", "10", "--pause-ms", "150",
+			      "--tensor-bytes", "4096"),
+			 NULL),
+		     0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s = (double)(t1.tv_sec - t0.tv_sec) +
+	    (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	/* ten sleeps of 150 ms at least, whatever else the job took */
+	cr_expect_geq(s, 1.5, "%.2f s", s);
+
+	cr_assert_eq(run(ARGS("worker", "--pause-ms", "-3"), NULL), 2);
+	err = slurp("stderr");
+	cr_expect(strstr(err, "--pause-ms -3: milliseconds, 0 to 3600000"),
+		  "%s", err);
 	free(err);
 }

@@ -70,6 +70,15 @@ static inline float rnd_float(uint64_t *s)
 	return ldexpf(u, (int)(r % 17) - 8);
 }
 
+/* 64-byte aligned; C11 wants the size a multiple of the alignment. */
+static inline char *alloc64(size_t bytes)
+{
+	char *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+
+	cr_assert(p);
+	return p;
+}
+
 static inline uint32_t bits_of(float f)
 {
 	uint32_t u;

@@ -42,15 +42,6 @@ struct bufs {
 	char *out, *want;
 };
 
-/* 64-byte aligned; C11 wants the size a multiple of the alignment. */
-static char *alloc64(size_t bytes)
-{
-	char *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-
-	cr_assert(p);
-	return p;
-}
-
 static struct bufs *bufs_new(void)
 {
 	struct bufs *b = calloc(1, sizeof(*b));

@@ -45,14 +45,6 @@ static void ref_wsum(enum kn_dtype it, enum kn_dtype ot, void *dst,
 	}
 }
 
-static char *alloc64(size_t bytes)
-{
-	char *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-
-	cr_assert(p);
-	return p;
-}
-
 struct bufs {
 	char *in[MAXN];
 	char *out, *want;

@@ -66,13 +66,11 @@ static const char *in_dir(const char *name)
 	return b;
 }
 
-/* Run @argv with stdout and stderr into files of the test's directory,
- * in a process group of its own; after @sigint_after seconds (0: never)
- * send the group SIGINT, as Ctrl-C would.  The exit code. */
-static int run_with(char *const *argv, unsigned int sigint_after)
+/* Start @argv with stdout and stderr into files of the test's
+ * directory, in a process group of its own; its pid. */
+static pid_t spawn_logged(char *const *argv)
 {
 	pid_t pid = fork();
-	int st;
 
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
@@ -89,6 +87,16 @@ static int run_with(char *const *argv, unsigned int sigint_after)
 		execv(argv[0], argv);
 		_exit(127);
 	}
+	return pid;
+}
+
+/* Run @argv as spawn_logged() does; after @sigint_after seconds (0:
+ * never) send its group SIGINT, as Ctrl-C would.  The exit code. */
+static int run_with(char *const *argv, unsigned int sigint_after)
+{
+	pid_t pid = spawn_logged(argv);
+	int st;
+
 	if (sigint_after) {
 		sleep(sigint_after);
 		kill(-pid, SIGINT);
@@ -859,21 +867,9 @@ static pid_t child_with_role(pid_t parent, const char *role)
 static int run_killing(char *const *argv, const char *trigger,
 		       const char *role)
 {
-	pid_t pid = fork(), victim = 0;
+	pid_t pid = spawn_logged(argv), victim = 0;
 	int st;
 
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
-			       0644);
-		int err = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
-			       0644);
-
-		dup2(out, 1);
-		dup2(err, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
 	for (int i = 0; i < 6000 && !victim; i++) {
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			cr_assert_fail("the run ended before %s was written",
