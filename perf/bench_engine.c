@@ -76,6 +76,8 @@
 #define CAL_NS	     50e6  /* or as many rounds as take this long */
 #define MIN_ROUNDS   3
 #define MAX_ROUNDS   1000
+#define MAX_TENSORS  4096 /* of a model list */
+#define MODEL_ALIGN  64	  /* bytes between a model's tensors */
 
 static struct {
 	bool quick, csv;
@@ -87,6 +89,12 @@ static struct {
 	size_t sizes[BENCH_MAX_LIST], workers[BENCH_MAX_LIST],
 		servers[BENCH_MAX_LIST];
 	unsigned int nsizes, nworkers, nservers;
+	/* --model: its file, its tensors' element counts, their dtype */
+	char model[4096], model_name[64];
+	size_t counts[MAX_TENSORS];
+	unsigned int ntensors;
+	enum kn_dtype dtype;
+	bool model_pairs; /* neither --workers nor --servers: 1w1s, 2w1s, 4w2s */
 } cfg;
 
 static double now_ns(void)
@@ -111,6 +119,8 @@ static const char *size_name(size_t bytes, char *buf, size_t cap)
 		snprintf(buf, cap, "%zuM", bytes / MIB);
 	else if (bytes % KIB == 0)
 		snprintf(buf, cap, "%zuK", bytes / KIB);
+	else if (bytes >= MIB)
+		snprintf(buf, cap, "%.1fM", (double)bytes / (double)MIB);
 	else
 		snprintf(buf, cap, "%zu", bytes);
 	return buf;
@@ -638,7 +648,7 @@ struct wk {
 	unsigned int rank;
 	pthread_t th;
 	struct kn_worker *w;
-	float *params, *grads;
+	unsigned char *params, *grads; /* eng.elems of eng.dtype */
 	double *ends;	   /* when each round of the current sample ended */
 	atomic_ulong done; /* rounds of the current sample done */
 	int err;	   /* the first failure, a negative errno */
@@ -655,7 +665,12 @@ static struct {
 	unsigned int failed;
 	double t0; /* when main released the sample */
 	unsigned int n;
-	size_t count; /* elements of the tensor */
+	/* the tensors: element counts, where each starts in a worker's
+	 * buffers (elements, MODEL_ALIGN apart), all of one dtype */
+	unsigned int ntensors;
+	const size_t *counts;
+	size_t offs[MAX_TENSORS], elems;
+	enum kn_dtype dtype;
 	struct wk wk[MAX_WORKERS];
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
@@ -674,7 +689,10 @@ static void wk_fail(struct wk *k, int err, const char *what)
 /*
  * A worker's thread: join the job and start, then run the samples main
  * hands out, until it says leave.  Gradients are rank + 1 in every
- * element and never change; the parameters start at 0 (rank 0's).
+ * element and never change; the parameters start at 0 (rank 0's).  One
+ * tensor is KEY; a model's are t0000, t0001, ... in its list's order
+ * (which is then the layout's key order too), and a round is one
+ * kn_worker_step() of every tensor.
  */
 static void *wk_main(void *arg)
 {
@@ -700,11 +718,18 @@ static void *wk_main(void *arg)
 		wk_fail(k, ret, "kn_worker_create");
 		return NULL;
 	}
-	ret = kn_worker_register(k->w, KEY, KN_DTYPE_FP32, eng.count, k->params,
-				 k->grads);
-	if (ret) {
-		wk_fail(k, ret, "kn_worker_register");
-		return NULL;
+	for (unsigned int t = 0; t < eng.ntensors; t++) {
+		size_t off = eng.offs[t] * kn_dtype_size(eng.dtype);
+		char key[16];
+
+		snprintf(key, sizeof(key), "t%04u", t);
+		ret = kn_worker_register(k->w, eng.ntensors > 1 ? key : KEY,
+					 eng.dtype, eng.counts[t],
+					 k->params + off, k->grads + off);
+		if (ret) {
+			wk_fail(k, ret, "kn_worker_register");
+			return NULL;
+		}
 	}
 	ret = kn_worker_start(k->w);
 	if (ret) {
@@ -723,7 +748,8 @@ static void *wk_main(void *arg)
 		if (!rounds)
 			break;
 		for (unsigned long i = 0; i < rounds; i++) {
-			ret = kn_worker_step(k->w, KEY);
+			ret = kn_worker_step(k->w,
+					     eng.ntensors > 1 ? NULL : KEY);
 			if (ret) {
 				char what[96];
 
@@ -841,28 +867,63 @@ static double engine_sample(unsigned long rounds, double *round_ns,
 
 /*
  * After @rounds rounds of SGD with every worker's gradient rank + 1, the
- * servers' mean gradient is (n + 1) / 2 and every parameter
- * -LR * rounds * (n + 1) / 2.  Returns how many workers disagree.
+ * servers' mean gradient is (n + 1) / 2 and every fp32 parameter
+ * -LR * rounds * (n + 1) / 2.  fp16 and bf16 parameters round every
+ * update, so their value is not predicted: every element of a tensor
+ * must be the same finite negative number, on every worker the same
+ * bits.  Returns how many workers disagree.
  */
 static unsigned int params_check(unsigned long rounds)
 {
 	double want = -LR * (double)rounds * (eng.n + 1) / 2.0;
 	double tol = 1e-3 * fabs(want) + 1e-6;
+	size_t es = kn_dtype_size(eng.dtype);
 	unsigned int bad = 0;
 
 	for (unsigned int k = 0; k < eng.n; k++) {
-		const float *p = eng.wk[k].params;
-		size_t i;
+		for (unsigned int t = 0; t < eng.ntensors; t++) {
+			const unsigned char *p =
+				eng.wk[k].params + eng.offs[t] * es;
+			const float *f = (const float *)p;
+			size_t i = 0;
+			float v[1];
 
-		for (i = 0; i < eng.count; i++)
-			if (!(fabs(p[i] - want) <= tol))
+			if (eng.dtype == KN_DTYPE_FP32) {
+				for (; i < eng.counts[t]; i++)
+					if (!(fabs(f[i] - want) <= tol))
+						break;
+				v[0] = i < eng.counts[t] ? f[i] : 0;
+			} else {
+				check(kn_convert(v, KN_DTYPE_FP32, p, eng.dtype,
+						 1),
+				      "kn_convert");
+				if (!(isfinite(v[0]) && v[0] < 0) ||
+				    memcmp(p, eng.wk[0].params + eng.offs[t] * es,
+					   eng.counts[t] * es))
+					i = 0;
+				else
+					for (i = 1; i < eng.counts[t]; i++)
+						if (memcmp(p + i * es, p, es))
+							break;
+				if (i < eng.counts[t])
+					check(kn_convert(v, KN_DTYPE_FP32,
+							 p + i * es, eng.dtype,
+							 1),
+					      "kn_convert");
+			}
+			if (i < eng.counts[t]) {
+				fprintf(stderr,
+					"bench_engine: worker %u: element %zu "
+					"of tensor %u is %g after %lu rounds, "
+					"%g expected%s\n",
+					k, i, t, (double)v[0], rounds, want,
+					eng.dtype == KN_DTYPE_FP32
+						? ""
+						: " (or so: all elements the "
+						  "same on every worker)");
+				bad++;
 				break;
-		if (i < eng.count) {
-			fprintf(stderr,
-				"bench_engine: worker %u: parameter %zu is %g "
-				"after %lu rounds, %g expected\n",
-				k, i, (double)p[i], rounds, want);
-			bad++;
+			}
 		}
 	}
 	return bad;
@@ -913,23 +974,59 @@ static void job_env(size_t workers, size_t servers, int port)
 	setenv("KANEL_CHUNK_BYTES", v, 1);
 }
 
+/* Every element of the @bytes of @g (eng.dtype) @value. */
+static void grads_fill(unsigned char *g, size_t bytes, float value)
+{
+	size_t es = kn_dtype_size(eng.dtype);
+	unsigned char one[4];
+
+	check(kn_convert(one, eng.dtype, &value, KN_DTYPE_FP32, 1),
+	      "kn_convert");
+	for (size_t off = 0; off + es <= bytes; off += es)
+		memcpy(g + off, one, es);
+}
+
+/* The tensors of a job, @n of @counts elements, laid out in eng. */
+static size_t job_tensors(unsigned int n, const size_t *counts,
+			  enum kn_dtype dtype)
+{
+	size_t es = kn_dtype_size(dtype), per = MODEL_ALIGN / es, bytes = 0;
+
+	eng.ntensors = n;
+	eng.counts = counts;
+	eng.dtype = dtype;
+	eng.elems = 0;
+	for (unsigned int t = 0; t < n; t++) {
+		eng.offs[t] = eng.elems;
+		eng.elems += (counts[t] + per - 1) / per * per;
+		bytes += counts[t] * es;
+	}
+	return bytes;
+}
+
 /*
- * One job: @workers worker threads and @servers servers exchanging one
- * tensor of @bytes.  Engine and transport samples alternate; a warm-up
- * of each sizes the samples.
+ * One job: @workers worker threads and @servers servers exchanging the
+ * @ntensors tensors of @counts elements of @dtype.
+ * Engine and transport samples alternate, the transport's streaming
+ * messages of @tp_bytes; a warm-up of each sizes the samples.
  */
-static void bench_job(size_t workers, size_t servers, size_t bytes,
-		      struct result *r, double *tp_s)
+static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
+		      const size_t *counts, enum kn_dtype dtype,
+		      size_t tp_bytes, struct result *r, double *tp_s)
 {
 	double eng_s[MAX_REPS], el, *round_ns, t0 = now_ns(), t1;
 	unsigned long rounds, total = CAL_ROUNDS;
+	size_t bytes = job_tensors(ntensors, counts, dtype);
+	size_t buf = (eng.elems * kn_dtype_size(eng.dtype) + 4095) / 4096 *
+		     4096;
 	char size[32];
 	int port;
 
 	fprintf(stderr,
-		"bench_engine: %zu worker%s, %zu server%s, %s: ", workers,
+		"bench_engine: %zu worker%s, %zu server%s, %s%s%s: ", workers,
 		workers > 1 ? "s" : "", servers, servers > 1 ? "s" : "",
-		size_name(bytes, size, sizeof(size)));
+		ntensors > 1 ? cfg.model_name : "",
+		ntensors > 1 ? " " : "", size_name(bytes, size, sizeof(size)));
 	port = free_port();
 	job_env(workers, servers, port);
 	/* setenv is done: from here other threads may read the env */
@@ -938,7 +1035,6 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 	for (unsigned int s = 0; s < servers; s++)
 		spawn("server", s);
 	eng.n = (unsigned int)workers;
-	eng.count = bytes / sizeof(float);
 	eng.idle = 0;
 	eng.failed = 0;
 	eng.gen = 0;
@@ -949,15 +1045,13 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 		struct wk *k = &eng.wk[i];
 
 		*k = (struct wk){ .rank = i };
-		k->params = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-		k->grads = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+		k->params = aligned_alloc(4096, buf);
+		k->grads = aligned_alloc(4096, buf);
 		k->ends = malloc(MAX_ROUNDS * sizeof(*k->ends));
 		if (!k->params || !k->grads || !k->ends)
 			check(-ENOMEM, "aligned_alloc");
-		for (size_t e = 0; e < eng.count; e++) {
-			k->params[e] = 0;
-			k->grads[e] = (float)(i + 1);
-		}
+		memset(k->params, 0, buf); /* 0 in every dtype */
+		grads_fill(k->grads, buf, (float)(i + 1));
 		check(-pthread_create(&k->th, NULL, wk_main, k),
 		      "pthread_create");
 	}
@@ -982,7 +1076,7 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 	}
 	rounds = (unsigned long)fmin(
 		fmax(SAMPLE_NS * (double)rounds / el, MIN_ROUNDS), MAX_ROUNDS);
-	stream_calibrate(bytes, cfg.tp_ns);
+	stream_calibrate(tp_bytes, cfg.tp_ns);
 	fprintf(stderr, "%u samples of %lu rounds ", cfg.reps, rounds);
 	for (unsigned int s = 0; s < cfg.reps; s++) {
 		for (int i = 0; i < 2; i++) {
@@ -990,7 +1084,7 @@ static void bench_job(size_t workers, size_t servers, size_t bytes,
 				eng_s[s] = engine_sample(rounds, round_ns, &el);
 				total += rounds;
 			} else {
-				tp_s[s] = stream_sample(bytes);
+				tp_s[s] = stream_sample(tp_bytes);
 			}
 		}
 		fputc('.', stderr);
@@ -1033,6 +1127,7 @@ static double bench_size(size_t bytes)
 	struct result *r = calloc(njobs, sizeof(*r));
 	double *tp_s = calloc((size_t)njobs * cfg.reps, sizeof(*tp_s));
 	double tp_gbps, ratio1 = NAN;
+	size_t count[1] = { bytes / sizeof(float) };
 	struct stats tp;
 	char size[32];
 
@@ -1040,7 +1135,8 @@ static double bench_size(size_t bytes)
 		check(-ENOMEM, "calloc");
 	for (unsigned int v = 0; v < cfg.nservers; v++)
 		for (unsigned int w = 0; w < cfg.nworkers; w++, n++)
-			bench_job(cfg.workers[w], cfg.servers[v], bytes, &r[n],
+			bench_job(cfg.workers[w], cfg.servers[v], 1, count,
+				  KN_DTYPE_FP32, bytes, &r[n],
 				  tp_s + (size_t)n * cfg.reps);
 	tp = summarize(tp_s, (size_t)njobs * cfg.reps);
 	tp_gbps = (double)bytes / tp.med;
@@ -1062,6 +1158,129 @@ static double bench_size(size_t bytes)
 	return ratio1;
 }
 
+/* ---- --model: a real network's list of tensors ---- */
+
+/*
+ * Read the model list @path: one tensor a line, its element count first
+ * (a name may follow); '#' starts a comment, blank lines are skipped.
+ */
+static void model_load(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	unsigned int no = 0;
+
+	if (!f) {
+		fprintf(stderr, "bench_engine: --model %s: %s\n", path,
+			strerror(errno));
+		exit(2);
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line, *end;
+		unsigned long long n;
+
+		no++;
+		p[strcspn(p, "#\n")] = 0;
+		p += strspn(p, " \t");
+		if (!*p)
+			continue;
+		errno = 0;
+		n = strtoull(p, &end, 10);
+		if (*p < '0' || *p > '9' || errno || !n ||
+		    n > (1ull << 34) || (*end && *end != ' ' && *end != '\t')) {
+			fprintf(stderr,
+				"bench_engine: %s:%u: not an element count "
+				"(1 to 2^34) at the start of the line\n",
+				path, no);
+			exit(2);
+		}
+		if (cfg.ntensors == MAX_TENSORS) {
+			fprintf(stderr,
+				"bench_engine: %s: more than %d tensors\n",
+				path, MAX_TENSORS);
+			exit(2);
+		}
+		cfg.counts[cfg.ntensors++] = (size_t)n;
+	}
+	fclose(f);
+	if (cfg.ntensors < 2) {
+		fprintf(stderr,
+			"bench_engine: %s: %u tensor%s; a model has 2 or "
+			"more (one tensor: --sizes)\n",
+			path, cfg.ntensors, cfg.ntensors == 1 ? "" : "s");
+		exit(2);
+	}
+}
+
+static void emit_model(const struct result *m, const struct result *one)
+{
+	double mib = (double)m->bytes / (double)MIB;
+
+	if (cfg.csv) {
+		printf("%s,%s,%zu,%zu,%u,%zu,%.3f,%.6g,%.6g,%.3f,%.4g\n",
+		       cfg.model_name, kn_dtype_name(cfg.dtype), m->workers,
+		       m->servers, cfg.ntensors, m->bytes, m->eng.med / 1e3,
+		       m->gbps, m->ratio, one->eng.med / 1e3,
+		       m->eng.med / one->eng.med);
+		fflush(stdout);
+		return;
+	}
+	printf("%-9s %5s %7zu %7zu %7u %8.1f %10.2f %10.2f %10.2f %7.3f "
+	       "%7.3f %6.3f %10.2f %6.3f\n",
+	       cfg.model_name, kn_dtype_name(cfg.dtype), m->workers,
+	       m->servers, cfg.ntensors, mib, m->eng.med / 1e6,
+	       m->eng.min / 1e6, m->eng.max / 1e6, m->gbps, m->tp_gbps,
+	       m->ratio, one->eng.med / 1e6, m->eng.med / one->eng.med);
+	fflush(stdout);
+}
+
+/*
+ * The model's jobs: for every (workers, servers), the model's tensors,
+ * then one tensor of the same bytes, each a job of its own.  Every
+ * transport sample streams messages of the chunk size (the engine's
+ * write unit for every tensor as large), or of the model's bytes if
+ * less, and all of them make one baseline.
+ */
+static void bench_model(const size_t (*jobs)[2], unsigned int njobs)
+{
+	size_t es = kn_dtype_size(cfg.dtype), total[1] = { 0 }, tp_bytes;
+	struct result *r = calloc((size_t)njobs * 2, sizeof(*r));
+	double *tp_s = calloc((size_t)njobs * 2 * cfg.reps, sizeof(*tp_s));
+	double tp_gbps;
+	struct stats tp;
+	char size[32];
+
+	if (!r || !tp_s)
+		check(-ENOMEM, "calloc");
+	for (unsigned int t = 0; t < cfg.ntensors; t++)
+		total[0] += cfg.counts[t];
+	tp_bytes = total[0] * es < cfg.chunk_bytes ? total[0] * es
+						    : cfg.chunk_bytes;
+	for (unsigned int j = 0; j < njobs; j++) {
+		bench_job(jobs[j][0], jobs[j][1], cfg.ntensors, cfg.counts,
+			  cfg.dtype, tp_bytes, &r[2 * j],
+			  tp_s + (size_t)2 * j * cfg.reps);
+		bench_job(jobs[j][0], jobs[j][1], 1, total, cfg.dtype,
+			  tp_bytes, &r[2 * j + 1],
+			  tp_s + (size_t)(2 * j + 1) * cfg.reps);
+	}
+	tp = summarize(tp_s, (size_t)njobs * 2 * cfg.reps);
+	tp_gbps = (double)tp_bytes / tp.med;
+	fprintf(cfg.csv ? stderr : stdout,
+		"# transport stream of %s messages: median %.3f GB/s, min "
+		"%.3f, max %.3f (%u samples)\n",
+		size_name(tp_bytes, size, sizeof(size)), tp_gbps,
+		(double)tp_bytes / tp.max, (double)tp_bytes / tp.min,
+		njobs * 2 * cfg.reps);
+	for (unsigned int j = 0; j < njobs; j++) {
+		r[2 * j].tp_gbps = tp_gbps;
+		r[2 * j].ratio = r[2 * j].gbps / tp_gbps;
+		emit_model(&r[2 * j], &r[2 * j + 1]);
+	}
+	free(tp_s);
+	free(r);
+}
+
 static void usage(void)
 {
 	printf("usage: bench_engine [options]\n"
@@ -1076,6 +1295,15 @@ static void usage(void)
 	       "(the default)\n"
 	       "  --chunk-bytes N     KANEL_CHUNK_BYTES of the jobs (default "
 	       "1M)\n"
+	       "  --model NAME|FILE   a network's tensors instead of --sizes: "
+	       "resnet50,\n"
+	       "                      bert-base, vgg16 (perf/models/) or a "
+	       "FILE with one\n"
+	       "                      element count a line; jobs 1w1s, 2w1s, "
+	       "4w2s unless\n"
+	       "                      --workers or --servers are given\n"
+	       "  --dtype TYPE        the model's dtype: fp32 (the default), "
+	       "fp16, bf16\n"
 	       "  --kanel PATH        the kanel binary (default: "
 	       "../tools/kanel from\n"
 	       "                      this program's folder)\n"
@@ -1131,6 +1359,8 @@ static void parse_args(int argc, char **argv)
 		{ "chunk-bytes", required_argument, NULL, 'C' },
 		{ "kanel", required_argument, NULL, 'k' },
 		{ "bench-transport", required_argument, NULL, 'b' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "dtype", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1184,6 +1414,26 @@ static void parse_args(int argc, char **argv)
 			snprintf(cfg.transport, sizeof(cfg.transport), "%s",
 				 optarg);
 			break;
+		case 'm':
+			if (strchr(optarg, '/'))
+				snprintf(cfg.model, sizeof(cfg.model), "%s",
+					 optarg);
+			else
+				snprintf(cfg.model, sizeof(cfg.model),
+					 "%s/%s.txt", KN_MODELS_DIR, optarg);
+			snprintf(cfg.model_name, sizeof(cfg.model_name), "%s",
+				 basename(optarg));
+			cfg.model_name[strcspn(cfg.model_name, ".")] = 0;
+			break;
+		case 'd':
+			cfg.dtype = (enum kn_dtype)0;
+			while (kn_dtype_name(cfg.dtype) &&
+			       strcmp(kn_dtype_name(cfg.dtype), optarg))
+				cfg.dtype++;
+			if (!kn_dtype_name(cfg.dtype))
+				bad_value("dtype", optarg,
+					  "fp32, fp16 or bf16");
+			break;
 		case 'h':
 			usage();
 			exit(0);
@@ -1201,6 +1451,10 @@ static void parse_args(int argc, char **argv)
 	need_program(cfg.kanel, "kanel binary", "kanel");
 	default_path(cfg.transport, "bench_transport");
 	need_program(cfg.transport, "bench_transport", "bench-transport");
+	if (cfg.model[0] && cfg.nsizes)
+		bad_value("model", cfg.model, "--sizes is for one tensor");
+	if (cfg.model[0])
+		model_load(cfg.model);
 	if (!cfg.nsizes && cfg.quick) {
 		cfg.nsizes = 3;
 		memcpy(cfg.sizes, quick_sizes, sizeof(quick_sizes));
@@ -1208,6 +1462,7 @@ static void parse_args(int argc, char **argv)
 		cfg.nsizes = 5;
 		memcpy(cfg.sizes, def_sizes, sizeof(def_sizes));
 	}
+	cfg.model_pairs = cfg.model[0] && !cfg.nworkers && !cfg.nservers;
 	if (!cfg.nworkers) {
 		cfg.nworkers = cfg.quick ? 3 : 4;
 		memcpy(cfg.workers, def_workers,
@@ -1239,13 +1494,27 @@ int main(int argc, char **argv)
 	tp_start();
 
 	f = cfg.csv ? stderr : stdout;
-	fprintf(f,
-		"# engine: BSP push-pull of one fp32 tensor, sgd, chunks of "
-		"%s, over tcp on 127.0.0.1; workers: threads of this "
-		"process; coordinator and servers: %s; baseline: transport "
-		"provider %s, write_imm stream; %u repeats\n",
-		size_name(cfg.chunk_bytes, chunk, sizeof(chunk)), cfg.kanel,
-		tp_name, cfg.reps);
+	if (cfg.model[0])
+		fprintf(f,
+			"# engine: BSP push-pull of model %s (%s): %u %s "
+			"tensors, one kn_worker_step() of all a round, sgd, "
+			"chunks of %s, over tcp on 127.0.0.1; workers: threads "
+			"of this process; coordinator and servers: %s; "
+			"baseline: transport provider %s, write_imm stream; "
+			"%u repeats\n",
+			cfg.model_name, cfg.model, cfg.ntensors,
+			kn_dtype_name(cfg.dtype),
+			size_name(cfg.chunk_bytes, chunk, sizeof(chunk)),
+			cfg.kanel, tp_name, cfg.reps);
+	else
+		fprintf(f,
+			"# engine: BSP push-pull of one fp32 tensor, sgd, "
+			"chunks of %s, over tcp on 127.0.0.1; workers: "
+			"threads of this process; coordinator and servers: "
+			"%s; baseline: transport provider %s, write_imm "
+			"stream; %u repeats\n",
+			size_name(cfg.chunk_bytes, chunk, sizeof(chunk)),
+			cfg.kanel, tp_name, cfg.reps);
 	if (getloadavg(load, 1) == 1)
 		fprintf(f,
 			"# %ld CPUs, load average %.2f: jobs with more "
@@ -1254,6 +1523,40 @@ int main(int argc, char **argv)
 	fprintf(f, "# gbps = 2 * bytes * workers / median round time (both "
 		   "directions, all workers); ratio = gbps / transport "
 		   "stream gbps\n");
+	if (cfg.model[0]) {
+		static const size_t pairs[][2] = { { 1, 1 }, { 2, 1 }, { 4, 2 } };
+		size_t jobs[BENCH_MAX_LIST * BENCH_MAX_LIST][2];
+		unsigned int njobs = 0;
+
+		if (cfg.model_pairs) {
+			memcpy(jobs, pairs, sizeof(pairs));
+			njobs = 3;
+		}
+		for (unsigned int v = 0; !cfg.model_pairs && v < cfg.nservers;
+		     v++)
+			for (unsigned int w = 0; w < cfg.nworkers; w++) {
+				jobs[njobs][0] = cfg.workers[w];
+				jobs[njobs++][1] = cfg.servers[v];
+			}
+		fprintf(f, "# step = every tensor pushed and pulled once; "
+			   "single = one tensor of the model's bytes, its own "
+			   "job; vs_single = step / single\n");
+		if (cfg.csv)
+			printf("model,dtype,workers,servers,tensors,bytes,"
+			       "median_us,gbps,ratio_vs_transport,single_us,"
+			       "vs_single\n");
+		else
+			printf("%-9s %5s %7s %7s %7s %8s %10s %10s %10s %7s "
+			       "%7s %6s %10s %6s\n",
+			       "model", "dtype", "workers", "servers",
+			       "tensors", "MiB", "step_ms", "min_ms",
+			       "max_ms", "GB/s", "tp_GB/s", "ratio",
+			       "single_ms", "vs_1");
+		fflush(stdout);
+		bench_model((const size_t(*)[2])jobs, njobs);
+		tp_stop();
+		return 0;
+	}
 	if (cfg.csv)
 		printf("workers,servers,bytes,median_us,gbps,"
 		       "ratio_vs_transport\n");
