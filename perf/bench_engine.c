@@ -898,7 +898,8 @@ static unsigned int params_check(unsigned long rounds)
 						 1),
 				      "kn_convert");
 				if (!(isfinite(v[0]) && v[0] < 0) ||
-				    memcmp(p, eng.wk[0].params + eng.offs[t] * es,
+				    memcmp(p,
+					   eng.wk[0].params + eng.offs[t] * es,
 					   eng.counts[t] * es))
 					i = 0;
 				else
@@ -1017,16 +1018,16 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 	double eng_s[MAX_REPS], el, *round_ns, t0 = now_ns(), t1;
 	unsigned long rounds, total = CAL_ROUNDS;
 	size_t bytes = job_tensors(ntensors, counts, dtype);
-	size_t buf = (eng.elems * kn_dtype_size(eng.dtype) + 4095) / 4096 *
-		     4096;
+	size_t buf =
+		(eng.elems * kn_dtype_size(eng.dtype) + 4095) / 4096 * 4096;
 	char size[32];
 	int port;
 
 	fprintf(stderr,
 		"bench_engine: %zu worker%s, %zu server%s, %s%s%s: ", workers,
 		workers > 1 ? "s" : "", servers, servers > 1 ? "s" : "",
-		ntensors > 1 ? cfg.model_name : "",
-		ntensors > 1 ? " " : "", size_name(bytes, size, sizeof(size)));
+		ntensors > 1 ? cfg.model_name : "", ntensors > 1 ? " " : "",
+		size_name(bytes, size, sizeof(size)));
 	port = free_port();
 	job_env(workers, servers, port);
 	/* setenv is done: from here other threads may read the env */
@@ -1186,8 +1187,8 @@ static void model_load(const char *path)
 			continue;
 		errno = 0;
 		n = strtoull(p, &end, 10);
-		if (*p < '0' || *p > '9' || errno || !n ||
-		    n > (1ull << 34) || (*end && *end != ' ' && *end != '\t')) {
+		if (*p < '0' || *p > '9' || errno || !n || n > (1ull << 34) ||
+		    (*end && *end != ' ' && *end != '\t')) {
 			fprintf(stderr,
 				"bench_engine: %s:%u: not an element count "
 				"(1 to 2^34) at the start of the line\n",
@@ -1227,10 +1228,10 @@ static void emit_model(const struct result *m, const struct result *one)
 	}
 	printf("%-9s %5s %7zu %7zu %7u %8.1f %10.2f %10.2f %10.2f %7.3f "
 	       "%7.3f %6.3f %10.2f %6.3f\n",
-	       cfg.model_name, kn_dtype_name(cfg.dtype), m->workers,
-	       m->servers, cfg.ntensors, mib, m->eng.med / 1e6,
-	       m->eng.min / 1e6, m->eng.max / 1e6, m->gbps, m->tp_gbps,
-	       m->ratio, one->eng.med / 1e6, m->eng.med / one->eng.med);
+	       cfg.model_name, kn_dtype_name(cfg.dtype), m->workers, m->servers,
+	       cfg.ntensors, mib, m->eng.med / 1e6, m->eng.min / 1e6,
+	       m->eng.max / 1e6, m->gbps, m->tp_gbps, m->ratio,
+	       one->eng.med / 1e6, m->eng.med / one->eng.med);
 	fflush(stdout);
 }
 
@@ -1255,14 +1256,13 @@ static void bench_model(const size_t (*jobs)[2], unsigned int njobs)
 	for (unsigned int t = 0; t < cfg.ntensors; t++)
 		total[0] += cfg.counts[t];
 	tp_bytes = total[0] * es < cfg.chunk_bytes ? total[0] * es
-						    : cfg.chunk_bytes;
+						   : cfg.chunk_bytes;
 	for (unsigned int j = 0; j < njobs; j++) {
 		bench_job(jobs[j][0], jobs[j][1], cfg.ntensors, cfg.counts,
 			  cfg.dtype, tp_bytes, &r[2 * j],
 			  tp_s + (size_t)2 * j * cfg.reps);
-		bench_job(jobs[j][0], jobs[j][1], 1, total, cfg.dtype,
-			  tp_bytes, &r[2 * j + 1],
-			  tp_s + (size_t)(2 * j + 1) * cfg.reps);
+		bench_job(jobs[j][0], jobs[j][1], 1, total, cfg.dtype, tp_bytes,
+			  &r[2 * j + 1], tp_s + (size_t)(2 * j + 1) * cfg.reps);
 	}
 	tp = summarize(tp_s, (size_t)njobs * 2 * cfg.reps);
 	tp_gbps = (double)tp_bytes / tp.med;
@@ -1524,7 +1524,9 @@ int main(int argc, char **argv)
 		   "directions, all workers); ratio = gbps / transport "
 		   "stream gbps\n");
 	if (cfg.model[0]) {
-		static const size_t pairs[][2] = { { 1, 1 }, { 2, 1 }, { 4, 2 } };
+		static const size_t pairs[][2] = { { 1, 1 },
+						   { 2, 1 },
+						   { 4, 2 } };
 		size_t jobs[BENCH_MAX_LIST * BENCH_MAX_LIST][2];
 		unsigned int njobs = 0;
 
@@ -1549,9 +1551,8 @@ int main(int argc, char **argv)
 			printf("%-9s %5s %7s %7s %7s %8s %10s %10s %10s %7s "
 			       "%7s %6s %10s %6s\n",
 			       "model", "dtype", "workers", "servers",
-			       "tensors", "MiB", "step_ms", "min_ms",
-			       "max_ms", "GB/s", "tp_GB/s", "ratio",
-			       "single_ms", "vs_1");
+			       "tensors", "MiB", "step_ms", "min_ms", "max_ms",
+			       "GB/s", "tp_GB/s", "ratio", "single_ms", "vs_1");
 		fflush(stdout);
 		bench_model((const size_t(*)[2])jobs, njobs);
 		tp_stop();
