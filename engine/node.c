@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -800,6 +801,11 @@ static void expire_handshakes(struct kn__node *n)
 		}
 }
 
+static bool has_news(const struct kn__node *n)
+{
+	return n->news && atomic_load(n->news);
+}
+
 int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
 		  struct kn__tp_completion *c, int max)
 {
@@ -816,12 +822,19 @@ int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
 	if (n->pending && (timeout_ms < 0 || timeout_ms > 200))
 		timeout_ms = 200;
 
-	/* busy-poll a little (the reply may be on its way), then sleep */
-	while ((got = kn__tp_poll(n->ctx, c, max)) == 0 && kn__now() < spin_end)
-		;
-	if (got == 0 && timeout_ms) {
-		if (poll(pfd, extra_fd >= 0 ? 2 : 1, timeout_ms) < 0 &&
-		    errno != EINTR)
+	/* busy-poll a little (the reply may be on its way), then sleep;
+	 * news from the other thread ends both */
+	while ((got = kn__tp_poll(n->ctx, c, max)) == 0 &&
+	       kn__now() < spin_end && !has_news(n))
+		sched_yield(); /* a thread we woke may wait for this CPU */
+	if (got == 0 && timeout_ms && !has_news(n)) {
+		int ret = 0;
+
+		atomic_store(&n->sleeping, true);
+		if (!has_news(n))
+			ret = poll(pfd, extra_fd >= 0 ? 2 : 1, timeout_ms);
+		atomic_store(&n->sleeping, false);
+		if (ret < 0 && errno != EINTR)
 			return -errno;
 		got = kn__tp_poll(n->ctx, c, max);
 	}

@@ -16,6 +16,7 @@
 #define KN_ENGINE_NODE_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -59,6 +60,14 @@ struct kn__node {
 	/* refusal log lines: this window's start, lines, those unlogged */
 	double refuse_window;
 	uint32_t refuse_lines, refuse_quiet;
+	/*
+	 * Another thread's news (the worker's application posting an
+	 * operation): kn__node_wait's busy-poll ends as soon as *news is
+	 * set, and it sleeps only after it said so in sleeping and saw no
+	 * news; that thread writes the wake fd only if sleeping is set.
+	 */
+	atomic_uint *news;
+	atomic_bool sleeping;
 };
 
 struct kn__chan {

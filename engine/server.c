@@ -43,6 +43,7 @@
 #include "checkpoint.h"
 #include "node.h"
 #include "roles.h"
+#include "stages.h"
 #include "sync.h"
 
 #define NOUT 2 /* out buffers per chunk */
@@ -55,8 +56,8 @@ struct srv_worker {
 	struct kn__chan *ch;
 	struct kn__tp_rdesc *params, *grads; /* per tensor */
 	uint32_t nbuffers;
-	bool ready;  /* buffers known, slots sent */
-	bool member; /* in the chunk rules' membership */
+	bool ready;	/* buffers known, slots sent */
+	bool member;	/* in the chunk rules' membership */
 	uint32_t steps; /* local steps its last release asked for */
 };
 
@@ -79,6 +80,7 @@ struct srv_chunk {
 	uint64_t *pushed;    /* per worker and slot: the version it read */
 	struct kn__sync_event *queue; /* events waiting for an out buffer */
 	uint32_t qhead, qtail, qcap;
+	double round_t; /* the first push since the last apply arrived */
 };
 
 /*
@@ -98,6 +100,15 @@ struct srv_staleness {
 struct srv_write {
 	struct srv_chunk *chunk;
 	int out;
+	double t; /* the last write from it was posted (kn__now) */
+};
+
+/* Where a round's time goes on a server, for --metrics. */
+struct srv_stages {
+	struct kn__hist gather; /* a round's first push in -> its apply */
+	struct kn__hist apply;	/* the update kernel */
+	struct kn__hist turn;	/* the last push in -> its releases posted */
+	struct kn__hist write;	/* a release posted -> its write sent */
 };
 
 struct server {
@@ -118,6 +129,7 @@ struct server {
 	const void **srcs;	  /* an apply's inputs, one per worker */
 	float *weights;		  /* and their weights, where they differ */
 	struct srv_staleness stale;
+	struct srv_stages stages;
 	bool release_info; /* the protocol tells workers steps and hints */
 	uint32_t *plan;	   /* a PLAN being received, [workers] */
 	uint64_t plan_epoch;
@@ -265,10 +277,10 @@ static struct kn__ckpt **ckpt_file(struct server *s, uint64_t version)
 	if (!slot) {
 		/* the oldest never filled: its chunks drifted apart */
 		slot = &s->ckpt[0];
-		kn__log(&s->node, "checkpoint of version %llu abandoned: a "
-				  "chunk of it fell %d checkpoints behind",
-			(unsigned long long)kn__ckpt_version(*slot),
-			CKPT_OPEN);
+		kn__log(&s->node,
+			"checkpoint of version %llu abandoned: a "
+			"chunk of it fell %d checkpoints behind",
+			(unsigned long long)kn__ckpt_version(*slot), CKPT_OPEN);
 		kn__ckpt_abort(*slot);
 		memmove(&s->ckpt[0], &s->ckpt[1],
 			(CKPT_OPEN - 1) * sizeof(s->ckpt[0]));
@@ -292,8 +304,7 @@ static struct kn__ckpt **ckpt_file(struct server *s, uint64_t version)
  * chunk of ours has reached the version.  Synchronous file I/O, a
  * chunk's bytes at a time; an error costs that checkpoint only.
  */
-static void checkpoint(struct server *s, struct srv_chunk *ch,
-		       uint64_t version)
+static void checkpoint(struct server *s, struct srv_chunk *ch, uint64_t version)
 {
 	const uint32_t k = (uint32_t)(ch - s->chunks);
 	struct kn__ckpt **f;
@@ -476,8 +487,7 @@ static int setup_chunks(struct server *s)
 	s->actions = calloc(kn__sync_max_actions(&sp), sizeof(*s->actions));
 	s->srcs = calloc(nw, sizeof(*s->srcs));
 	s->weights = calloc(nw, sizeof(*s->weights));
-	if (!s->chunks || !s->writes || !s->actions || !s->srcs ||
-	    !s->weights)
+	if (!s->chunks || !s->writes || !s->actions || !s->srcs || !s->weights)
 		return -ENOMEM;
 	for (uint32_t i = 0, k = 0; i < l->nchunks; i++) {
 		struct srv_chunk *ch = &s->chunks[k];
@@ -600,6 +610,7 @@ static void release(struct server *s, struct srv_chunk *ch,
 	uint32_t w = a->worker;
 	struct srv_worker *sw = &s->workers[w];
 	const struct kn__tp_rdesc *dst;
+	struct srv_write *wr;
 	uint64_t off, lead, version = a->version;
 	int ret;
 
@@ -628,10 +639,11 @@ static void release(struct server *s, struct srv_chunk *ch,
 		      ? &sw->grads[ch->c->tensor]
 		      : &sw->params[ch->c->tensor];
 	off = ch->c->first * kn_dtype_size(ch->dtype);
-	ret = kn__tp_post_write_imm(
-		sw->ch->ep, ch->out_mr[ch->cur], 0, ch->c->bytes, dst, off,
-		kn__imm(KN__IMM_PULL, 0, ch->idx),
-		&s->writes[(ch - s->chunks) * NOUT + ch->cur]);
+	wr = &s->writes[(ch - s->chunks) * NOUT + ch->cur];
+	wr->t = kn__now();
+	ret = kn__tp_post_write_imm(sw->ch->ep, ch->out_mr[ch->cur], 0,
+				    ch->c->bytes, dst, off,
+				    kn__imm(KN__IMM_PULL, 0, ch->idx), wr);
 	if (ret) {
 		kn__log(&s->node, "%s: release of chunk %u: %s", sw->ch->name,
 			ch->idx, strerror(-ret));
@@ -652,8 +664,10 @@ static void count_staleness(struct srv_staleness *st,
 {
 	for (uint32_t i = 0; i < a->ncontrib; i++) {
 		const struct kn__sync_contrib *c = &a->contrib[i];
-		uint64_t read = ch->pushed[2 * (size_t)c->worker + (c->slot & 1)];
-		uint64_t tau = a->version > read + 1 ? a->version - read - 1 : 0;
+		uint64_t read =
+			ch->pushed[2 * (size_t)c->worker + (c->slot & 1)];
+		uint64_t tau =
+			a->version > read + 1 ? a->version - read - 1 : 0;
 
 		st->count++;
 		st->sum += tau;
@@ -672,8 +686,7 @@ static void count_staleness(struct srv_staleness *st,
 static void outer_update(const struct kn__sync_params *proto, float lr_scale,
 			 struct kn_update_params *p)
 {
-	p->optimizer =
-		proto->outer_momentum > 0 ? KN_OPT_MOMENTUM : KN_OPT_SGD;
+	p->optimizer = proto->outer_momentum > 0 ? KN_OPT_MOMENTUM : KN_OPT_SGD;
 	p->flags = proto->outer_momentum > 0 ? KN_UPDATE_NESTEROV : 0;
 	p->lr = (proto->outer_lr > 0 ? proto->outer_lr : 1.0f) * lr_scale;
 	p->momentum = proto->outer_momentum;
@@ -706,8 +719,8 @@ static int apply(struct server *s, struct srv_chunk *ch,
 	if (job->u.job.optimizer == KN__CONFIG_SUM) {
 		/* the mean, in the tensor's dtype, for the workers */
 		ret = weights ? kn_sum_weighted(ch->out[o], ch->dtype, src,
-						weights, a->ncontrib,
-						ch->dtype, n)
+						weights, a->ncontrib, ch->dtype,
+						n)
 			      : kn_sum(ch->out[o], ch->dtype, src, a->ncontrib,
 				       ch->dtype, n, w);
 	} else {
@@ -725,9 +738,9 @@ static int apply(struct server *s, struct srv_chunk *ch,
 		if (kn__sync_local_steps(job->u.job.protocol))
 			outer_update(&job->u.job.proto, a->lr_scale, &p);
 
-		ret = weights ? kn_update_weighted(&p, ch->master, ch->m,
-						   ch->v, src, weights,
-						   a->ncontrib, ch->dtype, n)
+		ret = weights ? kn_update_weighted(&p, ch->master, ch->m, ch->v,
+						   src, weights, a->ncontrib,
+						   ch->dtype, n)
 			      : kn_update(&p, ch->master, ch->m, ch->v, src,
 					  a->ncontrib, ch->dtype, n);
 		if (!ret && !ch->direct)
@@ -773,11 +786,14 @@ static void barrier(struct server *s, uint64_t epoch)
 static bool feed(struct server *s, struct srv_chunk *ch,
 		 const struct kn__sync_event *ev)
 {
+	bool push = ev->type == KN__SYNC_EV_PUSH, released = false;
 	int n, o = -1;
+	double t;
 
-	if ((ev->type == KN__SYNC_EV_PUSH || ev->type == KN__SYNC_EV_SKIP) &&
-	    (o = free_out(ch)) < 0)
+	if ((push || ev->type == KN__SYNC_EV_SKIP) && (o = free_out(ch)) < 0)
 		return false; /* a push may apply: it needs a free buffer */
+	if (push && !ch->round_t)
+		ch->round_t = ev->t;
 	if (ev->type == KN__SYNC_EV_JOIN)
 		ch->announce[ev->worker] = true;
 	n = kn__sync_rule_event(ch->rule, ev, s->actions);
@@ -804,18 +820,27 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 		if (a->type == KN__SYNC_ACT_APPLY) {
 			if (o < 0)
 				o = free_out(ch);
+			t = kn__now();
+			if (ch->round_t)
+				kn__hist_add(&s->stages.gather,
+					     t - ch->round_t);
+			ch->round_t = 0;
 			if (o < 0 || apply(s, ch, a, o)) {
 				fatal(s, -EIO, "an apply failed");
 				return true;
 			}
+			kn__hist_add(&s->stages.apply, kn__now() - t);
 			o = -1;
 			checkpoint(s, ch, s->base + a->version);
 		} else if (a->type == KN__SYNC_ACT_RELEASE) {
 			release(s, ch, a);
+			released = true;
 		} else if (a->type == KN__SYNC_ACT_BARRIER) {
 			barrier(s, a->epoch);
 		}
 	}
+	if (push && released)
+		kn__hist_add(&s->stages.turn, kn__now() - ev->t);
 	return true;
 }
 
@@ -968,8 +993,8 @@ static void on_written(struct kn__node *n, void *user, int status)
 	struct srv_write *wr = user;
 	struct srv_chunk *ch = wr->chunk;
 
-	(void)n;
 	(void)status; /* a failed write fails its endpoint: closed() */
+	kn__hist_add(&srv_of(n)->stages.write, kn__now() - wr->t);
 	ch->refs[wr->out]--;
 	drain_queue(srv_of(n), ch);
 }
@@ -1295,16 +1320,32 @@ static void write_metrics(const struct server *s)
 		     ",\"staleness_hist\":[",
 		     s->cfg->rank, s->status, st->count,
 		     st->count ? (double)st->sum / (double)st->count : 0.0,
-		     stale_quantile(st, 0.5), stale_quantile(st, 0.99),
-		     st->max, st->max_lead);
+		     stale_quantile(st, 0.5), stale_quantile(st, 0.99), st->max,
+		     st->max_lead);
 	for (int t = 0; t < STALE_BUCKETS && n > 0 && n < (int)sizeof(line);
 	     t++)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%" PRIu64,
 			      t ? "," : "", st->hist[t]);
-	if (n > 0 && n < (int)sizeof(line) - 3)
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "]}\n");
-	else
+	if (n > 0 && n < (int)sizeof(line) - 16) {
+		size_t len = (size_t)n;
+
+		len += (size_t)snprintf(line + len, sizeof(line) - len,
+					"],\"stages\":{");
+		len = kn__hist_json(line, len, sizeof(line), "gather",
+				    &s->stages.gather);
+		len = kn__hist_json(line, len, sizeof(line), "apply",
+				    &s->stages.apply);
+		len = kn__hist_json(line, len, sizeof(line), "turn",
+				    &s->stages.turn);
+		len = kn__hist_json(line, len, sizeof(line), "write",
+				    &s->stages.write);
+		if (len + 3 >= sizeof(line))
+			return;
+		len += (size_t)snprintf(line + len, sizeof(line) - len, "}}\n");
+		n = (int)len;
+	} else {
 		return;
+	}
 	fd = open(s->cfg->metrics, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
 		  0644);
 	if (fd < 0 || write(fd, line, (size_t)n) != n)

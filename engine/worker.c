@@ -29,10 +29,12 @@
  * round's model.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,7 @@
 #include "kernels.h"
 #include "node.h"
 #include "roles.h"
+#include "stages.h"
 
 #define MAX_OPS 1024
 
@@ -59,7 +62,7 @@ enum wk_state {
 struct wk_tensor {
 	struct kn__tensor_desc d;
 	void *params, *grads; /* grads: what pushes read */
-	void *inbox; /* where pulls land instead, or NULL */
+	void *inbox;	      /* where pulls land instead, or NULL */
 	struct kn__tp_mr *pmr, *gmr, *imr;
 	/*
 	 * ESP, PSP (the engine's own, fp32): the program's gradients, the
@@ -82,7 +85,7 @@ struct wk_chunk {
 	/* ESP, PSP: a release is delivered once both its write and its
 	 * RELEASE message are in, whichever comes first */
 	uint64_t writes, infos;
-	uint32_t steps; /* the last RELEASE message's */
+	uint32_t steps;	 /* the last RELEASE message's */
 	uint64_t joined; /* the version of the model we joined with */
 	uint64_t epoch;
 	float hint;
@@ -96,6 +99,18 @@ struct wk_op {
 	uint32_t writes;   /* pushes in flight */
 	uint64_t *targets; /* per chunk of the op: deliveries it waits for */
 	int status;
+	/* when it was posted, its first write went, its writes were all
+	 * sent, it was done (kn__now; the stages of --metrics) */
+	double t_post, t_first, t_sent, t_done;
+};
+
+/* Where an operation's time went, for --metrics (docs/configuration.md). */
+struct wk_stages {
+	struct kn__hist handoff; /* posted -> the thread posts its writes */
+	struct kn__hist send;	 /* first write posted -> every write sent */
+	struct kn__hist answer;	 /* sent -> every chunk's answer in */
+	struct kn__hist wake;	 /* done -> the program's wait returns */
+	struct kn__hist round;	 /* posted -> the wait returns */
 };
 
 struct kn_worker {
@@ -107,6 +122,10 @@ struct kn_worker {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int wake; /* eventfd: the application has news for the thread */
+	/* the news itself: set by the application, cleared by the thread;
+	 * kicked: the eventfd was written (wake) */
+	atomic_uint news;
+	atomic_bool kicked;
 	bool stop, start_requested, done_sent;
 	enum wk_state state;
 	int error;
@@ -126,22 +145,23 @@ struct kn_worker {
 	uint64_t next_id, first_unposted, first_undone;
 	uint64_t clock;
 	double last_beat;
-	bool release_info;    /* the job's protocol sends RELEASE messages */
+	bool release_info; /* the job's protocol sends RELEASE messages */
 	/* PSP, CGP: the timings reported since the last TIMING was sent;
 	 * it carries their mean */
 	double timing_sum;
 	uint32_t timing_count;
 	/* kn_worker_step_done, on the application's side (no lock) */
-	bool local;			/* the job takes local steps */
-	struct kn__sync_worker *rule;	/* ESP's, PSP's worker rule */
-	bool pending;			/* a pushpull is on its way */
+	bool local;		      /* the job takes local steps */
+	struct kn__sync_worker *rule; /* ESP's, PSP's worker rule */
+	bool pending;		      /* a pushpull is on its way */
 	uint64_t pending_handle;
-	double push_t;			/* when it left */
-	double round_s;			/* PSP: seconds of local steps ... */
-	uint32_t round_steps;		/* ... since the last release */
-	uint64_t inner_step;		/* the inner optimizer's (Adam) */
-	double step_return;		/* when the last step call returned */
-	bool told_local;		/* -EPROTO explained once */
+	double push_t;		 /* when it left */
+	double round_s;		 /* PSP: seconds of local steps ... */
+	uint32_t round_steps;	 /* ... since the last release */
+	uint64_t inner_step;	 /* the inner optimizer's (Adam) */
+	double step_return;	 /* when the last step call returned */
+	bool told_local;	 /* -EPROTO explained once */
+	struct wk_stages stages; /* of the ops waited for */
 	/* a server lost before the start, while the coordinator may still
 	 * say why (its reason is the cause, the loss a consequence) */
 	int lost_err;
@@ -214,6 +234,7 @@ static void check_ops(struct kn_worker *w)
 
 		if (!op->done && op_finished(w, op)) {
 			op->done = true;
+			op->t_done = kn__now();
 			any = true;
 		}
 	}
@@ -246,6 +267,8 @@ static void advance(struct kn_worker *w)
 
 			if (wc->expect - wc->delivered >= 2)
 				return; /* both slots taken: wait */
+			if (!op->t_first)
+				op->t_first = kn__now();
 			ret = kn__tp_post_write_imm(
 				s->ch->ep, t->gmr,
 				kc->first * kn_dtype_size(t->d.dtype),
@@ -273,6 +296,8 @@ static void advance(struct kn_worker *w)
 				op->targets[c - first] = w->chunks[c].expect;
 		}
 		op->posted = true;
+		if (!op->t_first)
+			op->t_first = kn__now(); /* a pull alone */
 		w->first_unposted++;
 	}
 	check_ops(w);
@@ -465,8 +490,9 @@ static void first_model_in(struct kn_worker *w)
 		/* the slot's contents are not read: any bytes of ours do */
 		parity = (uint32_t)(wc->pushed & 1);
 		ret = kn__tp_post_write_imm(
-			s->ch->ep, t->gmr, kc->first * kn_dtype_size(t->d.dtype),
-			kc->bytes, &s->slots, kn__layout_own_slot(l, c, parity),
+			s->ch->ep, t->gmr,
+			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
+			&s->slots, kn__layout_own_slot(l, c, parity),
 			kn__imm(KN__IMM_SKIP, parity, c), NULL);
 		if (ret) {
 			kn__log(&w->node, "sitting out a round of chunk %u: %s",
@@ -536,7 +562,8 @@ static void on_written(struct kn__node *n, void *user, int status)
 		return; /* an INIT write */
 	if (status)
 		fail(w, status);
-	op->writes--;
+	if (--op->writes == 0)
+		op->t_sent = kn__now();
 	check_ops(w);
 }
 
@@ -702,8 +729,8 @@ static void *progress(void *arg)
 		}
 		advance(w);
 		heartbeat(w);
-		if (w->lost_err && (!w->coord ||
-				    kn__now() - w->lost_at > LOST_GRACE_S))
+		if (w->lost_err &&
+		    (!w->coord || kn__now() - w->lost_at > LOST_GRACE_S))
 			fail(w, w->lost_err);
 		if (w->timing_count && w->coord) {
 			struct kn__msg m = { .type = KN__MSG_TIMING };
@@ -718,7 +745,11 @@ static void *progress(void *arg)
 		/* the lock is free while the thread sleeps */
 		got = kn__node_wait(&w->node, 100, w->wake, c, 64);
 		pthread_mutex_lock(&w->lock);
-		if (read(w->wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		/* what the news was about is under the lock: the loop's top
+		 * sees it, and news after this is for the next wait */
+		atomic_store(&w->news, 0);
+		if (atomic_exchange(&w->kicked, false) &&
+		    read(w->wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			break;
 		if (got < 0)
 			fail(w, got);
@@ -752,10 +783,19 @@ static void *progress(void *arg)
 
 /* ---- the application's side ---- */
 
+/*
+ * Tell the thread there is news.  A thread that busy-polls sees the flag;
+ * only one asleep (or about to be: it sets sleeping, then looks at the
+ * news once more) needs the eventfd, a system call on both sides.
+ */
 static void wake(struct kn_worker *w)
 {
 	uint64_t one = 1;
 
+	atomic_store(&w->news, 1);
+	if (!atomic_load(&w->node.sleeping))
+		return;
+	atomic_store(&w->kicked, true);
 	if (write(w->wake, &one, sizeof(one)) < 0)
 		kn__log(&w->node, "eventfd: %s", strerror(errno));
 }
@@ -887,9 +927,10 @@ int kn_worker_create(const struct kn_worker_options *opt,
 		if (ret)
 			kn__log_as("worker",
 				   "the coordinator's address %s:%u: %s",
-				w->cfg.coordinator.host, w->cfg.coordinator.port,
-				kn__config_resolve_strerror(&w->cfg.coordinator,
-							    ret));
+				   w->cfg.coordinator.host,
+				   w->cfg.coordinator.port,
+				   kn__config_resolve_strerror(
+					   &w->cfg.coordinator, ret));
 	}
 	if (ret) {
 		free(w);
@@ -904,6 +945,7 @@ int kn_worker_create(const struct kn_worker_options *opt,
 		return ret;
 	}
 	w->node.verbose = w->cfg.verbose;
+	w->node.news = &w->news;
 	w->node.retry_until = kn__now() + w->cfg.startup_timeout_ms / 1000.0;
 	w->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&w->lock, NULL);
@@ -967,7 +1009,7 @@ static int local_buffers(struct wk_tensor *t, uint32_t optimizer)
 		kn__log_as("worker",
 			   "tensor '%s' is %s: the workers of "
 			   "esp and predicted keep fp32 tensors only",
-			t->d.key, kn_dtype_name(t->d.dtype));
+			   t->d.key, kn_dtype_name(t->d.dtype));
 		return -ENOTSUP;
 	}
 	t->user_grads = t->grads;
@@ -1035,8 +1077,10 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 	if (!w || !key || !inbox)
 		return -EINVAL;
 	if (w->local) {
-		kn__log_as("worker", "the job runs %s: the engine "
-				   "keeps the inbox itself (kn_worker_step_done)",
+		kn__log_as(
+			"worker",
+			"the job runs %s: the engine "
+			"keeps the inbox itself (kn_worker_step_done)",
 			kn__config_sync_name(
 				(enum kn__config_sync)w->job.u.job.protocol));
 		return -EINVAL;
@@ -1129,8 +1173,8 @@ static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
 	return -ENOENT;
 }
 
-static int post_op(struct kn_worker *w, const char *key, bool push,
-		   bool pull, uint64_t *handle)
+static int post_op(struct kn_worker *w, const char *key, bool push, bool pull,
+		   uint64_t *handle)
 {
 	struct wk_op *op;
 	uint32_t idx = UINT32_MAX;
@@ -1148,9 +1192,11 @@ static int post_op(struct kn_worker *w, const char *key, bool push,
 	}
 	op = &w->ops[w->next_id % MAX_OPS];
 	free(op->targets);
-	*op = (struct wk_op){
-		.id = w->next_id, .tensor = idx, .push = push, .pull = pull
-	};
+	*op = (struct wk_op){ .id = w->next_id,
+			      .tensor = idx,
+			      .push = push,
+			      .pull = pull,
+			      .t_post = kn__now() };
 	*handle = w->next_id++;
 	if (push && !key)
 		w->clock++;
@@ -1209,6 +1255,25 @@ int kn_worker_test(struct kn_worker *w, uint64_t handle)
 	return ret;
 }
 
+/* The stages of op @h, just waited for (once: its t_done is cleared). */
+static void count_stages(struct kn_worker *w, struct wk_op *op, uint64_t h)
+{
+	struct wk_stages *st = &w->stages;
+	double t = kn__now(), sent;
+
+	if (op->id != h || !op->t_done || op->status)
+		return;
+	sent = op->push ? op->t_sent : op->t_first;
+	kn__hist_add(&st->handoff, op->t_first - op->t_post);
+	if (op->push)
+		kn__hist_add(&st->send, op->t_sent - op->t_first);
+	if (op->pull)
+		kn__hist_add(&st->answer, op->t_done - sent);
+	kn__hist_add(&st->wake, t - op->t_done);
+	kn__hist_add(&st->round, t - op->t_post);
+	op->t_done = 0;
+}
+
 static bool handle_done(struct kn_worker *w, uint64_t handle)
 {
 	return op_state(w, handle) != 0;
@@ -1225,6 +1290,8 @@ int kn_worker_wait(struct kn_worker *w, uint64_t handle, int timeout_ms)
 		       "waiting for an operation");
 	if (!ret)
 		ret = op_state(w, handle);
+	if (ret == 1)
+		count_stages(w, &w->ops[handle % MAX_OPS], handle);
 	pthread_mutex_unlock(&w->lock);
 	return ret < 0 ? ret : 0;
 }
@@ -1322,8 +1389,6 @@ unsigned int kn_worker_size(const struct kn_worker *w)
 {
 	return w->job.u.job.workers;
 }
-
-
 
 /*
  * The job as its coordinator set it up, as this worker was told when it
@@ -1503,8 +1568,8 @@ static int local_step(struct kn_worker *w, double seconds, unsigned int flags,
 	return local_wait(w);
 }
 
-int kn_worker_step_done(struct kn_worker *w, double seconds,
-			unsigned int flags, unsigned int *result)
+int kn_worker_step_done(struct kn_worker *w, double seconds, unsigned int flags,
+			unsigned int *result)
 {
 	unsigned int what = KN_STEP_SYNCED;
 	double now = kn__now();
@@ -1561,6 +1626,36 @@ int kn_worker_finish(struct kn_worker *w)
 	return local_wait(w);
 }
 
+/* --metrics: one JSON line, as the servers write theirs. */
+static void write_metrics(const struct kn_worker *w)
+{
+	const struct wk_stages *st = &w->stages;
+	char line[1024];
+	size_t n;
+	int m, fd;
+
+	m = snprintf(line, sizeof(line),
+		     "{\"role\":\"worker\",\"rank\":%u,\"status\":%d,"
+		     "\"stages\":{",
+		     w->cfg.rank, w->state == WK_FAILED ? w->error : 0);
+	n = m > 0 ? (size_t)m : sizeof(line);
+	n = kn__hist_json(line, n, sizeof(line), "handoff", &st->handoff);
+	n = kn__hist_json(line, n, sizeof(line), "send", &st->send);
+	n = kn__hist_json(line, n, sizeof(line), "answer", &st->answer);
+	n = kn__hist_json(line, n, sizeof(line), "wake", &st->wake);
+	n = kn__hist_json(line, n, sizeof(line), "round", &st->round);
+	if (n + 3 >= sizeof(line))
+		return;
+	n += (size_t)snprintf(line + n, sizeof(line) - n, "}}\n");
+	fd = open(w->cfg.metrics, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+		  0644);
+	if (fd < 0 || write(fd, line, n) != (ssize_t)n)
+		kn__log_as("worker", "cannot write the figures to %s: %s",
+			   w->cfg.metrics, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 void kn_worker_destroy(struct kn_worker *w)
 {
 	if (!w)
@@ -1570,6 +1665,8 @@ void kn_worker_destroy(struct kn_worker *w)
 	wake(w);
 	pthread_mutex_unlock(&w->lock);
 	pthread_join(w->thread, NULL);
+	if (w->cfg.metrics[0])
+		write_metrics(w);
 	for (uint32_t i = 0; i < MAX_OPS; i++)
 		free(w->ops[i].targets);
 	for (uint32_t i = 0; i < w->ntensors; i++)

@@ -80,7 +80,7 @@
 #define MODEL_ALIGN  64	  /* bytes between a model's tensors */
 
 static struct {
-	bool quick, csv;
+	bool quick, csv, stages;
 	unsigned int reps;
 	double tp_ns;	      /* time a transport sample should take */
 	char kanel[4096];     /* the kanel binary */
@@ -955,6 +955,63 @@ static void emit(const struct result *r)
 	fflush(stdout);
 }
 
+/* --stages: the job's figures file (KANEL_METRICS), one per job. */
+static char metrics_path[320];
+
+/*
+ * Print what the workers and servers of the job wrote in their figures
+ * lines: the median (and 90th percentile) of every stage, in us.
+ */
+static void stages_show(size_t workers, size_t servers, size_t bytes)
+{
+	FILE *f = fopen(metrics_path, "r"), *out = cfg.csv ? stderr : stdout;
+	char line[4096], size[32];
+
+	if (!f) {
+		fprintf(stderr,
+			"bench_engine: --stages: no figures in %s: %s\n",
+			metrics_path, strerror(errno));
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "\"stages\":{"), *role;
+		unsigned int rank = 0;
+
+		if (!p)
+			continue;
+		role = strstr(line, "\"role\":\"server\"") ? "server"
+							   : "worker";
+		sscanf(strstr(line, "\"rank\":") ? strstr(line, "\"rank\":") + 7
+						 : "0",
+		       "%u", &rank);
+		fprintf(out,
+			"# stages %zuw%zus %s, %s %u (p50/p90 us):", workers,
+			servers, size_name(bytes, size, sizeof(size)), role,
+			rank);
+		for (p += 10; *p == '"';) {
+			char name[32];
+			unsigned long long n;
+			double p50, p90, p99;
+			int used = 0;
+
+			if (sscanf(p,
+				   "\"%31[^\"]\":{\"n\":%llu,\"p50_us\":%lf,"
+				   "\"p90_us\":%lf,\"p99_us\":%lf}%n",
+				   name, &n, &p50, &p90, &p99, &used) != 5 ||
+			    !used)
+				break;
+			if (n)
+				fprintf(out, " %s %.1f/%.1f", name, p50, p90);
+			p += used;
+			if (*p == ',')
+				p++;
+		}
+		fputc('\n', out);
+	}
+	fclose(f);
+	unlink(metrics_path);
+}
+
 /* Set the job's variables, which the children and the workers read. */
 static void job_env(size_t workers, size_t servers, int port)
 {
@@ -973,6 +1030,12 @@ static void job_env(size_t workers, size_t servers, int port)
 	setenv("KANEL_LR", v, 1);
 	snprintf(v, sizeof(v), "%zu", cfg.chunk_bytes);
 	setenv("KANEL_CHUNK_BYTES", v, 1);
+	if (cfg.stages) {
+		snprintf(metrics_path, sizeof(metrics_path), "%s/metrics-%d",
+			 tmpdir, port);
+		unlink(metrics_path);
+		setenv("KANEL_METRICS", metrics_path, 1);
+	}
 }
 
 /* Every element of the @bytes of @g (eng.dtype) @value. */
@@ -1102,6 +1165,8 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 	for (unsigned int i = 0; i < workers; i++)
 		check(-pthread_join(eng.wk[i].th, NULL), "pthread_join");
 	children_stop();
+	if (cfg.stages)
+		stages_show(workers, servers, bytes);
 	for (unsigned int i = 0; i < workers; i++) {
 		free(eng.wk[i].params);
 		free(eng.wk[i].grads);
@@ -1287,6 +1352,12 @@ static void usage(void)
 	       "  --quick             3 repeats; workers 1,2,4, servers 1,2,\n"
 	       "                      sizes 64K,1M,16M unless given\n"
 	       "  --csv               CSV on stdout, other text on stderr\n"
+	       "  --stages            after each job, where its time went: the "
+	       "median and\n"
+	       "                      90th percentile of every stage the "
+	       "workers and the\n"
+	       "                      servers measured (their --metrics "
+	       "lines)\n"
 	       "  --workers LIST      worker threads, e.g. 1,2,4,8 (the "
 	       "default)\n"
 	       "  --servers LIST      server processes, e.g. 1,2 (the "
@@ -1352,6 +1423,7 @@ static void parse_args(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "quick", no_argument, NULL, 'q' },
+		{ "stages", no_argument, NULL, 'g' },
 		{ "csv", no_argument, NULL, 'c' },
 		{ "workers", required_argument, NULL, 'w' },
 		{ "servers", required_argument, NULL, 's' },
@@ -1377,6 +1449,9 @@ static void parse_args(int argc, char **argv)
 		switch (c) {
 		case 'q':
 			cfg.quick = true;
+			break;
+		case 'g':
+			cfg.stages = true;
 			break;
 		case 'c':
 			cfg.csv = true;

@@ -129,6 +129,85 @@ Test(e2e, bsp_sgd_exact_4_workers_2_servers, .timeout = 120)
 			     strerror(-sh->status[w]));
 }
 
+/* ---- --metrics: where the time went ---- */
+
+/* The "n" of stage @stage in @line, or -1. */
+static long stage_count(const char *line, const char *stage)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":{\"n\":", stage);
+	p = strstr(line, pat);
+	return p ? strtol(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* The "p50_us" of stage @stage in @line, or -1. */
+static double stage_p50(const char *line, const char *stage)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":{", stage);
+	p = strstr(line, pat);
+	p = p ? strstr(p, "\"p50_us\":") : NULL;
+	return p ? strtod(p + 9, NULL) : -1;
+}
+
+/*
+ * Every worker and the server write a figures line with their stages:
+ * a worker one round per kn_worker_step, the server one apply per chunk
+ * and round (a: 5 chunks, b: 1, ROUNDS rounds).
+ */
+Test(e2e, metrics_lines_give_every_stage, .timeout = 120)
+{
+	char path[] = "/tmp/kanel-stages-XXXXXX", line[4096];
+	unsigned int workers = 0, servers = 0;
+	struct job j = { 0 };
+	int fd = mkstemp(path);
+	FILE *f;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	setenv("KANEL_METRICS", path, 1);
+	bsp_workers = 2;
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, bsp_worker);
+	end_job(&j, true);
+	unsetenv("KANEL_METRICS");
+	for (unsigned int w = 0; w < 2; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+	f = fopen(path, "r");
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, "\"role\":\"worker\"")) {
+			workers++;
+			cr_expect_eq(stage_count(line, "round"), ROUNDS, "%s",
+				     line);
+			cr_expect_eq(stage_count(line, "handoff"), ROUNDS);
+			cr_expect_eq(stage_count(line, "answer"), ROUNDS);
+			cr_expect_gt(stage_p50(line, "round"), 0, "%s", line);
+			cr_expect_geq(stage_p50(line, "round"),
+				      stage_p50(line, "answer"), "%s", line);
+		} else if (strstr(line, "\"role\":\"server\"")) {
+			servers++;
+			cr_expect_eq(stage_count(line, "apply"), 6 * ROUNDS,
+				     "%s", line);
+			cr_expect_eq(stage_count(line, "gather"), 6 * ROUNDS);
+			/* a release per worker and round, and the model */
+			cr_expect_geq(stage_count(line, "write"),
+				      2 * 6 * ROUNDS, "%s", line);
+		}
+	}
+	fclose(f);
+	unlink(path);
+	cr_expect_eq(workers, 2);
+	cr_expect_eq(servers, 1);
+}
+
 /* ---- fp16 and bf16 tensors, 100 tensors ---- */
 
 #define NT    100
