@@ -426,6 +426,30 @@ static int opt_chunk(struct parse *p, const char *src, const char *val)
 	return 0;
 }
 
+/* 0 (no fusion), or bytes with the suffixes of --chunk-bytes, to 1M. */
+static int opt_fuse(struct parse *p, const char *src, const char *val)
+{
+	const char *rest;
+	uint32_t v, unit = 1;
+	uint64_t bytes;
+
+	if (!parse_u32(val, &v, &rest))
+		return bad(p, "%s='%s': not a number", src, val);
+	if (!strcasecmp(rest, "k") || !strcasecmp(rest, "kib"))
+		unit = KIB;
+	else if (!strcasecmp(rest, "m") || !strcasecmp(rest, "mib"))
+		unit = MIB;
+	else if (*rest)
+		return bad(p, "%s='%s': unknown suffix '%s' (K or M)", src, val,
+			   rest);
+	bytes = (uint64_t)v * unit;
+	if (bytes > MIB)
+		return bad(p, "%s='%s': must be between 0 (no fusion) and 1M",
+			   src, val);
+	p->cfg.fuse_bytes = (uint32_t)bytes;
+	return 0;
+}
+
 static int opt_lr(struct parse *p, const char *src, const char *val)
 {
 	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.lr);
@@ -676,6 +700,7 @@ enum opt_id {
 	O_OUTER_LR,
 	O_OUTER_MOMENTUM,
 	O_CHUNK,
+	O_FUSE,
 	O_HEARTBEAT,
 	O_STARTUP,
 	O_SECRET_FILE,
@@ -854,6 +879,12 @@ static const struct opt opts[O_COUNT] = {
 			      "4K to 1024M",
 		      .parse = opt_chunk, .group = KN__CONFIG_OPT_JOB,
 		      FIELD(F_U32, chunk_bytes) },
+	[O_FUSE] = { "--fuse-bytes", "KANEL_FUSE_BYTES", "BYTES",
+		     .deflt = "64K",
+		     .help = "smaller tensors share chunks; 0: never; K "
+			     "or M suffix, at most 1M",
+		     .parse = opt_fuse, .group = KN__CONFIG_OPT_JOB,
+		     FIELD(F_U32, fuse_bytes) },
 	[O_HEARTBEAT] = { "--heartbeat-timeout", "KANEL_HEARTBEAT_TIMEOUT",
 			  "MS", .deflt = "3000",
 			  .help = "silence after which a peer is dead; "

@@ -133,6 +133,7 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.proto = c->cfg->proto;
 	m.u.job.optimizer = c->cfg->optimizer;
 	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
+	m.u.job.fuse_bytes = c->cfg->fuse_bytes;
 	m.u.job.lr = c->cfg->lr;
 	m.u.job.momentum = c->cfg->momentum;
 	m.u.job.rank = rank;

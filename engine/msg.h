@@ -81,6 +81,7 @@ struct kn__msg {
 		struct {
 			uint32_t workers, servers, protocol, optimizer;
 			uint64_t chunk_bytes;
+			uint32_t fuse_bytes; /* --fuse-bytes */
 			float lr, momentum;
 			/* the protocols' parameters: sync/'s block (the
 			 * protocol and worker count are the fields above;

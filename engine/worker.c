@@ -71,7 +71,31 @@ struct wk_tensor {
 	 * are the engine's then too (the delta pushed, the model pulled).
 	 */
 	float *user_grads, *anchor, *at_push, *m, *v;
+	/*
+	 * A fused group's wire tensor (nmembers > 0): its members are
+	 * w->members[first_member ...], its three buffers the engine's.
+	 * gen: the wire pushes posted; contributed: the members in the one
+	 * being gathered (all: it waits for a slot); sending: its write is
+	 * still reading grads.
+	 */
+	uint32_t first_member, nmembers, contributed;
+	uint64_t gen;
+	bool sending;
 };
+
+/* A tensor of the program's that travels inside a fused group. */
+struct wk_member {
+	struct kn__tensor_desc d;
+	void *params, *grads, *inbox;
+	uint32_t wire;	 /* its group's index in w->tensors */
+	uint64_t offset; /* elements into the group */
+	uint64_t pushes; /* gradients copied into the group */
+};
+
+/* Keys of fused groups; the program's keys may not start so. */
+#define FUSED_PREFIX "kanel.fused."
+#define MEMBER_BIT   0x80000000u /* an op's tensor that is a member */
+#define MAX_MEMBERS  64		 /* a key-less op's bit mask */
 
 struct wk_server {
 	struct kn__chan *ch;
@@ -97,7 +121,9 @@ struct wk_op {
 	bool push, pull, posted, done;
 	uint32_t next;	   /* the next chunk to push, relative */
 	uint32_t writes;   /* pushes in flight */
+	uint64_t mask;	   /* the members of chunk next it has pushed */
 	uint64_t *targets; /* per chunk of the op: deliveries it waits for */
+	uint32_t ntargets; /* room in targets */
 	int status;
 	/* when it was posted, its first write went, its writes were all
 	 * sent, it was done (kn__now; the stages of --metrics) */
@@ -135,8 +161,12 @@ struct kn_worker {
 	struct kn__msg job;
 	struct wk_server *servers;
 	uint32_t nservers_known, nslots;
-	struct wk_tensor *tensors; /* registration order, sorted at start */
+	/* registration order; at the start, the wire's tensors (the
+	 * unfused ones and the fused groups) in key order */
+	struct wk_tensor *tensors;
 	uint32_t ntensors;
+	struct wk_member *members; /* the fused tensors, group by group */
+	uint32_t nmembers;
 	struct kn__layout *layout;
 	struct wk_chunk *chunks;
 	uint32_t delivered_once;
@@ -204,6 +234,10 @@ static void chunk_range(const struct kn_worker *w, uint32_t tensor,
 	if (tensor == UINT32_MAX) {
 		*first = 0;
 		*end = l->nchunks;
+	} else if (tensor & MEMBER_BIT) {
+		/* a group is one chunk */
+		*first = l->first_chunk[w->members[tensor & ~MEMBER_BIT].wire];
+		*end = *first + 1;
 	} else {
 		*first = l->first_chunk[tensor];
 		*end = l->first_chunk[tensor + 1];
@@ -245,6 +279,107 @@ static void check_ops(struct kn_worker *w)
 		pthread_cond_broadcast(&w->cond);
 }
 
+/*
+ * Fused groups.  A member's push copies its gradient into its group's
+ * push buffer; once every member's is in, the group is one push of one
+ * chunk, written when that chunk has a free slot.  A member's n-th push
+ * goes into the group's n-th: a member pushed again before the rest of
+ * its group waits (as its operation, and those after it, do).
+ */
+static void post_group(struct kn_worker *w, uint32_t i)
+{
+	const struct kn__layout *l = w->layout;
+	struct wk_tensor *t = &w->tensors[i];
+	uint32_t c = l->first_chunk[i];
+	struct wk_chunk *wc = &w->chunks[c];
+	const struct kn__chunk *kc = &l->chunks[c];
+	struct wk_server *s = &w->servers[kc->server];
+	uint32_t parity = (uint32_t)(wc->pushed & 1);
+	int ret;
+
+	if (w->state != WK_RUNNING || t->contributed < t->nmembers ||
+	    wc->expect - wc->delivered >= 2)
+		return;
+	ret = kn__tp_post_write_imm(s->ch->ep, t->gmr, 0, kc->bytes, &s->slots,
+				    kn__layout_own_slot(l, c, parity),
+				    kn__imm(KN__IMM_PUSH, parity, c), t);
+	if (ret) {
+		kn__log(&w->node, "push to server %u: %s", kc->server,
+			strerror(-ret));
+		fail(w, ret);
+		return;
+	}
+	wc->pushed++;
+	wc->expect++;
+	t->gen++;
+	t->contributed = 0;
+	t->sending = true;
+}
+
+/* Member @mi's gradient into its group, if the group takes it now. */
+static bool contribute(struct kn_worker *w, uint32_t mi)
+{
+	struct wk_member *m = &w->members[mi];
+	struct wk_tensor *t = &w->tensors[m->wire];
+	size_t es = kn_dtype_size(m->d.dtype);
+
+	if (t->sending || t->contributed == t->nmembers || m->pushes != t->gen)
+		return false;
+	memcpy((char *)t->grads + m->offset * es, m->grads, m->d.len * es);
+	m->pushes++;
+	if (++t->contributed == t->nmembers)
+		post_group(w, m->wire);
+	return true;
+}
+
+/* @op's push into group @i: true once all of its part is in. */
+static bool push_fused(struct kn_worker *w, struct wk_op *op, uint32_t i)
+{
+	const struct wk_tensor *t = &w->tensors[i];
+	uint64_t all = t->nmembers == 64 ? UINT64_MAX
+					 : ((uint64_t)1 << t->nmembers) - 1;
+
+	if (op->tensor != UINT32_MAX)
+		return contribute(w, op->tensor & ~MEMBER_BIT);
+	for (uint32_t j = 0; j < t->nmembers; j++)
+		if (!(op->mask >> j & 1) && contribute(w, t->first_member + j))
+			op->mask |= (uint64_t)1 << j;
+	if (op->mask != all)
+		return false;
+	op->mask = 0;
+	return true;
+}
+
+/* The group's answer is in its inbox: every member's part to its own. */
+static void unpack(struct kn_worker *w, const struct wk_tensor *t)
+{
+	bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+	size_t es = kn_dtype_size(t->d.dtype);
+
+	for (uint32_t j = 0; j < t->nmembers; j++) {
+		const struct wk_member *m = &w->members[t->first_member + j];
+		void *to = m->inbox ? m->inbox : sum ? m->grads : m->params;
+
+		memcpy(to, (const char *)t->inbox + m->offset * es,
+		       m->d.len * es);
+	}
+}
+
+/* The answers chunk @c of @op's waits for: those of its pushes so far. */
+static uint64_t answers_due(const struct kn_worker *w, const struct wk_op *op,
+			    uint32_t c)
+{
+	const struct wk_tensor *t = &w->tensors[w->layout->chunks[c].tensor];
+	uint64_t due = w->chunks[c].expect;
+
+	/* a group's push still being gathered is due too */
+	if (t->nmembers && op->tensor == UINT32_MAX)
+		due += t->contributed > 0;
+	else if (t->nmembers)
+		due += w->members[op->tensor & ~MEMBER_BIT].pushes > t->gen;
+	return due;
+}
+
 /* Post the pushes of the waiting operations, in order, while chunks have
  * free slots. */
 static void advance(struct kn_worker *w)
@@ -265,10 +400,17 @@ static void advance(struct kn_worker *w)
 			uint32_t parity = (uint32_t)(wc->pushed & 1);
 			int ret;
 
-			if (wc->expect - wc->delivered >= 2)
-				return; /* both slots taken: wait */
 			if (!op->t_first)
 				op->t_first = kn__now();
+			if (t->nmembers) {
+				if (!push_fused(w, op, kc->tensor))
+					return; /* the group is busy: wait */
+				if (w->state != WK_RUNNING)
+					return;
+				continue;
+			}
+			if (wc->expect - wc->delivered >= 2)
+				return; /* both slots taken: wait */
 			ret = kn__tp_post_write_imm(
 				s->ch->ep, t->gmr,
 				kc->first * kn_dtype_size(t->d.dtype),
@@ -285,19 +427,26 @@ static void advance(struct kn_worker *w)
 			wc->expect++;
 			op->writes++;
 		}
-		if (op->pull) {
-			op->targets = malloc((end - first + 1) *
-					     sizeof(*op->targets));
-			if (!op->targets) {
+		if (op->pull && end - first > op->ntargets) {
+			/* kept with the op's slot: no allocation per op */
+			uint64_t *tg =
+				realloc(op->targets,
+					(end - first) * sizeof(*op->targets));
+
+			if (!tg) {
 				fail(w, -ENOMEM);
 				return;
 			}
-			for (uint32_t c = first; c < end; c++)
-				op->targets[c - first] = w->chunks[c].expect;
+			op->targets = tg;
+			op->ntargets = end - first;
 		}
+		for (uint32_t c = first; op->pull && c < end; c++)
+			op->targets[c - first] = answers_due(w, op, c);
 		op->posted = true;
 		if (!op->t_first)
 			op->t_first = kn__now(); /* a pull alone */
+		if (op->push && !op->writes && !op->t_sent)
+			op->t_sent = kn__now(); /* fused: copied is sent */
 		w->first_unposted++;
 	}
 	check_ops(w);
@@ -517,12 +666,15 @@ static void first_model_in(struct kn_worker *w)
 static void delivered(struct kn_worker *w, uint32_t c)
 {
 	struct wk_chunk *k = &w->chunks[c];
+	struct wk_tensor *t = &w->tensors[w->layout->chunks[c].tensor];
 	uint64_t done = k->writes;
 
 	if (w->release_info && k->infos < done)
 		done = k->infos;
 	else if (k->infos == 0)
 		done = 0; /* the first release comes with its version */
+	if (done > k->delivered && t->nmembers)
+		unpack(w, t);
 	for (; k->delivered < done; k->delivered++) {
 		if (k->delivered == 0 &&
 		    ++w->delivered_once == w->layout->nchunks)
@@ -531,6 +683,8 @@ static void delivered(struct kn_worker *w, uint32_t c)
 			 w->state == WK_SERVERS && --w->skipping == 0)
 			ready_to_start(w);
 	}
+	if (t->nmembers)
+		post_group(w, w->layout->chunks[c].tensor); /* a slot is free */
 	check_ops(w);
 	advance(w);
 }
@@ -557,9 +711,19 @@ static void on_written(struct kn__node *n, void *user, int status)
 {
 	struct kn_worker *w = wk_of(n);
 	struct wk_op *op = user;
+	uintptr_t u = (uintptr_t)user;
 
 	if (!op)
 		return; /* an INIT write */
+	if (u >= (uintptr_t)w->tensors &&
+	    u < (uintptr_t)(w->tensors + w->ntensors)) {
+		/* a group's push: its buffer takes the next one now */
+		((struct wk_tensor *)user)->sending = false;
+		if (status)
+			fail(w, status);
+		advance(w);
+		return;
+	}
 	if (status)
 		fail(w, status);
 	if (--op->writes == 0)
@@ -973,13 +1137,14 @@ int kn_worker_create(const struct kn_worker_options *opt,
 	return 0;
 }
 
-static float *fp32_alloc(size_t count)
+/* 64-byte aligned, zeroed: a fused group's buffers, the local ones. */
+static void *zalloc64(size_t bytes)
 {
-	size_t bytes = (count * sizeof(float) + 63) & ~(size_t)63;
-	float *p = aligned_alloc(64, bytes);
+	size_t n = (bytes + 63) & ~(size_t)63;
+	void *p = aligned_alloc(64, n ? n : 64);
 
 	if (p)
-		memset(p, 0, bytes);
+		memset(p, 0, n ? n : 64);
 	return p;
 }
 
@@ -1013,15 +1178,15 @@ static int local_buffers(struct wk_tensor *t, uint32_t optimizer)
 		return -ENOTSUP;
 	}
 	t->user_grads = t->grads;
-	t->grads = fp32_alloc(n);
-	t->inbox = fp32_alloc(n);
-	t->anchor = fp32_alloc(n);
-	t->at_push = fp32_alloc(n);
+	t->grads = zalloc64(n * sizeof(float));
+	t->inbox = zalloc64(n * sizeof(float));
+	t->anchor = zalloc64(n * sizeof(float));
+	t->at_push = zalloc64(n * sizeof(float));
 	/* the optimizer's state where it has one: momentum's m, Adam's m, v */
 	if (optimizer != KN__CONFIG_SGD)
-		t->m = fp32_alloc(n);
+		t->m = zalloc64(n * sizeof(float));
 	if (optimizer == KN__CONFIG_ADAM)
-		t->v = fp32_alloc(n);
+		t->v = zalloc64(n * sizeof(float));
 	if (!t->grads || !t->inbox || !t->anchor || !t->at_push ||
 	    (optimizer != KN__CONFIG_SGD && !t->m) ||
 	    (optimizer == KN__CONFIG_ADAM && !t->v)) {
@@ -1041,6 +1206,13 @@ int kn_worker_register(struct kn_worker *w, const char *key,
 	if (!w || !key || !params || !grads || !count ||
 	    !kn_dtype_size(dtype) || strlen(key) >= KN__KEY_MAX)
 		return -EINVAL;
+	if (!strncmp(key, FUSED_PREFIX, strlen(FUSED_PREFIX))) {
+		kn__log_as("worker",
+			   "tensor key '%s': keys starting '" FUSED_PREFIX
+			   "' name the engine's fused groups",
+			   key);
+		return -EINVAL;
+	}
 	pthread_mutex_lock(&w->lock);
 	for (uint32_t i = 0; i < w->ntensors; i++)
 		if (strcmp(w->tensors[i].d.key, key) == 0)
@@ -1117,9 +1289,161 @@ static int local_start(struct kn_worker *w)
 	return kn__sync_worker_create(&p, w->cfg.rank, &w->rule);
 }
 
+static void fused_free(struct wk_tensor *t)
+{
+	if (!t->nmembers)
+		return;
+	free(t->params);
+	free(t->grads);
+	free(t->inbox);
+}
+
+/*
+ * A fused group of the members @mem[0 .. @n): one wire tensor, the
+ * members' initial values in its parameters (what worker 0 sends).
+ */
+static int fused_group(uint32_t g, struct wk_member *mem, uint32_t n,
+		       uint32_t first, struct wk_tensor *t)
+{
+	size_t es = kn_dtype_size(mem[0].d.dtype);
+	uint64_t len = 0;
+
+	memset(t, 0, sizeof(*t));
+	for (uint32_t j = 0; j < n; j++) {
+		mem[j].offset = len;
+		len += mem[j].d.len;
+	}
+	snprintf(t->d.key, sizeof(t->d.key), FUSED_PREFIX "%04u", g);
+	t->d.dtype = mem[0].d.dtype;
+	t->d.len = len;
+	t->first_member = first;
+	t->nmembers = n;
+	t->params = zalloc64(len * es);
+	t->grads = zalloc64(len * es);
+	t->inbox = zalloc64(len * es);
+	if (!t->params || !t->grads || !t->inbox) {
+		fused_free(t);
+		return -ENOMEM;
+	}
+	for (uint32_t j = 0; j < n; j++)
+		memcpy((char *)t->params + mem[j].offset * es, mem[j].params,
+		       mem[j].d.len * es);
+	return 0;
+}
+
+/*
+ * The job's tensors below --fuse-bytes travel in groups: per dtype, in
+ * key order, as many as fit one chunk (and MAX_MEMBERS); a group of one
+ * stays itself.  Every worker computes the same groups from the same
+ * table, so the servers see one table of wire tensors.  The tensors are
+ * in key order; they stay so.
+ */
+static int fuse(struct kn_worker *w)
+{
+	uint64_t limit = w->job.u.job.fuse_bytes;
+	uint64_t chunk = w->job.u.job.chunk_bytes;
+	uint32_t n = w->ntensors, ngroups = 0, nmem = 0, nwire, k = 0;
+	uint32_t *group = calloc(n + 1, sizeof(*group)); /* 0: none */
+	uint32_t *size = calloc(n + 1, sizeof(*size));
+	struct wk_tensor *out = NULL;
+	struct wk_member *mem = NULL;
+	int ret = group && size ? 0 : -ENOMEM;
+
+	for (uint32_t dt = 0; !ret && dt <= KN_DTYPE_BF16; dt++) {
+		uint64_t bytes = 0;
+		uint32_t count = 0;
+
+		for (uint32_t i = 0; i < n; i++) {
+			const struct wk_tensor *t = &w->tensors[i];
+			uint64_t b = t->d.len * kn_dtype_size(t->d.dtype);
+
+			if (t->d.dtype != dt || b >= limit)
+				continue;
+			if (!count || bytes + b > chunk ||
+			    count == MAX_MEMBERS) {
+				ngroups++;
+				bytes = 0;
+				count = 0;
+			}
+			group[i] = ngroups;
+			size[ngroups]++;
+			bytes += b;
+			count++;
+		}
+	}
+	for (uint32_t i = 0; !ret && i < n; i++) {
+		if (group[i] && size[group[i]] < 2)
+			group[i] = 0; /* alone: no group */
+		nmem += group[i] != 0;
+	}
+	if (ret || !nmem) {
+		free(group);
+		free(size);
+		return ret;
+	}
+	/* the groups left, numbered from 0 in order */
+	for (uint32_t g = 1, next = 0; g <= ngroups; g++)
+		size[g] = size[g] >= 2 ? next++ : UINT32_MAX;
+	nwire = n - nmem;
+	for (uint32_t g = 1; g <= ngroups; g++)
+		nwire += size[g] != UINT32_MAX;
+	out = calloc(nwire, sizeof(*out));
+	mem = calloc(nmem, sizeof(*mem));
+	ret = out && mem ? 0 : -ENOMEM;
+	for (uint32_t i = 0; !ret && i < n; i++)
+		if (!group[i])
+			out[k++] = w->tensors[i];
+	for (uint32_t g = 1, m = 0; !ret && g <= ngroups; g++) {
+		uint32_t first = m;
+
+		if (size[g] == UINT32_MAX)
+			continue;
+		for (uint32_t i = 0; i < n; i++)
+			if (group[i] == g) {
+				const struct wk_tensor *t = &w->tensors[i];
+
+				mem[m++] = (struct wk_member){
+					.d = t->d,
+					.params = t->params,
+					.grads = t->grads,
+					.inbox = t->inbox,
+				};
+			}
+		ret = fused_group(size[g], mem + first, m - first, first,
+				  &out[k]);
+		if (!ret)
+			k++;
+	}
+	if (!ret) {
+		qsort(out, nwire, sizeof(*out), by_key);
+		for (uint32_t i = 0; i < nwire; i++)
+			for (uint32_t j = 0; j < out[i].nmembers; j++)
+				mem[out[i].first_member + j].wire = i;
+		free(w->tensors);
+		w->tensors = out;
+		w->ntensors = nwire;
+		w->members = mem;
+		w->nmembers = nmem;
+		if (w->node.verbose)
+			kn__log(&w->node,
+				"%u tensors below %llu bytes travel in %u "
+				"groups",
+				nmem, (unsigned long long)limit,
+				nwire - (n - nmem));
+	} else {
+		for (uint32_t i = 0; out && i < k; i++)
+			fused_free(&out[i]);
+		free(out);
+		free(mem);
+	}
+	free(group);
+	free(size);
+	return ret;
+}
+
 int kn_worker_start(struct kn_worker *w)
 {
-	int ret;
+	int ret = 0;
 
 	pthread_mutex_lock(&w->lock);
 	if (w->state != WK_JOINED || !w->ntensors) {
@@ -1128,6 +1452,13 @@ int kn_worker_start(struct kn_worker *w)
 		return ret;
 	}
 	qsort(w->tensors, w->ntensors, sizeof(*w->tensors), by_key);
+	/* local-step jobs push whole-model deltas of their own buffers */
+	if (!w->local && w->job.u.job.fuse_bytes && !w->members)
+		ret = fuse(w);
+	if (ret) {
+		pthread_mutex_unlock(&w->lock);
+		return ret;
+	}
 	w->start_requested = true;
 	wake(w);
 	ret = wait_for(w, running, 0, (int)w->cfg.startup_timeout_ms,
@@ -1166,8 +1497,14 @@ static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
 		return 0;
 	}
 	for (uint32_t i = 0; i < w->ntensors; i++)
-		if (strcmp(w->tensors[i].d.key, key) == 0) {
+		if (!w->tensors[i].nmembers &&
+		    strcmp(w->tensors[i].d.key, key) == 0) {
 			*idx = i;
+			return 0;
+		}
+	for (uint32_t i = 0; i < w->nmembers; i++)
+		if (strcmp(w->members[i].d.key, key) == 0) {
+			*idx = MEMBER_BIT | i;
 			return 0;
 		}
 	return -ENOENT;
@@ -1191,11 +1528,12 @@ static int post_op(struct kn_worker *w, const char *key, bool push, bool pull,
 		return ret;
 	}
 	op = &w->ops[w->next_id % MAX_OPS];
-	free(op->targets);
 	*op = (struct wk_op){ .id = w->next_id,
 			      .tensor = idx,
 			      .push = push,
 			      .pull = pull,
+			      .targets = op->targets,
+			      .ntargets = op->ntargets,
 			      .t_post = kn__now() };
 	*handle = w->next_id++;
 	if (push && !key)
@@ -1406,6 +1744,7 @@ static int job_config(const struct kn_worker *w, struct kn__config *cfg)
 	cfg->sync = (enum kn__config_sync)j->u.job.protocol;
 	cfg->optimizer = (enum kn__config_optimizer)j->u.job.optimizer;
 	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
+	cfg->fuse_bytes = j->u.job.fuse_bytes;
 	cfg->lr = j->u.job.lr;
 	cfg->momentum = j->u.job.momentum;
 	cfg->proto = j->u.job.proto;
@@ -1611,6 +1950,12 @@ int kn_worker_global_model(struct kn_worker *w, const char *key, void *dst)
 		return -EINVAL;
 	if (tensor_index(w, key, &i))
 		return -ENOENT;
+	if (i & MEMBER_BIT) {
+		const struct wk_member *m = &w->members[i & ~MEMBER_BIT];
+
+		memcpy(dst, m->params, m->d.len * kn_dtype_size(m->d.dtype));
+		return 0;
+	}
 	t = &w->tensors[i];
 	memcpy(dst, w->local && w->rule ? (const void *)t->anchor : t->params,
 	       t->d.len * kn_dtype_size(t->d.dtype));
@@ -1669,10 +2014,13 @@ void kn_worker_destroy(struct kn_worker *w)
 		write_metrics(w);
 	for (uint32_t i = 0; i < MAX_OPS; i++)
 		free(w->ops[i].targets);
-	for (uint32_t i = 0; i < w->ntensors; i++)
+	for (uint32_t i = 0; i < w->ntensors; i++) {
 		local_free(&w->tensors[i]);
+		fused_free(&w->tensors[i]);
+	}
 	kn__sync_worker_destroy(w->rule);
 	free(w->tensors);
+	free(w->members);
 	free(w->servers);
 	free(w->chunks);
 	kn__layout_free(w->layout);

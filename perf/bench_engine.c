@@ -86,6 +86,7 @@ static struct {
 	char kanel[4096];     /* the kanel binary */
 	char transport[4096]; /* bench_transport, for the baseline */
 	size_t chunk_bytes;   /* KANEL_CHUNK_BYTES */
+	size_t fuse_bytes;    /* KANEL_FUSE_BYTES */
 	size_t sizes[BENCH_MAX_LIST], workers[BENCH_MAX_LIST],
 		servers[BENCH_MAX_LIST];
 	unsigned int nsizes, nworkers, nservers;
@@ -1030,6 +1031,8 @@ static void job_env(size_t workers, size_t servers, int port)
 	setenv("KANEL_LR", v, 1);
 	snprintf(v, sizeof(v), "%zu", cfg.chunk_bytes);
 	setenv("KANEL_CHUNK_BYTES", v, 1);
+	snprintf(v, sizeof(v), "%zu", cfg.fuse_bytes);
+	setenv("KANEL_FUSE_BYTES", v, 1);
 	if (cfg.stages) {
 		snprintf(metrics_path, sizeof(metrics_path), "%s/metrics-%d",
 			 tmpdir, port);
@@ -1366,6 +1369,9 @@ static void usage(void)
 	       "(the default)\n"
 	       "  --chunk-bytes N     KANEL_CHUNK_BYTES of the jobs (default "
 	       "1M)\n"
+	       "  --fuse-bytes N      KANEL_FUSE_BYTES of the jobs: tensors "
+	       "below N are\n"
+	       "                      fused (default 64K; 0: none)\n"
 	       "  --model NAME|FILE   a network's tensors instead of --sizes: "
 	       "resnet50,\n"
 	       "                      bert-base, vgg16 (perf/models/) or a "
@@ -1429,6 +1435,7 @@ static void parse_args(int argc, char **argv)
 		{ "servers", required_argument, NULL, 's' },
 		{ "sizes", required_argument, NULL, 'S' },
 		{ "chunk-bytes", required_argument, NULL, 'C' },
+		{ "fuse-bytes", required_argument, NULL, 'F' },
 		{ "kanel", required_argument, NULL, 'k' },
 		{ "bench-transport", required_argument, NULL, 'b' },
 		{ "model", required_argument, NULL, 'm' },
@@ -1445,6 +1452,7 @@ static void parse_args(int argc, char **argv)
 	int c;
 
 	cfg.chunk_bytes = MIB;
+	cfg.fuse_bytes = 64 * KIB;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
@@ -1481,6 +1489,17 @@ static void parse_args(int argc, char **argv)
 				bad_value("chunk-bytes", optarg,
 					  "one size, a multiple of 4");
 			cfg.chunk_bytes = chunk[0];
+			break;
+		case 'F':
+			/* 0 or a size: the list parser takes sizes from 1 */
+			if (!strcmp(optarg, "0"))
+				cfg.fuse_bytes = 0;
+			else if (parse_list("fuse-bytes", optarg, NULL, 1, MIB,
+					    true, chunk) != 1)
+				bad_value("fuse-bytes", optarg,
+					  "one size, 0 to 1M");
+			else
+				cfg.fuse_bytes = chunk[0];
 			break;
 		case 'k':
 			snprintf(cfg.kanel, sizeof(cfg.kanel), "%s", optarg);
@@ -1555,7 +1574,7 @@ static void parse_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	double load[1], target = NAN;
-	char chunk[32];
+	char chunk[32], fuse[32];
 	FILE *f;
 
 	parse_args(argc, argv);
@@ -1573,13 +1592,17 @@ int main(int argc, char **argv)
 		fprintf(f,
 			"# engine: BSP push-pull of model %s (%s): %u %s "
 			"tensors, one kn_worker_step() of all a round, sgd, "
-			"chunks of %s, over tcp on 127.0.0.1; workers: threads "
+			"chunks of %s, fused below %s, over tcp on 127.0.0.1; "
+			"workers: threads "
 			"of this process; coordinator and servers: %s; "
 			"baseline: transport provider %s, write_imm stream; "
 			"%u repeats\n",
 			cfg.model_name, cfg.model, cfg.ntensors,
 			kn_dtype_name(cfg.dtype),
 			size_name(cfg.chunk_bytes, chunk, sizeof(chunk)),
+			cfg.fuse_bytes
+				? size_name(cfg.fuse_bytes, fuse, sizeof(fuse))
+				: "0 (none)",
 			cfg.kanel, tp_name, cfg.reps);
 	else
 		fprintf(f,

@@ -10,6 +10,7 @@
 #define KN_TEST_JOB_UTIL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "kanel.h"
@@ -30,6 +31,7 @@ struct shared {
 	double seconds[MAXW];
 	float values[MAXW][64];
 	int arrived; /* a barrier's count, for tests whose workers need one */
+	uint64_t hash[MAXW]; /* of a worker's final model, where a test wants */
 };
 
 /* Shared with the workers (MAP_SHARED), made by start_job(). */

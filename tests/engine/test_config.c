@@ -63,6 +63,7 @@ Test(config, defaults)
 	cr_assert_eq(c.sync, KN__CONFIG_BSP);
 	cr_assert_eq(c.optimizer, KN__CONFIG_SGD);
 	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
+	cr_assert_eq(c.fuse_bytes, 64 * 1024);
 	cr_assert_float_eq(c.lr, 0.01f, 1e-9);
 	cr_assert_float_eq(c.momentum, 0.9f, 1e-9);
 	cr_assert_eq(c.heartbeat_timeout_ms, 3000);
@@ -481,6 +482,41 @@ Test(config, chunk_sizes_take_suffixes_and_limits)
 		} else {
 			cr_assert_eq(ret, -EINVAL, "%s accepted", v);
 			cr_assert_not_null(strstr(err, "--chunk-bytes"), "%s",
+					   err);
+		}
+	}
+}
+
+Test(config, fuse_bytes_is_0_to_1M)
+{
+	static const struct {
+		const char *val;
+		uint32_t bytes;
+		bool ok;
+	} cases[] = {
+		{ "0", 0, true },
+		{ "100", 100, true },
+		{ "64K", 65536, true },
+		{ "1m", 1048576, true },
+		{ "1024KiB", 1048576, true },
+		{ "1025K", 0, false },
+		{ "2M", 0, false },
+		{ "4KB", 0, false },
+		{ "-1", 0, false },
+		{ "", 0, false },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kn__config c;
+		char *v = (char *)cases[i].val;
+		int ret = parse(ARGV(BASE, "--fuse-bytes", v), NULL, &c);
+
+		if (cases[i].ok) {
+			cr_assert_eq(ret, 0, "%s: %s", v, err);
+			cr_assert_eq(c.fuse_bytes, cases[i].bytes, "%s", v);
+		} else {
+			cr_assert_eq(ret, -EINVAL, "%s accepted", v);
+			cr_assert_not_null(strstr(err, "--fuse-bytes"), "%s",
 					   err);
 		}
 	}
@@ -1101,18 +1137,17 @@ Test(config, export_reads_back_as_the_same_configuration)
 		      "--workers", "3", "--coordinator", "[::1]:5001",
 		      "--listen", "127.0.0.1:7000", "--sync", "cgp",
 		      "--optimizer", "adam", "--lr", "0.123456789",
-		      "--momentum", "0.3", "--staleness", "5",
-		      "--esp-max-skip", "4", "--esp-gamma", "2.5",
-		      "--esp-theta", "0.02", "--psp-max-steps", "7",
-		      "--psp-warmup", "2", "--psp-alpha", "0.75",
-		      "--psp-miss", "0.5", "--cgp-solver", "pls",
-		      "--cgp-bound", "3", "--cgp-epoch", "9",
-		      "--cgp-period", "11", "--cgp-latency", "3e-5",
+		      "--momentum", "0.3", "--staleness", "5", "--esp-max-skip",
+		      "4", "--esp-gamma", "2.5", "--esp-theta", "0.02",
+		      "--psp-max-steps", "7", "--psp-warmup", "2",
+		      "--psp-alpha", "0.75", "--psp-miss", "0.5",
+		      "--cgp-solver", "pls", "--cgp-bound", "3", "--cgp-epoch",
+		      "9", "--cgp-period", "11", "--cgp-latency", "3e-5",
 		      "--cgp-bandwidth", "2.5e9", "--outer-lr", "0.7",
 		      "--outer-momentum", "0.4", "--chunk-bytes", "64K",
-		      "--heartbeat-timeout", "1500ms",
-		      "--startup-timeout", "12s", "--secret-file", "/s",
-		      "--metrics", "/m", "--verbose"),
+		      "--heartbeat-timeout", "1500ms", "--startup-timeout",
+		      "12s", "--secret-file", "/s", "--metrics", "/m",
+		      "--verbose"),
 		 no_env, &a);
 	cr_assert_eq(clearenv(), 0);
 	cr_assert_eq(kn__config_export(&a, KN__CONFIG_OPT_ALL), 0);

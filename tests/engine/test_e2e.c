@@ -309,9 +309,9 @@ static unsigned int asp_workers;
 static void all_pushed(void)
 {
 	__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
-	for (int i = 0; i < WAIT_S * 1000 &&
-			__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) <
-				(int)asp_workers;
+	for (int i = 0;
+	     i < WAIT_S * 1000 &&
+	     __atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < (int)asp_workers;
 	     i++)
 		usleep(1000);
 }
@@ -774,4 +774,172 @@ Test(e2e, pulls_land_in_the_inbox, .timeout = 60)
 	spawn_worker(&j, 0, inbox_worker);
 	end_job(&j, true);
 	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+}
+
+/* ---- fused small tensors ---- */
+
+/*
+ * A model-shaped list: convolution weights of a few sizes, each with its
+ * bias and two norm vectors, and a classifier; in 64 KiB chunks, fused
+ * below 64 KiB (the defaults) the small ones travel in a few groups.
+ * One tensor's pulls land in an inbox.
+ */
+#define FT_LAYERS 12
+#define FT_N	  (4 * FT_LAYERS + 2)
+
+static size_t ft_len[FT_N];
+static char ft_key[FT_N][24];
+static bool ft_fused;
+
+static void ft_shapes(void)
+{
+	static const size_t weights[] = { 1728,	 36864, 8192,  147456,
+					  32768, 16384, 73728, 589824 };
+
+	for (unsigned int l = 0; l < FT_LAYERS; l++) {
+		size_t ch = 64u << (l % 4);
+
+		ft_len[4 * l] = weights[l % 8];
+		ft_len[4 * l + 1] = ch;
+		ft_len[4 * l + 2] = ch;
+		ft_len[4 * l + 3] = ch;
+		snprintf(ft_key[4 * l], 24, "layer%02u.weight", l);
+		snprintf(ft_key[4 * l + 1], 24, "layer%02u.bias", l);
+		snprintf(ft_key[4 * l + 2], 24, "layer%02u.bn.gamma", l);
+		snprintf(ft_key[4 * l + 3], 24, "layer%02u.bn.beta", l);
+	}
+	ft_len[FT_N - 2] = 512000; /* fc.weight: 2 MB, many chunks */
+	ft_len[FT_N - 1] = 1000;
+	snprintf(ft_key[FT_N - 2], 24, "fc.weight");
+	snprintf(ft_key[FT_N - 1], 24, "fc.bias");
+}
+
+/* Not exact in fp32: the same sums in the same order give the same bits. */
+static float ft_grad(unsigned int rank, unsigned int round, unsigned int t,
+		     size_t i)
+{
+	return sinf((float)(i * 7 + t * 131 + round * 17 + rank * 3)) *
+	       (0.01f + 0.001f * (float)t);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+static int ft_wait_all(struct kn_worker *w, const uint64_t *h, unsigned int n)
+{
+	int ret = 0;
+
+	for (unsigned int t = 0; !ret && t < n; t++)
+		ret = kn_worker_wait(w, h[t], 20000);
+	return ret;
+}
+
+static int fused_worker(unsigned int rank)
+{
+	float *p[FT_N], *g[FT_N], inbox[1000];
+	uint64_t h[FT_N], hash = 14695981039346656037ull;
+	struct kn_worker *w = join(rank);
+	int ret = w ? 0 : -ENOTCONN;
+
+	for (unsigned int t = 0; t < FT_N; t++) {
+		p[t] = malloc(ft_len[t] * 4);
+		g[t] = malloc(ft_len[t] * 4);
+		for (size_t i = 0; p[t] && i < ft_len[t]; i++)
+			p[t][i] = rank == 0 ? cosf((float)(i + t)) : -1;
+		if (!ret && (!p[t] || !g[t]))
+			ret = -ENOMEM;
+		if (!ret)
+			ret = kn_worker_register(w, ft_key[t], KN_DTYPE_FP32,
+						 ft_len[t], p[t], g[t]);
+	}
+	if (!ret && kn_worker_register(w, "kanel.fused.0000", KN_DTYPE_FP32, 4,
+				       inbox, inbox) != -EINVAL)
+		ret = -EEXIST; /* the engine's own keys are refused */
+	if (!ret)
+		ret = kn_worker_set_inbox(w, "fc.bias", inbox);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && r < 6; r++) {
+		for (unsigned int t = 0; t < FT_N; t++)
+			for (size_t i = 0; i < ft_len[t]; i++)
+				g[t][i] = ft_grad(rank, r, t, i);
+		if (r < 2) {
+			ret = kn_worker_step(w, NULL);
+			continue;
+		}
+		if (r == 3 && rank == 0 && ft_fused) {
+			/* a bias alone: its group-mates are not pushed yet,
+			 * so its answer cannot come */
+			ret = kn_worker_pushpull(w, ft_key[1], &h[1]);
+			if (!ret && kn_worker_wait(w, h[1], 300) != -ETIMEDOUT)
+				ret = -EALREADY;
+			for (unsigned int t = FT_N; !ret && t-- > 0;)
+				if (t != 1)
+					ret = kn_worker_pushpull(w, ft_key[t],
+								 &h[t]);
+		} else if (r < 4) {
+			/* in the order of a backward pass */
+			for (unsigned int t = FT_N; !ret && t-- > 0;)
+				ret = kn_worker_pushpull(w, ft_key[t], &h[t]);
+		} else {
+			/* pushes, then pulls, in key order */
+			for (unsigned int t = 0; !ret && t < FT_N; t++)
+				ret = kn_worker_push(w, ft_key[t], &h[t]);
+			if (!ret)
+				ret = ft_wait_all(w, h, FT_N);
+			for (unsigned int t = 0; !ret && t < FT_N; t++)
+				ret = kn_worker_pull(w, ft_key[t], &h[t]);
+		}
+		if (!ret)
+			ret = ft_wait_all(w, h, FT_N);
+	}
+	for (unsigned int t = 0; !ret && t < FT_N; t++)
+		hash = t == FT_N - 1 ? fnv(hash, inbox, sizeof(inbox))
+				     : fnv(hash, p[t], ft_len[t] * 4);
+	sh->hash[rank] = hash;
+	kn_worker_destroy(w);
+	for (unsigned int t = 0; t < FT_N; t++) {
+		free(p[t]);
+		free(g[t]);
+	}
+	return ret;
+}
+
+static uint64_t fused_job(const char *fuse)
+{
+	struct job j = { 0 };
+
+	ft_shapes();
+	ft_fused = strcmp(fuse, "0") != 0;
+	job_env(&j, 3, 2, "bsp", "momentum", "0.1");
+	setenv("KANEL_CHUNK_BYTES", "64K", 1);
+	setenv("KANEL_FUSE_BYTES", fuse, 1);
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, fused_worker);
+	end_job(&j, true);
+	unsetenv("KANEL_FUSE_BYTES");
+	for (unsigned int w = 0; w < 3; w++) {
+		cr_assert_eq(sh->status[w], 0, "fuse %s, worker %u: %s", fuse,
+			     w, strerror(-sh->status[w]));
+		cr_assert_eq(sh->hash[w], sh->hash[0],
+			     "fuse %s: worker %u's model differs from 0's",
+			     fuse, w);
+	}
+	return sh->hash[0];
+}
+
+Test(e2e, fused_small_tensors_are_bit_exact_against_unfused, .timeout = 180)
+{
+	uint64_t unfused = fused_job("0"), fused = fused_job("64K");
+
+	cr_assert_eq(fused, unfused,
+		     "BSP with momentum: the fused job's model is not the "
+		     "unfused one's");
 }

@@ -39,6 +39,7 @@ static struct kn__msg cgp_job(void)
 	m.u.job.protocol = KN__CONFIG_CGP;
 	m.u.job.optimizer = KN__CONFIG_MOMENTUM;
 	m.u.job.chunk_bytes = 1 << 20;
+	m.u.job.fuse_bytes = 48 << 10;
 	m.u.job.lr = 0.05f;
 	m.u.job.momentum = 0.9f;
 	m.u.job.proto.staleness = 3;
@@ -69,6 +70,8 @@ Test(msg, job_carries_every_protocols_parameters)
 	b = round_trip(&m, &len);
 	cr_assert_eq(b.type, KN__MSG_JOB);
 	cr_assert_eq(b.u.job.protocol, KN__CONFIG_CGP);
+	cr_assert_eq(b.u.job.chunk_bytes, 1 << 20);
+	cr_assert_eq(b.u.job.fuse_bytes, 48 << 10);
 	cr_assert_eq(b.u.job.proto.warmup, 5);
 	cr_assert_eq(b.u.job.proto.alpha, 0.25f);
 	cr_assert_eq(b.u.job.proto.solver, KN__CONFIG_CGP_PLS);
