@@ -400,8 +400,13 @@ static int opt_optimizer(struct parse *p, const char *src, const char *val)
 	return ret;
 }
 
-/* Bytes, or KiB and MiB with a K, KiB, M or MiB suffix (any case). */
-static int opt_chunk(struct parse *p, const char *src, const char *val)
+/*
+ * Bytes, or KiB and MiB with a K, KiB, M or MiB suffix (any case), from
+ * @min to @max (@range says so in the error).
+ */
+static int parse_bytes(struct parse *p, const char *src, const char *val,
+		       uint64_t min, uint64_t max, const char *range,
+		       uint32_t *out)
 {
 	const char *rest;
 	uint32_t v, unit = 1;
@@ -417,37 +422,35 @@ static int opt_chunk(struct parse *p, const char *src, const char *val)
 		return bad(p, "%s='%s': unknown suffix '%s' (K or M)", src, val,
 			   rest);
 	bytes = (uint64_t)v * unit;
-	if (bytes < CHUNK_MIN || bytes > CHUNK_MAX)
-		return bad(p, "%s='%s': must be between 4K and 1024M", src,
-			   val);
-	if (bytes % 4)
-		return bad(p, "%s='%s': not a multiple of 4 bytes", src, val);
-	p->cfg.chunk_bytes = (uint32_t)bytes;
+	if (bytes < min || bytes > max)
+		return bad(p, "%s='%s': must be between %s", src, val, range);
+	*out = (uint32_t)bytes;
 	return 0;
 }
 
-/* 0 (no fusion), or bytes with the suffixes of --chunk-bytes, to 1M. */
+static int opt_chunk(struct parse *p, const char *src, const char *val)
+{
+	uint32_t bytes;
+	int ret = parse_bytes(p, src, val, CHUNK_MIN, CHUNK_MAX, "4K and 1024M",
+			      &bytes);
+
+	if (!ret && bytes % 4)
+		return bad(p, "%s='%s': not a multiple of 4 bytes", src, val);
+	if (!ret)
+		p->cfg.chunk_bytes = bytes;
+	return ret;
+}
+
 static int opt_fuse(struct parse *p, const char *src, const char *val)
 {
-	const char *rest;
-	uint32_t v, unit = 1;
-	uint64_t bytes;
+	return parse_bytes(p, src, val, 0, MIB, "0 (no fusion) and 1M",
+			   &p->cfg.fuse_bytes);
+}
 
-	if (!parse_u32(val, &v, &rest))
-		return bad(p, "%s='%s': not a number", src, val);
-	if (!strcasecmp(rest, "k") || !strcasecmp(rest, "kib"))
-		unit = KIB;
-	else if (!strcasecmp(rest, "m") || !strcasecmp(rest, "mib"))
-		unit = MIB;
-	else if (*rest)
-		return bad(p, "%s='%s': unknown suffix '%s' (K or M)", src, val,
-			   rest);
-	bytes = (uint64_t)v * unit;
-	if (bytes > MIB)
-		return bad(p, "%s='%s': must be between 0 (no fusion) and 1M",
-			   src, val);
-	p->cfg.fuse_bytes = (uint32_t)bytes;
-	return 0;
+static int opt_window(struct parse *p, const char *src, const char *val)
+{
+	return parse_bytes(p, src, val, 0, CHUNK_MAX, "0 (no limit) and 1024M",
+			   &p->cfg.push_window);
 }
 
 static int opt_lr(struct parse *p, const char *src, const char *val)
@@ -502,7 +505,8 @@ static int opt_theta(struct parse *p, const char *src, const char *val)
 /* (0, 1]: the float range is half-open, so the top is just above 1 */
 static int opt_alpha(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.proto.alpha);
+	return parse_float(p, src, val, 0, true, 1.0000001,
+			   &p->cfg.proto.alpha);
 }
 
 static int opt_miss(struct parse *p, const char *src, const char *val)
@@ -539,12 +543,14 @@ static int opt_cgp_period(struct parse *p, const char *src, const char *val)
 
 static int opt_cgp_latency(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.latency);
+	return parse_float(p, src, val, 0, true, INFINITY,
+			   &p->cfg.proto.latency);
 }
 
 static int opt_cgp_bandwidth(struct parse *p, const char *src, const char *val)
 {
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.bandwidth);
+	return parse_float(p, src, val, 0, true, INFINITY,
+			   &p->cfg.proto.bandwidth);
 }
 
 static int opt_outer_lr(struct parse *p, const char *src, const char *val)
@@ -553,8 +559,7 @@ static int opt_outer_lr(struct parse *p, const char *src, const char *val)
 			   &p->cfg.proto.outer_lr);
 }
 
-static int opt_outer_momentum(struct parse *p, const char *src,
-			      const char *val)
+static int opt_outer_momentum(struct parse *p, const char *src, const char *val)
 {
 	return parse_float(p, src, val, 0, false, 1,
 			   &p->cfg.proto.outer_momentum);
@@ -620,8 +625,7 @@ static int opt_verbose(struct parse *p, const char *src, const char *val)
 	return parse_bool(p, src, val, &p->cfg.verbose);
 }
 
-static int opt_checkpoint_dir(struct parse *p, const char *src,
-			      const char *val)
+static int opt_checkpoint_dir(struct parse *p, const char *src, const char *val)
 {
 	return parse_path(p, src, val, p->cfg.checkpoint_dir,
 			  sizeof(p->cfg.checkpoint_dir));
@@ -701,6 +705,7 @@ enum opt_id {
 	O_OUTER_MOMENTUM,
 	O_CHUNK,
 	O_FUSE,
+	O_WINDOW,
 	O_HEARTBEAT,
 	O_STARTUP,
 	O_SECRET_FILE,
@@ -885,6 +890,12 @@ static const struct opt opts[O_COUNT] = {
 			     "or M suffix, at most 1M",
 		     .parse = opt_fuse, .group = KN__CONFIG_OPT_JOB,
 		     FIELD(F_U32, fuse_bytes) },
+	[O_WINDOW] = { "--push-window", "KANEL_PUSH_WINDOW", "BYTES",
+		       .deflt = "4M",
+		       .help = "push bytes in flight per worker, most "
+			       "urgent first; 0: no limit",
+		       .parse = opt_window, .group = KN__CONFIG_OPT_JOB,
+		       FIELD(F_U32, push_window) },
 	[O_HEARTBEAT] = { "--heartbeat-timeout", "KANEL_HEARTBEAT_TIMEOUT",
 			  "MS", .deflt = "3000",
 			  .help = "silence after which a peer is dead; "
@@ -1223,10 +1234,11 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 		return ret;
 	if (p.cfg.optimizer == KN__CONFIG_SUM &&
 	    kn__sync_local_steps((uint32_t)p.cfg.sync))
-		return bad(&p, "--optimizer sum with --sync %s: the workers of "
-			       "a local-step protocol run the job's optimizer "
-			       "themselves, and sum gives them none (pick "
-			       "sgd, momentum or adam)",
+		return bad(&p,
+			   "--optimizer sum with --sync %s: the workers of "
+			   "a local-step protocol run the job's optimizer "
+			   "themselves, and sum gives them none (pick "
+			   "sgd, momentum or adam)",
 			   kn__config_sync_name(p.cfg.sync));
 	/* a command without the option places the coordinator itself */
 	if (!set[O_COORDINATOR] &&

@@ -95,6 +95,7 @@ struct kn__config {
 	enum kn__config_optimizer optimizer;
 	uint32_t chunk_bytes; /* a multiple of 4, at least 4 KiB */
 	uint32_t fuse_bytes;  /* tensors below it are fused; 0: none */
+	uint32_t push_window; /* a worker's push bytes in flight; 0: any */
 	float lr;
 	float momentum;
 	/*

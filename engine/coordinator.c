@@ -134,6 +134,7 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.optimizer = c->cfg->optimizer;
 	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
 	m.u.job.fuse_bytes = c->cfg->fuse_bytes;
+	m.u.job.push_window = c->cfg->push_window;
 	m.u.job.lr = c->cfg->lr;
 	m.u.job.momentum = c->cfg->momentum;
 	m.u.job.rank = rank;

@@ -233,6 +233,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		put_u32(&c, m->u.job.optimizer);
 		put_u64(&c, m->u.job.chunk_bytes);
 		put_u32(&c, m->u.job.fuse_bytes);
+		put_u32(&c, m->u.job.push_window);
 		put_f32(&c, m->u.job.lr);
 		put_f32(&c, m->u.job.momentum);
 		put_words(&c, &m->u.job.proto);
@@ -368,6 +369,7 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		m->u.job.optimizer = get_u32(&c);
 		m->u.job.chunk_bytes = get_u64(&c);
 		m->u.job.fuse_bytes = get_u32(&c);
+		m->u.job.push_window = get_u32(&c);
 		m->u.job.lr = get_f32(&c);
 		m->u.job.momentum = get_f32(&c);
 		get_words(&c, &m->u.job.proto);

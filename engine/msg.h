@@ -81,7 +81,8 @@ struct kn__msg {
 		struct {
 			uint32_t workers, servers, protocol, optimizer;
 			uint64_t chunk_bytes;
-			uint32_t fuse_bytes; /* --fuse-bytes */
+			uint32_t fuse_bytes;  /* --fuse-bytes */
+			uint32_t push_window; /* --push-window */
 			float lr, momentum;
 			/* the protocols' parameters: sync/'s block (the
 			 * protocol and worker count are the fields above;

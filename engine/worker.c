@@ -81,6 +81,9 @@ struct wk_tensor {
 	uint32_t first_member, nmembers, contributed;
 	uint64_t gen;
 	bool sending;
+	/* the program's priority (lower: sooner; by default the
+	 * registration order); a group's is its most urgent member's */
+	int priority;
 };
 
 /* A tensor of the program's that travels inside a fused group. */
@@ -90,6 +93,7 @@ struct wk_member {
 	uint32_t wire;	 /* its group's index in w->tensors */
 	uint64_t offset; /* elements into the group */
 	uint64_t pushes; /* gradients copied into the group */
+	int priority;
 };
 
 /* Keys of fused groups; the program's keys may not start so. */
@@ -105,7 +109,14 @@ struct wk_server {
 };
 
 struct wk_chunk {
-	uint64_t pushed, expect, delivered;
+	/*
+	 * pushed: pushes taken (each has its answer due: expect); written:
+	 * those whose write was posted, in priority order across chunks;
+	 * wdone: those whose write completed.  owner[n % 4]: push n's op
+	 * or group, told when its write completes.
+	 */
+	uint64_t pushed, written, wdone, expect, delivered;
+	void *owner[4];
 	/* ESP, PSP: a release is delivered once both its write and its
 	 * RELEASE message are in, whichever comes first */
 	uint64_t writes, infos;
@@ -169,6 +180,16 @@ struct kn_worker {
 	uint32_t nmembers;
 	struct kn__layout *layout;
 	struct wk_chunk *chunks;
+	/*
+	 * Chunks by priority: order[k] is the k-th most urgent, place[c]
+	 * chunk c's k; ready has bit k set while chunk order[k] has a push
+	 * whose write waits.  Writes are posted most urgent first while
+	 * fewer than window bytes of them are in flight (0: no limit).
+	 */
+	uint32_t *order, *place;
+	uint64_t *ready;
+	uint64_t inflight, window;
+	int next_priority; /* the registration order's */
 	uint32_t delivered_once;
 	uint32_t skipping; /* BSP: rounds we sit out before we start */
 	struct wk_op ops[MAX_OPS];
@@ -286,31 +307,82 @@ static void check_ops(struct kn_worker *w)
  * goes into the group's n-th: a member pushed again before the rest of
  * its group waits (as its operation, and those after it, do).
  */
-static void post_group(struct kn_worker *w, uint32_t i)
+static void ready_set(struct kn_worker *w, uint32_t c, bool on)
 {
-	const struct kn__layout *l = w->layout;
-	struct wk_tensor *t = &w->tensors[i];
-	uint32_t c = l->first_chunk[i];
-	struct wk_chunk *wc = &w->chunks[c];
-	const struct kn__chunk *kc = &l->chunks[c];
-	struct wk_server *s = &w->servers[kc->server];
-	uint32_t parity = (uint32_t)(wc->pushed & 1);
-	int ret;
+	uint32_t k = w->place[c];
 
-	if (w->state != WK_RUNNING || t->contributed < t->nmembers ||
-	    wc->expect - wc->delivered >= 2)
-		return;
-	ret = kn__tp_post_write_imm(s->ch->ep, t->gmr, 0, kc->bytes, &s->slots,
-				    kn__layout_own_slot(l, c, parity),
-				    kn__imm(KN__IMM_PUSH, parity, c), t);
-	if (ret) {
-		kn__log(&w->node, "push to server %u: %s", kc->server,
-			strerror(-ret));
-		fail(w, ret);
-		return;
-	}
+	if (on)
+		w->ready[k / 64] |= (uint64_t)1 << (k % 64);
+	else
+		w->ready[k / 64] &= ~((uint64_t)1 << (k % 64));
+}
+
+/*
+ * Take a push of chunk @c for @owner (an op, or a group's tensor): its
+ * answer is due from now on, its write goes when schedule() picks it.
+ * False while both of the chunk's slots are taken.
+ */
+static bool take_push(struct kn_worker *w, uint32_t c, void *owner)
+{
+	struct wk_chunk *wc = &w->chunks[c];
+
+	if (wc->expect - wc->delivered >= 2 || wc->pushed - wc->wdone >= 4)
+		return false;
+	wc->owner[wc->pushed % 4] = owner;
 	wc->pushed++;
 	wc->expect++;
+	ready_set(w, c, true);
+	return true;
+}
+
+/* Post the waiting writes, most urgent chunk first, within the window. */
+static void schedule(struct kn_worker *w)
+{
+	const struct kn__layout *l = w->layout;
+	uint32_t words = (l->nchunks + 63) / 64;
+
+	for (uint32_t i = 0; i < words && w->state == WK_RUNNING; i++) {
+		while (w->ready[i]) {
+			uint32_t c =
+				w->order[i * 64 + (uint32_t)__builtin_ctzll(
+							  w->ready[i])];
+			struct wk_chunk *wc = &w->chunks[c];
+			const struct kn__chunk *kc = &l->chunks[c];
+			const struct wk_tensor *t = &w->tensors[kc->tensor];
+			struct wk_server *s = &w->servers[kc->server];
+			uint32_t parity = (uint32_t)(wc->written & 1);
+			int ret;
+
+			if (w->window && w->inflight &&
+			    w->inflight + kc->bytes > w->window)
+				return; /* the window is full */
+			ret = kn__tp_post_write_imm(
+				s->ch->ep, t->gmr,
+				kc->first * kn_dtype_size(t->d.dtype),
+				kc->bytes, &s->slots,
+				kn__layout_own_slot(l, c, parity),
+				kn__imm(KN__IMM_PUSH, parity, c), wc);
+			if (ret) {
+				kn__log(&w->node, "push to server %u: %s",
+					kc->server, strerror(-ret));
+				fail(w, ret);
+				return;
+			}
+			w->inflight += kc->bytes;
+			if (++wc->written == wc->pushed)
+				ready_set(w, c, false);
+		}
+	}
+}
+
+/* A group whose members are all in: its push, once a slot is free. */
+static void post_group(struct kn_worker *w, uint32_t i)
+{
+	struct wk_tensor *t = &w->tensors[i];
+
+	if (w->state != WK_RUNNING || t->contributed < t->nmembers ||
+	    !take_push(w, w->layout->first_chunk[i], t))
+		return;
 	t->gen++;
 	t->contributed = 0;
 	t->sending = true;
@@ -386,6 +458,8 @@ static void advance(struct kn_worker *w)
 {
 	const struct kn__layout *l = w->layout;
 
+	if (w->state != WK_RUNNING)
+		return;
 	while (w->state == WK_RUNNING && w->first_unposted < w->next_id) {
 		struct wk_op *op = &w->ops[w->first_unposted % MAX_OPS];
 		uint32_t first, end;
@@ -393,38 +467,20 @@ static void advance(struct kn_worker *w)
 		chunk_range(w, op->tensor, &first, &end);
 		for (; op->push && first + op->next < end; op->next++) {
 			uint32_t c = first + op->next;
-			struct wk_chunk *wc = &w->chunks[c];
 			const struct kn__chunk *kc = &l->chunks[c];
 			const struct wk_tensor *t = &w->tensors[kc->tensor];
-			struct wk_server *s = &w->servers[kc->server];
-			uint32_t parity = (uint32_t)(wc->pushed & 1);
-			int ret;
 
 			if (!op->t_first)
 				op->t_first = kn__now();
 			if (t->nmembers) {
 				if (!push_fused(w, op, kc->tensor))
-					return; /* the group is busy: wait */
+					goto wait; /* the group is busy */
 				if (w->state != WK_RUNNING)
 					return;
 				continue;
 			}
-			if (wc->expect - wc->delivered >= 2)
-				return; /* both slots taken: wait */
-			ret = kn__tp_post_write_imm(
-				s->ch->ep, t->gmr,
-				kc->first * kn_dtype_size(t->d.dtype),
-				kc->bytes, &s->slots,
-				kn__layout_own_slot(l, c, parity),
-				kn__imm(KN__IMM_PUSH, parity, c), op);
-			if (ret) {
-				kn__log(&w->node, "push to server %u: %s",
-					kc->server, strerror(-ret));
-				fail(w, ret);
-				return;
-			}
-			wc->pushed++;
-			wc->expect++;
+			if (!take_push(w, c, op))
+				goto wait; /* both slots taken */
 			op->writes++;
 		}
 		if (op->pull && end - first > op->ntargets) {
@@ -449,6 +505,8 @@ static void advance(struct kn_worker *w)
 			op->t_sent = kn__now(); /* fused: copied is sent */
 		w->first_unposted++;
 	}
+wait:
+	schedule(w);
 	check_ops(w);
 }
 
@@ -476,6 +534,49 @@ static int by_key(const void *a, const void *b)
 	return strcmp(x->d.key, y->d.key);
 }
 
+struct urgency {
+	int priority;
+	uint32_t chunk;
+};
+
+static int by_urgency(const void *a, const void *b)
+{
+	const struct urgency *x = a, *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+}
+
+/* The chunks by their tensors' priorities (ties: layout order). */
+static int chunk_order(struct kn_worker *w)
+{
+	const struct kn__layout *l = w->layout;
+	uint32_t n = l->nchunks;
+	struct urgency *u = malloc((n + 1) * sizeof(*u));
+
+	w->order = malloc((n + 1) * sizeof(*w->order));
+	w->place = malloc((n + 1) * sizeof(*w->place));
+	w->ready = calloc((n + 63) / 64 + 1, sizeof(*w->ready));
+	if (!u || !w->order || !w->place || !w->ready) {
+		free(u);
+		return -ENOMEM;
+	}
+	for (uint32_t c = 0; c < n; c++)
+		u[c] = (struct urgency){
+			.priority = w->tensors[l->chunks[c].tensor].priority,
+			.chunk = c,
+		};
+	qsort(u, n, sizeof(*u), by_urgency);
+	for (uint32_t k = 0; k < n; k++) {
+		w->order[k] = u[k].chunk;
+		w->place[u[k].chunk] = k;
+	}
+	free(u);
+	w->window = w->job.u.job.push_window;
+	return 0;
+}
+
 /* READY TABLE: build the layout, register buffers, go to the servers. */
 static void go_to_servers(struct kn_worker *w)
 {
@@ -495,7 +596,7 @@ static void go_to_servers(struct kn_worker *w)
 	free(d);
 	if (!ret) {
 		w->chunks = calloc(w->layout->nchunks + 1, sizeof(*w->chunks));
-		ret = w->chunks ? 0 : -ENOMEM;
+		ret = w->chunks ? chunk_order(w) : -ENOMEM;
 	}
 	for (uint32_t i = 0; !ret && i < w->ntensors; i++) {
 		struct wk_tensor *t = &w->tensors[i];
@@ -637,7 +738,7 @@ static void first_model_in(struct kn_worker *w)
 		if (wc->joined == newest)
 			continue;
 		/* the slot's contents are not read: any bytes of ours do */
-		parity = (uint32_t)(wc->pushed & 1);
+		parity = (uint32_t)(wc->written & 1);
 		ret = kn__tp_post_write_imm(
 			s->ch->ep, t->gmr,
 			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
@@ -650,6 +751,8 @@ static void first_model_in(struct kn_worker *w)
 			return;
 		}
 		wc->pushed++;
+		wc->written++;
+		wc->wdone++; /* not waited for */
 		wc->expect++;
 		w->skipping++;
 	}
@@ -715,19 +818,28 @@ static void on_written(struct kn__node *n, void *user, int status)
 
 	if (!op)
 		return; /* an INIT write */
-	if (u >= (uintptr_t)w->tensors &&
-	    u < (uintptr_t)(w->tensors + w->ntensors)) {
-		/* a group's push: its buffer takes the next one now */
-		((struct wk_tensor *)user)->sending = false;
-		if (status)
-			fail(w, status);
-		advance(w);
-		return;
-	}
 	if (status)
 		fail(w, status);
-	if (--op->writes == 0)
-		op->t_sent = kn__now();
+	if (u >= (uintptr_t)w->chunks &&
+	    u < (uintptr_t)(w->chunks + w->layout->nchunks)) {
+		struct wk_chunk *wc = user;
+		uint32_t c = (uint32_t)(wc - w->chunks);
+		void *owner = wc->owner[wc->wdone++ % 4];
+		uintptr_t o = (uintptr_t)owner;
+
+		w->inflight -= w->layout->chunks[c].bytes;
+		if (o >= (uintptr_t)w->tensors &&
+		    o < (uintptr_t)(w->tensors + w->ntensors)) {
+			/* a group's: its buffer takes the next push now */
+			((struct wk_tensor *)owner)->sending = false;
+		} else {
+			op = owner;
+			if (--op->writes == 0)
+				op->t_sent = kn__now();
+		}
+		advance(w); /* the window has room, a group may take more */
+		return;
+	}
 	check_ops(w);
 }
 
@@ -1232,6 +1344,7 @@ int kn_worker_register(struct kn_worker *w, const char *key,
 			t->d.len = count;
 			t->params = params;
 			t->grads = grads;
+			t->priority = w->next_priority++;
 			if (w->local)
 				ret = local_buffers(t, w->job.u.job.optimizer);
 			if (ret)
@@ -1265,6 +1378,23 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 		}
 	if (!ret && w->state != WK_JOINED)
 		ret = -EBUSY;
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int kn_worker_set_priority(struct kn_worker *w, const char *key, int priority)
+{
+	int ret = -ENOENT;
+
+	if (!w || !key)
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	for (uint32_t i = 0; i < w->ntensors; i++)
+		if (strcmp(w->tensors[i].d.key, key) == 0) {
+			ret = w->state == WK_JOINED ? 0 : -EBUSY;
+			if (!ret)
+				w->tensors[i].priority = priority;
+		}
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }
@@ -1318,6 +1448,10 @@ static int fused_group(uint32_t g, struct wk_member *mem, uint32_t n,
 	t->d.len = len;
 	t->first_member = first;
 	t->nmembers = n;
+	t->priority = mem[0].priority;
+	for (uint32_t j = 1; j < n; j++)
+		if (mem[j].priority < t->priority)
+			t->priority = mem[j].priority;
 	t->params = zalloc64(len * es);
 	t->grads = zalloc64(len * es);
 	t->inbox = zalloc64(len * es);
@@ -1407,6 +1541,7 @@ static int fuse(struct kn_worker *w)
 					.params = t->params,
 					.grads = t->grads,
 					.inbox = t->inbox,
+					.priority = t->priority,
 				};
 			}
 		ret = fused_group(size[g], mem + first, m - first, first,
@@ -1745,6 +1880,7 @@ static int job_config(const struct kn_worker *w, struct kn__config *cfg)
 	cfg->optimizer = (enum kn__config_optimizer)j->u.job.optimizer;
 	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
 	cfg->fuse_bytes = j->u.job.fuse_bytes;
+	cfg->push_window = j->u.job.push_window;
 	cfg->lr = j->u.job.lr;
 	cfg->momentum = j->u.job.momentum;
 	cfg->proto = j->u.job.proto;
@@ -2023,6 +2159,9 @@ void kn_worker_destroy(struct kn_worker *w)
 	free(w->members);
 	free(w->servers);
 	free(w->chunks);
+	free(w->order);
+	free(w->place);
+	free(w->ready);
 	kn__layout_free(w->layout);
 	close(w->wake);
 	pthread_mutex_destroy(&w->lock);

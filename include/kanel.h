@@ -297,6 +297,21 @@ KN_EXPORT int kn_worker_set_inbox(struct kn_worker *w, const char *key,
 				  void *inbox);
 
 /*
+ * The order in which @key's pushes are written when several wait: lower
+ * first.  By default a tensor's priority is its registration index (0 for
+ * the first registered), so a program that registers its tensors in the
+ * order its forward pass uses them gets the first layers' parameters back
+ * first; give one explicitly to change that.  Writes are posted most
+ * urgent first while fewer than --push-window bytes are in flight, so a
+ * large tensor pushed early does not hold back a small urgent one pushed
+ * after it.  A fused group takes its most urgent member's priority.
+ * Before kn_worker_start (-EBUSY after); -ENOENT for a key not
+ * registered.
+ */
+KN_EXPORT int kn_worker_set_priority(struct kn_worker *w, const char *key,
+				     int priority);
+
+/*
  * Send the tensor table, connect to the servers, receive the initial
  * model into every parameter buffer, and start once every worker has:
  * 0, or a negative errno (-EINVAL for a table that differs from the

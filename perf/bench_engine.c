@@ -87,6 +87,7 @@ static struct {
 	char transport[4096]; /* bench_transport, for the baseline */
 	size_t chunk_bytes;   /* KANEL_CHUNK_BYTES */
 	size_t fuse_bytes;    /* KANEL_FUSE_BYTES */
+	size_t push_window;   /* KANEL_PUSH_WINDOW */
 	size_t sizes[BENCH_MAX_LIST], workers[BENCH_MAX_LIST],
 		servers[BENCH_MAX_LIST];
 	unsigned int nsizes, nworkers, nservers;
@@ -1033,6 +1034,8 @@ static void job_env(size_t workers, size_t servers, int port)
 	setenv("KANEL_CHUNK_BYTES", v, 1);
 	snprintf(v, sizeof(v), "%zu", cfg.fuse_bytes);
 	setenv("KANEL_FUSE_BYTES", v, 1);
+	snprintf(v, sizeof(v), "%zu", cfg.push_window);
+	setenv("KANEL_PUSH_WINDOW", v, 1);
 	if (cfg.stages) {
 		snprintf(metrics_path, sizeof(metrics_path), "%s/metrics-%d",
 			 tmpdir, port);
@@ -1372,6 +1375,8 @@ static void usage(void)
 	       "  --fuse-bytes N      KANEL_FUSE_BYTES of the jobs: tensors "
 	       "below N are\n"
 	       "                      fused (default 64K; 0: none)\n"
+	       "  --push-window N     KANEL_PUSH_WINDOW of the jobs (default "
+	       "4M; 0: no limit)\n"
 	       "  --model NAME|FILE   a network's tensors instead of --sizes: "
 	       "resnet50,\n"
 	       "                      bert-base, vgg16 (perf/models/) or a "
@@ -1436,6 +1441,7 @@ static void parse_args(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 'S' },
 		{ "chunk-bytes", required_argument, NULL, 'C' },
 		{ "fuse-bytes", required_argument, NULL, 'F' },
+		{ "push-window", required_argument, NULL, 'W' },
 		{ "kanel", required_argument, NULL, 'k' },
 		{ "bench-transport", required_argument, NULL, 'b' },
 		{ "model", required_argument, NULL, 'm' },
@@ -1453,6 +1459,7 @@ static void parse_args(int argc, char **argv)
 
 	cfg.chunk_bytes = MIB;
 	cfg.fuse_bytes = 64 * KIB;
+	cfg.push_window = 4 * MIB;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
@@ -1489,6 +1496,16 @@ static void parse_args(int argc, char **argv)
 				bad_value("chunk-bytes", optarg,
 					  "one size, a multiple of 4");
 			cfg.chunk_bytes = chunk[0];
+			break;
+		case 'W':
+			if (!strcmp(optarg, "0"))
+				cfg.push_window = 0;
+			else if (parse_list("push-window", optarg, NULL, 1,
+					    1024 * MIB, true, chunk) != 1)
+				bad_value("push-window", optarg,
+					  "one size, 0 to 1024M");
+			else
+				cfg.push_window = chunk[0];
 			break;
 		case 'F':
 			/* 0 or a size: the list parser takes sizes from 1 */

@@ -64,6 +64,7 @@ Test(config, defaults)
 	cr_assert_eq(c.optimizer, KN__CONFIG_SGD);
 	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
 	cr_assert_eq(c.fuse_bytes, 64 * 1024);
+	cr_assert_eq(c.push_window, 4 * 1024 * 1024);
 	cr_assert_float_eq(c.lr, 0.01f, 1e-9);
 	cr_assert_float_eq(c.momentum, 0.9f, 1e-9);
 	cr_assert_eq(c.heartbeat_timeout_ms, 3000);
@@ -520,6 +521,19 @@ Test(config, fuse_bytes_is_0_to_1M)
 					   err);
 		}
 	}
+}
+
+Test(config, push_window_is_0_to_1024M)
+{
+	struct kn__config c;
+
+	parse_ok(ARGV(BASE, "--push-window", "0"), NULL, &c);
+	cr_assert_eq(c.push_window, 0);
+	parse_ok(ARGV(BASE, "--push-window", "512K"), NULL, &c);
+	cr_assert_eq(c.push_window, 512 * 1024);
+	cr_assert_eq(parse(ARGV(BASE, "--push-window", "1025M"), NULL, &c),
+		     -EINVAL);
+	cr_assert_not_null(strstr(err, "--push-window"), "%s", err);
 }
 
 Test(config, durations_take_units)

@@ -943,3 +943,81 @@ Test(e2e, fused_small_tensors_are_bit_exact_against_unfused, .timeout = 180)
 		     "BSP with momentum: the fused job's model is not the "
 		     "unfused one's");
 }
+
+/* ---- priorities ---- */
+
+#define PR_BIG (8u << 20) /* floats: 32 MiB, 512 chunks of 64 KiB */
+
+static bool pr_small_last; /* the small tensor given the lowest priority */
+
+/*
+ * A large tensor pushed first, a small one just after: with a window of
+ * one chunk, the small one's write goes as soon as the window has room
+ * when it is the more urgent (it was registered first), and after all
+ * of the large one's when it is given the lowest priority.
+ */
+static int priority_worker(unsigned int rank)
+{
+	float *pb = calloc(PR_BIG, 4), *gb = calloc(PR_BIG, 4);
+	float ps[256] = { 0 }, gs[256] = { 0 };
+	struct kn_worker *w = join(rank);
+	uint64_t hb, hs;
+	int ret = w && pb && gb ? 0 : -ENOMEM, big;
+
+	if (!ret)
+		ret = kn_worker_register(w, "small", KN_DTYPE_FP32, 256, ps,
+					 gs);
+	if (!ret)
+		ret = kn_worker_register(w, "big", KN_DTYPE_FP32, PR_BIG, pb,
+					 gb);
+	if (!ret && pr_small_last)
+		ret = kn_worker_set_priority(w, "small", 1000);
+	if (!ret && kn_worker_set_priority(w, "none", 0) != -ENOENT)
+		ret = -EEXIST;
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret && kn_worker_set_priority(w, "big", 0) != -EBUSY)
+		ret = -EALREADY; /* set before the start only */
+	if (!ret)
+		ret = kn_worker_pushpull(w, "big", &hb);
+	if (!ret)
+		ret = kn_worker_pushpull(w, "small", &hs);
+	if (!ret)
+		ret = kn_worker_wait(w, hs, 20000);
+	big = ret ? ret : kn_worker_test(w, hb);
+	/* the big one: still on its way, or done before the small one */
+	if (!ret && big != (pr_small_last ? 1 : 0)) {
+		fprintf(stderr, "small %s: big was %s when small was done\n",
+			pr_small_last ? "last" : "first",
+			big ? "done" : "not done");
+		ret = -EBADMSG;
+	}
+	if (!ret)
+		ret = kn_worker_wait(w, hb, 20000);
+	kn_worker_destroy(w);
+	free(pb);
+	free(gb);
+	return ret;
+}
+
+static void priority_job(bool small_last)
+{
+	struct job j = { 0 };
+
+	pr_small_last = small_last;
+	job_env(&j, 1, 1, "bsp", "sgd", LR);
+	setenv("KANEL_CHUNK_BYTES", "64K", 1);
+	setenv("KANEL_PUSH_WINDOW", "64K", 1);
+	start_job(&j);
+	spawn_worker(&j, 0, priority_worker);
+	end_job(&j, true);
+	unsetenv("KANEL_PUSH_WINDOW");
+	cr_assert_eq(sh->status[0], 0, "small %s: %s",
+		     small_last ? "last" : "first", strerror(-sh->status[0]));
+}
+
+Test(e2e, the_more_urgent_tensor_is_written_first, .timeout = 120)
+{
+	priority_job(false);
+	priority_job(true);
+}

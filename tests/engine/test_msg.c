@@ -40,6 +40,7 @@ static struct kn__msg cgp_job(void)
 	m.u.job.optimizer = KN__CONFIG_MOMENTUM;
 	m.u.job.chunk_bytes = 1 << 20;
 	m.u.job.fuse_bytes = 48 << 10;
+	m.u.job.push_window = 3 << 20;
 	m.u.job.lr = 0.05f;
 	m.u.job.momentum = 0.9f;
 	m.u.job.proto.staleness = 3;
@@ -72,6 +73,7 @@ Test(msg, job_carries_every_protocols_parameters)
 	cr_assert_eq(b.u.job.protocol, KN__CONFIG_CGP);
 	cr_assert_eq(b.u.job.chunk_bytes, 1 << 20);
 	cr_assert_eq(b.u.job.fuse_bytes, 48 << 10);
+	cr_assert_eq(b.u.job.push_window, 3 << 20);
 	cr_assert_eq(b.u.job.proto.warmup, 5);
 	cr_assert_eq(b.u.job.proto.alpha, 0.25f);
 	cr_assert_eq(b.u.job.proto.solver, KN__CONFIG_CGP_PLS);
