@@ -97,6 +97,11 @@ static struct {
 	unsigned int ntensors;
 	enum kn_dtype dtype;
 	bool model_pairs; /* neither --workers nor --servers: 1w1s, 2w1s, 4w2s */
+	/* --forward: a simulated backward and forward pass a round, at
+	 * compute_gbps bytes of the model per ns backward (half forward);
+	 * fifo: priorities in push order, as an engine without them */
+	bool forward, fifo;
+	double compute_gbps;
 } cfg;
 
 static double now_ns(void)
@@ -652,6 +657,8 @@ struct wk {
 	struct kn_worker *w;
 	unsigned char *params, *grads; /* eng.elems of eng.dtype */
 	double *ends;	   /* when each round of the current sample ended */
+	double *firsts;	   /* --forward: each round's first layer back, ns */
+	uint64_t *handles; /* --forward: a handle per tensor */
 	atomic_ulong done; /* rounds of the current sample done */
 	int err;	   /* the first failure, a negative errno */
 	char what[96];	   /* what failed */
@@ -686,6 +693,54 @@ static void wk_fail(struct wk *k, int err, const char *what)
 	eng.failed++;
 	pthread_cond_broadcast(&eng.cond);
 	pthread_mutex_unlock(&eng.lock);
+}
+
+/* Simulated compute until @deadline (now_ns); sleeps, so that the
+ * engine's threads have the CPUs (spans too short to sleep are skipped,
+ * the deadlines are absolute: no error adds up). */
+static void compute_until(double deadline)
+{
+	struct timespec ts;
+
+	if (deadline - now_ns() < 60e3)
+		return;
+	ts.tv_sec = (time_t)(deadline / 1e9);
+	ts.tv_nsec = (long)(deadline - (double)ts.tv_sec * 1e9);
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		;
+}
+
+/*
+ * --forward: one training step's exchange as a program would overlap
+ * it: the backward pass makes each tensor's gradient in turn, last
+ * layer first, and pushes it at once (pushpull); the next forward pass
+ * takes the layers in order, each once its parameters are back and the
+ * layer before it is done.  @first: when layer 0 was back, from the
+ * step's start.
+ */
+static int forward_round(struct wk *k, double *first)
+{
+	size_t es = kn_dtype_size(eng.dtype);
+	double start = now_ns(), t = start;
+	char key[16];
+	int ret = 0;
+
+	for (unsigned int i = eng.ntensors; !ret && i-- > 0;) {
+		t += (double)(eng.counts[i] * es) / cfg.compute_gbps;
+		compute_until(t);
+		snprintf(key, sizeof(key), "t%04u", i);
+		ret = kn_worker_pushpull(k->w, key, &k->handles[i]);
+	}
+	for (unsigned int i = 0; !ret && i < eng.ntensors; i++) {
+		ret = kn_worker_wait(k->w, k->handles[i], -1);
+		if (i == 0)
+			*first = now_ns() - start;
+		t = fmax(t, now_ns()) +
+		    (double)(eng.counts[i] * es) / (2 * cfg.compute_gbps);
+		compute_until(t);
+	}
+	return ret;
 }
 
 /*
@@ -728,6 +783,10 @@ static void *wk_main(void *arg)
 		ret = kn_worker_register(k->w, eng.ntensors > 1 ? key : KEY,
 					 eng.dtype, eng.counts[t],
 					 k->params + off, k->grads + off);
+		/* fifo: the order the backward pass pushes them */
+		if (!ret && cfg.forward && cfg.fifo)
+			ret = kn_worker_set_priority(k->w, key,
+						     (int)(eng.ntensors - t));
 		if (ret) {
 			wk_fail(k, ret, "kn_worker_register");
 			return NULL;
@@ -750,8 +809,11 @@ static void *wk_main(void *arg)
 		if (!rounds)
 			break;
 		for (unsigned long i = 0; i < rounds; i++) {
-			ret = kn_worker_step(k->w,
-					     eng.ntensors > 1 ? NULL : KEY);
+			if (cfg.forward && eng.ntensors > 1)
+				ret = forward_round(k, &k->firsts[i]);
+			else
+				ret = kn_worker_step(
+					k->w, eng.ntensors > 1 ? NULL : KEY);
 			if (ret) {
 				char what[96];
 
@@ -847,7 +909,7 @@ static void workers_go(unsigned long rounds)
  * time from the release to the end of the last round.
  */
 static double engine_sample(unsigned long rounds, double *round_ns,
-			    double *elapsed)
+			    double *elapsed, double *first)
 {
 	double prev;
 
@@ -864,6 +926,20 @@ static double engine_sample(unsigned long rounds, double *round_ns,
 		prev = end;
 	}
 	*elapsed = prev - eng.t0;
+	if (first && cfg.forward) {
+		/* the slowest worker's, round by round: its median */
+		double *f = malloc(rounds * sizeof(*f));
+
+		if (!f)
+			check(-ENOMEM, "malloc");
+		for (unsigned long i = 0; i < rounds; i++) {
+			f[i] = 0;
+			for (unsigned int k = 0; k < eng.n; k++)
+				f[i] = fmax(f[i], eng.wk[k].firsts[i]);
+		}
+		*first = summarize(f, rounds).med;
+		free(f);
+	}
 	return summarize(round_ns, rounds).med;
 }
 
@@ -936,7 +1012,8 @@ static unsigned int params_check(unsigned long rounds)
 
 struct result {
 	size_t workers, servers, bytes;
-	struct stats eng; /* ns per round */
+	struct stats eng;   /* ns per round */
+	struct stats first; /* --forward: ns until layer 0 is back */
 	double gbps, tp_gbps, ratio;
 };
 
@@ -1084,7 +1161,8 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 		      const size_t *counts, enum kn_dtype dtype,
 		      size_t tp_bytes, struct result *r, double *tp_s)
 {
-	double eng_s[MAX_REPS], el, *round_ns, t0 = now_ns(), t1;
+	double eng_s[MAX_REPS], first_s[MAX_REPS], el, *round_ns, t0 = now_ns(),
+								  t1;
 	unsigned long rounds, total = CAL_ROUNDS;
 	size_t bytes = job_tensors(ntensors, counts, dtype);
 	size_t buf =
@@ -1118,7 +1196,10 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 		k->params = aligned_alloc(4096, buf);
 		k->grads = aligned_alloc(4096, buf);
 		k->ends = malloc(MAX_ROUNDS * sizeof(*k->ends));
-		if (!k->params || !k->grads || !k->ends)
+		k->firsts = calloc(MAX_ROUNDS, sizeof(*k->firsts));
+		k->handles = calloc(ntensors, sizeof(*k->handles));
+		if (!k->params || !k->grads || !k->ends || !k->firsts ||
+		    !k->handles)
 			check(-ENOMEM, "aligned_alloc");
 		memset(k->params, 0, buf); /* 0 in every dtype */
 		grads_fill(k->grads, buf, (float)(i + 1));
@@ -1137,11 +1218,11 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 	 * take CAL_NS; the rounds of a sample follow from the last.
 	 */
 	rounds = CAL_ROUNDS;
-	engine_sample(rounds, round_ns, &el);
+	engine_sample(rounds, round_ns, &el, NULL);
 	if (el < CAL_NS) {
 		rounds = (unsigned long)fmin(
 			fmax(CAL_NS * rounds / el, CAL_ROUNDS), MAX_ROUNDS);
-		engine_sample(rounds, round_ns, &el);
+		engine_sample(rounds, round_ns, &el, NULL);
 		total += rounds;
 	}
 	rounds = (unsigned long)fmin(
@@ -1151,7 +1232,8 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 	for (unsigned int s = 0; s < cfg.reps; s++) {
 		for (int i = 0; i < 2; i++) {
 			if ((s + (unsigned int)i) % 2 == 0) {
-				eng_s[s] = engine_sample(rounds, round_ns, &el);
+				eng_s[s] = engine_sample(rounds, round_ns, &el,
+							 &first_s[s]);
 				total += rounds;
 			} else {
 				tp_s[s] = stream_sample(tp_bytes);
@@ -1177,6 +1259,8 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 		free(eng.wk[i].params);
 		free(eng.wk[i].grads);
 		free(eng.wk[i].ends);
+		free(eng.wk[i].firsts);
+		free(eng.wk[i].handles);
 	}
 	free(round_ns);
 
@@ -1184,6 +1268,8 @@ static void bench_job(size_t workers, size_t servers, unsigned int ntensors,
 			      .servers = servers,
 			      .bytes = bytes,
 			      .eng = summarize(eng_s, cfg.reps) };
+	if (cfg.forward && ntensors > 1)
+		r->first = summarize(first_s, cfg.reps);
 	r->gbps = 2.0 * (double)bytes * (double)workers / r->eng.med;
 }
 
@@ -1306,6 +1392,30 @@ static void emit_model(const struct result *m, const struct result *one)
 	fflush(stdout);
 }
 
+/* A --forward row: the step, layer 0's return, the compute alone. */
+static void emit_forward(const struct result *m, size_t bytes)
+{
+	double compute = 1.5 * (double)bytes / cfg.compute_gbps;
+	const char *order = cfg.fifo ? "fifo" : "priority";
+
+	if (cfg.csv) {
+		printf("%s,%s,%zu,%zu,%u,%s,%zu,%.3f,%.3f,%.3f,%.4g\n",
+		       cfg.model_name, kn_dtype_name(cfg.dtype), m->workers,
+		       m->servers, cfg.ntensors, order, cfg.push_window,
+		       m->eng.med / 1e3, m->first.med / 1e3, compute / 1e3,
+		       m->eng.med / compute);
+		fflush(stdout);
+		return;
+	}
+	printf("%-9s %5s %7zu %7zu %7u %8s %9zu %10.2f %10.2f %10.2f %10.2f "
+	       "%8.3f\n",
+	       cfg.model_name, kn_dtype_name(cfg.dtype), m->workers, m->servers,
+	       cfg.ntensors, order, cfg.push_window / KIB, m->eng.med / 1e6,
+	       m->eng.min / 1e6, m->first.med / 1e6, compute / 1e6,
+	       m->eng.med / compute);
+	fflush(stdout);
+}
+
 /*
  * The model's jobs: for every (workers, servers), the model's tensors,
  * then one tensor of the same bytes, each a job of its own.  Every
@@ -1332,8 +1442,17 @@ static void bench_model(const size_t (*jobs)[2], unsigned int njobs)
 		bench_job(jobs[j][0], jobs[j][1], cfg.ntensors, cfg.counts,
 			  cfg.dtype, tp_bytes, &r[2 * j],
 			  tp_s + (size_t)2 * j * cfg.reps);
+		if (cfg.forward) {
+			emit_forward(&r[2 * j], total[0] * es);
+			continue;
+		}
 		bench_job(jobs[j][0], jobs[j][1], 1, total, cfg.dtype, tp_bytes,
 			  &r[2 * j + 1], tp_s + (size_t)(2 * j + 1) * cfg.reps);
+	}
+	if (cfg.forward) {
+		free(tp_s);
+		free(r);
+		return;
 	}
 	tp = summarize(tp_s, (size_t)njobs * 2 * cfg.reps);
 	tp_gbps = (double)tp_bytes / tp.med;
@@ -1377,6 +1496,19 @@ static void usage(void)
 	       "                      fused (default 64K; 0: none)\n"
 	       "  --push-window N     KANEL_PUSH_WINDOW of the jobs (default "
 	       "4M; 0: no limit)\n"
+	       "  --forward           with --model: a round is a simulated "
+	       "training step\n"
+	       "                      (backward pass pushing each gradient, "
+	       "forward pass\n"
+	       "                      waiting for each layer); reports the "
+	       "time until\n"
+	       "                      layer 0 is back\n"
+	       "  --order fifo|priority  --forward: priorities in push "
+	       "order, or the\n"
+	       "                      registration order (the default)\n"
+	       "  --compute-gbps G    --forward: backward pass speed, GB of "
+	       "the model\n"
+	       "                      per second (default 8; forward: 2G)\n"
 	       "  --model NAME|FILE   a network's tensors instead of --sizes: "
 	       "resnet50,\n"
 	       "                      bert-base, vgg16 (perf/models/) or a "
@@ -1442,6 +1574,9 @@ static void parse_args(int argc, char **argv)
 		{ "chunk-bytes", required_argument, NULL, 'C' },
 		{ "fuse-bytes", required_argument, NULL, 'F' },
 		{ "push-window", required_argument, NULL, 'W' },
+		{ "forward", no_argument, NULL, 'f' },
+		{ "order", required_argument, NULL, 'o' },
+		{ "compute-gbps", required_argument, NULL, 'G' },
 		{ "kanel", required_argument, NULL, 'k' },
 		{ "bench-transport", required_argument, NULL, 'b' },
 		{ "model", required_argument, NULL, 'm' },
@@ -1460,6 +1595,7 @@ static void parse_args(int argc, char **argv)
 	cfg.chunk_bytes = MIB;
 	cfg.fuse_bytes = 64 * KIB;
 	cfg.push_window = 4 * MIB;
+	cfg.compute_gbps = 8;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
@@ -1497,6 +1633,25 @@ static void parse_args(int argc, char **argv)
 					  "one size, a multiple of 4");
 			cfg.chunk_bytes = chunk[0];
 			break;
+		case 'f':
+			cfg.forward = true;
+			break;
+		case 'o':
+			if (strcmp(optarg, "fifo") &&
+			    strcmp(optarg, "priority"))
+				bad_value("order", optarg, "fifo or priority");
+			cfg.fifo = !strcmp(optarg, "fifo");
+			break;
+		case 'G': {
+			char *end;
+
+			cfg.compute_gbps = strtod(optarg, &end);
+			if (*end || !(cfg.compute_gbps > 0) ||
+			    !isfinite(cfg.compute_gbps))
+				bad_value("compute-gbps", optarg,
+					  "a number above 0");
+			break;
+		}
 		case 'W':
 			if (!strcmp(optarg, "0"))
 				cfg.push_window = 0;
@@ -1564,6 +1719,8 @@ static void parse_args(int argc, char **argv)
 	need_program(cfg.transport, "bench_transport", "bench-transport");
 	if (cfg.model[0] && cfg.nsizes)
 		bad_value("model", cfg.model, "--sizes is for one tensor");
+	if (cfg.forward && !cfg.model[0])
+		bad_value("forward", "", "a model's step: give --model");
 	if (cfg.model[0])
 		model_load(cfg.model);
 	if (!cfg.nsizes && cfg.quick) {
@@ -1655,6 +1812,37 @@ int main(int argc, char **argv)
 				jobs[njobs][0] = cfg.workers[w];
 				jobs[njobs++][1] = cfg.servers[v];
 			}
+		if (cfg.forward) {
+			fprintf(f,
+				"# --forward: a round is a training step: a "
+				"backward pass (%.3g GB/s of the model's "
+				"bytes), each gradient pushed (pushpull) as it "
+				"is made, last layer first, then a forward "
+				"pass (twice as fast), each layer once its "
+				"parameters are back; order %s\n",
+				cfg.compute_gbps,
+				cfg.fifo ? "fifo (priorities in push order)"
+					 : "priority (registration order)");
+			fprintf(f, "# step = one step; first = until layer "
+				   "0's parameters are back (slowest "
+				   "worker); compute = the passes alone; "
+				   "window in KiB\n");
+			if (cfg.csv)
+				printf("model,dtype,workers,servers,tensors,"
+				       "order,push_window,step_us,first_us,"
+				       "compute_us,step_vs_compute\n");
+			else
+				printf("%-9s %5s %7s %7s %7s %8s %9s %10s %10s "
+				       "%10s %10s %8s\n",
+				       "model", "dtype", "workers", "servers",
+				       "tensors", "order", "window", "step_ms",
+				       "min_ms", "first_ms", "compute_ms",
+				       "vs_comp");
+			fflush(stdout);
+			bench_model((const size_t(*)[2])jobs, njobs);
+			tp_stop();
+			return 0;
+		}
 		fprintf(f, "# step = every tensor pushed and pulled once; "
 			   "single = one tensor of the model's bytes, its own "
 			   "job; vs_single = step / single\n");
