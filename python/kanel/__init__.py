@@ -346,6 +346,14 @@ class Worker:
                                         b.addr), "kn_worker_set_inbox")
         self._buffers[key].append(b)
 
+    def set_priority(self, key, priority):
+        """Write ``key``'s pushes before those of higher ``priority``
+        (``kn_worker_set_priority``; by default the registration
+        index)."""
+        _check(_lib.kn_worker_set_priority(self._handle(), key.encode(),
+                                           int(priority)),
+               "kn_worker_set_priority")
+
     def start(self):
         """Join the servers and receive the initial model (rank 0's)
         into every parameter buffer (``kn_worker_start``)."""

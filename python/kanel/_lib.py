@@ -86,6 +86,8 @@ kn_worker_register = _fn("kn_worker_register", c_int, W, c_char_p, c_int,
                          c_size_t, c_void_p, c_void_p)
 kn_worker_set_inbox = _fn("kn_worker_set_inbox", c_int, W, c_char_p,
                           c_void_p)
+kn_worker_set_priority = _fn("kn_worker_set_priority", c_int, W, c_char_p,
+                             c_int)
 kn_worker_start = _fn("kn_worker_start", c_int, W)
 kn_worker_push = _fn("kn_worker_push", c_int, W, c_char_p, POINTER(c_uint64))
 kn_worker_pull = _fn("kn_worker_pull", c_int, W, c_char_p, POINTER(c_uint64))

@@ -21,6 +21,12 @@ with kanel.Worker() as w:
     w.register("a", a, ga)
     w.register("h", h, gh)
     w.register("t", t, gt)
+    w.set_priority("t", -1)  # before "a" and "h"
+    try:
+        w.set_priority("none", 0)
+        raise AssertionError("set_priority of an unknown key")
+    except kanel.Error:
+        pass
     where = (a.ctypes.data, h.ctypes.data, t.data_ptr())
     w.start()
     assert np.array_equal(a, np.arange(1, 9, dtype=np.float32)), a
