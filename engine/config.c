@@ -879,7 +879,7 @@ static const struct opt opts[O_COUNT] = {
 			       .group = KN__CONFIG_OPT_JOB,
 			       FIELD(F_FLOAT, proto.outer_momentum) },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
-		      .deflt = "1M",
+		      .deflt = "512K",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "
 			      "4K to 1024M",
 		      .parse = opt_chunk, .group = KN__CONFIG_OPT_JOB,

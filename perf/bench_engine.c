@@ -1490,7 +1490,7 @@ static void usage(void)
 	       "  --sizes LIST        tensor bytes, e.g. 4K,64K,1M,16M,64M "
 	       "(the default)\n"
 	       "  --chunk-bytes N     KANEL_CHUNK_BYTES of the jobs (default "
-	       "1M)\n"
+	       "512K)\n"
 	       "  --fuse-bytes N      KANEL_FUSE_BYTES of the jobs: tensors "
 	       "below N are\n"
 	       "                      fused (default 64K; 0: none)\n"
@@ -1592,7 +1592,7 @@ static void parse_args(int argc, char **argv)
 	size_t chunk[BENCH_MAX_LIST];
 	int c;
 
-	cfg.chunk_bytes = MIB;
+	cfg.chunk_bytes = 512 * KIB;
 	cfg.fuse_bytes = 64 * KIB;
 	cfg.push_window = 4 * MIB;
 	cfg.compute_gbps = 8;

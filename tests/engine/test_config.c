@@ -62,7 +62,7 @@ Test(config, defaults)
 	cr_assert_eq(c.transport, KN__CONFIG_TCP);
 	cr_assert_eq(c.sync, KN__CONFIG_BSP);
 	cr_assert_eq(c.optimizer, KN__CONFIG_SGD);
-	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
+	cr_assert_eq(c.chunk_bytes, 512 * 1024);
 	cr_assert_eq(c.fuse_bytes, 64 * 1024);
 	cr_assert_eq(c.push_window, 4 * 1024 * 1024);
 	cr_assert_float_eq(c.lr, 0.01f, 1e-9);
@@ -208,7 +208,7 @@ Test(config, an_empty_variable_counts_as_unset)
 
 	parse_ok(ARGV(BASE), ENV("KANEL_SYNC=", "KANEL_CHUNK_BYTES="), &c);
 	cr_assert_eq(c.sync, KN__CONFIG_BSP);
-	cr_assert_eq(c.chunk_bytes, 1024 * 1024);
+	cr_assert_eq(c.chunk_bytes, 512 * 1024);
 }
 
 /*
@@ -911,7 +911,7 @@ Test(config, usage_lists_every_option_variable_and_default)
 		"KANEL_MOMENTUM",
 		"--chunk-bytes BYTES",
 		"KANEL_CHUNK_BYTES",
-		"default 1M]",
+		"default 512K]",
 		"--heartbeat-timeout MS",
 		"KANEL_HEARTBEAT_TIMEOUT",
 		"default 3000]",
