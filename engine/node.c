@@ -29,14 +29,14 @@
 #include "node.h"
 #include "roles.h"
 
-#define RECVS	    16
-#define SENDS	    64
-#define BUSY_POLL_S 50e-6 /* spin this long before sleeping */
-#define RETRY_S	    0.1	  /* between connects to a peer not yet up */
-#define CHAN_BYTES  ((size_t)(RECVS + SENDS) * KN__MSG_MAX)
-#define HANDSHAKE_S	   5.0 /* an acceptor's handshake must end by then */
-#define PENDING_MAX	   64  /* connections in the handshake at once */
-#define REFUSALS_PER_S	   5   /* refusal lines a second; more are counted */
+#define RECVS	       16
+#define SENDS	       64
+#define BUSY_POLL_S    50e-6 /* spin this long before sleeping */
+#define RETRY_S	       0.1   /* between connects to a peer not yet up */
+#define CHAN_BYTES     ((size_t)(RECVS + SENDS) * KN__MSG_MAX)
+#define HANDSHAKE_S    5.0 /* an acceptor's handshake must end by then */
+#define PENDING_MAX    64  /* connections in the handshake at once */
+#define REFUSALS_PER_S 5   /* refusal lines a second; more are counted */
 
 enum chan_state {
 	CH_CONNECTING,	   /* connector: waiting for the connection */
@@ -331,17 +331,26 @@ static int post_send(struct kn__chan *ch, uint32_t idx, size_t len)
 	return 0;
 }
 
+/*
+ * Post the backlog while there are send buffers and the transport takes
+ * them; a full transport queue (-EAGAIN: writes fill it too) keeps the
+ * rest for the next dispatch.
+ */
 static void flush_backlog(struct kn__chan *ch)
 {
 	while (ch->backlog && ch->nfree && ch->ep) {
 		struct kn__chan_backlog *b = ch->backlog;
 		uint32_t idx = ch->free_sends[--ch->nfree];
+		int ret;
 
 		memcpy(slot(ch, idx), b->data, b->len);
+		ret = post_send(ch, idx, b->len);
+		if (ret == -EAGAIN)
+			return;
 		ch->backlog = b->next;
 		if (!ch->backlog)
 			ch->backlog_tail = NULL;
-		if (post_send(ch, idx, b->len))
+		if (ret)
 			kn__chan_close(ch);
 		free(b);
 	}
@@ -361,13 +370,18 @@ int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
 	if (ch->closed)
 		return -ENOTCONN;
 	if (ch->nfree && !ch->backlog) {
+		int ret;
+
 		idx = ch->free_sends[--ch->nfree];
 		len = kn__msg_encode(m, slot(ch, idx), KN__MSG_MAX);
 		if (len < 0) {
 			ch->free_sends[ch->nfree++] = idx;
 			return len;
 		}
-		return post_send(ch, idx, (size_t)len);
+		ret = post_send(ch, idx, (size_t)len);
+		if (ret != -EAGAIN)
+			return ret;
+		/* the transport's queue is full: into the backlog */
 	}
 	b = malloc(sizeof(*b) + KN__MSG_MAX);
 	if (!b)
@@ -633,7 +647,8 @@ static void on_recv(struct kn__chan *ch, struct kn__chan_post *p,
 	if (ch->state != CH_OPEN) {
 		if (m.type == KN__MSG_ERROR && ch->pending) {
 			/* escaped like every log line: it cannot forge one */
-			refusal(n, ch->name, "an error before the handshake: %s",
+			refusal(n, ch->name,
+				"an error before the handshake: %s",
 				m.u.error.text);
 			kn__chan_close(ch);
 			return;
@@ -645,12 +660,12 @@ static void on_recv(struct kn__chan *ch, struct kn__chan_post *p,
 		}
 		if (m.type != KN__MSG_AUTH) {
 			if (ch->pending)
-				refusal(n, ch->name,
-					"%s before the handshake",
+				refusal(n, ch->name, "%s before the handshake",
 					kn__msg_name(m.type));
 			else
-				kn__log(n, "%s: %s before the handshake: "
-					   "closing",
+				kn__log(n,
+					"%s: %s before the handshake: "
+					"closing",
 					ch->name, kn__msg_name(m.type));
 			kn__chan_close(ch);
 			return;
@@ -700,7 +715,8 @@ static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 	case KN_TP_OP_DISCONNECT:
 		ch = c->user;
 		if (ch && !ch->closed && !ch->acceptor &&
-		    ch->state == CH_WAIT_CHALLENGE && kn__now() < n->retry_until) {
+		    ch->state == CH_WAIT_CHALLENGE &&
+		    kn__now() < n->retry_until) {
 			/*
 			 * Closed before its challenge came: the acceptor holds
 			 * as many handshakes as it takes at once (a job's
@@ -846,6 +862,10 @@ void kn__node_dispatch(struct kn__node *n, const struct kn__tp_completion *c,
 {
 	for (int i = 0; i < count; i++)
 		dispatch(n, &c[i]);
+	/* completions made room: what waited for it goes now */
+	for (struct kn__chan *ch = n->chans; ch && count; ch = ch->next)
+		if (ch->backlog)
+			flush_backlog(ch);
 	sweep(n);
 }
 

@@ -52,6 +52,12 @@
  * behind (ASP) gets its oldest file abandoned. */
 #define CKPT_OPEN 2
 
+/* A release whose write waits: the chunk and the out buffer it is from. */
+struct srv_pending {
+	uint32_t chunk;
+	int out;
+};
+
 struct srv_worker {
 	struct kn__chan *ch;
 	struct kn__tp_rdesc *params, *grads; /* per tensor */
@@ -59,6 +65,10 @@ struct srv_worker {
 	bool ready;	/* buffers known, slots sent */
 	bool member;	/* in the chunk rules' membership */
 	uint32_t steps; /* local steps its last release asked for */
+	/* releases the transport had no room for (-EAGAIN), in order:
+	 * pend[phead .. pn), posted as its writes complete */
+	struct srv_pending *pend;
+	uint32_t phead, pn, pcap;
 };
 
 struct srv_chunk {
@@ -604,14 +614,93 @@ static const void *slot_ptr(struct server *s, const struct srv_chunk *ch,
 }
 
 /* Write the newest version of @ch into worker @w's buffer. */
+/* The write of a release to worker @w from out buffer @out of @ch. */
+static int post_release(struct server *s, struct srv_chunk *ch, uint32_t w,
+			int out)
+{
+	struct srv_worker *sw = &s->workers[w];
+	const struct kn__tp_rdesc *dst;
+	struct srv_write *wr;
+
+	dst = s->job.u.job.optimizer == KN__CONFIG_SUM
+		      ? &sw->grads[ch->c->tensor]
+		      : &sw->params[ch->c->tensor];
+	wr = &s->writes[(ch - s->chunks) * NOUT + out];
+	wr->t = kn__now();
+	return kn__tp_post_write_imm(sw->ch->ep, ch->out_mr[out], 0,
+				     ch->c->bytes, dst,
+				     ch->c->first * kn_dtype_size(ch->dtype),
+				     kn__imm(KN__IMM_PULL, 0, ch->idx), wr);
+}
+
+/* Keep a release for later: the transport's queue to @sw is full. */
+static int pend_push(struct srv_worker *sw, uint32_t chunk, int out)
+{
+	if (sw->pn == sw->pcap && sw->phead) {
+		memmove(sw->pend, sw->pend + sw->phead,
+			(sw->pn - sw->phead) * sizeof(*sw->pend));
+		sw->pn -= sw->phead;
+		sw->phead = 0;
+	}
+	if (sw->pn == sw->pcap) {
+		uint32_t cap = sw->pcap ? 2 * sw->pcap : 64;
+		struct srv_pending *p = realloc(sw->pend, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		sw->pend = p;
+		sw->pcap = cap;
+	}
+	sw->pend[sw->pn++] = (struct srv_pending){ chunk, out };
+	return 0;
+}
+
+/* Post the releases that waited for room, in order, while there is. */
+static void flush_pending(struct server *s)
+{
+	for (uint32_t w = 0; s->workers && w < s->layout->nworkers; w++) {
+		struct srv_worker *sw = &s->workers[w];
+
+		while (sw->phead < sw->pn && sw->ch) {
+			const struct srv_pending *p = &sw->pend[sw->phead];
+			int ret = post_release(s, &s->chunks[p->chunk], w,
+					       p->out);
+
+			if (ret == -EAGAIN)
+				break;
+			if (ret) {
+				kn__log(&s->node, "%s: release of chunk %u: %s",
+					sw->ch->name, s->chunks[p->chunk].idx,
+					strerror(-ret));
+				kn__chan_close(sw->ch);
+				break;
+			}
+			sw->phead++;
+		}
+		if (sw->phead == sw->pn)
+			sw->phead = sw->pn = 0;
+	}
+}
+
+/* Worker @w is gone: its waiting releases will not be written. */
+static void pend_drop(struct server *s, uint32_t w)
+{
+	struct srv_worker *sw = &s->workers[w];
+
+	for (; sw->phead < sw->pn; sw->phead++) {
+		struct srv_chunk *ch = &s->chunks[sw->pend[sw->phead].chunk];
+
+		ch->refs[sw->pend[sw->phead].out]--;
+	}
+	sw->phead = sw->pn = 0;
+}
+
 static void release(struct server *s, struct srv_chunk *ch,
 		    const struct kn__sync_action *a)
 {
 	uint32_t w = a->worker;
 	struct srv_worker *sw = &s->workers[w];
-	const struct kn__tp_rdesc *dst;
-	struct srv_write *wr;
-	uint64_t off, lead, version = a->version;
+	uint64_t lead, version = a->version;
 	int ret;
 
 	if (!sw->ch || !sw->ready)
@@ -635,15 +724,10 @@ static void release(struct server *s, struct srv_chunk *ch,
 		m.u.release.hint = a->hint >= 0 ? a->hint : 0;
 		kn__chan_send(sw->ch, &m);
 	}
-	dst = s->job.u.job.optimizer == KN__CONFIG_SUM
-		      ? &sw->grads[ch->c->tensor]
-		      : &sw->params[ch->c->tensor];
-	off = ch->c->first * kn_dtype_size(ch->dtype);
-	wr = &s->writes[(ch - s->chunks) * NOUT + ch->cur];
-	wr->t = kn__now();
-	ret = kn__tp_post_write_imm(sw->ch->ep, ch->out_mr[ch->cur], 0,
-				    ch->c->bytes, dst, off,
-				    kn__imm(KN__IMM_PULL, 0, ch->idx), wr);
+	/* behind the releases already waiting, or at once */
+	ret = sw->phead < sw->pn ? -EAGAIN : post_release(s, ch, w, ch->cur);
+	if (ret == -EAGAIN)
+		ret = pend_push(sw, (uint32_t)(ch - s->chunks), ch->cur);
 	if (ret) {
 		kn__log(&s->node, "%s: release of chunk %u: %s", sw->ch->name,
 			ch->idx, strerror(-ret));
@@ -996,6 +1080,7 @@ static void on_written(struct kn__node *n, void *user, int status)
 	(void)status; /* a failed write fails its endpoint: closed() */
 	kn__hist_add(&srv_of(n)->stages.write, kn__now() - wr->t);
 	ch->refs[wr->out]--;
+	flush_pending(srv_of(n)); /* the transport has room again */
 	drain_queue(srv_of(n), ch);
 }
 
@@ -1239,6 +1324,7 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 		/* its slots are free: it is no member any more */
 		s->workers[ch->peer_rank].ch = NULL;
 		s->workers[ch->peer_rank].ready = false;
+		pend_drop(s, ch->peer_rank);
 		leave(s, ch->peer_rank);
 	}
 }
@@ -1272,6 +1358,7 @@ static void server_free(struct server *s)
 		for (uint32_t w = 0; w < s->layout->nworkers; w++) {
 			free(s->workers[w].params);
 			free(s->workers[w].grads);
+			free(s->workers[w].pend);
 		}
 	for (int i = 0; i < CKPT_OPEN; i++)
 		kn__ckpt_abort(s->ckpt[i]); /* unsealed: never a checkpoint */
@@ -1405,6 +1492,7 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		goto out;
 	}
 	while (!s.done) {
+		flush_pending(&s);
 		ret = kn__node_step(&s.node, 200, -1);
 		if (ret < 0) {
 			s.status = ret;

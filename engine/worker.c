@@ -120,6 +120,7 @@ struct wk_chunk {
 	/* ESP, PSP: a release is delivered once both its write and its
 	 * RELEASE message are in, whichever comes first */
 	uint64_t writes, infos;
+	bool skip;	 /* a SKIP to post (first_model_in) */
 	uint32_t steps;	 /* the last RELEASE message's */
 	uint64_t joined; /* the version of the model we joined with */
 	uint64_t epoch;
@@ -192,6 +193,9 @@ struct kn_worker {
 	int next_priority; /* the registration order's */
 	uint32_t delivered_once;
 	uint32_t skipping; /* BSP: rounds we sit out before we start */
+	/* the next chunk whose INIT (worker 0), whose SKIP to post: what
+	 * the transport had no room for is posted from the loop */
+	uint32_t init_next, skip_next;
 	struct wk_op ops[MAX_OPS];
 	uint64_t next_id, first_unposted, first_undone;
 	uint64_t clock;
@@ -362,6 +366,9 @@ static void schedule(struct kn_worker *w)
 				kc->bytes, &s->slots,
 				kn__layout_own_slot(l, c, parity),
 				kn__imm(KN__IMM_PUSH, parity, c), wc);
+			if (ret == -EAGAIN)
+				return; /* the transport's queue is full: its
+					 * completions bring us back */
 			if (ret) {
 				kn__log(&w->node, "push to server %u: %s",
 					kc->server, strerror(-ret));
@@ -675,14 +682,18 @@ static void send_buffers(struct kn_worker *w, struct wk_server *ws)
 	kn__chan_send(ws->ch, &m);
 }
 
-/* Every server has our buffers: worker 0 writes the initial model. */
+/*
+ * Every server has our buffers: worker 0 writes the initial model, as
+ * far as the transport has room (the progress loop posts the rest).
+ */
 static void send_init(struct kn_worker *w)
 {
 	const struct kn__layout *l = w->layout;
 
-	if (w->cfg.rank != 0)
+	if (w->cfg.rank != 0 || w->nslots < w->job.u.job.servers)
 		return;
-	for (uint32_t c = 0; c < l->nchunks; c++) {
+	for (; w->init_next < l->nchunks; w->init_next++) {
+		uint32_t c = w->init_next;
 		const struct kn__chunk *kc = &l->chunks[c];
 		const struct wk_tensor *t = &w->tensors[kc->tensor];
 		struct wk_server *s = &w->servers[kc->server];
@@ -692,6 +703,8 @@ static void send_init(struct kn_worker *w)
 			&s->slots, kn__layout_own_slot(l, c, 0),
 			kn__imm(KN__IMM_INIT, 0, c), NULL);
 
+		if (ret == -EAGAIN)
+			return;
 		if (ret) {
 			fail(w, ret);
 			return;
@@ -707,6 +720,45 @@ static void ready_to_start(struct kn_worker *w)
 	w->state = WK_MODEL;
 	m.u.ready.what = KN__READY_START;
 	kn__chan_send(w->coord, &m);
+}
+
+/* The SKIPs first_model_in asked for, as far as the transport has room. */
+static void post_skips(struct kn_worker *w)
+{
+	const struct kn__layout *l = w->layout;
+
+	for (; w->skip_next < l->nchunks && w->state == WK_SERVERS;
+	     w->skip_next++) {
+		uint32_t c = w->skip_next;
+		const struct kn__chunk *kc = &l->chunks[c];
+		const struct wk_tensor *t = &w->tensors[kc->tensor];
+		struct wk_server *s = &w->servers[kc->server];
+		struct wk_chunk *wc = &w->chunks[c];
+		/* the slot's contents are not read: any bytes of ours do */
+		uint32_t parity = (uint32_t)(wc->written & 1);
+		int ret;
+
+		if (!wc->skip)
+			continue;
+		ret = kn__tp_post_write_imm(
+			s->ch->ep, t->gmr,
+			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
+			&s->slots, kn__layout_own_slot(l, c, parity),
+			kn__imm(KN__IMM_SKIP, parity, c), NULL);
+		if (ret == -EAGAIN)
+			return;
+		if (ret) {
+			kn__log(&w->node, "sitting out a round of chunk %u: %s",
+				c, strerror(-ret));
+			fail(w, ret);
+			return;
+		}
+		wc->skip = false;
+		wc->pushed++;
+		wc->written++;
+		wc->wdone++; /* not waited for */
+		wc->expect++;
+	}
 }
 
 /*
@@ -728,34 +780,13 @@ static void first_model_in(struct kn_worker *w)
 		if (w->chunks[c].joined > newest)
 			newest = w->chunks[c].joined;
 	for (uint32_t c = 0; c < l->nchunks; c++) {
-		const struct kn__chunk *kc = &l->chunks[c];
-		const struct wk_tensor *t = &w->tensors[kc->tensor];
-		struct wk_server *s = &w->servers[kc->server];
-		struct wk_chunk *wc = &w->chunks[c];
-		uint32_t parity;
-		int ret;
-
-		if (wc->joined == newest)
+		if (w->chunks[c].joined == newest)
 			continue;
-		/* the slot's contents are not read: any bytes of ours do */
-		parity = (uint32_t)(wc->written & 1);
-		ret = kn__tp_post_write_imm(
-			s->ch->ep, t->gmr,
-			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
-			&s->slots, kn__layout_own_slot(l, c, parity),
-			kn__imm(KN__IMM_SKIP, parity, c), NULL);
-		if (ret) {
-			kn__log(&w->node, "sitting out a round of chunk %u: %s",
-				c, strerror(-ret));
-			fail(w, ret);
-			return;
-		}
-		wc->pushed++;
-		wc->written++;
-		wc->wdone++; /* not waited for */
-		wc->expect++;
+		w->chunks[c].skip = true;
 		w->skipping++;
 	}
+	w->skip_next = 0;
+	post_skips(w);
 	if (w->skipping)
 		kn__log(&w->node,
 			"rejoined with %u of %u chunks a round behind the "
@@ -917,8 +948,8 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 		if (!ws->have_slots) {
 			ws->slots = m->u.slots.slots;
 			ws->have_slots = true;
-			if (++w->nslots == w->job.u.job.servers)
-				send_init(w);
+			w->nslots++;
+			send_init(w);
 			return;
 		}
 	}
@@ -1002,6 +1033,11 @@ static void *progress(void *arg)
 			w->state = WK_TABLE;
 			if (send_table(w))
 				fail(w, -ENOTCONN);
+		}
+		if (w->state == WK_SERVERS) {
+			send_init(w);
+			if (w->skipping)
+				post_skips(w);
 		}
 		advance(w);
 		heartbeat(w);

@@ -1021,3 +1021,56 @@ Test(e2e, the_more_urgent_tensor_is_written_first, .timeout = 120)
 	priority_job(false);
 	priority_job(true);
 }
+
+/* ---- more chunks than the transport's queue ---- */
+
+#define DEEP_LEN (3000u * 1024u) /* 3000 chunks of 4 KiB on one server */
+
+/*
+ * The initial model, every push and every release are one write per
+ * chunk, and the tcp provider takes 1024 operations per endpoint: the
+ * rest waits for room (-EAGAIN) on both sides instead of failing.
+ */
+static int deep_worker(unsigned int rank)
+{
+	float *p = malloc(DEEP_LEN * 4), *g = malloc(DEEP_LEN * 4);
+	struct kn_worker *w = join(rank);
+	int ret = w && p && g ? 0 : -ENOMEM;
+
+	for (size_t i = 0; p && i < DEEP_LEN; i++)
+		p[i] = rank == 0 ? init_value(i) : -1;
+	if (!ret)
+		ret = kn_worker_register(w, "deep", KN_DTYPE_FP32, DEEP_LEN, p,
+					 g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (size_t i = 0; !ret && i < DEEP_LEN; i++)
+		if (p[i] != init_value(i))
+			ret = -EBADMSG;
+	for (unsigned int r = 0; !ret && r < 3; r++) {
+		for (size_t i = 0; i < DEEP_LEN; i++)
+			g[i] = grad_value(rank, r, i);
+		ret = kn_worker_step(w, NULL);
+	}
+	for (size_t i = 0; !ret && i < DEEP_LEN; i++)
+		if (p[i] != expected(i, 2, 3, NULL))
+			ret = -EBADMSG;
+	kn_worker_destroy(w);
+	free(p);
+	free(g);
+	return ret;
+}
+
+Test(e2e, more_chunks_than_the_transport_queue, .timeout = 120)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, deep_worker);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 2; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
