@@ -1562,6 +1562,22 @@ static void need_program(const char *path, const char *what, const char *option)
 	exit(2);
 }
 
+/* 0, or one size up to @max (the list parser takes sizes from 1). */
+static size_t zero_or_size(const char *option, char *arg, size_t max,
+			   const char *max_name)
+{
+	size_t v[BENCH_MAX_LIST];
+	char why[64];
+
+	if (!strcmp(arg, "0"))
+		return 0;
+	if (parse_list(option, arg, NULL, 1, max, true, v) != 1) {
+		snprintf(why, sizeof(why), "one size, 0 to %s", max_name);
+		bad_value(option, arg, why);
+	}
+	return v[0];
+}
+
 static void parse_args(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -1653,25 +1669,12 @@ static void parse_args(int argc, char **argv)
 			break;
 		}
 		case 'W':
-			if (!strcmp(optarg, "0"))
-				cfg.push_window = 0;
-			else if (parse_list("push-window", optarg, NULL, 1,
-					    1024 * MIB, true, chunk) != 1)
-				bad_value("push-window", optarg,
-					  "one size, 0 to 1024M");
-			else
-				cfg.push_window = chunk[0];
+			cfg.push_window = zero_or_size("push-window", optarg,
+						       1024 * MIB, "1024M");
 			break;
 		case 'F':
-			/* 0 or a size: the list parser takes sizes from 1 */
-			if (!strcmp(optarg, "0"))
-				cfg.fuse_bytes = 0;
-			else if (parse_list("fuse-bytes", optarg, NULL, 1, MIB,
-					    true, chunk) != 1)
-				bad_value("fuse-bytes", optarg,
-					  "one size, 0 to 1M");
-			else
-				cfg.fuse_bytes = chunk[0];
+			cfg.fuse_bytes =
+				zero_or_size("fuse-bytes", optarg, MIB, "1M");
 			break;
 		case 'k':
 			snprintf(cfg.kanel, sizeof(cfg.kanel), "%s", optarg);
