@@ -430,15 +430,16 @@ static int parse_bytes(struct parse *p, const char *src, const char *val,
 
 static int opt_chunk(struct parse *p, const char *src, const char *val)
 {
-	uint32_t bytes;
+	uint32_t bytes = 0;
 	int ret = parse_bytes(p, src, val, CHUNK_MIN, CHUNK_MAX, "4K and 1024M",
 			      &bytes);
 
-	if (!ret && bytes % 4)
+	if (ret)
+		return ret;
+	if (bytes % 4)
 		return bad(p, "%s='%s': not a multiple of 4 bytes", src, val);
-	if (!ret)
-		p->cfg.chunk_bytes = bytes;
-	return ret;
+	p->cfg.chunk_bytes = bytes;
+	return 0;
 }
 
 static int opt_fuse(struct parse *p, const char *src, const char *val)
