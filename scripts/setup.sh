@@ -10,7 +10,7 @@
 # --packages main: what the main job needs, the build and `kanel train`
 # (main.sh).  --packages all, the default: also the test framework, the
 # verbs headers, gnuplot for kanel compare's plots, clang for the fuzz
-# targets and the rxe suite's VM (test.sh).
+# targets, the rxe suite's VM and ethtool for the dpdk suite (test.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +27,7 @@ main_packages=(
 	gcc libc6-dev pkg-config meson ninja-build python3
 	libssl-dev          # libcrypto: job-secret HMAC (engine/auth.c)
 	liburing-dev        # TCP transport (io_uring; epoll without it)
+	libdpdk-dev         # the dpdk transport provider (net_af_packet)
 	# kanel train: the dataset, its gzip files, the models' sgemm
 	dataset-fashion-mnist zlib1g-dev libopenblas-dev
 )
@@ -42,6 +43,10 @@ test_packages=(
 	# the rxe provider, the rdma tool, ibv_devices and rping.
 	qemu-system-x86 busybox-static xz-utils rdma-core
 	ibverbs-providers iproute2 ibverbs-utils rdmacm-utils
+	# The dpdk suite (tests/dpdk/netns.sh): ip and tc come from
+	# iproute2 above; ethtool turns off the veths' offloads.  Its
+	# lossy test also needs the kernel's sch_netem (not a package).
+	ethtool
 )
 case $set in
 main) packages=("${main_packages[@]}") ;;

@@ -24,6 +24,9 @@ static const struct kn__tp_ops *const providers[] = {
 #ifdef KN_HAVE_VERBS
 	&kn__tp_verbs_ops,
 #endif
+#ifdef KN_HAVE_DPDK
+	&kn__tp_dpdk_ops,
+#endif
 };
 
 int kn__tp_ctx_create(const struct kn__tp_ctx_attr *attr,
@@ -334,7 +337,7 @@ static uint64_t now_ns(void)
 int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 		     int max, int timeout_ms)
 {
-	uint64_t spin_end;
+	uint64_t spin_end, deadline;
 	struct pollfd pfd;
 	int n = kn__tp_poll(ctx, out, max);
 
@@ -348,11 +351,29 @@ int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	}
 	if (timeout_ms == 0)
 		return 0;
-	/* the spin's last poll armed the provider: the fd will tell */
-	pfd = (struct pollfd){ .fd = ctx->ops->fd(ctx), .events = POLLIN };
-	if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
-		return -errno;
-	return ctx->ops->poll(ctx, out, max);
+	/*
+	 * The spin's last poll armed the provider: the fd will tell.  A
+	 * provider may also wake the fd for its own timers (dpdk: poll-mode
+	 * ports make no fd readable, so it wakes to look): sleep again
+	 * until something comes or the time is up.
+	 */
+	deadline = timeout_ms < 0 ? UINT64_MAX
+				  : now_ns() + (uint64_t)timeout_ms * 1000000u;
+	for (;;) {
+		uint64_t t = now_ns();
+		int wait_ms = -1;
+
+		if (deadline != UINT64_MAX) {
+			if (t >= deadline)
+				return 0;
+			wait_ms = (int)((deadline - t + 999999u) / 1000000u);
+		}
+		pfd = (struct pollfd){ .fd = ctx->ops->fd(ctx), .events = POLLIN };
+		if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR)
+			return -errno;
+		if ((n = ctx->ops->poll(ctx, out, max)))
+			return n;
+	}
 }
 
 int kn__tp_cq_init(struct kn__tp_cq *q, uint32_t depth)

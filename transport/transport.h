@@ -17,9 +17,11 @@
  * Connection set-up and teardown are completions too, so one progress
  * loop (poll, and sleep on the fd when idle) drives everything.
  *
- * Providers fill a const ops table: tcp (transport/tcp/) and verbs
- * (transport/verbs/, RDMA RC queue pairs set up with rdma_cm).  Only this layer includes socket, io_uring, verbs or DPDK
- * headers; the engine sees these types alone.
+ * Providers fill a const ops table: tcp (transport/tcp/), verbs
+ * (transport/verbs/, RDMA RC queue pairs set up with rdma_cm) and dpdk
+ * (transport/dpdk/, reliable UDP over a DPDK port, docs/dpdk.md).  Only
+ * this layer includes socket, io_uring, verbs or DPDK headers; the
+ * engine sees these types alone.
  *
  * Rules that hold for every provider:
  * - Posts never block.  Bad arguments return a negative errno at post
@@ -107,9 +109,11 @@ struct kn__tp_completion {
 #define KN_TP_CTX_TEST_KEYS (1u << 2)
 
 struct kn__tp_ctx_attr {
-	const char *provider;  /* "tcp" or "verbs" (NULL: the default, tcp) */
+	const char *provider;  /* "tcp", "verbs" or "dpdk" (NULL: tcp) */
 	const char *device;    /* verbs: the RDMA device (NULL: the env var
-				  KANEL_RDMA_DEVICE, else the first) */
+				  KANEL_RDMA_DEVICE, else the first); dpdk:
+				  must be NULL (the port comes from the
+				  KANEL_DPDK_* variables) */
 	uint32_t flags;	       /* KN_TP_CTX_* */
 	uint32_t cq_depth;     /* completions held; 0: 4096 */
 	uint32_t max_msg;      /* largest send/recv message; 0: 4096 */
@@ -257,9 +261,10 @@ int kn__tp_fd(const struct kn__tp_ctx *ctx);
 
 /*
  * The progress loop's step: poll; when idle, keep polling for the
- * context's busy-poll budget (the lowest latency), then sleep on the fd
- * for at most @timeout_ms (-1: no limit) and poll once more.  Returns as
- * kn__tp_poll, 0 when the time ran out.
+ * context's busy-poll budget (the lowest latency), then sleep on the fd,
+ * polling each time it wakes, until a completion comes or @timeout_ms
+ * has passed (-1: no limit).  Returns as kn__tp_poll, 0 when the time
+ * ran out.
  */
 int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 		     int max, int timeout_ms);

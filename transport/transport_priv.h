@@ -148,5 +148,8 @@ extern const struct kn__tp_ops kn__tp_tcp_ops;
 #ifdef KN_HAVE_VERBS
 extern const struct kn__tp_ops kn__tp_verbs_ops;
 #endif
+#ifdef KN_HAVE_DPDK
+extern const struct kn__tp_ops kn__tp_dpdk_ops;
+#endif
 
 #endif /* KN_TRANSPORT_PRIV_H */

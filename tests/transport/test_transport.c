@@ -5,7 +5,9 @@
  * tcp over loopback with io_uring by default, with epoll, and with
  * io_uring zero-copy sends forced on loopback; and verbs, over the RDMA
  * device whose IP address is in KANEL_RDMA_ADDR, skipped with the reason
- * where there is none; tests/rxe/ runs them on soft-RoCE in a VM):
+ * where there is none; tests/rxe/ runs them on soft-RoCE in a VM; and
+ * dpdk, over the interfaces in KANEL_DPDK_IFACES, skipped where that is
+ * unset; tests/dpdk/netns.sh runs them on a veth pair in a namespace):
  * write-with-immediate and read of 0 B to 64 MiB verified byte for byte,
  * immediates once each and in order, send/recv with and without a recv
  * posted first, completions in post order, arguments refused at post
@@ -85,6 +87,37 @@ static void use_verbs(void)
 	backend_flags = 0;
 }
 
+/*
+ * The dpdk provider on the interfaces in KANEL_DPDK_IFACES, or a skip.
+ * The variable is checked before any context is made, so that where it
+ * is unset no test starts DPDK's EAL only to be told -ENODEV.  Each
+ * context claims one of the interfaces: the probe's is given back
+ * before the test opens its own two.  The handshake is a kernel TCP
+ * connection to the listener's address, so the tests listen and
+ * connect on loopback as tcp does, whichever interfaces carry the data.
+ */
+static void use_dpdk(void)
+{
+	struct kn__tp_ctx_attr attr = { .provider = "dpdk" };
+	struct kn__tp_ctx *ctx;
+	int ret;
+
+	if (!getenv("KANEL_DPDK_IFACES"))
+		cr_skip_test("KANEL_DPDK_IFACES is not set: "
+			     "tests/dpdk/netns.sh runs these tests on a "
+			     "veth pair");
+	ret = kn__tp_ctx_create(&attr, &ctx);
+	if (ret == -ENOENT)
+		cr_skip_test("built without the dpdk provider "
+			     "(libdpdk-dev missing)");
+	cr_assert_eq(ret, 0, "dpdk context on KANEL_DPDK_IFACES=%s: %s",
+		     getenv("KANEL_DPDK_IFACES"), strerror(-ret));
+	kn__tp_ctx_destroy(ctx);
+	provider = "dpdk";
+	backend_flags = 0;
+	test_ip.s_addr = htonl(INADDR_LOOPBACK);
+}
+
 /* Tests of the tcp wire itself: one per tcp backend. */
 #define TCP_TEST(suite, name)                   \
 	static void name##_body(void);          \
@@ -105,7 +138,7 @@ static void use_verbs(void)
 	}                                       \
 	static void name##_body(void)
 
-/* Tests of the interface: every tcp backend, and verbs. */
+/* Tests of the interface: every tcp backend, verbs and dpdk. */
 #define BACKEND_TEST(suite, name)      \
 	static void name##_body(void); \
 	TCP_TEST(suite, name##_tcp)    \
@@ -115,6 +148,11 @@ static void use_verbs(void)
 	Test(suite, name##_verbs)      \
 	{                              \
 		use_verbs();           \
+		name##_body();         \
+	}                              \
+	Test(suite, name##_dpdk)       \
+	{                              \
+		use_dpdk();            \
 		name##_body();         \
 	}                              \
 	static void name##_body(void)

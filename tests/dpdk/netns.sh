@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# usage: tests/dpdk/netns.sh [--netem "NETEM ARGS"] -- CMD [ARG...]
+#
+# Runs CMD inside a throwaway network namespace holding one veth pair,
+# dk0 <-> dk1, for the dpdk transport provider's tests.  The provider
+# drives kernel interfaces through DPDK's net_af_packet driver, so any
+# Linux machine can run it without a NIC bound to DPDK: a veth pair is
+# a wire whose two ends are both here.  Both ends stay in the one
+# namespace, so that one process can open both as two DPDK ports (the
+# conformance suite's two contexts, one per end), while several
+# processes each claim one interface of KANEL_DPDK_IFACES (the first
+# free one, under a lock).  The namespace keeps the frames off the
+# host's own network and lets a non-default qdisc go on the links.
+#
+# In the namespace: lo up (the handshake is a kernel TCP connection on
+# 127.0.0.1); dk0 and dk1 up, MTU 1500, no addresses, IPv6 off on them
+# so that the kernel sends no router solicitations or the like down the
+# wire, and their offloads off where ethtool is installed (af_packet
+# then sees each frame as it went on the wire).  With --netem, both
+# ends get that netem qdisc ("loss 2% reorder 5% delay 1ms"; netem's
+# reorder needs a delay), so each direction crosses one.  A qdisc only
+# sees the frames DPDK sends if its af_packet port does not bypass
+# qdiscs (its qdisc_bypass devarg, 1 by default).
+#
+# CMD runs with KANEL_DPDK_IFACES=dk0,dk1, and so with the provider's
+# EAL arguments for interfaces (unless KANEL_DPDK_EAL is set): ordinary
+# memory instead of hugepages, no PCI scan, no files left in /var/run.  The
+# namespace goes away on every way out, and netns.sh exits with CMD's
+# status.  It needs root, ip (iproute2) and a kernel with network
+# namespaces and veth, and for --netem tc and sch_netem; without one of
+# them it exits 77 (meson's "skipped") with the reason.
+set -euo pipefail
+
+me=dpdk-netns
+usage() { sed -n '2s/^# //p' "${BASH_SOURCE[0]}"; }
+skip() { # REASON: nothing is broken, this machine just cannot do it
+	echo "$me: SKIP: $*"
+	exit 77
+}
+die() {
+	echo "$me: $*" >&2
+	exit 1
+}
+
+netem=
+while (($#)); do
+	case $1 in
+	--netem) netem=${2:?--netem needs its arguments}; shift 2 ;;
+	--) shift; break ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage >&2; exit 2 ;;
+	esac
+done
+(($#)) || { usage >&2; exit 2; }
+
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth)"
+command -v ip >/dev/null || skip "needs ip (Debian package iproute2)"
+[ -z "$netem" ] || command -v tc >/dev/null ||
+	skip "--netem needs tc (Debian package iproute2)"
+
+ns=kanel-dpdk-$$
+made=
+child=
+# shellcheck disable=SC2317 # run by the EXIT trap
+cleanup() {
+	# CMD is still running only when a signal brought us here.  The
+	# namespace goes before waiting for it: meson follows its SIGTERM
+	# with a SIGKILL half a second later, and a namespace left with its
+	# name would stay until the next boot.  Without its name, the
+	# kernel frees it once CMD is gone.
+	[ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
+	if [ -n "$made" ]; then
+		# One end goes, and the pair with it.
+		ip -n "$ns" link del dk0 2>/dev/null || true
+		ip netns del "$ns" 2>/dev/null || true
+	fi
+	[ -z "$child" ] || wait "$child" 2>/dev/null || true
+}
+trap cleanup EXIT
+# A signal still ends in the EXIT trap, with the shell's usual status.
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+in_ns() { ip netns exec "$ns" "$@"; }
+
+err=$(ip netns add "$ns" 2>&1) ||
+	skip "cannot make network namespace $ns: $err"
+made=1
+ip -n "$ns" link set lo up
+# New interfaces in the namespace start with IPv6 off, so that not even
+# their first moments up send anything; then dk0 and dk1 by name, in
+# case the default is not honoured.
+in_ns sysctl -q -w net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+err=$(ip -n "$ns" link add dk0 mtu 1500 type veth peer name dk1 mtu 1500 \
+	2>&1) || skip "cannot make a veth pair (no veth in this kernel?): $err"
+for i in dk0 dk1; do
+	in_ns sysctl -q -w "net.ipv6.conf.$i.disable_ipv6=1" 2>/dev/null || true
+	if command -v ethtool >/dev/null; then
+		# Not every feature is there to turn off on every kernel.
+		in_ns ethtool -K "$i" rx off tx off sg off tso off gso off \
+			gro off >/dev/null 2>&1 || true
+	fi
+	if [ -n "$netem" ]; then
+		# shellcheck disable=SC2086 # the qdisc's words
+		if ! err=$(in_ns tc qdisc add dev "$i" root netem $netem 2>&1); then
+			case $err in
+			*"qdisc kind is unknown"*)
+				skip "the kernel has no sch_netem: $err" ;;
+			esac
+			die "tc qdisc add dev $i root netem $netem: $err"
+		fi
+	fi
+	ip -n "$ns" link set "$i" up
+done
+echo "$me: namespace $ns, veth dk0 <-> dk1${netem:+, netem $netem on both ends}"
+
+export KANEL_DPDK_IFACES=dk0,dk1
+# In the background, so that a signal to this shell runs the traps now
+# rather than once CMD has finished; ip itself rather than in_ns, which
+# would put a subshell between $child and CMD, and CMD would outlive the
+# TERM sent to it.  Explicitly on our stdin, which a background job
+# otherwise does not get.
+ip netns exec "$ns" "$@" <&0 &
+child=$!
+status=0
+wait "$child" || status=$?
+child=
+exit "$status"

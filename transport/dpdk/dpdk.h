@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * dpdk.h - what the files of the dpdk provider share: its objects and
+ * the functions that cross files (port.c: the context, the port, regions
+ * and the poll loop; ep.c: endpoints, their control connection, posts
+ * and completions; rx.c: what arrives; tx.c: segmentation, the window,
+ * acknowledgements and retransmission).  The design is in docs/dpdk.md.
+ */
+#ifndef KN_TRANSPORT_DPDK_H
+#define KN_TRANSPORT_DPDK_H
+
+#include <net/if.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rte_mbuf.h>
+
+#include "packet.h"
+#include "transport_priv.h"
+
+#define DP_SQ_DEPTH  1024 /* posted operations per endpoint, in flight */
+#define DP_RQ_DEPTH  1024 /* posted recv buffers per endpoint */
+/* messages awaiting acknowledgement: our posts and answers to reads */
+#define DP_TXQ_DEPTH (2 * DP_SQ_DEPTH)
+#define DP_BURST     32
+#define DP_HELLO_LEN 40
+/* messages that arrived before a recv was posted for them, held per
+ * endpoint; beyond that the sender waits (RNR) */
+#define DP_UNEXP     64
+
+struct dp_mr {
+	struct kn__tp_mr base;
+	struct dp_mr *prev, *next;
+	/* held by every segment the port still has of this region */
+	struct rte_mbuf_ext_shared_info shinfo;
+	bool zc;	/* its pages may be handed to the port as they are */
+	bool dma_mapped; /* rte_extmem_register + rte_dev_dma_map done */
+	void *map_addr;	 /* the page-aligned range that was mapped */
+	size_t map_len;
+};
+
+/* A range of one of our regions that an endpoint's peer may touch. */
+struct dp_grant {
+	uint32_t key; /* random; unique among the endpoint's grants */
+	uint32_t access;
+	struct dp_mr *mr;
+	uint64_t off, len;
+};
+
+/* A posted write_imm, read or send, from post to release. */
+struct dp_op {
+	uint32_t kind; /* KN_TP_OP_* */
+	int status;
+	bool done;
+	void *user;
+	uint64_t bytes;
+	char *dst;	/* READ: where the answer goes */
+	uint64_t len, got; /* READ: bytes asked, bytes landed */
+};
+
+/*
+ * A message in the send stream: one of our posts, or the answer to one
+ * of the peer's reads.  It owns the sequence numbers [seq0, seq0 + nseg)
+ * and is rebuilt segment by segment from the region each time it is
+ * sent, so that retransmission needs no copy.
+ */
+struct dp_msg {
+	uint8_t op;	 /* KN_DP_* */
+	uint32_t op_idx; /* the post it completes; UINT32_MAX for answers */
+	const char *src;
+	struct dp_mr *mr; /* where @src lies */
+	uint64_t len;
+	uint32_t key, imm;
+	uint32_t total; /* READ_REQ: the bytes asked for */
+	uint64_t off;
+	uint32_t seq0, nseg; /* nseg 0: not numbered yet (handshake) */
+	bool gone;	/* its region was deregistered under it */
+};
+
+struct dp_recv {
+	char *buf;
+	uint32_t len;
+	void *user;
+};
+
+enum dp_ep_state { DP_HANDSHAKE, DP_OPEN, DP_ERROR };
+
+/* What an epoll event of the context is about. */
+enum dp_handle_kind { DP_H_EP = 1, DP_H_LISTENER, DP_H_TIMER };
+
+struct dp_handle {
+	enum dp_handle_kind kind;
+	int fd;
+};
+
+struct dp_ep {
+	struct kn__tp_ep base;
+	struct dp_handle h;  /* the control connection */
+	struct dp_ep *prev, *next;
+	enum dp_ep_state state;
+	bool client;	     /* we connected (else a listener accepted) */
+	bool connected;	     /* the control connection is up */
+	bool connect_event;  /* a CONNECT completion is owed */
+	bool accept_event;   /* an ACCEPT completion is owed */
+	bool disc_event;     /* a DISCONNECT completion is owed */
+	bool hidden;	     /* accepted, handshake not done: not the
+				user's yet, freed by the poll loop if it
+				fails */
+	struct dp_listener *listener; /* where it was accepted */
+	int error;
+	char peer_name[64];
+
+	/* handshake: what we sent and what came */
+	uint8_t hello_in[DP_HELLO_LEN];
+	uint32_t hello_got;
+
+	uint32_t id, token;	       /* ours, named in the peer's packets */
+	uint32_t peer_id, peer_token;  /* the peer's, named in ours */
+	struct kn__dp_addr peer;
+	uint32_t max_payload;	       /* the smaller of the two ends' */
+
+	struct dp_grant *grants; /* sorted by key */
+	uint32_t ngrants, grant_cap;
+
+	struct dp_op ops[DP_SQ_DEPTH]; /* ring: head released, tail */
+	uint32_t op_head, op_tail, rd_next;
+	struct dp_recv recvs[DP_RQ_DEPTH];
+	uint32_t rv_head, rv_tail;
+
+	/* the send stream */
+	struct dp_msg txq[DP_TXQ_DEPTH]; /* head: oldest unacknowledged */
+	uint32_t tx_head, tx_cur, tx_tail; /* tx_cur holds snd_nxt */
+	uint32_t snd_una, snd_nxt, snd_max, snd_end;
+	uint32_t dupacks;
+	uint64_t rto_ns, rto_at, progress_at, hold_until;
+	bool rnr;	/* the peer had no recv posted: wait, then resend */
+	bool recovering; /* went back already: no more until an ack moves */
+
+	/* the receive stream */
+	uint32_t rcv_nxt;
+	bool ack_owed, rnr_owed;
+	uint8_t rx_op; /* the message in progress, 0: none */
+	uint32_t rx_key, rx_total;
+	uint64_t rx_next, rx_bytes;
+	struct dp_recv rx_recv;
+	bool rx_unexp;	/* rx_recv is ours: the message waits for a recv */
+	struct dp_recv unexp[DP_UNEXP]; /* ring of held messages */
+	uint32_t ux_head, ux_tail;
+};
+
+struct dp_listener {
+	struct kn__tp_listener base;
+	struct dp_handle h;
+	struct dp_listener *next;
+};
+
+struct dp_ctx {
+	struct kn__tp_ctx base;
+	uint16_t port;
+	bool probed;	/* we hot-plugged the port's vdev: remove it too */
+	bool started;
+	bool vdev;	/* no DMA: any pages may be handed to the port */
+	char iface[IF_NAMESIZE];
+	char devname[64];
+	int lock_fd;	/* holds the interface for this context */
+	struct kn__dp_addr me;
+	uint32_t max_payload;
+	struct rte_mempool *pool, *ext_pool;
+	int epfd, tfd;
+	struct dp_handle timer;
+	struct kn__tp_cq cq;
+	struct dp_mr *mrs;
+	struct dp_ep *eps;
+	struct dp_listener *listeners;
+	struct dp_ep **tab; /* by endpoint id */
+	uint32_t tab_cap;
+	struct rte_mbuf *tx[DP_BURST];
+	unsigned int ntx;
+	uint16_t ip_id;
+	uint32_t polls;
+	uint64_t timer_at; /* when the timer fd fires; 0: disarmed */
+	/* parameters (KANEL_DPDK_*) */
+	uint32_t window;	/* segments in flight per endpoint */
+	uint64_t rto_min_ns, rto_max_ns, timeout_ns, rnr_ns, wake_ns;
+	uint32_t zc_threshold;
+	uint64_t forged;	/* packets dropped for a wrong id or token */
+};
+
+#define DP_CONTAINER(p, type, member) \
+	((type *)(void *)((char *)(p)-offsetof(type, member)))
+
+static inline struct dp_ctx *dp_ctx(struct kn__tp_ctx *c)
+{
+	return DP_CONTAINER(c, struct dp_ctx, base);
+}
+
+static inline struct dp_ep *dp_ep(struct kn__tp_ep *e)
+{
+	return DP_CONTAINER(e, struct dp_ep, base);
+}
+
+static inline struct dp_ctx *dp_ep_ctx(const struct dp_ep *ep)
+{
+	return dp_ctx(ep->base.ctx);
+}
+
+uint64_t dp_now_ns(void);
+
+/* ep.c */
+void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
+	__attribute__((format(printf, 3, 4)));
+void dp_ep_release(struct dp_ep *ep);
+const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key);
+void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events);
+void dp_ep_read_hello(struct dp_ep *ep);
+void dp_ep_reap(struct dp_ctx *c);
+/* Hand held messages to posted recv buffers, oldest to oldest. */
+void dp_ep_match(struct dp_ep *ep);
+/* the endpoint half of the ops table */
+int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		     socklen_t addrlen, void *user,
+		     struct kn__tp_listener **out);
+int dp_listener_addr(const struct kn__tp_listener *lb,
+			    struct sockaddr_storage *ss);
+void dp_listener_close(struct kn__tp_listener *lb);
+int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		      socklen_t addrlen, void *user, struct kn__tp_ep **out);
+void dp_ep_close(struct kn__tp_ep *e);
+int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
+		       uint64_t len, uint32_t access,
+		       struct kn__tp_rdesc *rdesc);
+int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss);
+int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			     size_t off, size_t len,
+			     const struct kn__tp_rdesc *dst, uint64_t dst_off,
+			     uint32_t imm, void *user);
+int dp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			size_t len, const struct kn__tp_rdesc *src,
+			uint64_t src_off, void *user);
+int dp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			size_t len, void *user);
+int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			size_t len, void *user);
+int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m,
+	       uint32_t kind, void *user, char *read_dst);
+
+/* rx.c */
+void dp_rx_frame(struct dp_ctx *c, const uint8_t *frame, size_t len,
+		 uint64_t now);
+
+/* tx.c */
+int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m);
+void dp_tx_open(struct dp_ep *ep, uint64_t now);
+void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
+	       uint64_t now);
+void dp_tx_progress(struct dp_ep *ep, uint64_t now);
+void dp_tx_flush(struct dp_ctx *c);
+/* the earliest time an endpoint's timers want a poll; UINT64_MAX: none */
+uint64_t dp_tx_deadline(const struct dp_ep *ep);
+
+#endif /* KN_TRANSPORT_DPDK_H */

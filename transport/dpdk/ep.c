@@ -1,0 +1,773 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ep.c - the dpdk provider's endpoints: the control connection that
+ * sets each one up, posts, failure and completions.
+ *
+ * An endpoint starts as a kernel TCP connection to the address the
+ * caller names (kn__tp_listen / kn__tp_connect take the same addresses
+ * as with tcp).  Over it the two ends swap one hello each: MAC, IPv4
+ * address and UDP port of their DPDK port, the endpoint id and the
+ * random token the other end must put in every packet, the initial
+ * sequence number of their send stream and the largest segment payload
+ * they take.  From then on data goes over the port only.  The connection
+ * stays open and quiet: it closing (the peer closed the endpoint, or its
+ * process died) is how the end of an endpoint is noticed at once, while
+ * a peer that vanishes without its kernel noticing is caught by the
+ * retransmission timeout (tx.c).
+ *
+ * Posted operations live in a per-endpoint ring in post order and are
+ * released to the completion queue from its head, as in the tcp
+ * provider: completions come back in post order.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dpdk.h"
+
+#define HELLO_MAGIC   0x48444e4bu /* "KNDH" */
+#define HELLO_VERSION 1u
+#define MIN_PAYLOAD   256u
+
+/* ---- logging ---- */
+
+static void addr_name(const struct sockaddr *sa, char *buf, size_t size)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)sa;
+
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		port = ntohs(a->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)sa;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+		port = ntohs(a->sin6_port);
+	}
+	snprintf(buf, size, "%s:%d", host, port);
+}
+
+void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
+{
+	char prefix[96];
+	va_list ap;
+
+	snprintf(prefix, sizeof(prefix), "dpdk: peer %s", ep->peer_name);
+	va_start(ap, fmt);
+	kn__tp_vlog(prefix, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- failure ---- */
+
+void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	bool first = true;
+	char msg[256];
+	va_list ap;
+
+	if (ep->state == DP_ERROR)
+		return;
+	va_start(ap, why);
+	vsnprintf(msg, sizeof(msg), why, ap);
+	va_end(ap);
+	if (err != -ECONNRESET && err != -ECONNREFUSED && kn__tp_fail_log_ok())
+		dp_ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
+	if (ep->client && !ep->connect_event && ep->state == DP_HANDSHAKE)
+		ep->connect_event = true;
+	else if (!ep->hidden)
+		ep->disc_event = true;
+	ep->state = DP_ERROR;
+	ep->error = err;
+	/* the peer's control connection closes: it fails its end too */
+	epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
+	shutdown(ep->h.fd, SHUT_RDWR);
+	for (uint32_t i = ep->op_head; i != ep->op_tail; i++) {
+		struct dp_op *op = &ep->ops[i % DP_SQ_DEPTH];
+
+		if (op->done)
+			continue;
+		op->done = true;
+		op->status = first ? err : -ECANCELED;
+		first = false;
+	}
+	ep->tx_head = ep->tx_cur = ep->tx_tail;
+	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end;
+	ep->ack_owed = ep->rnr_owed = false;
+}
+
+/* ---- release: ring head to the completion queue, in order ---- */
+
+void dp_ep_release(struct dp_ep *ep)
+{
+	struct kn__tp_cq *cq = &dp_ep_ctx(ep)->cq;
+	struct kn__tp_completion comp = { .ep = &ep->base };
+
+	if (ep->hidden)
+		return;
+	if (ep->connect_event && ep->state != DP_HANDSHAKE) {
+		comp.op = KN_TP_OP_CONNECT;
+		comp.user = ep->base.user;
+		comp.status = ep->state == DP_ERROR ? ep->error : 0;
+		if (!kn__tp_cq_push(cq, &comp))
+			return;
+		ep->connect_event = false;
+	}
+	if (ep->accept_event) {
+		comp.op = KN_TP_OP_ACCEPT;
+		comp.user = ep->listener ? ep->listener->base.user : NULL;
+		if (!kn__tp_cq_push(cq, &comp))
+			return;
+		ep->accept_event = false;
+	}
+	while (ep->op_head != ep->op_tail) {
+		struct dp_op *op = &ep->ops[ep->op_head % DP_SQ_DEPTH];
+
+		if (!op->done)
+			break;
+		comp = (struct kn__tp_completion){
+			.user = op->user,
+			.ep = &ep->base,
+			.status = op->status,
+			.op = op->kind,
+			.bytes = op->status ? 0 : op->bytes,
+		};
+		if (!kn__tp_cq_push(cq, &comp))
+			return;
+		ep->op_head++;
+	}
+	if (ep->state != DP_ERROR)
+		return;
+	while (ep->rv_head != ep->rv_tail) {
+		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
+
+		comp = (struct kn__tp_completion){ .user = r->user,
+						   .ep = &ep->base,
+						   .status = -ECANCELED,
+						   .op = KN_TP_OP_RECV };
+		if (!kn__tp_cq_push(cq, &comp))
+			return;
+		ep->rv_head++;
+	}
+	if (ep->disc_event) {
+		comp = (struct kn__tp_completion){ .user = ep->base.user,
+						   .ep = &ep->base,
+						   .status = ep->error,
+						   .op = KN_TP_OP_DISCONNECT };
+		if (kn__tp_cq_push(cq, &comp))
+			ep->disc_event = false;
+	}
+}
+
+/* ---- endpoints: making, freeing ---- */
+
+static struct dp_ep *ep_alloc(void)
+{
+	/* large (its rings) and made and freed in floods: a mapping of its
+	 * own, so its memory goes back to the system when it closes */
+	void *p = mmap(NULL, sizeof(struct dp_ep), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* A free slot in the id table (0 is never used). */
+static int tab_slot(struct dp_ctx *c, uint32_t *id)
+{
+	for (uint32_t i = 1; i < c->tab_cap; i++)
+		if (!c->tab[i]) {
+			*id = i;
+			return 0;
+		}
+	{
+		uint32_t n = c->tab_cap ? 2 * c->tab_cap : 64;
+		struct dp_ep **t = realloc(c->tab, n * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		memset(t + c->tab_cap, 0, (n - c->tab_cap) * sizeof(*t));
+		*id = c->tab_cap ? c->tab_cap : 1;
+		c->tab = t;
+		c->tab_cap = n;
+	}
+	return 0;
+}
+
+static int ep_new(struct dp_ctx *c, int fd, bool client, void *user,
+		  struct dp_ep **out)
+{
+	struct epoll_event ev;
+	struct dp_ep *ep;
+	uint32_t id, isn;
+	int ret, one = 1;
+
+	ep = ep_alloc();
+	if (!ep) {
+		close(fd);
+		return -ENOMEM;
+	}
+	ret = tab_slot(c, &id);
+	if (!ret)
+		ret = kn__tp_random(&ep->token, sizeof(ep->token));
+	if (!ret)
+		ret = kn__tp_random(&isn, sizeof(isn));
+	if (ret) {
+		close(fd);
+		munmap(ep, sizeof(*ep));
+		return ret;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	ep->base = (struct kn__tp_ep){ &c->base, user };
+	ep->h = (struct dp_handle){ DP_H_EP, fd };
+	ep->client = client;
+	ep->hidden = !client;
+	ep->id = id;
+	ep->state = DP_HANDSHAKE;
+	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end = isn;
+	ep->rto_ns = c->rto_min_ns;
+	snprintf(ep->peer_name, sizeof(ep->peer_name), "?");
+	ev = (struct epoll_event){ .events = client ? EPOLLOUT : EPOLLIN,
+				   .data.ptr = &ep->h };
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		ret = -errno;
+		close(fd);
+		munmap(ep, sizeof(*ep));
+		return ret;
+	}
+	c->tab[id] = ep;
+	ep->next = c->eps;
+	if (ep->next)
+		ep->next->prev = ep;
+	c->eps = ep;
+	*out = ep;
+	return 0;
+}
+
+static void ep_unlink(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	if (ep->prev)
+		ep->prev->next = ep->next;
+	else
+		c->eps = ep->next;
+	if (ep->next)
+		ep->next->prev = ep->prev;
+	c->tab[ep->id] = NULL;
+	if (ep->state != DP_ERROR)
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
+	close(ep->h.fd);
+}
+
+static void ep_dealloc(struct dp_ep *ep)
+{
+	for (; ep->ux_head != ep->ux_tail; ep->ux_head++)
+		free(ep->unexp[ep->ux_head % DP_UNEXP].buf);
+	if (ep->rx_unexp)
+		free(ep->rx_recv.buf);
+	free(ep->grants);
+	munmap(ep, sizeof(*ep));
+}
+
+void dp_ep_reap(struct dp_ctx *c)
+{
+	for (struct dp_ep *ep = c->eps, *next; ep; ep = next) {
+		next = ep->next;
+		if (ep->hidden && ep->state == DP_ERROR) {
+			ep_unlink(ep);
+			ep_dealloc(ep);
+		}
+	}
+}
+
+void dp_ep_close(struct kn__tp_ep *e)
+{
+	struct dp_ep *ep = dp_ep(e);
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	ep_unlink(ep);
+	for (; ep->op_head != ep->op_tail; ep->op_head++) {
+		struct dp_op *op = &ep->ops[ep->op_head % DP_SQ_DEPTH];
+		struct kn__tp_completion comp = {
+			.user = op->user,
+			.status = op->done ? op->status : -ECANCELED,
+			.op = op->kind,
+			.bytes = op->done && !op->status ? op->bytes : 0,
+		};
+
+		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
+	}
+	for (; ep->rv_head != ep->rv_tail; ep->rv_head++) {
+		struct kn__tp_completion comp = {
+			.user = ep->recvs[ep->rv_head % DP_RQ_DEPTH].user,
+			.status = -ECANCELED,
+			.op = KN_TP_OP_RECV,
+		};
+
+		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
+	}
+	ep_dealloc(ep);
+}
+
+/* ---- the handshake ---- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static void name_peer(struct dp_ep *ep)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0)
+		addr_name((struct sockaddr *)&ss, ep->peer_name,
+			  sizeof(ep->peer_name));
+}
+
+/* Our address on the port: the control connection's, if none is set. */
+static void local_ip(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+
+	if (!c->me.ip && getsockname(ep->h.fd, (struct sockaddr *)&sa, &len) == 0 &&
+	    sa.sin_family == AF_INET)
+		c->me.ip = sa.sin_addr.s_addr;
+}
+
+static int send_hello(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	uint8_t b[DP_HELLO_LEN] = { 0 };
+	ssize_t n;
+
+	local_ip(ep);
+	put32(b, HELLO_MAGIC);
+	b[4] = HELLO_VERSION;
+	memcpy(b + 8, c->me.mac, 6);
+	memcpy(b + 16, &c->me.ip, 4);
+	b[20] = (uint8_t)c->me.port;
+	b[21] = (uint8_t)(c->me.port >> 8);
+	put32(b + 24, ep->id);
+	put32(b + 28, ep->token);
+	put32(b + 32, ep->snd_end);
+	put32(b + 36, c->max_payload);
+	/* the first bytes on a fresh connection: the socket buffer takes
+	 * them whole */
+	n = send(ep->h.fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n != (ssize_t)sizeof(b))
+		return n < 0 ? -errno : -EIO;
+	return 0;
+}
+
+/* The peer's hello is in: check it, and the endpoint is open. */
+static void hello_done(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	const uint8_t *b = ep->hello_in;
+	uint32_t maxp = get32(b + 36);
+	int ret;
+
+	if (get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
+		dp_ep_fail(ep, -EPROTO, "not a kanel dpdk hello (is the peer "
+			   "on another transport?)");
+		return;
+	}
+	if (maxp < MIN_PAYLOAD || !get32(b + 24) ||
+	    !(b[20] | b[21]) || (b[8] & 1)) {
+		dp_ep_fail(ep, -EPROTO, "hello with a bad payload size, id, "
+			   "port or MAC");
+		return;
+	}
+	memcpy(ep->peer.mac, b + 8, 6);
+	memcpy(&ep->peer.ip, b + 16, 4);
+	ep->peer.port = (uint16_t)(b[20] | b[21] << 8);
+	ep->peer_id = get32(b + 24);
+	ep->peer_token = get32(b + 28);
+	ep->rcv_nxt = get32(b + 32);
+	ep->max_payload = maxp < c->max_payload ? maxp : c->max_payload;
+	if (!ep->client && (ret = send_hello(ep))) {
+		dp_ep_fail(ep, ret, "cannot answer the hello");
+		return;
+	}
+	ep->state = DP_OPEN;
+	if (ep->client) {
+		ep->connect_event = true;
+	} else {
+		ep->hidden = false;
+		ep->accept_event = true;
+	}
+	dp_tx_open(ep, dp_now_ns());
+	dp_tx_progress(ep, dp_now_ns()); /* what was posted meanwhile */
+}
+
+void dp_ep_read_hello(struct dp_ep *ep)
+{
+	ssize_t n;
+
+	if (ep->state != DP_HANDSHAKE || !ep->connected)
+		return;
+	n = recv(ep->h.fd, ep->hello_in + ep->hello_got,
+		 DP_HELLO_LEN - ep->hello_got, MSG_DONTWAIT);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+		dp_ep_fail(ep, n ? -errno : -ECONNRESET,
+			   "control connection closed in the handshake");
+		return;
+	}
+	if (n < 0)
+		return;
+	ep->hello_got += (uint32_t)n;
+	if (ep->hello_got == DP_HELLO_LEN)
+		hello_done(ep);
+}
+
+/* The client's connection came up (or not): send our hello. */
+static void connected(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP,
+				  .data.ptr = &ep->h };
+	socklen_t len = sizeof(int);
+	int err = 0, ret;
+
+	if (getsockopt(ep->h.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+		dp_ep_fail(ep, -(err ? err : errno), "connect failed");
+		return;
+	}
+	ep->connected = true;
+	name_peer(ep);
+	epoll_ctl(c->epfd, EPOLL_CTL_MOD, ep->h.fd, &ev);
+	ret = send_hello(ep);
+	if (ret)
+		dp_ep_fail(ep, ret, "cannot send the hello");
+}
+
+/* After the handshake the control connection only ever closes. */
+static void control_readable(struct dp_ep *ep)
+{
+	char b;
+	ssize_t n = recv(ep->h.fd, &b, 1, MSG_DONTWAIT);
+
+	if (n == 0)
+		dp_ep_fail(ep, -ECONNRESET, "peer closed the endpoint");
+	else if (n > 0)
+		dp_ep_fail(ep, -EPROTO, "bytes on the control connection "
+			   "after the handshake");
+	else if (errno != EAGAIN && errno != EINTR)
+		dp_ep_fail(ep, -errno, "control connection failed");
+}
+
+static void listener_accept(struct dp_ctx *c, struct dp_listener *l)
+{
+	for (int k = 0; k < 64; k++) {
+		int fd = accept4(l->h.fd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct epoll_event ev;
+		struct dp_ep *ep;
+
+		if (fd < 0)
+			return;
+		if (ep_new(c, fd, false, NULL, &ep))
+			continue;
+		ep->listener = l;
+		ep->connected = true;
+		name_peer(ep);
+		ev = (struct epoll_event){ .events = EPOLLIN | EPOLLRDHUP,
+					   .data.ptr = &ep->h };
+		epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev);
+		dp_ep_read_hello(ep);
+	}
+}
+
+void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events)
+{
+	if (h->kind == DP_H_LISTENER) {
+		listener_accept(c, DP_CONTAINER(h, struct dp_listener, h));
+		return;
+	}
+	if (h->kind == DP_H_EP) {
+		struct dp_ep *ep = DP_CONTAINER(h, struct dp_ep, h);
+
+		if (ep->state == DP_ERROR)
+			return;
+		if (!ep->connected)
+			connected(ep);
+		else if (ep->state == DP_HANDSHAKE)
+			dp_ep_read_hello(ep);
+		else if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			control_readable(ep);
+	}
+}
+
+/* ---- listen, connect ---- */
+
+int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		     socklen_t addrlen, void *user,
+		     struct kn__tp_listener **out)
+{
+	struct dp_ctx *c = dp_ctx(ctx);
+	struct dp_listener *l;
+	struct epoll_event ev;
+	int fd, one = 1, ret;
+
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, addr, addrlen) || listen(fd, 512)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		close(fd);
+		return -ENOMEM;
+	}
+	l->base = (struct kn__tp_listener){ ctx, user };
+	l->h = (struct dp_handle){ DP_H_LISTENER, fd };
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &l->h };
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		ret = -errno;
+		close(fd);
+		free(l);
+		return ret;
+	}
+	l->next = c->listeners;
+	c->listeners = l;
+	*out = &l->base;
+	return 0;
+}
+
+int dp_listener_addr(const struct kn__tp_listener *lb,
+			    struct sockaddr_storage *ss)
+{
+	const struct dp_listener *l = DP_CONTAINER(lb, struct dp_listener, base);
+	socklen_t len = sizeof(*ss);
+
+	return getsockname(l->h.fd, (struct sockaddr *)ss, &len) ? -errno : 0;
+}
+
+void dp_listener_close(struct kn__tp_listener *lb)
+{
+	struct dp_listener *l = DP_CONTAINER(lb, struct dp_listener, base);
+	struct dp_ctx *c = dp_ctx(lb->ctx);
+
+	for (struct dp_listener **p = &c->listeners; *p; p = &(*p)->next)
+		if (*p == l) {
+			*p = l->next;
+			break;
+		}
+	/* connections it accepted whose handshake is not done go too */
+	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
+		if (ep->listener == l) {
+			ep->listener = NULL;
+			if (ep->hidden)
+				dp_ep_fail(ep, -ECANCELED, "listener closed");
+		}
+	dp_ep_reap(c);
+	epoll_ctl(c->epfd, EPOLL_CTL_DEL, l->h.fd, NULL);
+	close(l->h.fd);
+	free(l);
+}
+
+int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+		      socklen_t addrlen, void *user, struct kn__tp_ep **out)
+{
+	struct dp_ep *ep;
+	int fd, ret;
+
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, addr, addrlen) && errno != EINPROGRESS) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	ret = ep_new(dp_ctx(ctx), fd, true, user, &ep);
+	if (ret)
+		return ret;
+	addr_name(addr, ep->peer_name, sizeof(ep->peer_name));
+	*out = &ep->base;
+	return 0;
+}
+
+/* ---- grants ---- */
+
+const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key)
+{
+	uint32_t lo = 0, hi = ep->ngrants;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (ep->grants[mid].key == key)
+			return &ep->grants[mid];
+		if (ep->grants[mid].key < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
+		       uint64_t len, uint32_t access,
+		       struct kn__tp_rdesc *rdesc)
+{
+	struct dp_ep *ep = dp_ep(e);
+	uint32_t key, pos;
+
+	if (ep->ngrants == ep->grant_cap) {
+		uint32_t n = ep->grant_cap ? 2 * ep->grant_cap : 8;
+		struct dp_grant *g = realloc(ep->grants, n * sizeof(*g));
+
+		if (!g)
+			return -ENOMEM;
+		ep->grants = g;
+		ep->grant_cap = n;
+	}
+	/* a key a peer cannot guess, and none it was given before */
+	do {
+		int ret = kn__tp_random(&key, sizeof(key));
+
+		if (ret)
+			return ret;
+	} while (!key || dp_grant_find(ep, key));
+	for (pos = ep->ngrants; pos && ep->grants[pos - 1].key > key; pos--)
+		ep->grants[pos] = ep->grants[pos - 1];
+	ep->grants[pos] = (struct dp_grant){
+		.key = key,
+		.access = access,
+		.mr = DP_CONTAINER(m, struct dp_mr, base),
+		.off = off,
+		.len = len,
+	};
+	ep->ngrants++;
+	*rdesc = (struct kn__tp_rdesc){
+		.addr = 0, .len = len, .key = key, .access = access
+	};
+	return 0;
+}
+
+int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
+{
+	const struct dp_ep *ep = DP_CONTAINER(e, struct dp_ep, base);
+	socklen_t len = sizeof(*ss);
+
+	return getpeername(ep->h.fd, (struct sockaddr *)ss, &len) ? -errno : 0;
+}
+
+/* ---- posts ---- */
+
+int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m, uint32_t kind,
+	       void *user, char *read_dst)
+{
+	struct dp_ep *ep = dp_ep(e);
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	struct dp_msg msg = *m;
+	struct dp_op *op;
+	int ret;
+
+	if (ep->state == DP_ERROR)
+		return -ENOTCONN;
+	if (ep->op_tail - ep->op_head == DP_SQ_DEPTH)
+		return -EAGAIN;
+	msg.op_idx = ep->op_tail;
+	ret = dp_tx_queue(ep, &msg);
+	if (ret)
+		return ret;
+	op = &ep->ops[ep->op_tail++ % DP_SQ_DEPTH];
+	*op = (struct dp_op){ .kind = kind, .user = user };
+	if (kind == KN_TP_OP_READ) {
+		op->dst = read_dst;
+		op->len = m->total;
+	}
+	if (ep->state == DP_OPEN) {
+		dp_tx_progress(ep, dp_now_ns());
+		dp_tx_flush(c);
+	}
+	return 0;
+}
+
+int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			     size_t off, size_t len,
+			     const struct kn__tp_rdesc *dst, uint64_t dst_off,
+			     uint32_t imm, void *user)
+{
+	struct dp_msg m = { .op = KN_DP_WRITE,
+			    .src = mr->addr + off,
+			    .mr = DP_CONTAINER(mr, struct dp_mr, base),
+			    .len = len,
+			    .key = dst->key,
+			    .imm = imm,
+			    .off = dst_off };
+
+	return dp_ep_post(e, &m, KN_TP_OP_WRITE_IMM, user, NULL);
+}
+
+int dp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			size_t len, const struct kn__tp_rdesc *src,
+			uint64_t src_off, void *user)
+{
+	struct dp_msg m = { .op = KN_DP_READ_REQ,
+			    .key = src->key,
+			    .total = (uint32_t)len,
+			    .off = src_off };
+
+	return dp_ep_post(e, &m, KN_TP_OP_READ, user, mr->addr + off);
+}
+
+int dp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			size_t len, void *user)
+{
+	struct dp_msg m = { .op = KN_DP_SEND,
+			    .src = mr->addr + off,
+			    .mr = DP_CONTAINER(mr, struct dp_mr, base),
+			    .len = len };
+
+	return dp_ep_post(e, &m, KN_TP_OP_SEND, user, NULL);
+}
+
+int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+			size_t len, void *user)
+{
+	struct dp_ep *ep = dp_ep(e);
+
+	if (ep->state == DP_ERROR)
+		return -ENOTCONN;
+	if (ep->rv_tail - ep->rv_head == DP_RQ_DEPTH)
+		return -EAGAIN;
+	ep->recvs[ep->rv_tail++ % DP_RQ_DEPTH] = (struct dp_recv){
+		mr->addr + off, len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
+		user
+	};
+	dp_ep_match(ep); /* a message that waited for it lands now */
+	return 0;
+}

@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rx.c - what arrives on the port: each frame is decoded (packet.c),
+ * matched to its endpoint by id, secret token and the peer's addresses,
+ * its acknowledgement handed to the send stream (tx.c), and a data
+ * segment accepted only if it is the next in sequence: earlier ones are
+ * duplicates, later ones wait for the retransmission go-back-N brings;
+ * either way the peer gets an acknowledgement of where we are.  An
+ * accepted segment is copied once, from the mbuf straight into the
+ * region it targets, after its grant, bounds and place in its message
+ * are checked.
+ *
+ * Packets that do not name a live endpoint with its token (a stranger,
+ * or a peer from before a restart) are dropped and counted, without
+ * failing anything: otherwise whoever can send to the port could close
+ * endpoints.  A packet that does name one and is malformed or breaks the
+ * endpoint's rules fails that endpoint alone, with the reason logged.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "dpdk.h"
+#include "wire.h"
+
+static bool in_range(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+static void push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
+		 uint64_t bytes)
+{
+	struct kn__tp_completion comp = {
+		.user = user,
+		.ep = &ep->base,
+		.op = op,
+		.imm = imm,
+		.bytes = bytes,
+	};
+
+	kn__tp_cq_push_grow(&dp_ep_ctx(ep)->cq, &comp, "dpdk");
+}
+
+/* The target of a one-sided segment: NULL (the endpoint failed) if the
+ * grant, its rights or the range do not allow it. */
+static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
+		    uint64_t len, uint32_t right)
+{
+	const struct dp_grant *g = dp_grant_find(ep, h->key);
+
+	if (!g || !(g->access & right)) {
+		dp_ep_fail(ep, -EPERM, "%s of key %#x, which it was not "
+			   "granted", right == KN_TP_REMOTE_WRITE ? "write"
+								 : "read",
+			   h->key);
+		return NULL;
+	}
+	if (!in_range(h->off, len, g->len)) {
+		dp_ep_fail(ep, -EINVAL, "%s of %llu bytes at %llu outside "
+			   "its grant of %llu bytes",
+			   right == KN_TP_REMOTE_WRITE ? "write" : "read",
+			   (unsigned long long)len,
+			   (unsigned long long)h->off,
+			   (unsigned long long)g->len);
+		return NULL;
+	}
+	return g->mr->base.addr + g->off + h->off;
+}
+
+/* A segment that does not continue the message in progress. */
+static bool out_of_place(struct dp_ep *ep, const struct kn__dp_hdr *h)
+{
+	bool first = h->flags & KN_DP_F_FIRST;
+
+	if (first == (ep->rx_op == 0) && (first || ep->rx_op == h->op))
+		return false;
+	dp_ep_fail(ep, -EPROTO, "segment of op %u out of its message", h->op);
+	return true;
+}
+
+static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
+{
+	const struct kn__dp_hdr *h = &p->h;
+	char *dst;
+
+	if (out_of_place(ep, h))
+		return;
+	if (h->flags & KN_DP_F_FIRST) {
+		ep->rx_op = KN_DP_WRITE;
+		ep->rx_key = h->key;
+		ep->rx_next = h->off;
+		ep->rx_bytes = 0;
+	} else if (h->key != ep->rx_key || h->off != ep->rx_next) {
+		dp_ep_fail(ep, -EPROTO, "write segment at %llu, expected %llu",
+			   (unsigned long long)h->off,
+			   (unsigned long long)ep->rx_next);
+		return;
+	}
+	dst = target(ep, h, h->len, KN_TP_REMOTE_WRITE);
+	if (!dst)
+		return;
+	memcpy(dst, p->payload, h->len);
+	ep->rx_next += h->len;
+	ep->rx_bytes += h->len;
+	if (h->flags & KN_DP_F_LAST) {
+		push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
+		     ep->rx_bytes);
+		ep->rx_op = 0;
+	}
+}
+
+static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
+{
+	const struct kn__dp_hdr *h = &p->h;
+	const struct dp_grant *g;
+	struct dp_msg m;
+	char *src;
+
+	if (out_of_place(ep, h))
+		return;
+	if (h->total > KN_WIRE_MAX_LEN) {
+		dp_ep_fail(ep, -EMSGSIZE, "read of %u bytes", h->total);
+		return;
+	}
+	src = target(ep, h, h->total, KN_TP_REMOTE_READ);
+	if (!src)
+		return;
+	g = dp_grant_find(ep, h->key);
+	m = (struct dp_msg){ .op = KN_DP_READ_RESP,
+			     .op_idx = UINT32_MAX,
+			     .src = src,
+			     .mr = g->mr,
+			     .len = h->total };
+	if (dp_tx_queue(ep, &m))
+		dp_ep_fail(ep, -EPROTO,
+			   "more reads outstanding than it may post");
+}
+
+/* The oldest of our reads still waiting for its answer. */
+static struct dp_op *open_read(struct dp_ep *ep)
+{
+	for (; ep->rd_next != ep->op_tail; ep->rd_next++) {
+		struct dp_op *op = &ep->ops[ep->rd_next % DP_SQ_DEPTH];
+
+		if (op->kind == KN_TP_OP_READ && !op->done)
+			return op;
+	}
+	return NULL;
+}
+
+static void on_read_resp(struct dp_ep *ep, const struct kn__dp_pkt *p)
+{
+	const struct kn__dp_hdr *h = &p->h;
+	struct dp_op *op = open_read(ep);
+
+	if (out_of_place(ep, h))
+		return;
+	if (!op) {
+		dp_ep_fail(ep, -EPROTO, "read response with no read posted");
+		return;
+	}
+	if (h->off != op->got || h->len > op->len - op->got ||
+	    ((h->flags & KN_DP_F_LAST) != 0) != (op->got + h->len == op->len)) {
+		dp_ep_fail(ep, -EPROTO,
+			   "read response of %u bytes at %llu for a read of "
+			   "%llu (%llu landed)",
+			   h->len, (unsigned long long)h->off,
+			   (unsigned long long)op->len,
+			   (unsigned long long)op->got);
+		return;
+	}
+	memcpy(op->dst + op->got, p->payload, h->len);
+	op->got += h->len;
+	ep->rx_op = KN_DP_READ_RESP;
+	if (h->flags & KN_DP_F_LAST) {
+		op->done = true;
+		op->bytes = op->len;
+		ep->rx_op = 0;
+		ep->rd_next++;
+	}
+}
+
+/*
+ * A SEND segment: false if it must wait (RNR).  A message that finds no
+ * recv posted is held in a buffer of its own (up to DP_UNEXP of them),
+ * as a TCP socket buffer would hold it, so that the sender's SEND
+ * completes once the message is here, whatever the receiver posts when.
+ */
+static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
+{
+	const struct kn__dp_hdr *h = &p->h;
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	if (out_of_place(ep, h))
+		return true;
+	if (h->flags & KN_DP_F_FIRST) {
+		if (ep->rv_head != ep->rv_tail &&
+		    ep->ux_head == ep->ux_tail) {
+			ep->rx_recv = ep->recvs[ep->rv_head++ % DP_RQ_DEPTH];
+			ep->rx_unexp = false;
+		} else if (h->total > c->base.max_msg) {
+			dp_ep_fail(ep, -EMSGSIZE, "message of %u bytes, above "
+				   "the %u this end takes", h->total,
+				   c->base.max_msg);
+			return true;
+		} else if (ep->ux_tail - ep->ux_head == DP_UNEXP ||
+			   !(ep->rx_recv.buf = malloc(h->total ? h->total : 1))) {
+			return false;
+		} else {
+			ep->rx_recv.len = h->total;
+			ep->rx_recv.user = NULL;
+			ep->rx_unexp = true;
+		}
+		if (h->total > ep->rx_recv.len) {
+			/* report the buffer with the failure, as tcp does */
+			ep->rv_head--;
+			dp_ep_fail(ep, -EMSGSIZE,
+				   "message of %u bytes for a recv buffer of "
+				   "%u", h->total, ep->rx_recv.len);
+			return true;
+		}
+		ep->rx_op = KN_DP_SEND;
+		ep->rx_total = h->total;
+		ep->rx_bytes = 0;
+	} else if (h->total != ep->rx_total || h->off != ep->rx_bytes) {
+		dp_ep_fail(ep, -EPROTO, "send segment at %llu of %u, "
+			   "expected %llu of %u",
+			   (unsigned long long)h->off, h->total,
+			   (unsigned long long)ep->rx_bytes, ep->rx_total);
+		return true;
+	}
+	if (h->off != ep->rx_bytes ||
+	    ((h->flags & KN_DP_F_LAST) != 0) != (h->off + h->len == h->total)) {
+		dp_ep_fail(ep, -EPROTO, "send segment out of its message");
+		return true;
+	}
+	memcpy(ep->rx_recv.buf + h->off, p->payload, h->len);
+	ep->rx_bytes += h->len;
+	if (h->flags & KN_DP_F_LAST) {
+		ep->rx_op = 0;
+		if (ep->rx_unexp) {
+			ep->unexp[ep->ux_tail++ % DP_UNEXP] = ep->rx_recv;
+			ep->rx_unexp = false;
+			dp_ep_match(ep);
+		} else {
+			push(ep, KN_TP_OP_RECV, ep->rx_recv.user, 0, h->total);
+		}
+	}
+	return true;
+}
+
+void dp_ep_match(struct dp_ep *ep)
+{
+	while (ep->ux_head != ep->ux_tail && ep->rv_head != ep->rv_tail &&
+	       ep->state == DP_OPEN) {
+		struct dp_recv *m = &ep->unexp[ep->ux_head % DP_UNEXP];
+		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
+
+		if (m->len > r->len) {
+			dp_ep_fail(ep, -EMSGSIZE,
+				   "message of %u bytes for a recv buffer of "
+				   "%u", m->len, r->len);
+			return;
+		}
+		memcpy(r->buf, m->buf, m->len);
+		push(ep, KN_TP_OP_RECV, r->user, 0, m->len);
+		free(m->buf);
+		ep->ux_head++;
+		ep->rv_head++;
+	}
+}
+
+static void on_data(struct dp_ep *ep, const struct kn__dp_pkt *p)
+{
+	int32_t d = kn__dp_seq_diff(p->h.seq, ep->rcv_nxt);
+
+	if (d != 0) {
+		/* a duplicate, or one after a gap: say where we are */
+		ep->ack_owed = true;
+		return;
+	}
+	switch (p->h.op) {
+	case KN_DP_WRITE:
+		on_write(ep, p);
+		break;
+	case KN_DP_READ_REQ:
+		on_read_req(ep, p);
+		break;
+	case KN_DP_READ_RESP:
+		on_read_resp(ep, p);
+		break;
+	case KN_DP_SEND:
+		if (!on_send(ep, p)) {
+			ep->rnr_owed = true;
+			return;
+		}
+		break;
+	}
+	if (ep->state != DP_OPEN)
+		return;
+	ep->rcv_nxt++;
+	ep->ack_owed = true;
+}
+
+static bool same_peer(const struct dp_ep *ep, const struct kn__dp_addr *a)
+{
+	return !memcmp(ep->peer.mac, a->mac, 6) && ep->peer.ip == a->ip &&
+	       ep->peer.port == a->port;
+}
+
+void dp_rx_frame(struct dp_ctx *c, const uint8_t *frame, size_t len,
+		 uint64_t now)
+{
+	const char *why = NULL;
+	struct kn__dp_pkt p;
+	struct dp_ep *ep;
+	int ret = kn__dp_decode(frame, len, c->me.port, c->max_payload, &p,
+				&why);
+
+	if (ret == -ENOENT)
+		return; /* the kernel's or another port's traffic */
+	if (ret) {
+		/* malformed before it names anyone: nobody to fail */
+		c->forged++;
+		return;
+	}
+	ep = p.h.dst_ep < c->tab_cap ? c->tab[p.h.dst_ep] : NULL;
+	if (!ep || p.h.token != ep->token) {
+		c->forged++;
+		return;
+	}
+	if (ep->state == DP_HANDSHAKE)
+		dp_ep_read_hello(ep); /* the peer's hello is likely there */
+	if (ep->state != DP_OPEN || !same_peer(ep, &p.src)) {
+		c->forged++;
+		return;
+	}
+	if (p.h.len > ep->max_payload) {
+		dp_ep_fail(ep, -EPROTO, "segment of %u bytes, above the %u "
+			   "agreed", p.h.len, ep->max_payload);
+		return;
+	}
+	dp_tx_ack(ep, p.h.ack, p.h.flags & KN_DP_F_RNR,
+		  p.h.type == KN_DP_ACK, now);
+	if (ep->state == DP_OPEN && p.h.type == KN_DP_DATA)
+		on_data(ep, &p);
+	dp_ep_release(ep);
+}
