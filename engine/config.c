@@ -47,6 +47,7 @@ static const struct name_val role_names[] = {
 static const struct name_val transport_names[] = {
 	{ "tcp", KN__CONFIG_TCP },
 	{ "verbs", KN__CONFIG_VERBS },
+	{ "dpdk", KN__CONFIG_DPDK },
 };
 
 /* A new protocol is one line here and one in enum kn__config_sync. */

@@ -43,6 +43,7 @@ enum kn__role {
 enum kn__config_transport {
 	KN__CONFIG_TCP = 0,
 	KN__CONFIG_VERBS = 1,
+	KN__CONFIG_DPDK = 2,
 };
 
 /* Numbered as enum kn__sync_protocol in sync/sync.h. */

@@ -256,7 +256,7 @@ struct kn_worker;
 struct kn_worker_options {
 	/* "HOST:PORT"; NULL: $KANEL_COORDINATOR */
 	const char *coordinator;
-	/* "tcp" or "verbs"; NULL: $KANEL_TRANSPORT, else tcp */
+	/* "tcp", "verbs" or "dpdk"; NULL: $KANEL_TRANSPORT, else tcp */
 	const char *transport;
 	/* the job secret's file; NULL: $KANEL_SECRET_FILE, else $KANEL_SECRET */
 	const char *secret_file;
