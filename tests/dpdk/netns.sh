@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: tests/dpdk/netns.sh [--netem "NETEM ARGS"] -- CMD [ARG...]
+# usage: tests/dpdk/netns.sh [--netem "NETEM ARGS"] [--ports N] -- CMD [ARG...]
 #
 # Runs CMD inside a throwaway network namespace holding one veth pair,
 # dk0 <-> dk1, for the dpdk transport provider's tests.  The provider
@@ -22,6 +22,11 @@
 # sees the frames DPDK sends if its af_packet port does not bypass
 # qdiscs (its qdisc_bypass devarg, 1 by default).
 #
+# With --ports N (N > 2: a job's coordinator, servers and workers, each
+# a process with a port of its own), the namespace holds N veth pairs
+# dkI <-> dkIb instead, the dkIb ends in one bridge, and CMD gets
+# KANEL_DPDK_IFACES=dk0,...,dk(N-1).
+#
 # CMD runs with KANEL_DPDK_IFACES=dk0,dk1, and so with the provider's
 # EAL arguments for interfaces (unless KANEL_DPDK_EAL is set): ordinary
 # memory instead of hugepages, no PCI scan, no files left in /var/run.  The
@@ -43,9 +48,11 @@ die() {
 }
 
 netem=
+ports=2
 while (($#)); do
 	case $1 in
 	--netem) netem=${2:?--netem needs its arguments}; shift 2 ;;
+	--ports) ports=${2:?--ports needs a number}; shift 2 ;;
 	--) shift; break ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -92,9 +99,36 @@ ip -n "$ns" link set lo up
 # their first moments up send anything; then dk0 and dk1 by name, in
 # case the default is not honoured.
 in_ns sysctl -q -w net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
-err=$(ip -n "$ns" link add dk0 mtu 1500 type veth peer name dk1 mtu 1500 \
-	2>&1) || skip "cannot make a veth pair (no veth in this kernel?): $err"
-for i in dk0 dk1; do
+links=()
+if ((ports <= 2)); then
+	err=$(ip -n "$ns" link add dk0 mtu 1500 type veth peer name dk1 \
+		mtu 1500 2>&1) ||
+		skip "cannot make a veth pair (no veth in this kernel?): $err"
+	links=(dk0 dk1)
+	ifaces=dk0,dk1
+else
+	err=$(ip -n "$ns" link add kbr0 type bridge 2>&1) ||
+		skip "cannot make a bridge: $err"
+	ip -n "$ns" link set kbr0 up
+	ifaces=
+	# Interface numbers 2048 apart: DPDK's af_packet driver names its
+	# socket's fanout group (pid ^ ifindex) & 0xffff, and a group is
+	# per namespace, so two processes whose pids differ as two of
+	# their interfaces' numbers do cannot both open their ports (EINVAL
+	# from PACKET_FANOUT).  Consecutive numbers collide for pids close
+	# together, as a job's processes are; these only for pids that
+	# differ by a multiple of 2048.
+	for ((k = 0; k < ports; k++)); do
+		err=$(ip -n "$ns" link add "dk$k" index $(((k + 1) * 2048)) \
+			mtu 1500 type veth peer name "dk${k}b" \
+			index $(((k + 1) * 2048 + 1)) mtu 1500 2>&1) ||
+			skip "cannot make a veth pair (no veth?): $err"
+		ip -n "$ns" link set "dk${k}b" master kbr0
+		links+=("dk$k" "dk${k}b")
+		ifaces+=${ifaces:+,}dk$k
+	done
+fi
+for i in "${links[@]}"; do
 	in_ns sysctl -q -w "net.ipv6.conf.$i.disable_ipv6=1" 2>/dev/null || true
 	if command -v ethtool >/dev/null; then
 		# Not every feature is there to turn off on every kernel.
@@ -113,9 +147,9 @@ for i in dk0 dk1; do
 	fi
 	ip -n "$ns" link set "$i" up
 done
-echo "$me: namespace $ns, veth dk0 <-> dk1${netem:+, netem $netem on both ends}"
+echo "$me: namespace $ns, interfaces $ifaces${netem:+, netem $netem on every link end}"
 
-export KANEL_DPDK_IFACES=dk0,dk1
+export KANEL_DPDK_IFACES=$ifaces
 # In the background, so that a signal to this shell runs the traps now
 # rather than once CMD has finished; ip itself rather than in_ns, which
 # would put a subshell between $child and CMD, and CMD would outlive the

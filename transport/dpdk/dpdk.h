@@ -27,6 +27,10 @@
 /* messages that arrived before a recv was posted for them, held per
  * endpoint; beyond that the sender waits (RNR) */
 #define DP_UNEXP     64
+/* segments after a gap each endpoint holds until the gap fills */
+#define DP_OOO	     512
+/* and all endpoints of a context together (mbufs of its pool) */
+#define DP_HELD_MAX  2048
 
 struct dp_mr {
 	struct kn__tp_mr base;
@@ -100,8 +104,8 @@ struct dp_ep {
 	enum dp_ep_state state;
 	bool client;	     /* we connected (else a listener accepted) */
 	bool connected;	     /* the control connection is up */
-	bool connect_event;  /* a CONNECT completion is owed */
-	bool accept_event;   /* an ACCEPT completion is owed */
+	bool connect_event;  /* a failed CONNECT is owed (a good one is
+				reported as the handshake ends) */
 	bool disc_event;     /* a DISCONNECT completion is owed */
 	bool hidden;	     /* accepted, handshake not done: not the
 				user's yet, freed by the poll loop if it
@@ -134,7 +138,13 @@ struct dp_ep {
 	uint32_t dupacks;
 	uint64_t rto_ns, rto_at, progress_at, hold_until;
 	bool rnr;	/* the peer had no recv posted: wait, then resend */
-	bool recovering; /* went back already: no more until an ack moves */
+	bool recovering; /* fast retransmission until snd_una passes recover */
+	uint32_t recover;
+	/* round-trip time (RFC 6298): one segment timed at a time, never a
+	 * retransmitted one (Karn) */
+	bool rtt_on;
+	uint32_t rtt_seq;
+	uint64_t rtt_at, srtt_ns, rttvar_ns;
 
 	/* the receive stream */
 	uint32_t rcv_nxt;
@@ -146,6 +156,12 @@ struct dp_ep {
 	bool rx_unexp;	/* rx_recv is ours: the message waits for a recv */
 	struct dp_recv unexp[DP_UNEXP]; /* ring of held messages */
 	uint32_t ux_head, ux_tail;
+	/* segments that came after a gap, by seq % DP_OOO */
+	struct dp_held {
+		struct rte_mbuf *m; /* NULL: empty */
+		struct kn__dp_pkt p;
+	} ooo[DP_OOO];
+	uint32_t nheld;
 };
 
 struct dp_listener {
@@ -178,6 +194,7 @@ struct dp_ctx {
 	unsigned int ntx;
 	uint16_t ip_id;
 	uint32_t polls;
+	uint32_t held; /* mbufs the endpoints hold after gaps */
 	uint64_t timer_at; /* when the timer fd fires; 0: disarmed */
 	/* parameters (KANEL_DPDK_*) */
 	uint32_t window;	/* segments in flight per endpoint */
@@ -247,8 +264,10 @@ int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m,
 	       uint32_t kind, void *user, char *read_dst);
 
 /* rx.c */
-void dp_rx_frame(struct dp_ctx *c, const uint8_t *frame, size_t len,
-		 uint64_t now);
+/* Take in one received packet: true if it keeps the mbuf. */
+bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now);
+/* Free what an endpoint holds after gaps. */
+void dp_rx_drop_held(struct dp_ep *ep);
 
 /* tx.c */
 int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m);
@@ -257,6 +276,8 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 	       uint64_t now);
 void dp_tx_progress(struct dp_ep *ep, uint64_t now);
 void dp_tx_flush(struct dp_ctx *c);
+/* An acknowledgement now: for a segment after a gap (a duplicate ack) */
+void dp_tx_ack_now(struct dp_ep *ep);
 /* the earliest time an endpoint's timers want a poll; UINT64_MAX: none */
 uint64_t dp_tx_deadline(const struct dp_ep *ep);
 

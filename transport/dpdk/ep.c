@@ -104,6 +104,7 @@ void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
 		op->status = first ? err : -ECANCELED;
 		first = false;
 	}
+	dp_rx_drop_held(ep);
 	ep->tx_head = ep->tx_cur = ep->tx_tail;
 	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end;
 	ep->ack_owed = ep->rnr_owed = false;
@@ -125,13 +126,6 @@ void dp_ep_release(struct dp_ep *ep)
 		if (!kn__tp_cq_push(cq, &comp))
 			return;
 		ep->connect_event = false;
-	}
-	if (ep->accept_event) {
-		comp.op = KN_TP_OP_ACCEPT;
-		comp.user = ep->listener ? ep->listener->base.user : NULL;
-		if (!kn__tp_cq_push(cq, &comp))
-			return;
-		ep->accept_event = false;
 	}
 	while (ep->op_head != ep->op_tail) {
 		struct dp_op *op = &ep->ops[ep->op_head % DP_SQ_DEPTH];
@@ -237,7 +231,7 @@ static int ep_new(struct dp_ctx *c, int fd, bool client, void *user,
 	ep->id = id;
 	ep->state = DP_HANDSHAKE;
 	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end = isn;
-	ep->rto_ns = c->rto_min_ns;
+	ep->rto_ns = 10 * 1000000ull; /* until a round trip is measured */
 	snprintf(ep->peer_name, sizeof(ep->peer_name), "?");
 	ev = (struct epoll_event){ .events = client ? EPOLLOUT : EPOLLIN,
 				   .data.ptr = &ep->h };
@@ -274,6 +268,7 @@ static void ep_unlink(struct dp_ep *ep)
 
 static void ep_dealloc(struct dp_ep *ep)
 {
+	dp_rx_drop_held(ep);
 	for (; ep->ux_head != ep->ux_tail; ep->ux_head++)
 		free(ep->unexp[ep->ux_head % DP_UNEXP].buf);
 	if (ep->rx_unexp)
@@ -389,6 +384,7 @@ static void hello_done(struct dp_ep *ep)
 	struct dp_ctx *c = dp_ep_ctx(ep);
 	const uint8_t *b = ep->hello_in;
 	uint32_t maxp = get32(b + 36);
+	struct kn__tp_completion comp;
 	int ret;
 
 	if (get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
@@ -414,12 +410,17 @@ static void hello_done(struct dp_ep *ep)
 		return;
 	}
 	ep->state = DP_OPEN;
-	if (ep->client) {
-		ep->connect_event = true;
-	} else {
-		ep->hidden = false;
-		ep->accept_event = true;
-	}
+	ep->hidden = false;
+	/* reported now, before anything the peer sends can be: its first
+	 * message may be in the same burst as the packet that made us read
+	 * the hello (rx.c), and the user must see the endpoint first */
+	comp = (struct kn__tp_completion){
+		.user = ep->client ? ep->base.user
+		    : ep->listener ? ep->listener->base.user : NULL,
+		.ep = &ep->base,
+		.op = ep->client ? KN_TP_OP_CONNECT : KN_TP_OP_ACCEPT,
+	};
+	kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
 	dp_tx_open(ep, dp_now_ns());
 	dp_tx_progress(ep, dp_now_ns()); /* what was posted meanwhile */
 }

@@ -417,7 +417,7 @@ static int dp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : 4096;
 	c->lock_fd = c->tfd = c->epfd = -1;
 	c->window = (uint32_t)env_u64("KANEL_DPDK_WINDOW", 256, 1, 4096);
-	c->rto_min_ns = env_u64("KANEL_DPDK_RTO_US", 2000, 10, 10000000) * 1000;
+	c->rto_min_ns = env_u64("KANEL_DPDK_RTO_US", 1000, 10, 10000000) * 1000;
 	c->rto_max_ns = 200 * 1000000ull;
 	if (c->rto_max_ns < c->rto_min_ns)
 		c->rto_max_ns = c->rto_min_ns;
@@ -640,14 +640,9 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	for (int round = 0; round < 8; round++) {
 		uint16_t k = rte_eth_rx_burst(c->port, 0, pkts, DP_BURST);
 
-		for (uint16_t i = 0; i < k; i++) {
-			struct rte_mbuf *m = pkts[i];
-
-			if (m->nb_segs == 1)
-				dp_rx_frame(c, rte_pktmbuf_mtod(m, uint8_t *),
-					    m->data_len, now);
-			rte_pktmbuf_free(m);
-		}
+		for (uint16_t i = 0; i < k; i++)
+			if (!dp_rx_mbuf(c, pkts[i], now))
+				rte_pktmbuf_free(pkts[i]);
 		got += k;
 		if (k < DP_BURST)
 			break;

@@ -17,7 +17,10 @@
  * endpoint's rules fails that endpoint alone, with the reason logged.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <rte_mbuf.h>
 
 #include "dpdk.h"
 #include "wire.h"
@@ -270,15 +273,9 @@ void dp_ep_match(struct dp_ep *ep)
 	}
 }
 
-static void on_data(struct dp_ep *ep, const struct kn__dp_pkt *p)
+/* Deliver the next segment in sequence: false if it must wait (RNR). */
+static bool deliver(struct dp_ep *ep, const struct kn__dp_pkt *p)
 {
-	int32_t d = kn__dp_seq_diff(p->h.seq, ep->rcv_nxt);
-
-	if (d != 0) {
-		/* a duplicate, or one after a gap: say where we are */
-		ep->ack_owed = true;
-		return;
-	}
 	switch (p->h.op) {
 	case KN_DP_WRITE:
 		on_write(ep, p);
@@ -292,14 +289,83 @@ static void on_data(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	case KN_DP_SEND:
 		if (!on_send(ep, p)) {
 			ep->rnr_owed = true;
-			return;
+			return false;
 		}
 		break;
 	}
 	if (ep->state != DP_OPEN)
-		return;
+		return false;
 	ep->rcv_nxt++;
 	ep->ack_owed = true;
+	return true;
+}
+
+void dp_rx_drop_held(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	for (uint32_t i = 0; ep->nheld && i < DP_OOO; i++)
+		if (ep->ooo[i].m) {
+			rte_pktmbuf_free(ep->ooo[i].m);
+			ep->ooo[i].m = NULL;
+			ep->nheld--;
+			c->held--;
+		}
+}
+
+/* Segments held after a gap that the gap's filling made next. */
+static void deliver_held(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	while (ep->nheld && ep->state == DP_OPEN) {
+		struct dp_held *s = &ep->ooo[ep->rcv_nxt % DP_OOO];
+		struct rte_mbuf *m = s->m;
+
+		if (!m || s->p.h.seq != ep->rcv_nxt)
+			return;
+		s->m = NULL;
+		ep->nheld--;
+		c->held--;
+		/* one that must wait for a recv is sent again anyway */
+		deliver(ep, &s->p);
+		rte_pktmbuf_free(m);
+	}
+}
+
+/*
+ * A data segment: the next in sequence is delivered, with those held
+ * after it; one after a gap is held (if there is room) for when the gap
+ * fills, and answered with a duplicate acknowledgement at once, which
+ * tells the sender to send the missing one again; an old one is a
+ * duplicate.  True if the mbuf is kept.
+ */
+static bool on_data(struct dp_ep *ep, const struct kn__dp_pkt *p,
+		    struct rte_mbuf *m)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+	int32_t d = kn__dp_seq_diff(p->h.seq, ep->rcv_nxt);
+
+	if (d == 0) {
+		if (deliver(ep, p))
+			deliver_held(ep);
+		return false;
+	}
+	if (d > 0) {
+		struct dp_held *s = &ep->ooo[p->h.seq % DP_OOO];
+
+		dp_tx_ack_now(ep);
+		if (d < DP_OOO && !s->m && c->held < DP_HELD_MAX) {
+			s->m = m;
+			s->p = *p;
+			ep->nheld++;
+			c->held++;
+			return true;
+		}
+		return false;
+	}
+	ep->ack_owed = true; /* a duplicate: our ack was lost */
+	return false;
 }
 
 static bool same_peer(const struct dp_ep *ep, const struct kn__dp_addr *a)
@@ -308,41 +374,45 @@ static bool same_peer(const struct dp_ep *ep, const struct kn__dp_addr *a)
 	       ep->peer.port == a->port;
 }
 
-void dp_rx_frame(struct dp_ctx *c, const uint8_t *frame, size_t len,
-		 uint64_t now)
+bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now)
 {
 	const char *why = NULL;
 	struct kn__dp_pkt p;
 	struct dp_ep *ep;
-	int ret = kn__dp_decode(frame, len, c->me.port, c->max_payload, &p,
-				&why);
+	bool kept = false;
+	int ret;
 
+	if (m->nb_segs != 1)
+		return false; /* never ours: one segment fits one mbuf */
+	ret = kn__dp_decode(rte_pktmbuf_mtod(m, const uint8_t *), m->data_len,
+			    c->me.port, c->max_payload, &p, &why);
 	if (ret == -ENOENT)
-		return; /* the kernel's or another port's traffic */
+		return false; /* the kernel's or another port's traffic */
 	if (ret) {
 		/* malformed before it names anyone: nobody to fail */
 		c->forged++;
-		return;
+		return false;
 	}
 	ep = p.h.dst_ep < c->tab_cap ? c->tab[p.h.dst_ep] : NULL;
 	if (!ep || p.h.token != ep->token) {
 		c->forged++;
-		return;
+		return false;
 	}
 	if (ep->state == DP_HANDSHAKE)
 		dp_ep_read_hello(ep); /* the peer's hello is likely there */
 	if (ep->state != DP_OPEN || !same_peer(ep, &p.src)) {
 		c->forged++;
-		return;
+		return false;
 	}
 	if (p.h.len > ep->max_payload) {
 		dp_ep_fail(ep, -EPROTO, "segment of %u bytes, above the %u "
 			   "agreed", p.h.len, ep->max_payload);
-		return;
+		return false;
 	}
 	dp_tx_ack(ep, p.h.ack, p.h.flags & KN_DP_F_RNR,
 		  p.h.type == KN_DP_ACK, now);
 	if (ep->state == DP_OPEN && p.h.type == KN_DP_DATA)
-		on_data(ep, &p);
+		kept = on_data(ep, &p, m);
 	dp_ep_release(ep);
+	return kept;
 }

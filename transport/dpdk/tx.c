@@ -2,9 +2,12 @@
 /*
  * tx.c - the dpdk provider's send stream: messages cut into segments of
  * the endpoint's payload size, a window of segments in flight, the
- * peer's cumulative acknowledgements, and go-back-N retransmission (on
- * a timeout with exponential backoff, or at once on the third duplicate
- * acknowledgement).  A message is rebuilt from its region each time a
+ * peer's cumulative acknowledgements, and retransmission: of the one
+ * segment after which the peer holds the rest (on the third duplicate
+ * acknowledgement, and again for each gap a partial acknowledgement
+ * shows, as TCP's NewReno does), and of everything unacknowledged
+ * (go-back-N) at a timeout, which backs off exponentially from an RTO
+ * computed from measured round trips (RFC 6298).  A message is rebuilt from its region each time a
  * segment of it goes out, so keeping a segment for retransmission costs
  * nothing; the region is borrowed until the post completes anyway.
  */
@@ -15,6 +18,8 @@
 #include <rte_mbuf.h>
 
 #include "dpdk.h"
+
+static uint64_t rto_of(const struct dp_ep *ep);
 
 static uint32_t nseg_of(const struct dp_ep *ep, const struct dp_msg *m)
 {
@@ -46,7 +51,7 @@ int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m)
 
 void dp_tx_open(struct dp_ep *ep, uint64_t now)
 {
-	ep->rto_ns = dp_ep_ctx(ep)->rto_min_ns;
+	ep->rto_ns = rto_of(ep);
 	ep->progress_at = now;
 	for (uint32_t i = ep->tx_head; i != ep->tx_tail; i++)
 		number(ep, &ep->txq[i % DP_TXQ_DEPTH]);
@@ -190,11 +195,29 @@ static void pure_ack(struct dp_ep *ep)
 	ep->ack_owed = ep->rnr_owed = false;
 }
 
-/* Send from the oldest unacknowledged segment again. */
+void dp_tx_ack_now(struct dp_ep *ep)
+{
+	pure_ack(ep);
+}
+
+/* Timeout: send everything from the oldest unacknowledged segment. */
 static void go_back(struct dp_ep *ep)
 {
 	ep->snd_nxt = ep->snd_una;
 	ep->tx_cur = ep->tx_head;
+	ep->rtt_on = false; /* what comes back now may answer either copy */
+}
+
+/* Send the oldest unacknowledged segment again, alone: the peer holds
+ * what came after it (rx.c), so one fills the gap. */
+static void resend_una(struct dp_ep *ep)
+{
+	struct dp_msg *m = &ep->txq[ep->tx_head % DP_TXQ_DEPTH];
+
+	if (ep->tx_head == ep->tx_tail || !m->nseg)
+		return;
+	ep->rtt_on = false;
+	seg_out(ep, m, ep->snd_una - m->seq0);
 }
 
 static bool outstanding(const struct dp_ep *ep)
@@ -202,10 +225,37 @@ static bool outstanding(const struct dp_ep *ep)
 	return ep->snd_una != ep->snd_max;
 }
 
+/* The retransmission timeout from the smoothed round-trip time. */
+static uint64_t rto_of(const struct dp_ep *ep)
+{
+	const struct dp_ctx *c = dp_ep_ctx(ep);
+	uint64_t rto = ep->srtt_ns ? ep->srtt_ns + 4 * ep->rttvar_ns
+				   : 10 * 1000000ull;
+
+	if (rto < c->rto_min_ns)
+		rto = c->rto_min_ns;
+	return rto < c->rto_max_ns ? rto : c->rto_max_ns;
+}
+
+static void rtt_sample(struct dp_ep *ep, uint64_t rtt)
+{
+	if (!ep->srtt_ns) {
+		ep->srtt_ns = rtt;
+		ep->rttvar_ns = rtt / 2;
+		return;
+	}
+	{
+		uint64_t err = rtt > ep->srtt_ns ? rtt - ep->srtt_ns
+						 : ep->srtt_ns - rtt;
+
+		ep->rttvar_ns = (3 * ep->rttvar_ns + err) / 4;
+		ep->srtt_ns = (7 * ep->srtt_ns + rtt) / 8;
+	}
+}
+
 void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 	       uint64_t now)
 {
-	struct dp_ctx *c = dp_ep_ctx(ep);
 	int32_t d = kn__dp_seq_diff(ack, ep->snd_una);
 
 	if (d > 0) {
@@ -213,6 +263,10 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 			dp_ep_fail(ep, -EPROTO,
 				   "acknowledgement of segments never sent");
 			return;
+		}
+		if (ep->rtt_on && kn__dp_seq_diff(ack, ep->rtt_seq) > 0) {
+			rtt_sample(ep, now - ep->rtt_at);
+			ep->rtt_on = false;
 		}
 		while (ep->tx_head != ep->tx_tail) {
 			struct dp_msg *m = &ep->txq[ep->tx_head % DP_TXQ_DEPTH];
@@ -230,11 +284,20 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 		}
 		ep->snd_una = ack;
 		if (kn__dp_seq_diff(ep->snd_nxt, ack) < 0 ||
-		    ep->tx_cur - ep->tx_head > ep->tx_tail - ep->tx_head)
-			go_back(ep); /* what went again was acknowledged */
+		    ep->tx_cur - ep->tx_head > ep->tx_tail - ep->tx_head) {
+			/* what went again was acknowledged: on from here */
+			ep->snd_nxt = ack;
+			ep->tx_cur = ep->tx_head;
+		}
 		ep->dupacks = 0;
-		ep->recovering = ep->rnr = false;
-		ep->rto_ns = c->rto_min_ns;
+		ep->rnr = false;
+		if (ep->recovering) {
+			if (kn__dp_seq_diff(ack, ep->recover) < 0)
+				resend_una(ep); /* the next gap: fill it too */
+			else
+				ep->recovering = false;
+		}
+		ep->rto_ns = rto_of(ep);
 		ep->progress_at = now;
 		ep->rto_at = now + ep->rto_ns;
 		return;
@@ -245,15 +308,19 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 		/* the peer is there, without a recv buffer: wait and resend
 		 * the SEND it dropped; this is no sign of a dead peer */
 		ep->rnr = true;
-		ep->hold_until = now + c->rnr_ns;
+		ep->hold_until = now + dp_ep_ctx(ep)->rnr_ns;
 		ep->progress_at = now;
 		ep->rto_at = ep->hold_until + ep->rto_ns;
+		ep->recovering = false;
 		go_back(ep);
 		return;
 	}
 	if (!ep->rnr && !ep->recovering && ++ep->dupacks >= 3) {
+		/* three segments came after a gap: fill it now rather than
+		 * at the timeout */
 		ep->recovering = true;
-		go_back(ep);
+		ep->recover = ep->snd_max;
+		resend_una(ep);
 	}
 }
 
@@ -285,6 +352,7 @@ void dp_tx_progress(struct dp_ep *ep, uint64_t now)
 		}
 		go_back(ep);
 		ep->recovering = false;
+		ep->dupacks = 0;
 		ep->rto_ns = 2 * ep->rto_ns < c->rto_max_ns ? 2 * ep->rto_ns
 							   : c->rto_max_ns;
 		ep->rto_at = now + ep->rto_ns;
@@ -294,13 +362,20 @@ void dp_tx_progress(struct dp_ep *ep, uint64_t now)
 	while (!ep->rnr && ep->snd_nxt != ep->snd_end &&
 	       (uint32_t)(ep->snd_nxt - ep->snd_una) < c->window) {
 		struct dp_msg *m = &ep->txq[ep->tx_cur % DP_TXQ_DEPTH];
+		bool fresh = ep->snd_nxt == ep->snd_max;
 
 		if (!outstanding(ep)) {
 			ep->progress_at = now;
+			ep->rto_ns = rto_of(ep);
 			ep->rto_at = now + ep->rto_ns;
 		}
 		if (!seg_out(ep, m, ep->snd_nxt - m->seq0))
 			break;
+		if (fresh && !ep->rtt_on) {
+			ep->rtt_on = true;
+			ep->rtt_seq = ep->snd_nxt;
+			ep->rtt_at = now;
+		}
 		ep->snd_nxt++;
 		if (kn__dp_seq_diff(ep->snd_nxt, ep->snd_max) > 0)
 			ep->snd_max = ep->snd_nxt;
