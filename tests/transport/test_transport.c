@@ -20,6 +20,7 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1496,4 +1497,142 @@ BACKEND_TEST(transport, destroy_with_a_listener_is_prompt)
 	t0 = now();
 	close_sides();
 	cr_assert_lt(now() - t0, 0.5, "destroying took %.2f s", now() - t0);
+}
+
+/* ---- the dpdk provider alone ---- */
+
+/* What the listening child tells the test: its port, then its grant. */
+struct silent_peer {
+	int status;
+	uint16_t port;
+	struct kn__tp_rdesc rd;
+};
+
+static void silent_peer_child(int fd)
+{
+	static char dst[1 << 20];
+	struct kn__tp_ctx_attr attr = { .provider = "dpdk" };
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct silent_peer sp = { 0 };
+	struct kn__tp_completion c;
+	struct kn__tp_listener *l;
+	struct sockaddr_storage ss;
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_mr *md;
+
+	sp.status = kn__tp_ctx_create(&attr, &ctx);
+	if (!sp.status)
+		sp.status = kn__tp_listen(ctx, (struct sockaddr *)&a, sizeof(a),
+					  NULL, &l);
+	if (!sp.status)
+		sp.status = kn__tp_listener_addr(l, &ss);
+	if (!sp.status)
+		sp.status = kn__tp_mr_reg(ctx, dst, sizeof(dst),
+					  KN_TP_REMOTE_WRITE, &md);
+	sp.port = sp.status ? 0 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (write(fd, &sp, sizeof(sp)) != sizeof(sp) || sp.status)
+		_exit(0);
+	for (;;) {
+		if (kn__tp_poll(ctx, &c, 1) != 1 || c.op != KN_TP_OP_ACCEPT)
+			continue;
+		sp.status = kn__tp_ep_grant(c.ep, md, 0, sizeof(dst),
+					    KN_TP_REMOTE_WRITE, &sp.rd);
+		if (write(fd, &sp, sizeof(sp)) != sizeof(sp))
+			_exit(1);
+	}
+}
+
+static struct kn__tp_completion poll_one(struct kn__tp_ctx *ctx)
+{
+	struct kn__tp_completion c;
+	double end = now() + WAIT_S;
+	int n;
+
+	while ((n = kn__tp_poll(ctx, &c, 1)) == 0)
+		cr_assert_lt(now(), end, "no completion in %d s", WAIT_S);
+	cr_assert_eq(n, 1, "poll: %s", strerror(-n));
+	return c;
+}
+
+/*
+ * A peer that stops answering while its kernel keeps its end of the
+ * control connection open (a process stopped, a host whose link went):
+ * nothing closes, so only the retransmission timeout can tell.  With
+ * KANEL_DPDK_TIMEOUT_MS=1000 the write in flight fails with ETIMEDOUT
+ * about a second after the peer's last acknowledgement, and the
+ * endpoint with it.  The peer is a child process with the other
+ * interface, forked before this process starts its EAL.
+ */
+Test(transport, dpdk_silent_peer_times_out, .timeout = 60)
+{
+	static char src[1 << 20];
+	struct kn__tp_ctx_attr attr = { .provider = "dpdk" };
+	struct silent_peer sp;
+	struct kn__tp_completion c;
+	struct sockaddr_in a;
+	struct kn__tp_ctx *ctx;
+	struct kn__tp_mr *ms;
+	struct kn__tp_ep *ep;
+	int pfd[2], status;
+	double t0, waited;
+	pid_t pid;
+
+	if (!getenv("KANEL_DPDK_IFACES"))
+		cr_skip_test("KANEL_DPDK_IFACES is not set: "
+			     "tests/dpdk/netns.sh runs these tests on a "
+			     "veth pair");
+	setenv("KANEL_DPDK_TIMEOUT_MS", "1000", 1);
+	cr_assert_eq(pipe(pfd), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		silent_peer_child(pfd[1]);
+	}
+	close(pfd[1]);
+	cr_assert_eq(read(pfd[0], &sp, sizeof(sp)), (ssize_t)sizeof(sp));
+	if (sp.status == -ENOENT) {
+		waitpid(pid, &status, 0);
+		cr_skip_test("built without the dpdk provider");
+	}
+	cr_assert_eq(sp.status, 0, "the peer: %s", strerror(-sp.status));
+	cr_assert_eq(kn__tp_ctx_create(&attr, &ctx), 0);
+	cr_assert_eq(kn__tp_mr_reg(ctx, src, sizeof(src), 0, &ms), 0);
+	a = test_addr(sp.port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(kn__tp_connect(ctx, (struct sockaddr *)&a, sizeof(a),
+				    NULL, &ep),
+		     0);
+	c = poll_one(ctx);
+	cr_assert_eq(c.op, KN_TP_OP_CONNECT);
+	cr_assert_eq(c.status, 0);
+	cr_assert_eq(read(pfd[0], &sp, sizeof(sp)), (ssize_t)sizeof(sp));
+	cr_assert_eq(sp.status, 0);
+	/* while the peer answers, a megabyte goes across */
+	cr_assert_eq(kn__tp_post_write_imm(ep, ms, 0, sizeof(src), &sp.rd, 0,
+					   1, NULL),
+		     0);
+	c = poll_one(ctx);
+	cr_assert_eq(c.op, KN_TP_OP_WRITE_IMM);
+	cr_assert_eq(c.status, 0);
+	/* and now it is silent */
+	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	t0 = now();
+	cr_assert_eq(kn__tp_post_write_imm(ep, ms, 0, sizeof(src), &sp.rd, 0,
+					   2, NULL),
+		     0);
+	c = poll_one(ctx);
+	waited = now() - t0;
+	cr_assert_eq(c.op, KN_TP_OP_WRITE_IMM);
+	cr_assert_eq(c.status, -ETIMEDOUT, "status %d", c.status);
+	cr_assert(waited > 0.9 && waited < 3.0, "failed after %.2f s", waited);
+	c = poll_one(ctx);
+	cr_assert_eq(c.op, KN_TP_OP_DISCONNECT);
+	cr_assert_eq(c.status, -ETIMEDOUT);
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	kn__tp_ep_close(ep);
+	kn__tp_mr_dereg(ms);
+	kn__tp_ctx_destroy(ctx);
 }
