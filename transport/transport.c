@@ -4,7 +4,9 @@
  * picks a provider, checks every post's ranges against its region and
  * the peer's descriptor once, here, and dispatches through the ops table.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,7 +17,6 @@
 #include <unistd.h>
 
 #include "transport_priv.h"
-#include "wire.h"
 
 #define KN_TP_BUSY_POLL_US 50 /* about one small round trip */
 
@@ -163,6 +164,34 @@ bool kn__tp_fail_log_ok(void)
 	return ok;
 }
 
+void kn__tp_addr_name(const struct sockaddr *sa, char *buf, size_t size)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned int port = 0;
+
+	if (sa && sa->sa_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)sa;
+
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		port = ntohs(a->sin_port);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)sa;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+		port = ntohs(a->sin6_port);
+	}
+	snprintf(buf, size, "%s:%u", host, port);
+}
+
+void kn__tp_peer_vlog(const char *provider, const char *peer,
+		      const char *fmt, va_list ap)
+{
+	char prefix[96];
+
+	snprintf(prefix, sizeof(prefix), "%s: peer %s", provider, peer);
+	kn__tp_vlog(prefix, fmt, ap);
+}
+
 void kn__tp_vlog(const char *prefix, const char *fmt, va_list ap)
 {
 	char line[512];
@@ -251,7 +280,7 @@ static int check_local(const struct kn__tp_ep *ep, const struct kn__tp_mr *mr,
 {
 	if (!ep || !mr || mr->ctx != ep->ctx || !in_range(off, len, mr->len))
 		return -EINVAL;
-	if (len > KN_WIRE_MAX_LEN)
+	if (len > ep->ctx->ops->max_len)
 		return -EMSGSIZE;
 	return 0;
 }

@@ -9,11 +9,14 @@
 #define KN_TRANSPORT_PRIV_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #include "transport.h"
 
 struct kn__tp_ops {
 	const char *name;
+	/* the largest post (write_imm, read, send) its wire can carry */
+	uint64_t max_len;
 	int (*ctx_create)(const struct kn__tp_ctx_attr *attr,
 			  struct kn__tp_ctx **ctx);
 	void (*ctx_destroy)(struct kn__tp_ctx *ctx);
@@ -124,6 +127,24 @@ static inline int kn__tp_cq_take(struct kn__tp_cq *q,
 		out[n++] = q->ring[q->head++ & (q->cap - 1)];
 	return n;
 }
+
+/* The object of type @type whose member @member is at @p (DPDK's
+ * rte_common.h has the same, under the same guard). */
+#ifndef container_of
+#define container_of(p, type, member) \
+	((type *)(void *)((char *)(p)-offsetof(type, member)))
+#endif
+
+/* "host:port" of @sa (NULL-safe), for logs. */
+void kn__tp_addr_name(const struct sockaddr *sa, char *buf, size_t size);
+
+/*
+ * One log line about an endpoint: "kanel: @provider: peer @peer: <fmt>"
+ * (kn__tp_vlog); each provider's ep_log() passes its names through.
+ */
+void kn__tp_peer_vlog(const char *provider, const char *peer,
+		      const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 /* Fill @buf with @len bytes from the kernel's CSPRNG: 0 or -errno. */
 int kn__tp_random(void *buf, size_t len);

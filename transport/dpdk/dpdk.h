@@ -23,6 +23,8 @@
 /* messages awaiting acknowledgement: our posts and answers to reads */
 #define DP_TXQ_DEPTH (2 * DP_SQ_DEPTH)
 #define DP_BURST     32
+/* the largest post: a read's length travels in 32 bits */
+#define DP_MAX_POST  (1ull << 31)
 #define DP_HELLO_LEN 40
 /* messages that arrived before a recv was posted for them, held per
  * endpoint; beyond that the sender waits (RNR) */
@@ -203,17 +205,14 @@ struct dp_ctx {
 	uint64_t forged;	/* packets dropped for a wrong id or token */
 };
 
-#define DP_CONTAINER(p, type, member) \
-	((type *)(void *)((char *)(p)-offsetof(type, member)))
-
 static inline struct dp_ctx *dp_ctx(struct kn__tp_ctx *c)
 {
-	return DP_CONTAINER(c, struct dp_ctx, base);
+	return container_of(c, struct dp_ctx, base);
 }
 
 static inline struct dp_ep *dp_ep(struct kn__tp_ep *e)
 {
-	return DP_CONTAINER(e, struct dp_ep, base);
+	return container_of(e, struct dp_ep, base);
 }
 
 static inline struct dp_ctx *dp_ep_ctx(const struct dp_ep *ep)

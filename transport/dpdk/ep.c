@@ -40,33 +40,12 @@
 
 /* ---- logging ---- */
 
-static void addr_name(const struct sockaddr *sa, char *buf, size_t size)
-{
-	char host[INET6_ADDRSTRLEN] = "?";
-	int port = 0;
-
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *a = (const void *)sa;
-
-		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-		port = ntohs(a->sin_port);
-	} else if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const void *)sa;
-
-		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-		port = ntohs(a->sin6_port);
-	}
-	snprintf(buf, size, "%s:%d", host, port);
-}
-
 void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
 {
-	char prefix[96];
 	va_list ap;
 
-	snprintf(prefix, sizeof(prefix), "dpdk: peer %s", ep->peer_name);
 	va_start(ap, fmt);
-	kn__tp_vlog(prefix, fmt, ap);
+	kn__tp_peer_vlog("dpdk", ep->peer_name, fmt, ap);
 	va_end(ap);
 }
 
@@ -337,7 +316,7 @@ static void name_peer(struct dp_ep *ep)
 	socklen_t len = sizeof(ss);
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0)
-		addr_name((struct sockaddr *)&ss, ep->peer_name,
+		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer_name,
 			  sizeof(ep->peer_name));
 }
 
@@ -506,11 +485,11 @@ static void listener_accept(struct dp_ctx *c, struct dp_listener *l)
 void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events)
 {
 	if (h->kind == DP_H_LISTENER) {
-		listener_accept(c, DP_CONTAINER(h, struct dp_listener, h));
+		listener_accept(c, container_of(h, struct dp_listener, h));
 		return;
 	}
 	if (h->kind == DP_H_EP) {
-		struct dp_ep *ep = DP_CONTAINER(h, struct dp_ep, h);
+		struct dp_ep *ep = container_of(h, struct dp_ep, h);
 
 		if (ep->state == DP_ERROR)
 			return;
@@ -567,7 +546,7 @@ int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 int dp_listener_addr(const struct kn__tp_listener *lb,
 			    struct sockaddr_storage *ss)
 {
-	const struct dp_listener *l = DP_CONTAINER(lb, struct dp_listener, base);
+	const struct dp_listener *l = container_of(lb, struct dp_listener, base);
 	socklen_t len = sizeof(*ss);
 
 	return getsockname(l->h.fd, (struct sockaddr *)ss, &len) ? -errno : 0;
@@ -575,7 +554,7 @@ int dp_listener_addr(const struct kn__tp_listener *lb,
 
 void dp_listener_close(struct kn__tp_listener *lb)
 {
-	struct dp_listener *l = DP_CONTAINER(lb, struct dp_listener, base);
+	struct dp_listener *l = container_of(lb, struct dp_listener, base);
 	struct dp_ctx *c = dp_ctx(lb->ctx);
 
 	for (struct dp_listener **p = &c->listeners; *p; p = &(*p)->next)
@@ -614,7 +593,7 @@ int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	ret = ep_new(dp_ctx(ctx), fd, true, user, &ep);
 	if (ret)
 		return ret;
-	addr_name(addr, ep->peer_name, sizeof(ep->peer_name));
+	kn__tp_addr_name(addr, ep->peer_name, sizeof(ep->peer_name));
 	*out = &ep->base;
 	return 0;
 }
@@ -666,7 +645,7 @@ int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 	ep->grants[pos] = (struct dp_grant){
 		.key = key,
 		.access = access,
-		.mr = DP_CONTAINER(m, struct dp_mr, base),
+		.mr = container_of(m, struct dp_mr, base),
 		.off = off,
 		.len = len,
 	};
@@ -679,7 +658,7 @@ int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 
 int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
 {
-	const struct dp_ep *ep = DP_CONTAINER(e, struct dp_ep, base);
+	const struct dp_ep *ep = container_of(e, struct dp_ep, base);
 	socklen_t len = sizeof(*ss);
 
 	return getpeername(ep->h.fd, (struct sockaddr *)ss, &len) ? -errno : 0;
@@ -724,7 +703,7 @@ int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 {
 	struct dp_msg m = { .op = KN_DP_WRITE,
 			    .src = mr->addr + off,
-			    .mr = DP_CONTAINER(mr, struct dp_mr, base),
+			    .mr = container_of(mr, struct dp_mr, base),
 			    .len = len,
 			    .key = dst->key,
 			    .imm = imm,
@@ -750,7 +729,7 @@ int dp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 {
 	struct dp_msg m = { .op = KN_DP_SEND,
 			    .src = mr->addr + off,
-			    .mr = DP_CONTAINER(mr, struct dp_mr, base),
+			    .mr = container_of(mr, struct dp_mr, base),
 			    .len = len };
 
 	return dp_ep_post(e, &m, KN_TP_OP_SEND, user, NULL);

@@ -52,6 +52,8 @@ static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
 static int eal_state; /* 0: not tried, 1: up, negative: failed */
 static bool port_used[RTE_MAX_ETHPORTS];
 static unsigned int pool_serial;
+/* the EAL's arguments: it keeps pointers into them for the process's life */
+static char *eal_args;
 
 uint64_t dp_now_ns(void)
 {
@@ -113,7 +115,7 @@ static int eal_start(void)
 	if (!env)
 		env = getenv("KANEL_DPDK_IFACES") ? DEFAULT_EAL_VDEV
 						  : DEFAULT_EAL;
-	copy = strdup(env);
+	copy = eal_args = strdup(env);
 	if (!copy)
 		return -ENOMEM;
 	argv[argc++] = (char *)"kanel";
@@ -126,11 +128,9 @@ static int eal_start(void)
 	ret = rte_eal_init(argc, argv);
 	if (have_cpus)
 		pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
-	/* the EAL keeps pointers into argv */
 	if (ret < 0) {
 		plog("EAL did not start with '%s': %s", env,
 		     rte_strerror(rte_errno));
-		free(copy);
 		return -ENODEV;
 	}
 	return 0;
@@ -523,7 +523,7 @@ static int dp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 
 static void dp_mr_dereg(struct kn__tp_mr *m)
 {
-	struct dp_mr *mr = DP_CONTAINER(m, struct dp_mr, base);
+	struct dp_mr *mr = container_of(m, struct dp_mr, base);
 	struct dp_ctx *c = dp_ctx(m->ctx);
 	uint64_t end = dp_now_ns() + 1000000000ull;
 
@@ -663,11 +663,12 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 
 static int dp_fd(const struct kn__tp_ctx *ctx)
 {
-	return DP_CONTAINER(ctx, struct dp_ctx, base)->epfd;
+	return container_of(ctx, struct dp_ctx, base)->epfd;
 }
 
 const struct kn__tp_ops kn__tp_dpdk_ops = {
 	.name = "dpdk",
+	.max_len = DP_MAX_POST,
 	.ctx_create = dp_ctx_create,
 	.ctx_destroy = dp_ctx_destroy,
 	.mr_reg = dp_mr_reg,

@@ -23,7 +23,6 @@
 #include <rte_mbuf.h>
 
 #include "dpdk.h"
-#include "wire.h"
 
 static bool in_range(uint64_t off, uint64_t len, uint64_t size)
 {
@@ -121,7 +120,7 @@ static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
 
 	if (out_of_place(ep, h))
 		return;
-	if (h->total > KN_WIRE_MAX_LEN) {
+	if (h->total > DP_MAX_POST) {
 		dp_ep_fail(ep, -EMSGSIZE, "read of %u bytes", h->total);
 		return;
 	}

@@ -61,8 +61,6 @@
 #define EPOLL_BATCH  64
 #define RING_ENTRIES 1024
 #define ZC_THRESHOLD (64u << 10) /* payloads sent zero-copy from here */
-#define container_of(p, type, member) \
-	((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 enum handle_kind { H_EP = 1, H_LISTENER };
 
@@ -230,12 +228,10 @@ static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
 
 static void ep_log(const struct tcp_ep *ep, const char *fmt, ...)
 {
-	char prefix[96];
 	va_list ap;
 
-	snprintf(prefix, sizeof(prefix), "tcp: peer %s", ep->peer);
 	va_start(ap, fmt);
-	kn__tp_vlog(prefix, fmt, ap);
+	kn__tp_peer_vlog("tcp", ep->peer, fmt, ap);
 	va_end(ap);
 }
 
@@ -853,26 +849,6 @@ static void ep_kick(struct tcp_ep *ep)
 
 /* ---- endpoints ---- */
 
-/* "host:port" of @sa, for logs. */
-static void addr_name(const struct sockaddr *sa, char *buf, size_t size)
-{
-	char host[INET6_ADDRSTRLEN] = "?";
-	int port = 0;
-
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *a = (const void *)sa;
-
-		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-		port = ntohs(a->sin_port);
-	} else if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const void *)sa;
-
-		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-		port = ntohs(a->sin6_port);
-	}
-	snprintf(buf, size, "%s:%d", host, port);
-}
-
 /*
  * Name the peer for logs, and decide whether zero-copy sends pay off:
  * not to a peer on this host, where the kernel copies the pages into the
@@ -887,7 +863,7 @@ static void ep_peer(struct tcp_ep *ep)
 	bool local = true, inet = false;
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0) {
-		addr_name((struct sockaddr *)&ss, ep->peer, sizeof(ep->peer));
+		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer, sizeof(ep->peer));
 		inet = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
 		if (ss.ss_family == AF_INET)
 			local = (ntohl(((struct sockaddr_in *)&ss)
@@ -995,7 +971,7 @@ static int tcp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	if (ret)
 		goto err_close;
 	ep->connect_event = true;
-	addr_name(addr, ep->peer, sizeof(ep->peer));
+	kn__tp_addr_name(addr, ep->peer, sizeof(ep->peer));
 	*out = &ep->base;
 	return 0;
 
@@ -1884,6 +1860,7 @@ err_free:
 
 const struct kn__tp_ops kn__tp_tcp_ops = {
 	.name = "tcp",
+	.max_len = KN_WIRE_MAX_LEN, /* a frame's 32-bit length */
 	.ctx_create = tcp_ctx_create,
 	.ctx_destroy = tcp_ctx_destroy,
 	.mr_reg = tcp_mr_reg,

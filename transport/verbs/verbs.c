@@ -320,8 +320,6 @@ static struct vctx *ep_ctx(const struct vep *ep)
 	return (struct vctx *)ep->base.ctx;
 }
 
-#define container_of(p, type, member) \
-	((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 static struct vop *op_new(struct vep *ep, uint32_t kind, int *err);
 static int op_post(struct vep *ep, struct vop *op, void *user);
@@ -406,36 +404,15 @@ static void qpn_del(struct vctx *c, uint32_t qpn)
 
 /* ---- names ---- */
 
-static void addr_str(const struct sockaddr *sa, char *buf, size_t n)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-	unsigned int port = 0;
-
-	if (sa && sa->sa_family == AF_INET) {
-		const struct sockaddr_in *a = (const void *)sa;
-
-		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-		port = ntohs(a->sin_port);
-	} else if (sa && sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const void *)sa;
-
-		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-		port = ntohs(a->sin6_port);
-	}
-	snprintf(buf, n, "%s:%u", ip, port);
-}
-
 static void ep_log(const struct vep *ep, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 static void ep_log(const struct vep *ep, const char *fmt, ...)
 {
-	char prefix[96];
 	va_list ap;
 
-	snprintf(prefix, sizeof(prefix), "verbs: peer %s", ep->peer);
 	va_start(ap, fmt);
-	kn__tp_vlog(prefix, fmt, ap);
+	kn__tp_peer_vlog("verbs", ep->peer, fmt, ap);
 	va_end(ap);
 }
 
@@ -1292,7 +1269,7 @@ static void ep_established(struct vep *ep)
 		ep->listener = NULL;
 	}
 	ep->state = EP_OPEN;
-	addr_str(rdma_get_peer_addr(ep->id), ep->peer, sizeof(ep->peer));
+	kn__tp_addr_name(rdma_get_peer_addr(ep->id), ep->peer, sizeof(ep->peer));
 	kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
 	ret = send_info(ep);
 	if (ret)
@@ -1343,7 +1320,7 @@ static struct rdma_cm_id *on_connect_request(struct vctx *c,
 	if (ev->id->verbs != c->verbs) {
 		char a[64];
 
-		addr_str(rdma_get_peer_addr(ev->id), a, sizeof(a));
+		kn__tp_addr_name(rdma_get_peer_addr(ev->id), a, sizeof(a));
 		vlog("refusing %s: it came in on %s, this context uses %s", a,
 		     ibv_get_device_name(ev->id->verbs->device),
 		     ibv_get_device_name(c->verbs->device));
@@ -1356,7 +1333,7 @@ static struct rdma_cm_id *on_connect_request(struct vctx *c,
 		reject(ev->id, EMFILE);
 		return ev->id;
 	}
-	addr_str(rdma_get_peer_addr(ev->id), ep->peer, sizeof(ep->peer));
+	kn__tp_addr_name(rdma_get_peer_addr(ev->id), ep->peer, sizeof(ep->peer));
 	ep->state = EP_ACCEPTING;
 	ep->listener = &l->base;
 	ret = hello_take(ep, ev->param.conn.private_data,
@@ -2167,7 +2144,7 @@ static int verbs_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		rdma_destroy_id(id);
 		return -EMFILE;
 	}
-	addr_str(addr, ep->peer, sizeof(ep->peer));
+	kn__tp_addr_name(addr, ep->peer, sizeof(ep->peer));
 	ep->state = EP_RESOLVING;
 	ep->deadline = now_s() + CONNECT_S;
 	c->resolving++;
@@ -2369,6 +2346,9 @@ static int verbs_fd(const struct kn__tp_ctx *ctx)
 
 const struct kn__tp_ops kn__tp_verbs_ops = {
 	.name = "verbs",
+	/* posts above the port's max_msg_sz are split into pieces; this is
+	 * what the completion's and the engine's lengths are sized for */
+	.max_len = 1u << 31,
 	.ctx_create = verbs_ctx_create,
 	.ctx_destroy = verbs_ctx_destroy,
 	.mr_reg = verbs_mr_reg,
