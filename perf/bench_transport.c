@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_transport.c - figures for the transport layer over loopback (or,
- * for verbs, the RDMA device's own address), next to plain blocking
- * sockets measured in the same run.
+ * for verbs, the RDMA device's own address; with --peer-netns, across a
+ * link into another network namespace), next to plain blocking sockets
+ * measured in the same run.
  *
- * Two threads each own one side of a connection on 127.0.0.1: a context
- * (created, polled and destroyed on that thread) with its endpoint and
- * registered regions, busy-polled, and one end of a TCP_NODELAY socket
- * used with blocking send() and recv().  pingpong: side 0 writes N bytes
+ * Two threads each own one side of a connection on 127.0.0.1 (--addr):
+ * a context (created, polled and destroyed on that thread) with its
+ * endpoint and registered regions, busy-polled, and one end of a
+ * TCP_NODELAY socket used with blocking send() and recv().  pingpong: side 0 writes N bytes
  * into side 1's region with write_imm and side 1, on the RECV_IMM, writes
  * N bytes back; median_us is one full round trip (a sample is the median
  * round trip of a batch).  stream: side 0 keeps a window of write_imms in
@@ -22,6 +23,18 @@
  * gives the load average.  Regions are registered and touched up front;
  * every wait has a deadline.  It prints figures and judges nothing: it is
  * not a test.
+ *
+ * Side 1 listens (its context's listener and the sockets') at --addr and
+ * side 0 connects.  Within one network namespace the kernel carries TCP
+ * to any of its own addresses over lo, so a figure over a real link
+ * needs the sides in two namespaces: with --peer-netns NAME, side 0's
+ * thread first enters /run/netns/NAME (a network namespace is a thread's
+ * own), and everything it then makes, its context (for dpdk, its port),
+ * its socket, is there, while side 1 and --addr stay in the namespace the
+ * benchmark was started in.  Every frame between the two, Kanel's and
+ * the sockets', then crosses the link between the namespaces: a veth
+ * pair from tests/dpdk/netns.sh --split, so that the dpdk provider over
+ * af_packet, the tcp provider and plain sockets are measured on one wire.
  *
  * With --serve-stream it is a co-process instead (perf/bench_engine's
  * baseline, the transport alone in the engine's run): it sets up the two
@@ -43,17 +56,21 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,10 +100,11 @@ static const char *const test_names[] = { "pingpong", "stream" };
 
 static struct {
 	bool quick, csv, progress;
-	bool serve;	      /* --serve-stream */
-	uint32_t flags;	      /* of the contexts */
-	const char *provider; /* tcp or verbs */
-	struct in_addr ip;    /* where both sides meet */
+	bool serve;		/* --serve-stream */
+	uint32_t flags;		/* of the contexts */
+	const char *provider;	/* tcp, verbs or dpdk */
+	const char *peer_netns; /* side 0's network namespace, or NULL */
+	struct in_addr ip;	/* where side 1 listens and side 0 connects */
 	unsigned int reps;
 	double pp_ns, st_ns; /* time a sample should take */
 	size_t max_total;    /* stream bytes of a sample */
@@ -124,7 +142,9 @@ static struct side sides[2];
 static pthread_barrier_t bar; /* main and both sides */
 static struct job *job_now;   /* the job after the next barrier */
 static struct sockaddr_storage listen_addr;
-static const char *kn_name; /* the contexts' provider */
+static int sock_lfd = -1;	     /* the baseline's listener, */
+static struct sockaddr_in sock_addr; /* and its address */
+static const char *kn_name;	     /* the contexts' provider */
 
 static double now_ns(void)
 {
@@ -356,48 +376,96 @@ static struct sockaddr_in meeting_addr(uint16_t port)
 	return a;
 }
 
-/* The baseline's connection, side 0 to side 1, set up on this thread. */
-static void sock_open(void)
+/* The baseline's socket options: Nagle off, and every wait's deadline. */
+static void sock_opts(int fd)
 {
-	struct sockaddr_in a = meeting_addr(0);
-	struct timeval tv = { .tv_sec = WAIT_S }; /* every wait's deadline */
-	socklen_t len = sizeof(a);
-	int lfd, one = 1;
+	struct timeval tv = { .tv_sec = WAIT_S };
+	int one = 1;
 
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	sides[0].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || sides[0].fd < 0 ||
-	    bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 1) ||
-	    getsockname(lfd, (struct sockaddr *)&a, &len) ||
-	    connect(sides[0].fd, (struct sockaddr *)&a, sizeof(a)) ||
-	    (sides[1].fd = accept(lfd, NULL, NULL)) < 0)
-		check(-errno, "baseline socket set-up");
-	close(lfd);
-	for (int s = 0; s < 2; s++)
-		if (setsockopt(sides[s].fd, IPPROTO_TCP, TCP_NODELAY, &one,
-			       sizeof(one)) ||
-		    setsockopt(sides[s].fd, SOL_SOCKET, SO_RCVTIMEO, &tv,
-			       sizeof(tv)) ||
-		    setsockopt(sides[s].fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
-			       sizeof(tv)))
-			check(-errno, "setsockopt");
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+		check(-errno, "setsockopt");
 }
 
 /*
- * Kanel's set-up, on the side's own thread: the context is the thread's
- * for the whole run (the io_uring backend binds a context to the thread
- * that first submits on it).  Regions first, then side 1 listens on the
- * loopback address and side 0 connects; the barriers (with main) say
- * when the address and the descriptors are out, then that both are up.
+ * The baseline's connection in three steps: main listens at --addr before
+ * the sides start, side 0 connects from its own thread (a socket belongs
+ * to the network namespace of the thread that made it, so with
+ * --peer-netns side 0's is in the other one), and main accepts once side
+ * 0 is through (the backlog holds the connection until then), for side 1.
  */
-static void side_open(struct side *s)
+static void sock_listen(void)
+{
+	struct timeval tv = { .tv_sec = WAIT_S }; /* accept's deadline */
+	socklen_t len = sizeof(sock_addr);
+
+	sock_addr = meeting_addr(0);
+	sock_lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock_lfd < 0 ||
+	    bind(sock_lfd, (struct sockaddr *)&sock_addr, sizeof(sock_addr)) ||
+	    listen(sock_lfd, 1) ||
+	    getsockname(sock_lfd, (struct sockaddr *)&sock_addr, &len) ||
+	    setsockopt(sock_lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+		check(-errno, "baseline socket set-up");
+}
+
+static void sock_connect(struct side *s)
+{
+	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->fd < 0 ||
+	    connect(s->fd, (struct sockaddr *)&sock_addr, sizeof(sock_addr)))
+		die(s, "baseline socket connect: %s", strerror(errno));
+	sock_opts(s->fd);
+}
+
+static void sock_accept(void)
+{
+	sides[1].fd = accept(sock_lfd, NULL, NULL);
+	if (sides[1].fd < 0)
+		check(-errno, "baseline socket accept");
+	close(sock_lfd);
+	sock_opts(sides[1].fd);
+}
+
+/*
+ * --peer-netns: side 0's thread moves into the namespace before it makes
+ * anything.  sysfs shows the interfaces of the namespace it was mounted
+ * in, whoever looks, and the dpdk provider reads an interface's MTU
+ * there: without a sysfs of its own the thread would find no dk1 and the
+ * other namespace's dk0.  So, as ip netns exec does for a process, the
+ * thread also takes a mount namespace of its own (the thread's alone;
+ * it comes with a copy of the process's root and working directory,
+ * which nothing here changes) and mounts sysfs anew there.
+ */
+static void enter_netns(struct side *s)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "/run/netns/%s", cfg.peer_netns);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die(s, "%s: %s", path, strerror(errno));
+	if (setns(fd, CLONE_NEWNET))
+		die(s, "setns %s: %s", path, strerror(errno));
+	close(fd);
+	/* no mount of ours may leak out to the rest of the system */
+	if (unshare(CLONE_NEWNS) ||
+	    mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL))
+		die(s, "a mount namespace for %s: %s", cfg.peer_netns,
+		    strerror(errno));
+	umount2("/sys", MNT_DETACH); /* there may be none */
+	if (mount("sysfs", "/sys", "sysfs", 0, NULL))
+		die(s, "mount sysfs in %s: %s", cfg.peer_netns,
+		    strerror(errno));
+}
+
+/* A side's context and its two regions, registered and touched. */
+static void side_ctx(struct side *s)
 {
 	struct kn__tp_ctx_attr attr = { .provider = cfg.provider,
 					.flags = cfg.flags };
-	struct sockaddr_in a = meeting_addr(0);
-	struct kn__tp_listener *l = NULL;
-	struct kn__tp_completion c;
-	int n;
 
 	check(kn__tp_ctx_create(&attr, &s->ctx), "kn__tp_ctx_create");
 	s->src = aligned_alloc(4096, cfg.buf_bytes);
@@ -411,7 +479,31 @@ static void side_open(struct side *s)
 	check(kn__tp_mr_reg(s->ctx, s->dst, cfg.buf_bytes, KN_TP_REMOTE_WRITE,
 			    &s->dst_mr),
 	      "kn__tp_mr_reg");
+}
+
+/*
+ * Kanel's set-up, on the side's own thread: the context is the thread's
+ * for the whole run (the io_uring backend binds a context to the thread
+ * that first submits on it).  Side 1 makes its context and listens at
+ * --addr, then side 0 makes its own and connects: one after the other,
+ * because a dpdk context takes the first interface of KANEL_DPDK_IFACES
+ * that no other holds, and with --peer-netns side 1 must hold dk0 (the
+ * end in its namespace) before side 0 looks, or side 0, in the middle of
+ * passing dk0 by, could make side 1 pass it by too.  The barriers (with
+ * main) say when the address (and side 0's socket) and the descriptors
+ * are out, then that both are up.
+ */
+static void side_open(struct side *s)
+{
+	struct sockaddr_in a = meeting_addr(0);
+	struct kn__tp_listener *l = NULL;
+	struct kn__tp_completion c;
+	int n;
+
+	if (s->id == 0 && !cfg.serve)
+		sock_connect(s);
 	if (s->id == 1) {
+		side_ctx(s);
 		check(kn__tp_listen(s->ctx, (struct sockaddr *)&a, sizeof(a),
 				    NULL, &l),
 		      "kn__tp_listen");
@@ -419,10 +511,12 @@ static void side_open(struct side *s)
 		      "kn__tp_listener_addr");
 	}
 	pthread_barrier_wait(&bar);
-	if (s->id == 0)
+	if (s->id == 0) {
+		side_ctx(s);
 		check(kn__tp_connect(s->ctx, (struct sockaddr *)&listen_addr,
 				     sizeof(a), NULL, &s->ep),
 		      "kn__tp_connect");
+	}
 	s->deadline = now_ns() + WAIT_S * 1e9;
 	while ((n = kn__tp_poll(s->ctx, &c, 1)) == 0)
 		if (now_ns() > s->deadline)
@@ -450,6 +544,8 @@ static void *side_main(void *arg)
 	struct side *s = arg;
 	struct job *j;
 
+	if (s->id == 0 && cfg.peer_netns)
+		enter_netns(s);
 	side_open(s);
 	for (;;) {
 		pthread_barrier_wait(&bar);
@@ -681,10 +777,18 @@ static void usage(void)
 	printf("usage: bench_transport [options]\n"
 	       "  --quick                3 repeats, shorter samples\n"
 	       "  --csv                  CSV on stdout, other text on stderr\n"
-	       "  --provider NAME        tcp (the default) or verbs\n"
-	       "  --addr IP              where the two sides meet (default\n"
-	       "                         127.0.0.1; verbs: $KANEL_RDMA_ADDR,\n"
-	       "                         an address of the RDMA device)\n"
+	       "  --provider NAME        tcp (the default), verbs or dpdk\n"
+	       "  --addr IP              where side 1 listens and side 0\n"
+	       "                         connects (default 127.0.0.1; verbs:\n"
+	       "                         $KANEL_RDMA_ADDR, an address of the\n"
+	       "                         RDMA device; needed with\n"
+	       "                         --peer-netns: an address here that\n"
+	       "                         NAME reaches)\n"
+	       "  --peer-netns NAME      side 0 (the connecting side, its\n"
+	       "                         context and its socket) in network\n"
+	       "                         namespace /run/netns/NAME, so that\n"
+	       "                         all traffic crosses the link to it\n"
+	       "                         (tests/dpdk/netns.sh --split)\n"
 	       "  --provider-flags epoll the tcp provider's epoll backend\n"
 	       "                         (KN_TP_CTX_FORCE_EPOLL)\n"
 	       "  --sizes LIST           pingpong message bytes, e.g. "
@@ -726,6 +830,7 @@ static void parse_args(int argc, char **argv)
 		{ "provider-flags", required_argument, NULL, 'p' },
 		{ "provider", required_argument, NULL, 'P' },
 		{ "addr", required_argument, NULL, 'a' },
+		{ "peer-netns", required_argument, NULL, 'n' },
 		{ "sizes", required_argument, NULL, 's' },
 		{ "stream-sizes", required_argument, NULL, 'S' },
 		{ "serve-stream", no_argument, NULL, 'e' },
@@ -754,12 +859,20 @@ static void parse_args(int argc, char **argv)
 			cfg.flags = KN_TP_CTX_FORCE_EPOLL;
 			break;
 		case 'P':
-			if (strcmp(optarg, "tcp") && strcmp(optarg, "verbs"))
-				bad_value("provider", optarg, "tcp or verbs");
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "verbs") &&
+			    strcmp(optarg, "dpdk"))
+				bad_value("provider", optarg,
+					  "tcp, verbs or dpdk");
 			cfg.provider = optarg;
 			break;
 		case 'a':
 			addr = optarg;
+			break;
+		case 'n':
+			if (!*optarg || strchr(optarg, '/'))
+				bad_value("peer-netns", optarg,
+					  "a name under /run/netns");
+			cfg.peer_netns = optarg;
 			break;
 		case 's':
 			cfg.nsizes = parse_sizes("sizes", optarg, cfg.sizes);
@@ -782,6 +895,15 @@ static void parse_args(int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "bench_transport: unexpected argument '%s'\n",
 			argv[optind]);
+		exit(2);
+	}
+	if (!addr && cfg.peer_netns) {
+		/* 127.0.0.1 is each namespace's own */
+		fprintf(stderr,
+			"bench_transport: --peer-netns needs --addr: "
+			"an address of this namespace that %s "
+			"reaches\n",
+			cfg.peer_netns);
 		exit(2);
 	}
 	if (!addr && strcmp(cfg.provider, "verbs") == 0)
@@ -822,11 +944,13 @@ static void bench_all(double *rtt)
 
 	f = cfg.csv ? stderr : stdout;
 	fprintf(f,
-		"# transport provider %s%s over %s, two threads "
+		"# transport provider %s%s over %s%s%s, two threads "
 		"busy-polling; baseline: blocking sockets, TCP_NODELAY; "
 		"%u repeats\n",
 		kn_name, cfg.flags ? " (--provider-flags epoll)" : "",
-		inet_ntoa(cfg.ip), cfg.reps);
+		inet_ntoa(cfg.ip),
+		cfg.peer_netns ? ", side 0 in network namespace " : "",
+		cfg.peer_netns ? cfg.peer_netns : "", cfg.reps);
 	if (strncmp(kn_name, "verbs/rxe", 9) == 0)
 		fprintf(f,
 			"# %s is soft-RoCE: its figures measure the CPU's "
@@ -865,13 +989,15 @@ int main(int argc, char **argv)
 	check(-pthread_barrier_init(&bar, NULL, 3), "pthread_barrier_init");
 	sides[0].fd = sides[1].fd = -1;
 	if (!cfg.serve)
-		sock_open(); /* the stream samples on command need no baseline */
+		sock_listen(); /* the stream samples on command need no baseline */
 	for (int s = 0; s < 2; s++) {
 		sides[s].id = s;
 		check(-pthread_create(&th[s], NULL, side_main, &sides[s]),
 		      "pthread_create");
 	}
-	pthread_barrier_wait(&bar); /* side 1 listens */
+	pthread_barrier_wait(&bar); /* side 1 listens, side 0's socket is in */
+	if (!cfg.serve)
+		sock_accept();
 	pthread_barrier_wait(&bar); /* both connected, descriptors out */
 	pthread_barrier_wait(&bar); /* both hold the peer's descriptor */
 	if (cfg.serve)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: tests/dpdk/netns.sh [--netem "NETEM ARGS"] [--ports N] -- CMD [ARG...]
+# usage: tests/dpdk/netns.sh [--netem "NETEM ARGS"] [--ports N | --split] -- CMD [ARG...]
 #
 # Runs CMD inside a throwaway network namespace holding one veth pair,
 # dk0 <-> dk1, for the dpdk transport provider's tests.  The provider
@@ -27,10 +27,23 @@
 # dkI <-> dkIb instead, the dkIb ends in one bridge, and CMD gets
 # KANEL_DPDK_IFACES=dk0,...,dk(N-1).
 #
+# With --split (one pair, for perf/bench_transport --peer-netns), dk1
+# goes into a second namespace, the first one's name with "-peer", and
+# the two ends get addresses: dk0 10.99.0.1/24 in the namespace CMD runs
+# in, dk1 10.99.0.2/24 in the peer namespace, lo up in both.  Kernel TCP
+# between 10.99.0.1 and 10.99.0.2 then crosses the veth too (in one
+# namespace it would go over lo whatever the address), so that plain
+# sockets and the tcp provider are measured over the same wire as the
+# dpdk one.  CMD gets KANEL_NETNS_PEER, the peer namespace's name (under
+# /run/netns), for a thread of it to enter with setns(); it runs in the
+# first namespace all the same, and its KANEL_DPDK_IFACES is dk0,dk1, so
+# a context in the peer namespace must let dk0 go by.  netem, if given,
+# goes on both ends as without --split.
+#
 # CMD runs with KANEL_DPDK_IFACES=dk0,dk1, and so with the provider's
 # EAL arguments for interfaces (unless KANEL_DPDK_EAL is set): ordinary
 # memory instead of hugepages, no PCI scan, no files left in /var/run.  The
-# namespace goes away on every way out, and netns.sh exits with CMD's
+# namespaces go away on every way out, and netns.sh exits with CMD's
 # status.  It needs root, ip (iproute2) and a kernel with network
 # namespaces and veth, and for --netem tc and sch_netem; without one of
 # them it exits 77 (meson's "skipped") with the reason.
@@ -49,16 +62,23 @@ die() {
 
 netem=
 ports=2
+split=
 while (($#)); do
 	case $1 in
 	--netem) netem=${2:?--netem needs its arguments}; shift 2 ;;
 	--ports) ports=${2:?--ports needs a number}; shift 2 ;;
+	--split) split=1; shift ;;
 	--) shift; break ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
 	esac
 done
 (($#)) || { usage >&2; exit 2; }
+if [ -n "$split" ] && ((ports > 2)); then
+	echo "$me: --split is one veth pair across two namespaces," \
+		"--ports $ports a bridge in one: not both" >&2
+	exit 2
+fi
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth)"
 command -v ip >/dev/null || skip "needs ip (Debian package iproute2)"
@@ -66,7 +86,9 @@ command -v ip >/dev/null || skip "needs ip (Debian package iproute2)"
 	skip "--netem needs tc (Debian package iproute2)"
 
 ns=kanel-dpdk-$$
+peer=$ns-peer # --split: where dk1 goes
 made=
+made_peer=
 child=
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
@@ -81,6 +103,7 @@ cleanup() {
 		ip -n "$ns" link del dk0 2>/dev/null || true
 		ip netns del "$ns" 2>/dev/null || true
 	fi
+	[ -z "$made_peer" ] || ip netns del "$peer" 2>/dev/null || true
 	[ -z "$child" ] || wait "$child" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -100,11 +123,28 @@ ip -n "$ns" link set lo up
 # case the default is not honoured.
 in_ns sysctl -q -w net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
 links=()
-if ((ports <= 2)); then
+link_ns=() # the namespace of each of links
+if [ -n "$split" ]; then
+	err=$(ip netns add "$peer" 2>&1) ||
+		skip "cannot make network namespace $peer: $err"
+	made_peer=1
+	ip -n "$peer" link set lo up
+	ip netns exec "$peer" sysctl -q -w \
+		net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+	# dk1 is made in the peer namespace rather than moved there, so that
+	# its IPv6 is off from the start, as that namespace's default says.
+	err=$(ip -n "$ns" link add dk0 mtu 1500 type veth peer name dk1 \
+		mtu 1500 netns "$peer" 2>&1) ||
+		skip "cannot make a veth pair (no veth in this kernel?): $err"
+	links=(dk0 dk1)
+	link_ns=("$ns" "$peer")
+	ifaces=dk0,dk1
+elif ((ports <= 2)); then
 	err=$(ip -n "$ns" link add dk0 mtu 1500 type veth peer name dk1 \
 		mtu 1500 2>&1) ||
 		skip "cannot make a veth pair (no veth in this kernel?): $err"
 	links=(dk0 dk1)
+	link_ns=("$ns" "$ns")
 	ifaces=dk0,dk1
 else
 	err=$(ip -n "$ns" link add kbr0 type bridge 2>&1) ||
@@ -125,19 +165,24 @@ else
 			skip "cannot make a veth pair (no veth?): $err"
 		ip -n "$ns" link set "dk${k}b" master kbr0
 		links+=("dk$k" "dk${k}b")
+		link_ns+=("$ns" "$ns")
 		ifaces+=${ifaces:+,}dk$k
 	done
 fi
-for i in "${links[@]}"; do
-	in_ns sysctl -q -w "net.ipv6.conf.$i.disable_ipv6=1" 2>/dev/null || true
+for k in "${!links[@]}"; do
+	i=${links[k]}
+	n=${link_ns[k]}
+	ip netns exec "$n" sysctl -q -w "net.ipv6.conf.$i.disable_ipv6=1" \
+		2>/dev/null || true
 	if command -v ethtool >/dev/null; then
 		# Not every feature is there to turn off on every kernel.
-		in_ns ethtool -K "$i" rx off tx off sg off tso off gso off \
-			gro off >/dev/null 2>&1 || true
+		ip netns exec "$n" ethtool -K "$i" rx off tx off sg off tso off \
+			gso off gro off >/dev/null 2>&1 || true
 	fi
 	if [ -n "$netem" ]; then
 		# shellcheck disable=SC2086 # the qdisc's words
-		if ! err=$(in_ns tc qdisc add dev "$i" root netem $netem 2>&1); then
+		if ! err=$(ip netns exec "$n" tc qdisc add dev "$i" root \
+			netem $netem 2>&1); then
 			case $err in
 			*"qdisc kind is unknown"*)
 				skip "the kernel has no sch_netem: $err" ;;
@@ -145,9 +190,17 @@ for i in "${links[@]}"; do
 			die "tc qdisc add dev $i root netem $netem: $err"
 		fi
 	fi
-	ip -n "$ns" link set "$i" up
+	ip -n "$n" link set "$i" up
 done
-echo "$me: namespace $ns, interfaces $ifaces${netem:+, netem $netem on every link end}"
+if [ -n "$split" ]; then
+	ip -n "$ns" addr add 10.99.0.1/24 dev dk0
+	ip -n "$peer" addr add 10.99.0.2/24 dev dk1
+	echo "$me: namespace $ns (dk0, 10.99.0.1/24) and $peer (dk1," \
+		"10.99.0.2/24)${netem:+, netem $netem on both ends}"
+	export KANEL_NETNS_PEER=$peer
+else
+	echo "$me: namespace $ns, interfaces $ifaces${netem:+, netem $netem on every link end}"
+fi
 
 export KANEL_DPDK_IFACES=$ifaces
 # In the background, so that a signal to this shell runs the traps now
