@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "dpdk.h"
+#include "wire.h"
 
 #define HELLO_MAGIC   0x48444e4bu /* "KNDH" */
 #define HELLO_VERSION 1u
@@ -298,18 +299,6 @@ void dp_ep_close(struct kn__tp_ep *e)
 
 /* ---- the handshake ---- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
 static void name_peer(struct dp_ep *ep)
 {
 	struct sockaddr_storage ss;
@@ -339,16 +328,16 @@ static int send_hello(struct dp_ep *ep)
 	ssize_t n;
 
 	local_ip(ep);
-	put32(b, HELLO_MAGIC);
+	kn__wire_put32(b, HELLO_MAGIC);
 	b[4] = HELLO_VERSION;
 	memcpy(b + 8, c->me.mac, 6);
 	memcpy(b + 16, &c->me.ip, 4);
 	b[20] = (uint8_t)c->me.port;
 	b[21] = (uint8_t)(c->me.port >> 8);
-	put32(b + 24, ep->id);
-	put32(b + 28, ep->token);
-	put32(b + 32, ep->snd_end);
-	put32(b + 36, c->max_payload);
+	kn__wire_put32(b + 24, ep->id);
+	kn__wire_put32(b + 28, ep->token);
+	kn__wire_put32(b + 32, ep->snd_end);
+	kn__wire_put32(b + 36, c->max_payload);
 	/* the first bytes on a fresh connection: the socket buffer takes
 	 * them whole */
 	n = send(ep->h.fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -362,16 +351,16 @@ static void hello_done(struct dp_ep *ep)
 {
 	struct dp_ctx *c = dp_ep_ctx(ep);
 	const uint8_t *b = ep->hello_in;
-	uint32_t maxp = get32(b + 36);
+	uint32_t maxp = kn__wire_get32(b + 36);
 	struct kn__tp_completion comp;
 	int ret;
 
-	if (get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
+	if (kn__wire_get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
 		dp_ep_fail(ep, -EPROTO, "not a kanel dpdk hello (is the peer "
 			   "on another transport?)");
 		return;
 	}
-	if (maxp < MIN_PAYLOAD || !get32(b + 24) ||
+	if (maxp < MIN_PAYLOAD || !kn__wire_get32(b + 24) ||
 	    !(b[20] | b[21]) || (b[8] & 1)) {
 		dp_ep_fail(ep, -EPROTO, "hello with a bad payload size, id, "
 			   "port or MAC");
@@ -380,9 +369,9 @@ static void hello_done(struct dp_ep *ep)
 	memcpy(ep->peer.mac, b + 8, 6);
 	memcpy(&ep->peer.ip, b + 16, 4);
 	ep->peer.port = (uint16_t)(b[20] | b[21] << 8);
-	ep->peer_id = get32(b + 24);
-	ep->peer_token = get32(b + 28);
-	ep->rcv_nxt = get32(b + 32);
+	ep->peer_id = kn__wire_get32(b + 24);
+	ep->peer_token = kn__wire_get32(b + 28);
+	ep->rcv_nxt = kn__wire_get32(b + 32);
 	ep->max_payload = maxp < c->max_payload ? maxp : c->max_payload;
 	if (!ep->client && (ret = send_hello(ep))) {
 		dp_ep_fail(ep, ret, "cannot answer the hello");

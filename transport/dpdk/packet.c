@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "packet.h"
+#include "wire.h" /* the little-endian field helpers */
 
 #define ETHERTYPE_IPV4 0x0800u
 #define IPPROTO_UDP_   17u
@@ -34,29 +35,6 @@ static void put16(uint8_t *p, uint16_t v)
 static uint16_t get16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 uint16_t kn__dp_csum(const uint8_t *p, size_t len)
@@ -107,15 +85,15 @@ void kn__dp_encode(const struct kn__dp_addr *src,
 	kn[4] = h->op;
 	kn[5] = h->flags;
 	put16(kn + 6, h->len);
-	put32(kn + 8, h->dst_ep);
-	put32(kn + 12, h->token);
-	put32(kn + 16, h->seq);
-	put32(kn + 20, h->ack);
-	put32(kn + 24, h->type == KN_DP_DATA && h->op == KN_DP_WRITE
+	kn__wire_put32(kn + 8, h->dst_ep);
+	kn__wire_put32(kn + 12, h->token);
+	kn__wire_put32(kn + 16, h->seq);
+	kn__wire_put32(kn + 20, h->ack);
+	kn__wire_put32(kn + 24, h->type == KN_DP_DATA && h->op == KN_DP_WRITE
 			       ? h->imm
 			       : h->total);
-	put32(kn + 28, h->key);
-	put64(kn + 32, h->off);
+	kn__wire_put32(kn + 28, h->key);
+	kn__wire_put64(kn + 32, h->off);
 }
 
 #define FAIL(msg)                \
@@ -165,13 +143,13 @@ int kn__dp_decode(const uint8_t *frame, size_t len, uint16_t port,
 	p.h.op = kn[4];
 	p.h.flags = kn[5];
 	p.h.len = get16(kn + 6);
-	p.h.dst_ep = get32(kn + 8);
-	p.h.token = get32(kn + 12);
-	p.h.seq = get32(kn + 16);
-	p.h.ack = get32(kn + 20);
-	word = get32(kn + 24);
-	p.h.key = get32(kn + 28);
-	p.h.off = get64(kn + 32);
+	p.h.dst_ep = kn__wire_get32(kn + 8);
+	p.h.token = kn__wire_get32(kn + 12);
+	p.h.seq = kn__wire_get32(kn + 16);
+	p.h.ack = kn__wire_get32(kn + 20);
+	word = kn__wire_get32(kn + 24);
+	p.h.key = kn__wire_get32(kn + 28);
+	p.h.off = kn__wire_get64(kn + 32);
 	if (p.h.len != udp_len - KN_DP_UDP_LEN - KN_DP_KN_LEN)
 		FAIL("payload length does not match the UDP length");
 	if (p.h.flags & ~KN_DP_F_MASK)
