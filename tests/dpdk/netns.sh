@@ -42,8 +42,10 @@
 #
 # CMD runs with KANEL_DPDK_IFACES=dk0,dk1, and so with the provider's
 # EAL arguments for interfaces (unless KANEL_DPDK_EAL is set): ordinary
-# memory instead of hugepages, no PCI scan, no files left in /var/run.  The
-# namespaces go away on every way out, and netns.sh exits with CMD's
+# memory instead of hugepages, no PCI scan, no files left in /var/run,
+# and with KANEL_DPDK_LOCK_DIR a fresh directory of this run's own (the
+# interface names repeat in every namespace).  The namespaces and that
+# directory go away on every way out, and netns.sh exits with CMD's
 # status.  It needs root, ip (iproute2) and a kernel with network
 # namespaces and veth, and for --netem tc and sch_netem; without one of
 # them it exits 77 (meson's "skipped") with the reason.
@@ -90,6 +92,7 @@ peer=$ns-peer # --split: where dk1 goes
 made=
 made_peer=
 child=
+locks= # this run's KANEL_DPDK_LOCK_DIR
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	# CMD is still running only when a signal brought us here.  The
@@ -105,6 +108,7 @@ cleanup() {
 	fi
 	[ -z "$made_peer" ] || ip netns del "$peer" 2>/dev/null || true
 	[ -z "$child" ] || wait "$child" 2>/dev/null || true
+	[ -z "$locks" ] || rm -rf "$locks"
 }
 trap cleanup EXIT
 # A signal still ends in the EXIT trap, with the shell's usual status.
@@ -203,6 +207,13 @@ else
 fi
 
 export KANEL_DPDK_IFACES=$ifaces
+# The interfaces' lock files in a directory of this run's own: the names
+# dk0, dk1, ... are the same in every namespace this script makes, and
+# a process of another run (or one a killed run left behind) holding
+# /tmp/kanel-dpdk-dk0.lock must not keep this run's processes off its
+# own dk0.
+locks=$(mktemp -d /tmp/kanel-dpdk-locks.XXXXXX)
+export KANEL_DPDK_LOCK_DIR=$locks
 # In the background, so that a signal to this shell runs the traps now
 # rather than once CMD has finished; ip itself rather than in_ns, which
 # would put a subshell between $child and CMD, and CMD would outlive the

@@ -52,8 +52,11 @@ static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
 static int eal_state; /* 0: not tried, 1: up, negative: failed */
 static bool port_used[RTE_MAX_ETHPORTS];
 static unsigned int pool_serial;
-/* the EAL's arguments: it keeps pointers into them for the process's life */
-static char *eal_args;
+/*
+ * The EAL's arguments, split in place: the EAL keeps pointers into its
+ * argv for the life of the process, so they live in static storage.
+ */
+static char eal_args[4096];
 
 uint64_t dp_now_ns(void)
 {
@@ -107,7 +110,7 @@ static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo,
 static int eal_start(void)
 {
 	const char *env = getenv("KANEL_DPDK_EAL");
-	char *copy, *tok, *save = NULL, *argv[64];
+	char *tok, *save = NULL, *argv[64];
 	int argc = 0, ret;
 	cpu_set_t cpus;
 	bool have_cpus;
@@ -115,11 +118,14 @@ static int eal_start(void)
 	if (!env)
 		env = getenv("KANEL_DPDK_IFACES") ? DEFAULT_EAL_VDEV
 						  : DEFAULT_EAL;
-	copy = eal_args = strdup(env);
-	if (!copy)
-		return -ENOMEM;
+	if (strlen(env) >= sizeof(eal_args)) {
+		plog("KANEL_DPDK_EAL is longer than %zu bytes",
+		     sizeof(eal_args) - 1);
+		return -E2BIG;
+	}
+	strcpy(eal_args, env);
 	argv[argc++] = (char *)"kanel";
-	for (tok = strtok_r(copy, " \t", &save); tok && argc < 63;
+	for (tok = strtok_r(eal_args, " \t", &save); tok && argc < 63;
 	     tok = strtok_r(NULL, " \t", &save))
 		argv[argc++] = tok;
 	argv[argc] = NULL;
