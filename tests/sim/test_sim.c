@@ -270,6 +270,47 @@ Test(sim, esp_momentum_runs_on_the_worker)
 	cr_expect_leq(best, 1e-9, "%.17g is no step of the heavy ball", got);
 }
 
+/*
+ * The outer update's Nesterov momentum.  One worker, plain SGD inside
+ * (no inner momentum), a wire that costs nothing, so that ESP pushes
+ * after every step: each delta is lr e_k, applied whole (weight 1, outer
+ * rate 1) as v_k = mu v_k-1 + d_k, x -= d_k + mu v_k.  In one dimension
+ * (h = 1, no noise) that is e_k+1 = e_k - lr e_k - mu v_k, in closed
+ * form; the outer momentum off is plain gradient descent, a different
+ * trajectory.  (Few steps: a delta is anchor - local, and its rounding
+ * grows against e as e shrinks.)
+ */
+Test(sim, esp_outer_momentum_is_nesterov_on_the_deltas)
+{
+	struct kn__sim_config cfg = config(KN__SYNC_ESP, 1, 30, NULL);
+	struct kn__sim_result r, plain;
+	double lr = 0.1, mu = 0.5, e = 1, v = 0, ratio;
+
+	cfg.dim = 1;
+	cfg.sigma = 0;
+	cfg.lr = lr;
+	cfg.latency = 0;
+	plain = run(&cfg);
+	cfg.sync.outer_momentum = (float)mu;
+	r = run(&cfg);
+	cr_assert_eq(r.pushes, 30, "esp skipped %llu pushes",
+		     (unsigned long long)(30 - r.pushes));
+	cr_assert_eq(r.applies, r.pushes);
+	for (uint64_t k = 0; k < r.applies; k++) {
+		double d = lr * e;
+
+		v = mu * v + d;
+		e -= d + mu * v;
+	}
+	ratio = e * e;
+	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio),
+		      1e-9 * ratio, "esp, outer momentum %g: %.17g, expected "
+		      "%.17g", mu, r.final_loss / r.initial_loss, ratio);
+	cr_expect_gt(fabs(r.final_loss - plain.final_loss),
+		     1e-6 * plain.final_loss,
+		     "the outer momentum changed nothing");
+}
+
 /* --- determinism ------------------------------------------------------ */
 
 Test(sim, a_seed_gives_the_same_run_and_another_a_different_one)
