@@ -969,9 +969,28 @@ static void on_open(struct kn__node *n, struct kn__chan *ch)
 			welcome_worker(c, r);
 		return;
 	}
+	if ((ch->peer_role == KN__ROLE_SERVER && r < c->cfg->servers) ||
+	    (ch->peer_role == KN__ROLE_WORKER && r < c->cfg->workers &&
+	     !c->workers[r].done)) {
+		/*
+		 * A rank whose connection is still open here.  Whoever holds
+		 * the secret must not take over a live member's place; but a
+		 * process restarted at once (kanel launch, kanel train) can
+		 * come back before its old connection's reset is seen.
+		 * -EEXIST tells it so: it connects again in a moment, until
+		 * its start-up deadline.
+		 */
+		kn__chan_send_error(ch, -EEXIST,
+				    "%s: connected already (an old "
+				    "connection of this rank not yet "
+				    "closed?)",
+				    ch->name);
+		kn__chan_close(ch);
+		return;
+	}
 	kn__chan_send_error(ch, -EPERM,
 			    "%s: not in this job of %u servers and %u "
-			    "workers, or already connected",
+			    "workers",
 			    ch->name, c->cfg->servers, c->cfg->workers);
 	kn__chan_close(ch);
 }

@@ -47,6 +47,7 @@
 #include "sync.h"
 
 #define NOUT 2 /* out buffers per chunk */
+#define RECONNECT_S 0.2 /* a rank refused as connected already */
 /* Checkpoint files being filled at once: under BSP a chunk is at most
  * one version ahead of another, so two always suffice; a chunk further
  * behind (ASP) gets its oldest file abandoned. */
@@ -125,6 +126,7 @@ struct server {
 	struct kn__node node;
 	const struct kn__config *cfg;
 	struct kn__chan *coord;
+	double reconnect_at; /* refused as connected already: again then */
 	struct kn__msg job;
 	struct kn__tensor_desc *table;
 	uint32_t ntable;
@@ -1240,6 +1242,18 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 		s->done = true;
 		return;
 	case KN__MSG_ERROR:
+		if (m->u.error.code == -EEXIST && !s->layout &&
+		    kn__now() + RECONNECT_S < s->node.retry_until) {
+			/* this rank's old connection is not gone yet */
+			struct kn__chan *old = s->coord;
+
+			kn__log(&s->node, "coordinator: %s: again in %.1f s",
+				m->u.error.text, RECONNECT_S);
+			s->coord = NULL;
+			s->reconnect_at = kn__now() + RECONNECT_S;
+			kn__chan_close(old);
+			return;
+		}
 		kn__log(&s->node, "coordinator: %s", m->u.error.text);
 		s->status = m->u.error.code;
 		s->done = true;
@@ -1492,6 +1506,16 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		goto out;
 	}
 	while (!s.done) {
+		if (s.reconnect_at && kn__now() >= s.reconnect_at) {
+			s.reconnect_at = 0;
+			ret = kn__node_connect(&s.node, (struct sockaddr *)&coord,
+					       clen, KN__ROLE_COORDINATOR, 0,
+					       NULL, &s.coord);
+			if (ret) {
+				s.status = ret;
+				break;
+			}
+		}
 		flush_pending(&s);
 		ret = kn__node_step(&s.node, 200, -1);
 		if (ret < 0) {

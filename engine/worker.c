@@ -170,6 +170,7 @@ struct kn_worker {
 	struct kn__chan *coord;
 	struct sockaddr_storage coord_addr;
 	socklen_t coord_len;
+	double reconnect_at; /* refused as connected already: again then */
 	struct kn__msg job;
 	struct wk_server *servers;
 	uint32_t nservers_known, nslots;
@@ -225,6 +226,7 @@ struct kn_worker {
 
 /* How long a server's loss before the start waits for the reason. */
 #define LOST_GRACE_S 1.0
+#define RECONNECT_S 0.2 /* a rank refused as connected already */
 
 /* ---- in the progress thread ---- */
 
@@ -879,6 +881,21 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 {
 	struct kn_worker *w = wk_of(n);
 
+	if (m->type == KN__MSG_ERROR && ch == w->coord &&
+	    m->u.error.code == -EEXIST && w->state == WK_JOINING &&
+	    kn__now() + RECONNECT_S < w->node.retry_until) {
+		/*
+		 * Restarted before this rank's old connection was seen
+		 * closed (kanel launch --restart-workers does it at once):
+		 * the coordinator lets it in once that one is gone.
+		 */
+		kn__log(n, "%s: %s: again in %.1f s", ch->name,
+			m->u.error.text, RECONNECT_S);
+		w->coord = NULL;
+		w->reconnect_at = kn__now() + RECONNECT_S;
+		kn__chan_close(ch);
+		return;
+	}
 	if (m->type == KN__MSG_ERROR) {
 		kn__log(n, "%s: %s", ch->name, m->u.error.text);
 		fail(w, m->u.error.code);
@@ -969,6 +986,9 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 {
 	struct kn_worker *w = wk_of(n);
 
+	if (ch != w->coord && ch->peer_role == KN__ROLE_COORDINATOR &&
+	    w->reconnect_at)
+		return; /* the refused one: another comes in a moment */
 	if (ch == w->coord)
 		w->coord = NULL;
 	else if (ch->user)
@@ -1028,6 +1048,15 @@ static void *progress(void *arg)
 		fail(w, got);
 	}
 	while (!w->stop) {
+		if (w->reconnect_at && kn__now() >= w->reconnect_at) {
+			w->reconnect_at = 0;
+			got = kn__node_connect(
+				&w->node, (struct sockaddr *)&w->coord_addr,
+				w->coord_len, KN__ROLE_COORDINATOR, 0, NULL,
+				&w->coord);
+			if (got)
+				fail(w, got);
+		}
 		if (w->start_requested && w->state == WK_JOINED) {
 			w->start_requested = false;
 			w->state = WK_TABLE;

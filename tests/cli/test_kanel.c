@@ -463,7 +463,11 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
 /*
  * --restart-workers: worker 1 is killed 2.5 s into the job and started
  * again with its rank; it rejoins, and the job ends well.  Worker 0's
- * steps outlast the kill and the restart (they take about 0.2 ms each).
+ * steps outlast the kill and the restart whatever the engine's speed:
+ * 4000 steps with a 2 ms pause before each are 8 s at least (a count
+ * alone was not: 30000 steps of 4 KiB once took 6 s here, and took 2.5 s
+ * when the engine's small rounds got faster, so the job ended as worker
+ * 1 was killed).
  */
 Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
 {
@@ -476,7 +480,8 @@ Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
 		 "(sleep 2.5; kill -9 $$) & "
 		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
 		 "exec '%s' worker --steps 200 --tensor-bytes 4096; "
-		 "else exec '%s' worker --steps 30000 --tensor-bytes 4096; fi",
+		 "else exec '%s' worker --steps 4000 --pause-ms 2 "
+		 "--tensor-bytes 4096; fi",
 		 in_dir("killed"), in_dir("killed"), exe, exe, exe);
 	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
 			      "--", "/bin/sh", "-c", script),
@@ -494,7 +499,10 @@ Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
 	free(err);
 }
 
-/* A restarted worker that fails again at once is not restarted again. */
+/*
+ * A restarted worker that fails again at once is not restarted again
+ * (worker 0 outlasts the kill as above).
+ */
 Test(kanel, launch_does_not_restart_a_worker_that_fails_at_once)
 {
 	char script[8192], *err;
@@ -506,7 +514,8 @@ Test(kanel, launch_does_not_restart_a_worker_that_fails_at_once)
 		 "(sleep 2.5; kill -9 $$) & "
 		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
 		 "exit 5; "
-		 "else exec '%s' worker --steps 30000 --tensor-bytes 4096; fi",
+		 "else exec '%s' worker --steps 4000 --pause-ms 2 "
+		 "--tensor-bytes 4096; fi",
 		 in_dir("killed"), in_dir("killed"), exe, exe);
 	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
 			      "--", "/bin/sh", "-c", script),

@@ -614,6 +614,64 @@ Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
 }
 
 /*
+ * A process that takes a rank whose old process still holds it (as
+ * kanel launch --restart-workers does, at once, while the old one's
+ * reset may not have been seen yet) is refused "connected already" and
+ * connects again until the old connection is gone: here the first
+ * worker 2 is still training when the second comes, and is killed a
+ * second later; the second gets in then and trains on with the others.
+ * A refusal that ended the newcomer fails this.
+ */
+static int steady_worker(unsigned int rank)
+{
+	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
+	struct kn_worker *w = join(rank);
+	int ret = w && pa && ga ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < LEN_A; i++)
+		pa[i] = rank == 0 ? init_value(i) : -1;
+	if (!ret)
+		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && r < 50; r++) {
+		for (size_t i = 0; i < LEN_A; i++)
+			ga[i] = 1;
+		ret = kn_worker_step(w, NULL);
+		usleep(100000);
+	}
+	kn_worker_destroy(w);
+	free(pa);
+	free(ga);
+	return ret;
+}
+
+Test(e2e, a_rank_held_by_a_live_process_is_taken_once_it_is_gone,
+     .timeout = 120)
+{
+	struct job j = { 0 };
+	pid_t first;
+	int st;
+
+	job_env(&j, 3, 2, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, steady_worker);
+	first = j.workers[2];
+	/* joins 1.5 s from now, while the first worker 2 trains */
+	spawn_worker(&j, 2, rejoining_worker);
+	sleep(3);
+	cr_assert_eq(waitpid(first, &st, WNOHANG), 0,
+		     "the first worker 2 did not outlast the second's arrival");
+	kill(first, SIGKILL);
+	cr_assert_eq(waitpid(first, &st, 0), first);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 3; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+/*
  * A rejoiner that finds its chunks a round apart: worker 0, alone after
  * worker 1 died, has taken a round of tensor "a" but not yet of "b".
  * The rejoiner sits out b's round and starts from one round's model
