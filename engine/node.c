@@ -682,7 +682,16 @@ static void on_recv(struct kn__chan *ch, struct kn__chan_post *p,
 	} else if (n->ops->message) {
 		n->ops->message(n, ch, &m);
 	}
-	if (!ch->closed && post_recv(ch, p->idx))
+	if (ch->closed)
+		return;
+	ret = post_recv(ch, p->idx);
+	/*
+	 * -ENOTCONN: the endpoint failed after this message came (the peer
+	 * sent it, then hung up).  Messages behind it are delivered still,
+	 * and its DISCONNECT closes the channel with the reason; closing
+	 * here would lose them (a refusal's ERROR behind its CONFIRM).
+	 */
+	if (ret && ret != -ENOTCONN)
 		kn__chan_close(ch);
 }
 
