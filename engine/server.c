@@ -996,6 +996,38 @@ static void leave(struct server *s, uint32_t w)
 			event(s, &s->chunks[i], &ev);
 }
 
+/*
+ * ESP: a member's seconds per local step, for every rule, which compare
+ * the members' (rounds while they are even).  It needs no out buffer and
+ * emits nothing, so it goes in at once, ahead of any queued push: it is
+ * a measurement, not a contribution, and its place among the pushes can
+ * only move the push at which rounds start or stop.  A refused value (not a duration) is the worker's
+ * bug: it hears of it.
+ */
+static void timing(struct server *s, uint32_t w, double seconds)
+{
+	struct kn__sync_event ev = { .type = KN__SYNC_EV_TIMING,
+				     .worker = w,
+				     .t = kn__now(),
+				     .value = seconds };
+	int ret;
+
+	if (!s->workers[w].member || s->restoring)
+		return;
+	for (uint32_t i = 0; i < s->nchunks; i++) {
+		if (!s->chunks[i].initialized)
+			continue;
+		ret = kn__sync_rule_event(s->chunks[i].rule, &ev, s->actions);
+		if (ret < 0) {
+			if (s->workers[w].ch)
+				kn__chan_send_error(s->workers[w].ch, ret,
+						    "a timing the protocol "
+						    "refuses");
+			return;
+		}
+	}
+}
+
 /* Worker 0's initial values of a chunk: the master copy, version 0. */
 static void init_chunk(struct server *s, struct srv_chunk *ch)
 {
@@ -1136,11 +1168,17 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 	case KN__MSG_DONE:
 		leave(s, w);
 		return;
+	case KN__MSG_TIMING:
+		if (s->job.u.job.protocol != KN__CONFIG_ESP)
+			break;
+		timing(s, w, m->u.timing.seconds);
+		return;
 	default:
-		kn__chan_send_error(ch, -EPROTO, "%s is no worker message",
-				    kn__msg_name(m->type));
-		kn__chan_close(ch);
+		break;
 	}
+	kn__chan_send_error(ch, -EPROTO, "%s is no worker message",
+			    kn__msg_name(m->type));
+	kn__chan_close(ch);
 }
 
 /*

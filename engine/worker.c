@@ -202,8 +202,8 @@ struct kn_worker {
 	uint64_t clock;
 	double last_beat;
 	bool release_info; /* the job's protocol sends RELEASE messages */
-	/* PSP, CGP: the timings reported since the last TIMING was sent;
-	 * it carries their mean */
+	/* PSP, CGP, ESP: the timings reported since the last TIMING was
+	 * sent; it carries their mean */
 	double timing_sum;
 	uint32_t timing_count;
 	/* kn_worker_step_done, on the application's side (no lock) */
@@ -798,6 +798,29 @@ static void first_model_in(struct kn_worker *w)
 		ready_to_start(w);
 }
 
+/*
+ * The mean of the timings reported since the last TIMING, sent where its
+ * protocol reads it: PSP's and CGP's planners are the coordinator's; ESP
+ * compares its members' step times in the servers' chunk rules, so each
+ * server gets it (once the job runs).  Under the lock.
+ */
+static void send_timing(struct kn_worker *w)
+{
+	struct kn__msg m = { .type = KN__MSG_TIMING };
+	bool esp = w->job.u.job.protocol == KN__CONFIG_ESP;
+
+	if (!w->timing_count || (esp ? w->state != WK_RUNNING : !w->coord))
+		return;
+	m.u.timing.seconds = (float)(w->timing_sum / w->timing_count);
+	if (!esp)
+		kn__chan_send(w->coord, &m);
+	for (uint32_t i = 0; esp && i < w->job.u.job.servers; i++)
+		if (w->servers[i].ch)
+			kn__chan_send(w->servers[i].ch, &m);
+	w->timing_sum = 0;
+	w->timing_count = 0;
+}
+
 /* Count what of chunk @c's releases is now complete. */
 static void delivered(struct kn_worker *w, uint32_t c)
 {
@@ -1073,15 +1096,7 @@ static void *progress(void *arg)
 		if (w->lost_err &&
 		    (!w->coord || kn__now() - w->lost_at > LOST_GRACE_S))
 			fail(w, w->lost_err);
-		if (w->timing_count && w->coord) {
-			struct kn__msg m = { .type = KN__MSG_TIMING };
-
-			m.u.timing.seconds =
-				(float)(w->timing_sum / w->timing_count);
-			kn__chan_send(w->coord, &m);
-			w->timing_sum = 0;
-			w->timing_count = 0;
-		}
+		send_timing(w);
 		pthread_mutex_unlock(&w->lock);
 		/* the lock is free while the thread sleeps */
 		got = kn__node_wait(&w->node, 100, w->wake, c, 64);
@@ -2009,8 +2024,8 @@ static float delta_ratio(const struct kn_worker *w)
 /*
  * The global model of the pending push has landed in the inboxes: the
  * parameters become it plus the progress made since the push, it is the
- * new anchor, and the rule hears of the release.  PSP's planner hears
- * the mean step time of the round.
+ * new anchor, and the rule hears of the release.  PSP's planner, or
+ * ESP's chunk rules, hear the mean step time since the last release.
  */
 static int local_released(struct kn_worker *w)
 {
@@ -2034,8 +2049,7 @@ static int local_released(struct kn_worker *w)
 	ev.hint = hint;
 	ev.rtt = ev.t - w->push_t;
 	ret = kn__sync_worker_event(w->rule, &ev, &next);
-	if (!ret && w->job.u.job.protocol == KN__CONFIG_PREDICTED &&
-	    w->round_steps)
+	if (!ret && w->round_steps)
 		ret = report_timing(w, w->round_s / w->round_steps);
 	w->round_s = 0;
 	w->round_steps = 0;

@@ -422,8 +422,10 @@ enum kn_step_result {
  *   the parameters as the program's own optimizer left them); then
  *   either go on locally, or push the model delta since the last global
  *   model, or wait; a global model that has landed is merged into the
- *   parameters with the progress made since the push.  PSP's planner
- *   hears the step times.  The gradient buffers are read only here.
+ *   parameters with the progress made since the push.  PSP's planner,
+ *   and ESP's servers (which hold rounds while every worker's step
+ *   times are even), hear the step times.  The gradient buffers are
+ *   read only here.
  *
  * Between calls the program may read and write its parameter and
  * gradient buffers.  @result (may be NULL) says what happened.  0, or

@@ -18,6 +18,11 @@
  * shared with SSP).  Each release carries the hint that feeds the worker
  * rule: the wait its next push is predicted to meet.  There are no plans:
  * the planner is the trivial one.
+ *
+ * While the members' step times (their TIMING reports) are even, within
+ * BALANCE of each other, the bound tightens to 0, rounds: a pusher ahead
+ * of the slowest is held until the slowest catches up, so that equal
+ * workers train on BSP's model instead of on deltas n - 1 versions stale.
  */
 #include <errno.h>
 #include <float.h>
@@ -29,38 +34,57 @@
 #define NONE UINT32_MAX
 
 /*
- * The slowest member: the smallest worker id whose sync count is P_min.
- * A scan, but only for a hint that needs it (a release at s_e or more
- * ahead), so once per event at most.
+ * Step times within this factor of each other are even: a round then
+ * waits at most half a step for its slowest member, and 2x apart (one
+ * worker of 8 twice as slow) is already an imbalance ESP's bound wins on.
  */
-static uint32_t slowest(const struct kn__sync_rule *rule)
+#define BALANCE 1.5
+
+/*
+ * The slowest member other than @skip: the smallest worker id but @skip
+ * whose sync count is P_min, NONE if there is none.  A scan, but only
+ * for a hint that needs it (a release at the lead or more ahead), so
+ * once per event at most, twice in rounds.
+ */
+static uint32_t slowest(const struct kn__sync_rule *rule, uint32_t skip)
 {
 	for (uint32_t i = 0; i < rule->params.max_workers; i++)
-		if (rule->w[i].member && rule->w[i].syncs == rule->pmin)
+		if (i != skip && rule->w[i].member &&
+		    rule->w[i].syncs == rule->pmin)
 			return i;
-	return NONE; /* no members: nobody is released either */
+	return NONE;
 }
 
 /*
  * The wait that worker @i's next push is predicted to meet at time @t.
- * Within the bound it is released at once; beyond it, it waits for the
+ * Within the lead it is released at once; beyond it, it waits for the
  * slowest member's next push (*@m, found on first need), expected one
- * interval after that member's last.  A slowest member without an
- * interval yet (or a time that is not a number: JOIN and LEAVE times are
- * not checked) predicts no wait rather than a wrong one.
+ * interval after that member's last.  In rounds @i may be that member
+ * itself: then it waits for the next slowest, and if no other member is
+ * at P_min its push raises P_min with it and waits for nobody.  A
+ * slowest member without an interval yet (or a time that is not a
+ * number: JOIN and LEAVE times are not checked) predicts no wait rather
+ * than a wrong one.
  */
 static float hint(const struct kn__sync_rule *rule, uint32_t i, uint32_t *m,
 		  double t)
 {
 	const struct kn__sync_wstate *s;
+	uint32_t k;
 	double wait;
 
-	/* P_i + 1 - P_min <= s_e; P_i >= P_min, so this cannot wrap */
-	if (rule->w[i].syncs - rule->pmin < rule->params.staleness)
+	/*
+	 * P_i + 1 - P_min <= L, the lead in force (s_e, or 0 in rounds);
+	 * P_i >= P_min, so this cannot wrap.
+	 */
+	if (rule->w[i].syncs - rule->pmin < rule->lead)
 		return 0;
 	if (*m == NONE)
-		*m = slowest(rule);
-	s = &rule->w[*m];
+		*m = slowest(rule, NONE); /* @i is a member: not NONE */
+	k = *m != i ? *m : slowest(rule, i);
+	if (k == NONE)
+		return 0;
+	s = &rule->w[k];
 	wait = s->last_t + s->interval - t;
 	if (!(wait > 0))
 		return 0;
@@ -147,6 +171,69 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 }
 
 /*
+ * Rounds start or stop.  In rounds the bound in force is 0: a pusher
+ * ahead of the slowest is held until the slowest has caught up with it,
+ * so that even workers push in lockstep, once a round.  When they stop,
+ * the held are looked at again at the next event, against s_e.
+ */
+static void set_rounds(struct kn__sync_rule *rule, bool rounds)
+{
+	if (rounds == rule->balanced)
+		return;
+	rule->balanced = rounds;
+	rule->lead = rounds ? 0 : rule->params.staleness;
+	if (!rounds)
+		rule->held_pmin = UINT64_MAX;
+}
+
+/*
+ * Are the members' step times even?  Every member has reported one, and
+ * the slowest is within BALANCE of the fastest.  A scan of the ids, so
+ * it is made once per nmembers TIMING events (esp_timing): O(1) each,
+ * amortized.
+ */
+static bool balanced(const struct kn__sync_rule *rule)
+{
+	double lo = INFINITY, hi = 0;
+
+	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
+		const struct kn__sync_wstate *s = &rule->w[i];
+
+		if (!s->member)
+			continue;
+		if (!(s->step > 0))
+			return false;
+		lo = fmin(lo, s->step);
+		hi = fmax(hi, s->step);
+	}
+	return hi <= BALANCE * lo;
+}
+
+/*
+ * A member's seconds per local step (the mean of the steps before its
+ * last release, as it measured them): an EMA with weight 1/2, as the
+ * push intervals.  Once as many have come as there are members, the
+ * step times are compared and rounds start or stop.  A non-member's
+ * timing (it left after sending it) is dropped.
+ */
+static int esp_timing(struct kn__sync_rule *rule,
+		      const struct kn__sync_event *ev,
+		      struct kn__sync_action *out)
+{
+	struct kn__sync_wstate *w = &rule->w[ev->worker];
+
+	(void)out;
+	if (!w->member)
+		return 0;
+	w->step = w->step > 0 ? 0.5 * w->step + 0.5 * ev->value : ev->value;
+	if (++rule->timings >= rule->nmembers) {
+		rule->timings = 0;
+		set_rounds(rule, balanced(rule));
+	}
+	return 0;
+}
+
+/*
  * sync.c has started the joiner's count at P_min (kn__sync_bound_join):
  * counted from 0 it would be the slowest by far and hold back everyone
  * more than s_e ahead of 0 until it caught up.  So it moves no one's
@@ -155,6 +242,9 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 static int esp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
+	/* no step time from it yet: the bound until every member has one */
+	set_rounds(rule, false);
+	rule->timings = 0;
 	return releases(rule, ev->worker, ev->t, out);
 }
 
@@ -225,5 +315,6 @@ const struct kn__sync_ops kn__sync_esp_ops = {
 	.push = esp_push,
 	.join = esp_join,
 	.leave = esp_leave,
+	.timing = esp_timing,
 	.worker_event = esp_worker_event,
 };

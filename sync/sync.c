@@ -141,6 +141,7 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 	r->ring[0] = params->members; /* everyone's count starts at 0 */
 	r->ops = ops;
 	r->params = p;
+	r->lead = p.staleness;
 	for (uint32_t i = 0; i < params->members; i++)
 		r->w[i].member = true;
 	r->nmembers = params->members;
@@ -325,7 +326,7 @@ bool kn__sync_bound_push(struct kn__sync_rule *rule, uint32_t worker)
 	w->syncs++;
 	(*ring_at(rule, w->syncs))++;
 	bound_advance(rule);
-	if (w->syncs - rule->pmin <= rule->params.staleness)
+	if (w->syncs - rule->pmin <= rule->lead)
 		return true;
 	w->blocked = true;
 	rule->held[rule->nheld++] = worker;
@@ -345,20 +346,21 @@ uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
 	uint32_t n = 0, kept = 0;
 
 	/*
-	 * A held worker sits at P_min + s + 1, so none can go before P_min
-	 * moves: without this, every push would look at every held worker,
-	 * and behind a straggler that is most of them.
+	 * A held worker sits beyond P_min + s, so none can go before P_min
+	 * moves (or the lead rises, which resets held_pmin): without this,
+	 * every push would look at every held worker, and behind a
+	 * straggler that is most of them.
 	 */
 	if (!rule->nheld || rule->pmin == rule->held_pmin)
 		return 0;
 	rule->held_pmin = rule->pmin;
-	/* held workers sit at P_min + s + 1 until P_min moves: then all go */
+	/* each goes once P_min is within the lead of its count */
 	qsort(rule->held, rule->nheld, sizeof(*rule->held), cmp_u32);
 	for (uint32_t i = 0; i < rule->nheld; i++) {
 		uint32_t id = rule->held[i];
 		struct kn__sync_wstate *w = &rule->w[id];
 
-		if (w->syncs - rule->pmin > rule->params.staleness) {
+		if (w->syncs - rule->pmin > rule->lead) {
 			rule->held[kept++] = id;
 			continue;
 		}

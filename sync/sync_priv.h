@@ -28,6 +28,7 @@ struct kn__sync_wstate {
 	uint32_t steps;	 /* PSP: the local steps of its pushed contribution */
 	double last_t;	 /* ESP: when its last push came */
 	double interval; /* ESP: EMA of the time between its pushes */
+	double step;	 /* ESP: EMA of its seconds per local step, 0: none */
 	uint64_t syncs;	 /* SSP, ESP: its sync count P (the bound below) */
 };
 
@@ -50,6 +51,11 @@ struct kn__sync_rule {
 	uint32_t *held;	  /* [max_workers]: workers held back */
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
+	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */
+	/* ESP: the members' step times are even (rounds, lead 0), and the
+	 * TIMING events since they were last compared */
+	bool balanced;
+	uint32_t timings;
 	struct kn__sync_cgp_rule *cgp; /* CGP: its groups (cgp.c) */
 };
 
@@ -195,11 +201,13 @@ uint32_t kn__sync_round_unskip(struct kn__sync_rule *rule,
  * The bound of SSP and ESP: a member's sync count P (pushes accepted
  * since it joined, plus the smallest count of the members when it
  * joined) may exceed the members' smallest count P_min by at most
- * params.staleness = s.  A worker whose push takes it to P_min + s + 1
- * is held back: it is released when P_min catches up.  So every
- * member's count lies in [P_min, P_min + s + 1], and a ring of s + 2
+ * rule->lead = s, which is params.staleness but while ESP holds rounds
+ * (0).  A worker whose push takes it beyond P_min + s is held back: it
+ * is released when P_min catches up.  So every member's count lies in
+ * [P_min, P_min + params.staleness + 1], and a ring of that many + 1
  * counters keeps P_min in O(1) per event (amortized), which the
- * simulator needs at 10,000 workers.
+ * simulator needs at 10,000 workers.  A rule that raises the lead sets
+ * held_pmin to UINT64_MAX, so that the next release looks at the held.
  */
 /* A member joined (sync.c made it one); its count starts at P_min. */
 void kn__sync_bound_join(struct kn__sync_rule *rule, uint32_t worker);

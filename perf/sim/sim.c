@@ -935,6 +935,12 @@ static int on_barrier(struct kn__sim *s, const struct event *e, double t)
 	return planner_call(s, &ev);
 }
 
+/*
+ * A worker's mean step time since its last release reached the
+ * coordinator's planner (PSP, CGP) and, under ESP, whose chunk rules
+ * compare their members' step times, every server (as the engine sends
+ * it).
+ */
 static int on_timing(struct kn__sim *s, const struct event *e, double t)
 {
 	struct kn__sync_event ev = {
@@ -943,8 +949,13 @@ static int on_timing(struct kn__sim *s, const struct event *e, double t)
 		.t = t,
 		.value = e->value,
 	};
+	int ret = planner_call(s, &ev);
 
-	return planner_call(s, &ev);
+	for (uint32_t sv = 0; !ret && s->params.protocol == KN__SYNC_ESP &&
+			      sv < s->cfg.servers;
+	     sv++)
+		ret = rule_call(s, sv, &ev);
+	return ret;
 }
 
 /* --- set-up ----------------------------------------------------------- */

@@ -39,7 +39,8 @@ static bool near(float got, double want)
 static unsigned int nworkers, nsteps;
 static unsigned int steps_of[MAXW];   /* 0: nsteps */
 static double sleep_of[MAXW];	      /* >0: sleep so long a step, and let
-				       * the engine measure it */
+				       * the engine measure it ... */
+static bool tell_sleep;		      /* ... or give it as the step time */
 
 /*
  * Plain SGD on every worker, the same gradients whatever the protocol:
@@ -54,7 +55,8 @@ static int sgd_worker(unsigned int rank)
 	struct kn_job_info job;
 	uint32_t results = 0, local = 0;
 	unsigned int steps = steps_of[rank] ? steps_of[rank] : nsteps;
-	double seconds = sleep_of[rank] > 0 ? -1 : 0.001;
+	double seconds = sleep_of[rank] > 0 ? (tell_sleep ? sleep_of[rank] : -1)
+					    : 0.001;
 	int ret;
 
 	if (!w || !p || !g)
@@ -221,6 +223,44 @@ Test(step, psp_plans_from_the_measured_step_times, .timeout = 120)
 	cr_assert_leq(skewed, 0.3, "4x slower peer: %g pushes a step", skewed);
 	cr_assert_lt(2 * skewed, equal, "%g pushes a step against %g", skewed,
 		     equal);
+}
+
+/*
+ * ESP holds rounds while its workers' step times are even: the workers
+ * report their step times to the server, which then holds each pusher
+ * until the round's last push, so that every worker's last release
+ * carries the same model, holding every worker's last delta.  Without
+ * rounds a worker finishing first takes a model without the others'
+ * last deltas; with one worker 4 times slower there are no rounds, and
+ * the fast ones end before the slow one's last pushes.
+ */
+static bool esp_ends_level(double slow_s)
+{
+	bool level = true;
+
+	setenv("KANEL_ESP_GAMMA", "1e30", 1); /* push after every step */
+	for (unsigned int w = 0; w < 3; w++)
+		sleep_of[w] = 0.01;
+	sleep_of[2] = slow_s;
+	/* step times as given, not as a loaded machine stretches them */
+	tell_sleep = true;
+	run("esp", 3, 40);
+	tell_sleep = false;
+	unsetenv("KANEL_ESP_GAMMA");
+	memset(sleep_of, 0, sizeof(sleep_of));
+	for (unsigned int w = 0; w < 3; w++) {
+		cr_assert_eq(sh->values[w][62], 40.0f, "worker %u: %g pushes",
+			     w, (double)sh->values[w][62]);
+		for (size_t i = 0; i < 61; i++)
+			level = level && sh->values[w][i] == sh->values[0][i];
+	}
+	return level;
+}
+
+Test(step, esp_holds_rounds_while_step_times_are_even, .timeout = 120)
+{
+	cr_assert(esp_ends_level(0.01), "even workers did not end level");
+	cr_assert_not(esp_ends_level(0.04), "uneven workers ended level");
 }
 
 /* ---- what a program learns of the job, and what it is refused ---- */

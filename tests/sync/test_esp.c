@@ -725,6 +725,145 @@ Test(esp, hints_predict_the_slowest_members_next_push)
 	kn__sync_rule_destroy(rule);
 }
 
+/* --- the chunk rule: rounds while the step times are even ------------- */
+
+static void timing(struct kn__sync_rule *rule, uint32_t worker, double value)
+{
+	struct kn__sync_action out[MAXACT];
+	struct kn__sync_event ev = {
+		.type = KN__SYNC_EV_TIMING,
+		.worker = worker,
+		.value = value,
+	};
+
+	cr_assert_eq(kn__sync_rule_event(rule, &ev, out), 0);
+}
+
+/* Each of the first @n members reports @value, then member 0 @last. */
+static void timings(struct kn__sync_rule *rule, uint32_t n, double value,
+		    double last)
+{
+	for (uint32_t w = 1; w < n; w++)
+		timing(rule, w, value);
+	timing(rule, 0, last);
+}
+
+Test(esp, even_step_times_make_rounds)
+{
+	struct kn__sync_rule *rule = rule_new(3, 2);
+	struct kn__sync_action out[MAXACT];
+
+	/* within 1.5x: 0.1 and 0.15 are even */
+	timings(rule, 3, 0.1, 0.15);
+	/* each is held until the round's last push, then all go */
+	push_held(rule, 1, 0, 0);
+	push_held(rule, 0, 0, 0);
+	cr_assert_eq(push(rule, 2, 0, 0, 0, out), 4);
+	assert_apply(&out[0], 2, 0, 3, 1.0f / 3.0f, 1.0f);
+	for (uint32_t w = 0; w < 3; w++)
+		assert_release(&out[1 + w], w, 3, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+Test(esp, uneven_step_times_keep_the_bound)
+{
+	struct kn__sync_rule *rule = rule_new(3, 2);
+
+	/* beyond 1.5x: 0.1 and 0.16 are not even */
+	timings(rule, 3, 0.1, 0.16);
+	push_free(rule, 0, 0, 0);
+	push_free(rule, 0, 1, 0);
+	push_held(rule, 0, 2, 0); /* s_e = 2 */
+	kn__sync_rule_destroy(rule);
+
+	/* a member without a step time: no rounds either */
+	rule = rule_new(3, 2);
+	timing(rule, 0, 0.1);
+	timing(rule, 1, 0.1);
+	timing(rule, 1, 0.1);
+	push_free(rule, 0, 0, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+/* Rounds start while a worker is ahead: it waits for the others. */
+Test(esp, a_worker_ahead_when_rounds_start_waits_until_caught_up)
+{
+	struct kn__sync_rule *rule = rule_new(3, 3);
+	struct kn__sync_action out[MAXACT];
+
+	push_free(rule, 0, 0, 0);
+	push_free(rule, 0, 1, 0); /* 2 ahead */
+	timings(rule, 3, 0.1, 0.1);
+	push_held(rule, 0, 2, 0); /* at 3: until P_min is 3 */
+	/* the other two go round by round, 0 stays held */
+	for (uint64_t c = 0; c < 2; c++) {
+		uint64_t v = kn__sync_rule_version(rule);
+
+		push_held(rule, 1, c, 0);
+		cr_assert_eq(push(rule, 2, c, v, 0, out), 3);
+		assert_release(&out[1], 1, v + 2, 0);
+		assert_release(&out[2], 2, v + 2, 0);
+	}
+	push_held(rule, 1, 2, 0);
+	cr_assert_eq(push(rule, 2, 2, 8, 0, out), 4);
+	for (uint32_t w = 0; w < 3; w++)
+		assert_release(&out[1 + w], w, 9, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+/* When rounds stop the held within s_e go at the next event. */
+Test(esp, when_rounds_stop_the_held_go_at_the_next_event)
+{
+	struct kn__sync_rule *rule = rule_new(3, 2);
+	struct kn__sync_action out[MAXACT];
+
+	timings(rule, 3, 0.1, 0.1);
+	push_held(rule, 0, 0, 0);
+	push_held(rule, 1, 0, 0);
+	timings(rule, 3, 0.1, 1.0); /* 0's EMA: 0.55, uneven */
+	/* 2 is within the bound again, and releases the held with it */
+	cr_assert_eq(push(rule, 2, 0, 0, 0, out), 4);
+	for (uint32_t w = 0; w < 3; w++)
+		assert_release(&out[1 + w], w, 3, 0);
+	/* a worker that was held in rounds is now free within s_e */
+	push_free(rule, 0, 1, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+/* A joiner has no step time: the bound until the next comparison. */
+Test(esp, a_join_ends_the_rounds)
+{
+	struct kn__sync_rule *rule = rule_new(2, 2);
+	struct kn__sync_action out[MAXACT];
+
+	timings(rule, 2, 0.1, 0.1);
+	push_held(rule, 0, 0, 0);
+	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 2, 0, out), 2);
+	assert_release(&out[0], 0, 1, 0); /* let go: the bound again */
+	assert_release(&out[1], 2, 1, 0);
+	push_free(rule, 0, 1, 0);
+	/* every member reports even times: rounds again */
+	timings(rule, 3, 0.1, 0.1);
+	push_held(rule, 0, 2, 0);
+	kn__sync_rule_destroy(rule);
+}
+
+/* In rounds a worker alone at P_min waits for nobody: hint 0. */
+Test(esp, a_lone_worker_in_rounds_is_told_no_wait)
+{
+	struct kn__sync_rule *rule = rule_new(1, 2);
+	struct kn__sync_action out[MAXACT];
+
+	timing(rule, 0, 0.1);
+	push_free(rule, 0, 0, 1.0);
+	/* an interval of 1 s would predict a wait were it the slowest */
+	cr_assert_eq(push(rule, 0, 1, 1, 2.0, out), 2);
+	assert_release(&out[1], 0, 2, 0);
+	cr_assert_eq(push(rule, 0, 2, 2, 3.0, out), 2);
+	assert_release(&out[1], 0, 3, 0);
+	kn__sync_rule_destroy(rule);
+}
+
 /* --- randomized, against a reference model ---------------------------- */
 
 #define NEVENTS 50000
@@ -738,13 +877,42 @@ struct model_worker {
 	uint64_t p;	 /* sync count: pushes since it joined + its base */
 	uint64_t base_v; /* the version it was last released with */
 	double last_t, interval;
+	double step;	 /* EMA of its TIMING values, 0: none */
 };
 
 struct model {
 	struct model_worker w[MAXW];
 	uint64_t version;
 	uint32_t s;
+	bool balanced; /* rounds: the members' step times are even */
+	uint32_t timings;
 };
+
+/* The bound in force: 0 in rounds, else s_e. */
+static uint64_t model_lead(const struct model *m)
+{
+	return m->balanced ? 0 : m->s;
+}
+
+/* docs/protocols.md's test of even step times, written out again. */
+static bool model_balanced(const struct model *m)
+{
+	double lo = 0, hi = 0;
+	bool first = true;
+
+	for (uint32_t k = 0; k < MAXW; k++) {
+		if (!m->w[k].member)
+			continue;
+		if (m->w[k].step <= 0)
+			return false;
+		if (first || m->w[k].step < lo)
+			lo = m->w[k].step;
+		if (first || m->w[k].step > hi)
+			hi = m->w[k].step;
+		first = false;
+	}
+	return hi <= 1.5 * lo;
+}
 
 static uint64_t model_pmin(const struct model *m, uint32_t skip, bool *any)
 {
@@ -777,19 +945,22 @@ static float model_hint(const struct model *m, uint32_t i, uint64_t pmin,
 	const struct model_worker *s = NULL;
 	double wait;
 
-	if (m->w[i].p + 1 - pmin <= m->s)
+	if (m->w[i].p + 1 - pmin <= model_lead(m))
 		return 0;
+	/* the slowest but @i: alone at P_min, its push waits for nobody */
 	for (uint32_t k = 0; k < MAXW && !s; k++)
-		if (m->w[k].member && m->w[k].p == pmin)
+		if (k != i && m->w[k].member && m->w[k].p == pmin)
 			s = &m->w[k];
+	if (!s)
+		return 0;
 	wait = s->last_t + s->interval - t;
 	return wait > 0 ? (float)wait : 0;
 }
 
 /*
- * Check the releases in @out[0 .. n) against the bound: each is a member
- * owed one and at most s ahead of the slowest, they ascend, and after
- * them nobody within the bound is still held.
+ * Check the releases in @out[0 .. n) against the bound in force: each is
+ * a member owed one and within the lead of the slowest, they ascend, and
+ * after them nobody within the lead is still held.
  */
 static uint32_t check_releases(struct model *m, const struct kn__sync_action *a,
 			       int n, double t, uint32_t event,
@@ -810,7 +981,7 @@ static uint32_t check_releases(struct model *m, const struct kn__sync_action *a,
 		cr_assert(w->member && w->held,
 			  "event %u: worker %u released, not owed one", event,
 			  a[k].worker);
-		cr_assert_leq(w->p - pmin, m->s,
+		cr_assert_leq(w->p - pmin, model_lead(m),
 			      "event %u: worker %u released %llu ahead", event,
 			      a[k].worker, (unsigned long long)(w->p - pmin));
 		cr_assert_eq(a[k].version, m->version);
@@ -831,7 +1002,7 @@ static uint32_t check_releases(struct model *m, const struct kn__sync_action *a,
 			continue;
 		cr_assert_leq(w->p - pmin, m->s + 1);
 		if (w->held)
-			cr_assert_gt(w->p - pmin, m->s,
+			cr_assert_gt(w->p - pmin, model_lead(m),
 				     "event %u: worker %u held at %llu ahead",
 				     event, k,
 				     (unsigned long long)(w->p - pmin));
@@ -866,7 +1037,7 @@ static void randomized(uint32_t staleness, uint64_t seed)
 	struct model m = { .s = staleness ? staleness : 3 };
 	uint8_t *applied = calloc(NEVENTS, 1);
 	uint32_t npush = 0, refused = 0, held = 0, freed = 0, joins = 0;
-	uint32_t leaves = 0, nonzero = 0;
+	uint32_t leaves = 0, nonzero = 0, rounds = 0, balanced = 0;
 	double t = 0;
 
 	cr_assert_not_null(applied);
@@ -905,6 +1076,15 @@ static void randomized(uint32_t staleness, uint64_t seed)
 				ev.t = NAN;
 				break;
 			}
+		} else if ((i / 5000) % 2) {
+			/* a calm stretch: timings, few joins, rounds */
+			ev.type = r < 97   ? KN__SYNC_EV_TIMING
+				  : r < 98 ? KN__SYNC_EV_LEAVE
+				  : r < 99 ? KN__SYNC_EV_JOIN
+					   : KN__SYNC_EV_TIMER;
+			ev.worker = rnd(MAXW + 1);
+			/* mostly even step times, now and then not */
+			ev.value = rnd(32) ? 0.5 : 0.5 + 0.25 * rnd(5);
 		} else {
 			ev.type = r < 89   ? KN__SYNC_EV_LEAVE
 				  : r < 98 ? KN__SYNC_EV_JOIN
@@ -949,6 +1129,7 @@ static void randomized(uint32_t staleness, uint64_t seed)
 		case KN__SYNC_EV_PUSH: {
 			uint32_t nmembers = 0;
 			uint64_t tau = m.version - ev.version;
+			bool round;
 
 			for (uint32_t k = 0; k < MAXW; k++)
 				nmembers += m.w[k].member;
@@ -958,6 +1139,10 @@ static void randomized(uint32_t staleness, uint64_t seed)
 			w->p++;
 			w->held = true;
 			m.version++;
+			/* in rounds, ahead of the slowest: held for its round */
+			pmin = model_pmin(&m, UINT32_MAX, &any);
+			round = m.balanced && w->p > pmin && w->p - pmin <= m.s;
+			rounds += round;
 			cr_assert_geq(n, 1);
 			assert_apply(&out[0], ev.worker, ev.slot, m.version,
 				     1.0f / (float)nmembers,
@@ -969,11 +1154,17 @@ static void randomized(uint32_t staleness, uint64_t seed)
 			npush++;
 			cr_assert_eq(kn__sync_rule_version(rule), m.version);
 			check_releases(&m, out + 1, n - 1, ev.t, i, &nonzero);
+			cr_assert(!round || w->held,
+				  "event %u: worker %u released in rounds", i,
+				  ev.worker);
 			held += w->held;
 			freed += (uint32_t)(n - 1) - !w->held;
 			break;
 		}
 		case KN__SYNC_EV_JOIN:
+			/* no step time from the joiner: the bound, for now */
+			m.balanced = false;
+			m.timings = 0;
 			pmin = model_pmin(&m, ev.worker, &any);
 			*w = (struct model_worker){
 				.member = true,
@@ -991,6 +1182,24 @@ static void randomized(uint32_t staleness, uint64_t seed)
 			freed += check_releases(&m, out, n, ev.t, i, &nonzero);
 			leaves++;
 			break;
+		case KN__SYNC_EV_TIMING:
+			cr_assert_eq(n, 0);
+			if (!w->member)
+				break;
+			w->step = w->step > 0 ? 0.5 * w->step + 0.5 * ev.value
+					      : ev.value;
+			{
+				uint32_t nmembers = 0;
+
+				for (uint32_t k = 0; k < MAXW; k++)
+					nmembers += m.w[k].member;
+				if (++m.timings >= nmembers) {
+					m.timings = 0;
+					m.balanced = model_balanced(&m);
+					balanced += m.balanced;
+				}
+			}
+			break;
 		default:
 			cr_assert_eq(n, 0);
 			break;
@@ -1000,8 +1209,10 @@ static void randomized(uint32_t staleness, uint64_t seed)
 	for (uint32_t id = 0; id < npush; id++)
 		cr_assert_eq(applied[id], 1, "push %u", id);
 	cr_log_info("s_e %u: %u pushes, %u held, %u let go by others, "
-		    "%u joins, %u leaves, %u refusals, %u hints > 0",
-		    m.s, npush, held, freed, joins, leaves, refused, nonzero);
+		    "%u joins, %u leaves, %u refusals, %u hints > 0, "
+		    "%u held for their round, %u comparisons found them even",
+		    m.s, npush, held, freed, joins, leaves, refused, nonzero,
+		    rounds, balanced);
 	/* the sequence exercised what it is meant to */
 	cr_assert_gt(npush, 30000);
 	cr_assert_gt(held, 1000, "only %u held", held);
@@ -1010,6 +1221,7 @@ static void randomized(uint32_t staleness, uint64_t seed)
 	cr_assert_gt(leaves, 1000);
 	cr_assert_gt(refused, 1000);
 	cr_assert_gt(nonzero, 500, "only %u hints > 0", nonzero);
+	cr_assert_gt(rounds, 1000, "only %u held for their round", rounds);
 	cr_assert_eq(kn__sync_rule_version(rule), npush);
 	free(applied);
 	kn__sync_rule_destroy(rule);
