@@ -39,6 +39,14 @@
  * worker of 8 twice as slow) is already an imbalance ESP's bound wins on.
  */
 #define BALANCE 1.5
+/*
+ * A member's peak step time falls towards a shorter one by this share
+ * of the difference per TIMING: a step 4 times as long keeps it above
+ * BALANCE for about 14 timings, so workers that are slow now and then
+ * (one step in 20, say) stay uneven instead of dropping into rounds
+ * between two slow steps, each of which would hold the whole round.
+ */
+#define PEAK_FALL 0.125
 
 /*
  * The slowest member other than @skip: the smallest worker id but @skip
@@ -188,9 +196,9 @@ static void set_rounds(struct kn__sync_rule *rule, bool rounds)
 
 /*
  * Are the members' step times even?  Every member has reported one, and
- * the slowest is within BALANCE of the fastest.  A scan of the ids, so
- * it is made once per nmembers TIMING events (esp_timing): O(1) each,
- * amortized.
+ * the highest peak is within BALANCE of the shortest mean.  A scan of
+ * the ids, so it is made once per nmembers TIMING events (esp_timing):
+ * O(1) each, amortized.
  */
 static bool balanced(const struct kn__sync_rule *rule)
 {
@@ -204,17 +212,19 @@ static bool balanced(const struct kn__sync_rule *rule)
 		if (!(s->step > 0))
 			return false;
 		lo = fmin(lo, s->step);
-		hi = fmax(hi, s->step);
+		hi = fmax(hi, s->peak);
 	}
 	return hi <= BALANCE * lo;
 }
 
 /*
  * A member's seconds per local step (the mean of the steps before its
- * last release, as it measured them): an EMA with weight 1/2, as the
- * push intervals.  Once as many have come as there are members, the
- * step times are compared and rounds start or stop.  A non-member's
- * timing (it left after sending it) is dropped.
+ * last release, as it measured them): its mean, an EMA with weight 1/2
+ * as the push intervals, and its peak, which rises to a longer step at
+ * once and falls by PEAK_FALL of the gap to a shorter one.  Once as
+ * many have come as there are members, the step times are compared and
+ * rounds start or stop.  A non-member's timing (it left after sending
+ * it) is dropped.
  */
 static int esp_timing(struct kn__sync_rule *rule,
 		      const struct kn__sync_event *ev,
@@ -226,6 +236,9 @@ static int esp_timing(struct kn__sync_rule *rule,
 	if (!w->member)
 		return 0;
 	w->step = w->step > 0 ? 0.5 * w->step + 0.5 * ev->value : ev->value;
+	w->peak = ev->value >= w->peak
+			  ? ev->value
+			  : w->peak + PEAK_FALL * (ev->value - w->peak);
 	if (++rule->timings >= rule->nmembers) {
 		rule->timings = 0;
 		set_rounds(rule, balanced(rule));

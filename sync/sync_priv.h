@@ -29,6 +29,7 @@ struct kn__sync_wstate {
 	double last_t;	 /* ESP: when its last push came */
 	double interval; /* ESP: EMA of the time between its pushes */
 	double step;	 /* ESP: EMA of its seconds per local step, 0: none */
+	double peak;	 /* ESP: its peak seconds per step, slowly falling */
 	uint64_t syncs;	 /* SSP, ESP: its sync count P (the bound below) */
 };
 
