@@ -1001,8 +1001,8 @@ static void leave(struct server *s, uint32_t w)
  * the members' (rounds while they are even).  It needs no out buffer and
  * emits nothing, so it goes in at once, ahead of any queued push: it is
  * a measurement, not a contribution, and its place among the pushes can
- * only move the push at which rounds start or stop.  A refused value (not a duration) is the worker's
- * bug: it hears of it.
+ * only move the push at which rounds start or stop.  A refused value
+ * (not a duration) is the worker's bug: it hears of it.
  */
 static void timing(struct server *s, uint32_t w, double seconds)
 {

@@ -951,8 +951,8 @@ static int on_timing(struct kn__sim *s, const struct event *e, double t)
 	};
 	int ret = planner_call(s, &ev);
 
-	for (uint32_t sv = 0; !ret && s->params.protocol == KN__SYNC_ESP &&
-			      sv < s->cfg.servers;
+	for (uint32_t sv = 0;
+	     !ret && s->params.protocol == KN__SYNC_ESP && sv < s->cfg.servers;
 	     sv++)
 		ret = rule_call(s, sv, &ev);
 	return ret;

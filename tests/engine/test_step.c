@@ -55,8 +55,8 @@ static int sgd_worker(unsigned int rank)
 	struct kn_job_info job;
 	uint32_t results = 0, local = 0;
 	unsigned int steps = steps_of[rank] ? steps_of[rank] : nsteps;
-	double seconds = sleep_of[rank] > 0 ? (tell_sleep ? sleep_of[rank] : -1)
-					    : 0.001;
+	double seconds =
+		sleep_of[rank] > 0 ? (tell_sleep ? sleep_of[rank] : -1) : 0.001;
 	int ret;
 
 	if (!w || !p || !g)

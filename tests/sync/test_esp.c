@@ -896,8 +896,8 @@ struct model_worker {
 	uint64_t p;	 /* sync count: pushes since it joined + its base */
 	uint64_t base_v; /* the version it was last released with */
 	double last_t, interval;
-	double step;	 /* EMA of its TIMING values, 0: none */
-	double peak;	 /* their peak, falling by 1/8 of the gap */
+	double step; /* EMA of its TIMING values, 0: none */
+	double peak; /* their peak, falling by 1/8 of the gap */
 };
 
 struct model {
