@@ -8,7 +8,7 @@
  * trip plus the server's predicted wait) is at most gamma local steps,
  * when its model has moved significantly (delta ratio >= theta), or at
  * its H_max-th step since the release; otherwise it takes one more local
- * step.  What it pushes is the gradient accumulated since its last push.
+ * step.  What it pushes is its model delta since its last release.
  *
  * The chunk rule applies every push on arrival, alone, weighted 1/n and
  * damped by its staleness as under ASP, and bounds the sync counts as
