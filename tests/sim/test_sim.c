@@ -271,6 +271,37 @@ Test(sim, esp_momentum_runs_on_the_worker)
 }
 
 /*
+ * The simulated ESP holds rounds while its workers' step times are even,
+ * as the engine's does: the simulator hands the chunk rules the timing
+ * each worker reports after a release.  In rounds every worker is
+ * released with the whole round, so a round's deltas are 0 to n - 1
+ * versions old, 1.5 on average with 4 workers pushing every step; under
+ * the bound a worker released at once meets the other three's pushes
+ * before its next, 3 versions.  One worker 4 times slower: no rounds,
+ * and its deltas are older than any round's (the fast run 3 ahead).
+ */
+static struct kn__sim_result esp_run(const char *imb)
+{
+	struct kn__sim_config cfg = config(KN__SYNC_ESP, 4, 200, imb);
+
+	cfg.latency = 0;
+	cfg.sync.gamma = 1e30f; /* push after every step */
+	return run(&cfg);
+}
+
+Test(sim, esp_holds_rounds_while_step_times_are_even)
+{
+	struct kn__sim_result even = esp_run(NULL);
+	struct kn__sim_result uneven = esp_run("persistent:0.25:4");
+
+	cr_assert_leq(even.mean_staleness, 1.6, "even workers: staleness %g",
+		      even.mean_staleness);
+	cr_assert_leq(even.max_staleness, 3);
+	cr_assert_gt(uneven.max_staleness, 3, "a slow worker: staleness %llu",
+		     (unsigned long long)uneven.max_staleness);
+}
+
+/*
  * The outer update's Nesterov momentum.  One worker, plain SGD inside
  * (no inner momentum), a wire that costs nothing, so that ESP pushes
  * after every step: each delta is lr e_k, applied whole (weight 1, outer
