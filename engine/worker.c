@@ -2027,7 +2027,7 @@ static float delta_ratio(const struct kn_worker *w)
  * new anchor, and the rule hears of the release.  PSP's planner, or
  * ESP's chunk rules, hear the mean step time since the last release.
  */
-static int local_released(struct kn_worker *w)
+static int local_released(struct kn_worker *w, double landed)
 {
 	struct kn__sync_worker_event ev = { .type = KN__SYNC_WEV_RELEASE };
 	uint32_t next, steps = 1;
@@ -2047,7 +2047,7 @@ static int local_released(struct kn_worker *w)
 	ev.steps = steps;
 	ev.epoch = epoch;
 	ev.hint = hint;
-	ev.rtt = ev.t - w->push_t;
+	ev.rtt = landed - w->push_t;
 	ret = kn__sync_worker_event(w->rule, &ev, &next);
 	if (!ret && w->round_steps)
 		ret = report_timing(w, w->round_s / w->round_steps);
@@ -2060,7 +2060,23 @@ static int local_wait(struct kn_worker *w)
 {
 	int ret = kn_worker_wait(w, w->pending_handle, -1);
 
-	return ret ? ret : local_released(w);
+	return ret ? ret : local_released(w, kn__now());
+}
+
+/*
+ * When the pending push's release landed, found done by a test after a
+ * step on the copy: the release time is its own, not the step's end.
+ */
+static double landed_at(struct kn_worker *w)
+{
+	const struct wk_op *op = &w->ops[w->pending_handle % MAX_OPS];
+	double t = 0;
+
+	pthread_mutex_lock(&w->lock);
+	if (op->id == w->pending_handle)
+		t = op->t_done;
+	pthread_mutex_unlock(&w->lock);
+	return t > 0 ? t : kn__now();
 }
 
 /* Push the model delta since the anchor (a descent direction). */
@@ -2102,7 +2118,8 @@ static int local_step(struct kn_worker *w, double seconds, unsigned int flags,
 		ret = kn_worker_test(w, w->pending_handle);
 		if (ret == 1 || (ret == 0 && next == KN__SYNC_NEXT_WAIT)) {
 			*result = KN_STEP_SYNCED;
-			return ret == 1 ? local_released(w) : local_wait(w);
+			return ret == 1 ? local_released(w, landed_at(w))
+					: local_wait(w);
 		}
 		return ret;
 	}

@@ -276,6 +276,29 @@ static int psp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 #define FALLBACK_HOLDS	3
 
 /*
+ * The most steps a plan gives: enough for the fastest member to span
+ * one step of the slowest, and at most R.  ZipLine alone finds the
+ * tightest window over up to R steps each, which can be several steps
+ * of the slowest long (t = {23, 80} ms gives {7, 2}, 161 against 160 ms,
+ * where the cap gives {3, 1}, 69 against 80); a round that long is a long run of local steps between two averages,
+ * and each one costs accuracy per sample (measured in the docs'
+ * results).  Capped so, the slowest takes one step a round, or two
+ * where the fastest is almost as slow, and what the window leaves idle
+ * is filled by the steps the workers take while they wait.
+ */
+static uint32_t round_steps(const double *t, uint32_t n, uint32_t R)
+{
+	double lo = t[0], hi = t[0], span;
+
+	for (uint32_t i = 1; i < n; i++) {
+		lo = fmin(lo, t[i]);
+		hi = fmax(hi, t[i]);
+	}
+	span = ceil(hi / lo);
+	return span < R ? (uint32_t)span : R;
+}
+
+/*
  * ZipLine over the members' predictions into planner->plan (0 for
  * non-members); planner->plan is untouched on failure.
  */
@@ -291,7 +314,11 @@ static int make_plan(struct kn__sync_planner *planner)
 		for (uint32_t i = 0; i < max && n < len; i++)
 			if (planner->member[i])
 				t[n++] = planner->pred[i];
-		ret = kn__sync_zipline(t, n, planner->params.max_steps, k);
+		ret = n ? kn__sync_zipline(t, n,
+					   round_steps(t, n,
+						       planner->params.max_steps),
+					   k)
+			: -EINVAL;
 	}
 	if (ret == 0) {
 		n = 0;
@@ -445,15 +472,37 @@ static int psp_planner_event(struct kn__sync_planner *planner,
 
 /* --- the worker rule ----------------------------------------------------- */
 
+/* An EMA with the planner's weight; the first sample sets it. */
+static double ema(double prev, double x, float alpha)
+{
+	return prev > 0 ? alpha * x + (1 - alpha) * prev : x;
+}
+
+/*
+ * Another step on the copy fits while the model is on its way: it is
+ * predicted to end before the release is, so it only fills time the
+ * worker would spend idle.  A step that would run past the release
+ * delays the worker's next push and, with it, the next round (a slow
+ * worker's one step is longer than the wait), and every such step is
+ * computed on a model that lacks the round's progress.
+ */
+static bool step_fits(const struct kn__sync_worker *rule, double t)
+{
+	return rule->wait_s > 0 &&
+	       t + rule->step_s <= rule->push_t + rule->wait_s;
+}
+
 static int psp_worker_event(struct kn__sync_worker *rule,
 			    const struct kn__sync_worker_event *ev,
 			    uint32_t *next)
 {
 	uint32_t max_steps = rule->params.max_steps;
+	float alpha = rule->params.alpha;
 
 	switch (ev->type) {
 	case KN__SYNC_WEV_STEP:
 		if (rule->state == KN__SYNC_WS_RUN) {
+			rule->step_s = ema(rule->step_s, ev->seconds, alpha);
 			/* due 0 is the start: one step, as under BSP */
 			rule->steps++;
 			if (rule->steps < rule->due) {
@@ -470,11 +519,12 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		 * worker whose model is late stops drifting from it.
 		 */
 		if (rule->state != KN__SYNC_WS_WAIT || rule->epoch == 0 ||
-		    rule->extra >= max_steps)
+		    rule->extra >= max_steps || !rule->stepping)
 			return -EINVAL;
+		rule->step_s = ema(rule->step_s, ev->seconds, alpha);
 		rule->extra++;
-		*next = rule->extra < max_steps ? KN__SYNC_NEXT_STEP
-						: KN__SYNC_NEXT_WAIT;
+		rule->stepping = rule->extra < max_steps && step_fits(rule, ev->t);
+		*next = rule->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
 		if (rule->state != KN__SYNC_WS_PUSH)
@@ -482,18 +532,32 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		rule->state = KN__SYNC_WS_WAIT;
 		rule->steps = 0;
 		rule->extra = 0;
+		rule->push_t = ev->t;
 		/* in warm-up it is BSP: no training on a copy while waiting */
-		*next = rule->epoch ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
+		rule->stepping = rule->epoch && step_fits(rule, ev->t);
+		*next = rule->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
 		return 0;
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* no chunk rule releases more than R steps */
 		if (rule->state == KN__SYNC_WS_PUSH || ev->steps > max_steps)
 			return -EINVAL;
-		rule->due = ev->steps ? ev->steps : 1;
+		/* a joiner's first release follows no push of its own */
+		if (rule->state == KN__SYNC_WS_WAIT && isfinite(ev->rtt) &&
+		    ev->rtt > 0)
+			rule->wait_s = ema(rule->wait_s, ev->rtt, alpha);
+		/*
+		 * The caller merges the steps taken while waiting onto the
+		 * new model: they count toward the next push, on top of the
+		 * plan's.  Were they taken off the steps due, a fast worker
+		 * would push ever sooner after its release, until it pushed
+		 * at once and spent the whole round training on a copy the
+		 * round's progress never reaches.
+		 */
+		rule->due = rule->extra + (ev->steps ? ev->steps : 1);
 		rule->epoch = ev->epoch;
-		/* the caller merges them onto the new model: they count */
 		rule->steps = rule->extra;
 		rule->extra = 0;
+		rule->stepping = false;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;

@@ -104,6 +104,10 @@ struct kn__sync_worker {
 	uint32_t due;	/* PSP: the steps its plan asks before a push */
 	uint32_t extra; /* PSP: steps taken while waiting for the release */
 	double cost;	/* ESP: the last release's rtt + hint, seconds */
+	double step_s;	/* PSP: predicted seconds of a local step (0: none) */
+	double wait_s;	/* PSP: predicted seconds from a push to its release */
+	double push_t;	/* PSP: when the pending push left */
+	bool stepping;	/* PSP: the last answer while waiting was STEP */
 	uint64_t epoch; /* PSP: the plan in force (0: warm-up, plain BSP) */
 };
 

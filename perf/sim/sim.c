@@ -75,6 +75,7 @@ struct worker {
 	float rel_hint;
 	uint32_t rel_steps;
 	double push_t;	    /* when the outstanding push left */
+	double rel_t;	    /* when its release arrived (the last server's) */
 	double wait_t;	    /* when it began to block */
 	double step_len;    /* seconds of the current step */
 	double step_sum;    /* step seconds since the last release */
@@ -796,7 +797,7 @@ static int merge_release(struct kn__sim *s, uint32_t i, double t,
 		.version = w->rel_version,
 		.epoch = w->rel_epoch,
 		.hint = w->rel_hint,
-		.rtt = t - w->push_t,
+		.rtt = w->rel_t - w->push_t,
 	};
 
 	for (uint32_t j = 0; j < s->d; j++) {
@@ -892,6 +893,7 @@ static int on_release(struct kn__sim *s, const struct event *e, double t)
 	w->rel_hint = (float)e->value;
 	if (--w->pending)
 		return 0;
+	w->rel_t = t;
 	if (w->state == W_STEP) {
 		w->ready = true;
 		return 0;

@@ -613,7 +613,7 @@ static void assert_regroup(const struct kn__sync_action *a, int n,
 static void warm_up(struct kn__sync_planner *planner)
 {
 	struct kn__sync_action out[MAXACT];
-	const uint32_t plan[MAXW] = { 8, 3, 2 };
+	const uint32_t plan[MAXW] = { 4, 2, 1 };
 
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
 	/* 2.5 vs 2 is off by exactly 25%: no miss, pred 2.25 */
@@ -623,9 +623,11 @@ static void warm_up(struct kn__sync_planner *planner)
 	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
 	/*
 	 * Barrier 3 = warmup: 2.75 vs 2.25 is no miss either, pred =
-	 * {1, 0.5 x 2.75 + 0.5 x 2.25, 4} = {1, 2.5, 4}, whose ZipLine
-	 * plan is {8, 3, 2} (see the hand-computed cases).  The last
-	 * timings alone, {1, 2.75, 4}, would give another one.
+	 * {1, 0.5 x 2.75 + 0.5 x 2.25, 4} = {1, 2.5, 4}, whose plan is
+	 * ZipLine's over at most 4 = 4 / 1 steps: {4, 2, 1}, the window
+	 * [4, 5] (with R = 15 it would be {8, 3, 2}, see the hand-computed
+	 * cases).  The last timings alone, {1, 2.75, 4}, would give
+	 * {4, 1, 1}.
 	 */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.75, 4 }, 3,
@@ -654,6 +656,36 @@ Test(predicted, planner_first_plan_at_the_warmup_barrier)
 			     0, "barrier %d", b);
 	assert_regroup(out, barrier(planner, (const double[]){ 1, 2 }, 2, out),
 		       1, (const uint32_t[MAXW]){ 2, 1 });
+	kn__sync_planner_destroy(planner);
+}
+
+/*
+ * A plan spans about one step of the slowest: ZipLine over at most
+ * ceil(slowest / fastest) steps.  Two workers of 23 and 80 ms get
+ * {3, 1} (69 against 80 ms: the window [69, 80] is narrower than
+ * [80, 92]); ZipLine over R = 15 would pick the tighter [160, 161] of
+ * {7, 2}, a round twice as long.
+ */
+Test(predicted, planner_keeps_rounds_to_one_step_of_the_slowest)
+{
+	struct kn__sync_planner *planner = planner_new(2, 1);
+	struct kn__sync_action out[MAXACT];
+	uint32_t k[2];
+
+	cr_assert_eq(kn__sync_zipline((const double[]){ 0.023, 0.080 }, 2, 15,
+				      k),
+		     0);
+	cr_assert(k[0] == 7 && k[1] == 2, "R = 15: {%u, %u}", k[0], k[1]);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 0.023, 0.080 }, 2,
+			       out),
+		       1, (const uint32_t[MAXW]){ 3, 1 });
+	kn__sync_planner_destroy(planner);
+	/* {1, 100}: the fastest would span it in 100 steps, R caps it */
+	planner = planner_new(2, 1);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 100 }, 2, out), 1,
+		       (const uint32_t[MAXW]){ 15, 1 });
 	kn__sync_planner_destroy(planner);
 }
 
@@ -706,7 +738,7 @@ Test(predicted, planner_keeps_its_plan_while_predictions_hold)
  * A miss re-plans at the barrier it is seen at, and that plan already
  * follows the new speed: the missing report restarts the prediction.
  * Averaged into the EMA instead (8 vs 4 -> 6), the plan would be
- * {12, 5, 2} and 8 would miss 6 again at the next barrier, so the plan
+ * {6, 2, 1} and 8 would miss 6 again at the next barrier, so the plan
  * that fits would only come a barrier later.
  */
 Test(predicted, planner_replans_at_the_barrier_of_a_miss_from_the_new_speed)
@@ -778,7 +810,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 		     0);
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-		       3, (const uint32_t[MAXW]){ 8, 3, 2 });
+		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
 	cr_assert(!planner->fallback);
 	kn__sync_planner_destroy(planner);
 }
@@ -839,14 +871,14 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 	assert_regroup(
 		out,
 		barrier(planner, (const double[]){ 1, 2.5, 4, 2.5 }, 4, out), 2,
-		(const uint32_t[MAXW]){ 8, 3, 2, 3 });
+		(const uint32_t[MAXW]){ 4, 2, 1, 2 });
 
 	/* a leave that completes a barrier re-plans at once, without it */
 	cr_assert_eq(timing(planner, 0, 1, out), 0);
 	cr_assert_eq(timing(planner, 2, 4, out), 0);
 	cr_assert_eq(timing(planner, 3, 2.5, out), 0);
 	assert_regroup(out, planner_member(planner, KN__SYNC_EV_LEAVE, 1, out),
-		       3, (const uint32_t[MAXW]){ 8, 0, 2, 3 });
+		       3, (const uint32_t[MAXW]){ 4, 0, 1, 2 });
 	/* a leave before the barrier: the barrier re-plans */
 	cr_assert_eq(timing(planner, 1, 9, out), 0, "not a member");
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_LEAVE, 3, out), 0);
@@ -859,14 +891,13 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 
 	/*
 	 * 1 comes back on slower hardware: its prediction starts afresh
-	 * from 3 (not 0.5 x 3 + 0.5 x 2.5, which 3 does not miss by more
-	 * than 25%), and 12 = 12 x 1 = 4 x 3 = 3 x 4 gives {12, 4, 3};
-	 * 2.75 would have kept {8, 3, 2}.
+	 * from 3 (not 0.5 x 3 + 0.5 x 2.5 = 2.75, which 3 does not miss
+	 * by more than 25%); {1, 3, 4} gives {4, 1, 1}.
 	 */
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 1, out), 0);
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 3, 4 }, 3, out),
-		       5, (const uint32_t[MAXW]){ 12, 4, 3 });
+		       5, (const uint32_t[MAXW]){ 4, 1, 1 });
 	cr_assert_eq(planner->pred[1], 3);
 	kn__sync_planner_destroy(planner);
 }
@@ -887,9 +918,34 @@ static struct kn__sync_worker *worker_new(uint32_t max_steps)
 	return w;
 }
 
+static int wev_at(struct kn__sync_worker *w, uint32_t type, double t,
+		  double seconds, uint32_t *next)
+{
+	struct kn__sync_worker_event ev = {
+		.type = type,
+		.t = t,
+		.seconds = seconds,
+	};
+
+	return kn__sync_worker_event(w, &ev, next);
+}
+
 static int wev(struct kn__sync_worker *w, uint32_t type, uint32_t *next)
 {
-	struct kn__sync_worker_event ev = { .type = type, .seconds = 0.1 };
+	return wev_at(w, type, 0, 0.1, next);
+}
+
+/* A RELEASE @rtt seconds after the push (0: none measured). */
+static int wrelease_at(struct kn__sync_worker *w, uint64_t epoch,
+		       uint32_t steps, double rtt, uint32_t *next)
+{
+	struct kn__sync_worker_event ev = {
+		.type = KN__SYNC_WEV_RELEASE,
+		.version = 1,
+		.epoch = epoch,
+		.steps = steps,
+		.rtt = rtt,
+	};
 
 	return kn__sync_worker_event(w, &ev, next);
 }
@@ -897,23 +953,25 @@ static int wev(struct kn__sync_worker *w, uint32_t type, uint32_t *next)
 static int wrelease(struct kn__sync_worker *w, uint64_t epoch, uint32_t steps,
 		    uint32_t *next)
 {
-	struct kn__sync_worker_event ev = {
-		.type = KN__SYNC_WEV_RELEASE,
-		.version = 1,
-		.epoch = epoch,
-		.steps = steps,
-	};
+	return wrelease_at(w, epoch, steps, 0, next);
+}
 
-	return kn__sync_worker_event(w, &ev, next);
+/* @type at @t (a STEP of @seconds) is answered @want. */
+static void expect_at(struct kn__sync_worker *w, uint32_t type, double t,
+		      double seconds, uint32_t want)
+{
+	uint32_t next = 0;
+
+	cr_assert_eq(wev_at(w, type, t, seconds, &next), 0, "event %u at %g",
+		     type, t);
+	cr_assert_eq(next, want, "event %u at %g: %u, not %u", type, t, next,
+		     want);
 }
 
 /* @type is answered @want. */
 static void expect(struct kn__sync_worker *w, uint32_t type, uint32_t want)
 {
-	uint32_t next = 0;
-
-	cr_assert_eq(wev(w, type, &next), 0, "event %u", type);
-	cr_assert_eq(next, want, "event %u: %u, not %u", type, next, want);
+	expect_at(w, type, 0, 0.1, want);
 }
 
 /* @type is refused and nothing changes. */
@@ -937,51 +995,110 @@ Test(predicted, worker_warmup_is_bsp)
 		expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
 		/* no plan: no training on the local copy */
 		refused(w, KN__SYNC_WEV_STEP);
-		cr_assert_eq(wrelease(w, 0, 1, &next), 0);
+		cr_assert_eq(wrelease_at(w, 0, 1, 1, &next), 0);
 		cr_assert_eq(next, KN__SYNC_NEXT_STEP);
 	}
 	kn__sync_worker_destroy(w);
 }
 
-Test(predicted, worker_takes_k_steps_and_trains_while_waiting)
+/*
+ * Steps of 0.1 s and releases 0.25 s after the push: k steps, then
+ * steps on the copy only while they end before the release is due.
+ */
+Test(predicted, worker_takes_k_steps_and_fills_the_wait)
 {
 	struct kn__sync_worker *w = worker_new(4); /* R = 4 */
 	uint32_t next;
 
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
-	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
-	cr_assert_eq(wrelease(w, 1, 3, &next), 0);
+	expect_at(w, KN__SYNC_WEV_STEP, 0.1, 0.1, KN__SYNC_NEXT_PUSH);
+	expect_at(w, KN__SYNC_WEV_PUSHED, 0.1, 0, KN__SYNC_NEXT_WAIT);
+	cr_assert_eq(wrelease_at(w, 1, 3, 0.25, &next), 0);
 	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	cr_assert_eq(w->wait_s, 0.25);
 	/* k = 3: STEP, STEP, then PUSH */
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
-	/* under a plan it keeps training while the model is on its way */
-	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect_at(w, KN__SYNC_WEV_STEP, 0.45, 0.1, KN__SYNC_NEXT_STEP);
+	expect_at(w, KN__SYNC_WEV_STEP, 0.55, 0.1, KN__SYNC_NEXT_STEP);
+	expect_at(w, KN__SYNC_WEV_STEP, 0.65, 0.1, KN__SYNC_NEXT_PUSH);
+	/* the release is due at 0.9: steps ending at 0.75 and 0.85 fit */
+	expect_at(w, KN__SYNC_WEV_PUSHED, 0.65, 0, KN__SYNC_NEXT_STEP);
+	expect_at(w, KN__SYNC_WEV_STEP, 0.75, 0.1, KN__SYNC_NEXT_STEP);
+	/* one ending at 0.95 would hold up the next push: wait */
+	expect_at(w, KN__SYNC_WEV_STEP, 0.85, 0.1, KN__SYNC_NEXT_WAIT);
+	refused(w, KN__SYNC_WEV_STEP);
 	cr_assert_eq(w->extra, 2);
-	/* the 2 extra steps count toward the next push: one more is due */
-	cr_assert_eq(wrelease(w, 1, 3, &next), 0);
+	/* the 2 count toward the next push, and the plan's 3 are still due */
+	cr_assert_eq(wrelease_at(w, 1, 3, 0.25, &next), 0);
 	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
 	cr_assert_eq(w->steps, 2);
+	cr_assert_eq(w->due, 5);
 	cr_assert_eq(w->extra, 0);
+	expect_at(w, KN__SYNC_WEV_STEP, 1.0, 0.1, KN__SYNC_NEXT_STEP);
+	expect_at(w, KN__SYNC_WEV_STEP, 1.1, 0.1, KN__SYNC_NEXT_STEP);
+	expect_at(w, KN__SYNC_WEV_STEP, 1.2, 0.1, KN__SYNC_NEXT_PUSH);
+	kn__sync_worker_destroy(w);
+
+	/* a late model (releases 10 s after the push): R = 4, then WAIT */
+	w = worker_new(4);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
-	/* a late model: R = 4 extra steps, then WAIT, then no more */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
+	cr_assert_eq(wrelease_at(w, 1, 3, 10, &next), 0);
+	for (int i = 0; i < 3; i++)
+		expect(w, KN__SYNC_WEV_STEP,
+		       i < 2 ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_PUSH);
 	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
 	for (int i = 0; i < 3; i++)
 		expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_WAIT);
 	refused(w, KN__SYNC_WEV_STEP);
-	/* 4 >= k = 3 steps held: the next step pushes (R + 1 in all) */
-	cr_assert_eq(wrelease(w, 2, 3, &next), 0);
+	/* R + k = 7 steps in the next push; a release of 0 steps asks 1 */
+	cr_assert_eq(wrelease_at(w, 2, 3, 10, &next), 0);
 	cr_assert_eq(w->steps, 4);
+	cr_assert_eq(w->due, 7);
 	cr_assert_eq(w->epoch, 2);
-	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
-	/* a release of 0 steps asks for one */
+	for (int i = 0; i < 3; i++)
+		expect(w, KN__SYNC_WEV_STEP,
+		       i < 2 ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_PUSH);
 	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
-	cr_assert_eq(wrelease(w, 2, 0, &next), 0);
+	cr_assert_eq(wrelease_at(w, 2, 0, 10, &next), 0);
+	cr_assert_eq(w->due, 1);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	kn__sync_worker_destroy(w);
+}
+
+/*
+ * A worker whose step outlasts the wait does not start one: it would
+ * push a step late, and its round, held up by it, would last two of its
+ * steps instead of one.
+ */
+Test(predicted, worker_waits_when_a_step_would_outlast_the_wait)
+{
+	struct kn__sync_worker *w = worker_new(4);
+	uint32_t next;
+
+	/* no wait measured yet (a release 0 s after the push): none fits */
+	expect_at(w, KN__SYNC_WEV_STEP, 1, 1, KN__SYNC_NEXT_PUSH);
+	expect_at(w, KN__SYNC_WEV_PUSHED, 1, 0, KN__SYNC_NEXT_WAIT);
+	cr_assert_eq(wrelease_at(w, 1, 1, 0, &next), 0);
+	expect_at(w, KN__SYNC_WEV_STEP, 2, 1, KN__SYNC_NEXT_PUSH);
+	expect_at(w, KN__SYNC_WEV_PUSHED, 2, 0, KN__SYNC_NEXT_WAIT);
+	/* steps of 1 s, releases 0.3 s after the push */
+	cr_assert_eq(wrelease_at(w, 1, 1, 0.3, &next), 0);
+	expect_at(w, KN__SYNC_WEV_STEP, 3.3, 1, KN__SYNC_NEXT_PUSH);
+	expect_at(w, KN__SYNC_WEV_PUSHED, 3.3, 0, KN__SYNC_NEXT_WAIT);
+	refused(w, KN__SYNC_WEV_STEP);
+	/*
+	 * The same worker, its steps now 0.1 s: the prediction (an EMA of
+	 * weight 1/2) falls to 0.55, 0.325, then 0.2125 s, and from then
+	 * on a step fits the wait.
+	 */
+	for (int round = 0; round < 3; round++) {
+		double t = 4 + round;
+
+		cr_assert_eq(wrelease_at(w, 1, 1, 0.3, &next), 0);
+		expect_at(w, KN__SYNC_WEV_STEP, t, 0.1, KN__SYNC_NEXT_PUSH);
+		expect_at(w, KN__SYNC_WEV_PUSHED, t, 0,
+			  round < 2 ? KN__SYNC_NEXT_WAIT : KN__SYNC_NEXT_STEP);
+	}
 	kn__sync_worker_destroy(w);
 }
 
@@ -994,11 +1111,13 @@ Test(predicted, worker_joiner_starts_from_its_release)
 	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
 	/* another release while running replaces the model: count anew */
-	cr_assert_eq(wrelease(w, 3, 2, &next), 0);
+	cr_assert_eq(wrelease_at(w, 3, 2, 5, &next), 0);
 	cr_assert_eq(w->steps, 0);
+	cr_assert_eq(w->wait_s, 0, "a release that answers no push times none");
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
-	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
+	/* no wait measured yet: it waits for its first release */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
 	kn__sync_worker_destroy(w);
 }
 
@@ -1029,7 +1148,14 @@ Test(predicted, worker_refuses_what_does_not_fit_and_changes_nothing)
 	before = *w;
 	cr_assert_eq(wrelease(w, 1, 2, &next), -EINVAL);
 	cr_assert_eq(memcmp(&before, w, sizeof(before)), 0);
-	/* WAIT: PUSHED again does not fit; STEPs until R, then none */
+	/* WAIT with no wait measured: neither PUSHED nor STEP fits */
+	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_WAIT);
+	refused(w, KN__SYNC_WEV_PUSHED);
+	refused(w, KN__SYNC_WEV_STEP);
+	cr_assert_eq(wrelease_at(w, 1, 2, 10, &next), 0);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
+	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
+	/* WAIT with room: PUSHED again does not fit; STEPs until R, then none */
 	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
 	refused(w, KN__SYNC_WEV_PUSHED);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
@@ -1044,18 +1170,21 @@ Test(predicted, worker_refuses_what_does_not_fit_and_changes_nothing)
 /* --- the three machines together ----------------------------------------- */
 
 /*
- * Three workers of 1, 2.5 and 4 seconds a step, in simulated time: each
- * trains until its worker rule says PUSH, pushes to a chunk rule, trains
- * on its copy while the rule says STEP and the round is not complete,
- * and reports its seconds per step to the planner after each round; the
- * planner's plans go to the chunk rule.  After the warm-up every push
- * holds the plan's steps {8, 3, 2} (worker 1's third step is the one it
- * took while waiting), and every delta is weighted 1/3.
+ * Three workers of 1, 2.5 and 4 seconds a step, in simulated time with
+ * no latency: each trains until its worker rule says PUSH, pushes to a
+ * chunk rule, trains on its copy while the rule says STEP and the round
+ * is not complete, and reports its seconds per step to the planner
+ * after each round; the planner's plans go to the chunk rule.  After the
+ * warm-up the plan is {4, 2, 1} (a round of 5 s), and every delta is
+ * weighted 1/3.  Worker 0 pushes after 4 s and has 1 s to wait: it takes
+ * one step on its copy, which its next push holds on top of the plan's
+ * 4.  Workers 1 and 2 wait 0 and 1 s, shorter than their steps: they
+ * take none, so the rounds stay 5 s long.
  */
 Test(predicted, the_machines_run_rounds_together)
 {
 	const double t[] = { 1, 2.5, 4 };
-	const uint32_t k[] = { 8, 3, 2 };
+	const uint32_t k[] = { 4, 2, 1 };
 	struct kn__sync_params p = {
 		.protocol = KN__SYNC_PREDICTED,
 		.max_workers = 3,
@@ -1065,7 +1194,7 @@ Test(predicted, the_machines_run_rounds_together)
 	struct kn__sync_planner *planner;
 	struct kn__sync_worker *wr[3];
 	struct kn__sync_action out[4], reg[4];
-	double now[3] = { 0 };
+	double now[3] = { 0 }, push_t[3], start = 0;
 	uint32_t pushed_steps[3], answer[3];
 
 	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
@@ -1089,10 +1218,10 @@ Test(predicted, the_machines_run_rounds_together)
 			/* the steps since the last push, merged ones too */
 			pushed_steps[i] = wr[i]->steps;
 			while (next == KN__SYNC_NEXT_STEP) {
-				cr_assert_eq(
-					wev(wr[i], KN__SYNC_WEV_STEP, &next),
-					0);
 				now[i] += t[i];
+				cr_assert_eq(wev_at(wr[i], KN__SYNC_WEV_STEP,
+						    now[i], t[i], &next),
+					     0);
 				pushed_steps[i]++;
 			}
 			cr_assert_eq(next, KN__SYNC_NEXT_PUSH);
@@ -1100,19 +1229,25 @@ Test(predicted, the_machines_run_rounds_together)
 			n = kn__sync_rule_event(rule, &ev, out);
 			cr_assert_geq(n, 0);
 			end = now[i] > end ? now[i] : end;
-			cr_assert_eq(
-				wev(wr[i], KN__SYNC_WEV_PUSHED, &answer[i]), 0);
+			push_t[i] = now[i];
+			cr_assert_eq(wev_at(wr[i], KN__SYNC_WEV_PUSHED, now[i],
+					    0, &answer[i]),
+				     0);
 		}
 		cr_assert_eq(n, 4, "round %lu completes", (unsigned long)round);
+		cr_assert_eq(end - start, round < 4 ? 4 : 5,
+			     "round %lu lasts %g s", (unsigned long)round,
+			     end - start);
+		start = end;
 		for (uint32_t i = 0; i < 3; i++) {
 			cr_assert_eq(out[0].contrib[i].weight, 1.0f / 3.0f);
 			/* train on the copy until the round's model is in */
 			while (answer[i] == KN__SYNC_NEXT_STEP &&
 			       now[i] < end) {
-				cr_assert_eq(wev(wr[i], KN__SYNC_WEV_STEP,
-						 &answer[i]),
-					     0);
 				now[i] += t[i];
+				cr_assert_eq(wev_at(wr[i], KN__SYNC_WEV_STEP,
+						    now[i], t[i], &answer[i]),
+					     0);
 			}
 			now[i] = now[i] > end ? now[i] : end;
 		}
@@ -1122,6 +1257,8 @@ Test(predicted, the_machines_run_rounds_together)
 				.version = out[1 + i].version,
 				.epoch = out[1 + i].epoch,
 				.steps = out[1 + i].steps,
+				.t = end,
+				.rtt = end - push_t[i],
 			};
 			struct kn__sync_event tev = {
 				.type = KN__SYNC_EV_TIMING,
@@ -1144,17 +1281,23 @@ Test(predicted, the_machines_run_rounds_together)
 					.plan = reg[0].plan,
 				};
 
-				cr_assert_eq(reg[0].plan[0], 8);
-				cr_assert_eq(reg[0].plan[1], 3);
-				cr_assert_eq(reg[0].plan[2], 2);
+				for (uint32_t j = 0; j < 3; j++)
+					cr_assert_eq(reg[0].plan[j], k[j]);
 				cr_assert_eq(
 					kn__sync_rule_event(rule, &pev, out),
 					0);
 			}
 		}
-		/* rounds 0-3 are BSP: the plan is in force from round 3's end */
+		/*
+		 * rounds 0-3 are BSP: the plan is in force from round 3's
+		 * end; from round 5 on worker 0's pushes hold the step it
+		 * took while waiting for round 4's model
+		 */
 		for (uint32_t i = 0; i < 3; i++)
-			cr_assert_eq(pushed_steps[i], round < 4 ? 1 : k[i],
+			cr_assert_eq(pushed_steps[i],
+				     round < 4			 ? 1
+				     : round > 4 && i == 0 ? k[i] + 1
+							   : k[i],
 				     "round %lu worker %u: %u steps",
 				     (unsigned long)round, i, pushed_steps[i]);
 	}
