@@ -1537,7 +1537,7 @@ static int uring_progress(struct tcp_ctx *c)
 	uint64_t v;
 	int ret;
 
-	/* flush the submissions and run the deferred task work */
+	/* flush the submissions and reap what completed */
 	if (read(c->ring_evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		return -errno;
 	ring_enable(c);
@@ -1762,15 +1762,19 @@ static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 
 #ifdef KN_HAVE_URING
 /*
- * Set up the ring: single issuer with deferred task work where the kernel
- * has them (6.1), plain otherwise; false when io_uring is refused (old
- * kernel, seccomp), and the epoll backend is used instead.
+ * Set up the ring: single issuer where the kernel has it (6.0), plain
+ * otherwise; false when io_uring is refused (old kernel, seccomp), and
+ * the epoll backend is used instead.  Not IORING_SETUP_DEFER_TASKRUN:
+ * deferred task work runs only inside io_uring_enter(), and we sleep in
+ * poll() on the eventfd below, which the kernel signals when it posts
+ * completions.  On 6.18.44 a deferred completion did not signal it
+ * until something else woke the thread, and every round took about
+ * 35 ms instead of well under one.
  */
 static bool uring_init(struct tcp_ctx *c, const struct kn__tp_ctx_attr *attr)
 {
 	struct io_uring_params p = {
-		.flags = IORING_SETUP_SINGLE_ISSUER |
-			 IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
+		.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_R_DISABLED,
 	};
 	struct io_uring_probe *probe;
 	int ret;
@@ -1784,9 +1788,8 @@ static bool uring_init(struct tcp_ctx *c, const struct kn__tp_ctx_attr *attr)
 	if (ret)
 		return false;
 	/*
-	 * The fd to sleep on.  With deferred task work the ring's own fd
-	 * does not wake a poll() when completions are pending (seen on
-	 * 6.18): an eventfd registered with the ring does.
+	 * The fd to sleep on: an eventfd registered with the ring, which
+	 * the kernel signals as it posts completions.
 	 */
 	c->ring_evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (c->ring_evfd < 0 ||
