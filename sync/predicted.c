@@ -279,10 +279,10 @@ static int psp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
  * The most steps a plan gives: enough for the fastest member to span
  * one step of the slowest, and at most R.  ZipLine alone finds the
  * tightest window over up to R steps each, which can be several steps
- * of the slowest long (t = {23, 80} ms gives {7, 2}, 161 against 160 ms,
- * where the cap gives {3, 1}, 69 against 80); a round that long is a long run of local steps between two averages,
- * and each one costs accuracy per sample (measured in the docs'
- * results).  Capped so, the slowest takes one step a round, or two
+ * of the slowest long (t = {23, 80} ms gives {7, 2}, 161 against 160
+ * ms, where the cap gives {3, 1}, 69 against 80); a round that long is
+ * a long run of local steps between two averages, and each one costs
+ * accuracy per sample (measured in docs/results.md).  Capped so, the slowest takes one step a round, or two
  * where the fastest is almost as slow, and what the window leaves idle
  * is filled by the steps the workers take while they wait.
  */
@@ -314,10 +314,10 @@ static int make_plan(struct kn__sync_planner *planner)
 		for (uint32_t i = 0; i < max && n < len; i++)
 			if (planner->member[i])
 				t[n++] = planner->pred[i];
-		ret = n ? kn__sync_zipline(t, n,
-					   round_steps(t, n,
-						       planner->params.max_steps),
-					   k)
+		ret = n ? kn__sync_zipline(
+				  t, n,
+				  round_steps(t, n, planner->params.max_steps),
+				  k)
 			: -EINVAL;
 	}
 	if (ret == 0) {
@@ -523,8 +523,10 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 			return -EINVAL;
 		rule->step_s = ema(rule->step_s, ev->seconds, alpha);
 		rule->extra++;
-		rule->stepping = rule->extra < max_steps && step_fits(rule, ev->t);
-		*next = rule->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
+		rule->stepping =
+			rule->extra < max_steps && step_fits(rule, ev->t);
+		*next = rule->stepping ? KN__SYNC_NEXT_STEP
+				       : KN__SYNC_NEXT_WAIT;
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
 		if (rule->state != KN__SYNC_WS_PUSH)
@@ -535,7 +537,8 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		rule->push_t = ev->t;
 		/* in warm-up it is BSP: no training on a copy while waiting */
 		rule->stepping = rule->epoch && step_fits(rule, ev->t);
-		*next = rule->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
+		*next = rule->stepping ? KN__SYNC_NEXT_STEP
+				       : KN__SYNC_NEXT_WAIT;
 		return 0;
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* no chunk rule releases more than R steps */

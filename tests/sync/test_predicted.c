@@ -630,8 +630,7 @@ static void warm_up(struct kn__sync_planner *planner)
 	 * {4, 1, 1}.
 	 */
 	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.75, 4 }, 3,
-			       out),
+		       barrier(planner, (const double[]){ 1, 2.75, 4 }, 3, out),
 		       1, plan);
 	cr_assert_eq(planner->pred[1], 2.5);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
@@ -672,14 +671,13 @@ Test(predicted, planner_keeps_rounds_to_one_step_of_the_slowest)
 	struct kn__sync_action out[MAXACT];
 	uint32_t k[2];
 
-	cr_assert_eq(kn__sync_zipline((const double[]){ 0.023, 0.080 }, 2, 15,
-				      k),
-		     0);
+	cr_assert_eq(
+		kn__sync_zipline((const double[]){ 0.023, 0.080 }, 2, 15, k),
+		0);
 	cr_assert(k[0] == 7 && k[1] == 2, "R = 15: {%u, %u}", k[0], k[1]);
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 0.023, 0.080 }, 2,
-			       out),
-		       1, (const uint32_t[MAXW]){ 3, 1 });
+	assert_regroup(
+		out, barrier(planner, (const double[]){ 0.023, 0.080 }, 2, out),
+		1, (const uint32_t[MAXW]){ 3, 1 });
 	kn__sync_planner_destroy(planner);
 	/* {1, 100}: the fastest would span it in 100 steps, R caps it */
 	planner = planner_new(2, 1);
@@ -896,8 +894,8 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 	 */
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 1, out), 0);
 	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 3, 4 }, 3, out),
-		       5, (const uint32_t[MAXW]){ 4, 1, 1 });
+		       barrier(planner, (const double[]){ 1, 3, 4 }, 3, out), 5,
+		       (const uint32_t[MAXW]){ 4, 1, 1 });
 	cr_assert_eq(planner->pred[1], 3);
 	kn__sync_planner_destroy(planner);
 }
@@ -1295,7 +1293,7 @@ Test(predicted, the_machines_run_rounds_together)
 		 */
 		for (uint32_t i = 0; i < 3; i++)
 			cr_assert_eq(pushed_steps[i],
-				     round < 4			 ? 1
+				     round < 4		   ? 1
 				     : round > 4 && i == 0 ? k[i] + 1
 							   : k[i],
 				     "round %lu worker %u: %u steps",
