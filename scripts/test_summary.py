@@ -39,11 +39,26 @@ FAILED_LINE = re.compile(r"\[FAIL\]|(FAILED|ERROR|SKIPPED) |"
                          r"Aborted|ERROR: [A-Za-z]+Sanitizer|runtime error: )")
 
 
+MESSAGE = re.compile(r"\[----\] +\S")  # an assertion's message
+LOG = re.compile(r"kanel: ")  # what the job's processes logged
+
+
 def report(t, out, why):
-    """Names a failed meson test and shows its failing lines, at most 20."""
-    lines = [l for l in out.splitlines() if FAILED_LINE.match(l)]
+    """Names a failed meson test and shows its failing lines, at most 30:
+    the assertions with their messages, each after the last 5 lines the
+    test's processes logged before it (with --jobs 1 they are its own)."""
+    lines, logged = [], []
+    for l in out.splitlines():
+        if FAILED_LINE.match(l) or MESSAGE.match(l):
+            lines += [f"  {x}" for x in logged[-5:]]
+            logged = []
+            lines.append(l)
+        elif LOG.match(l):
+            logged.append(l)
+        elif l.startswith(("[RUN ]", "[PASS]")):
+            logged = []
     print(f"FAILED {t['name']} ({why}, {t['duration']:.1f} s)")
-    for l in lines[:20]:
+    for l in lines[:30]:
         print(f"    {l}")
 
 

@@ -90,7 +90,7 @@ void write_secret(const char *path, const char *text)
 
 /* The job's settings, as every process reads them. */
 void job_env(struct job *j, unsigned int workers, unsigned int servers,
-		    const char *sync, const char *opt, const char *lr)
+	     const char *sync, const char *opt, const char *lr)
 {
 	char n[16];
 
@@ -110,7 +110,14 @@ void job_env(struct job *j, unsigned int workers, unsigned int servers,
 	setenv("KANEL_LR", lr, 1);
 	setenv("KANEL_TRANSPORT", transport(), 1);
 	setenv("KANEL_CHUNK_BYTES", "4096", 1); /* many chunks per tensor */
-	setenv("KANEL_HEARTBEAT_TIMEOUT", "1000ms", 1);
+	/*
+	 * Short, so that a dead worker is seen soon; in the rxe VM (qemu's
+	 * TCG runs code several times slower) pinning a 32 MiB tensor in the
+	 * progress thread took longer than 1 s, and the worker was removed
+	 * while it registered.
+	 */
+	setenv("KANEL_HEARTBEAT_TIMEOUT",
+	       getenv("KANEL_IN_RXE_VM") ? "4000ms" : "1000ms", 1);
 	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
 	if (strcmp(transport(), "verbs") == 0 || getenv("KANEL_TEST_HOST"))
 		setenv("KANEL_LISTEN", strcat(strcpy(listen_buf, host()), ":0"),
