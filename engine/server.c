@@ -92,6 +92,8 @@ struct srv_chunk {
 	struct kn__sync_event *queue; /* events waiting for an out buffer */
 	uint32_t qhead, qtail, qcap;
 	double round_t; /* the first push since the last apply arrived */
+	float round_w;	/* ASP, SSP: shares applied since the velocity turned */
+	bool round_full; /* ... weigh a round: the velocity turns next */
 };
 
 /*
@@ -779,6 +781,68 @@ static void outer_update(const struct kn__sync_params *proto, float lr_scale,
 	p->weight_decay = 0;
 }
 
+/* The job's update of the master and its moments by @p, over @src. */
+static int update(const struct kn_update_params *p, struct srv_chunk *ch,
+		  const void **src, const float *weights, uint32_t n)
+{
+	return weights ? kn_update_weighted(p, ch->master, ch->m, ch->v, src,
+					    weights, n, ch->dtype, ch->c->count)
+		       : kn_update(p, ch->master, ch->m, ch->v, src, n,
+				   ch->dtype, ch->c->count);
+}
+
+/*
+ * ASP and SSP under momentum: each push is one worker's share of a round
+ * (weight 1/n, damped by staleness), and the velocity turns once per
+ * round's worth of shares, as BSP's does once per mean
+ * (docs/protocols.md, "Momentum once per round").  The first push of a
+ * round turns it, applying what it carries over from the last round,
+ *   w -= lr * mu * m;  m = mu * m,
+ * and every push's share s * g moves the model at once and joins it,
+ *   w -= lr * s * g;  m += s * g.
+ * A round of pushes so moves the model by lr * (mu * m + sum of s * g),
+ * BSP's heavy-ball step, and every push shows in its own release.
+ */
+static int apply_share(struct server *s, struct srv_chunk *ch,
+		       const struct kn__sync_action *a, const void **src,
+		       const float *weights, float w)
+{
+	const struct kn__msg *job = &s->job;
+	struct kn_update_params turn = {
+		.optimizer = KN_OPT_MOMENTUM,
+		.lr = job->u.job.lr,
+		.momentum = job->u.job.momentum,
+	}; /* grad_scale 0: the velocity alone */
+	struct kn_update_params step = {
+		.optimizer = KN_OPT_SGD,
+		.lr = job->u.job.lr * a->lr_scale,
+		.grad_scale = w,
+	};
+	/* m = 1 * m + s * g, and w -= 0 * m leaves the model as it is */
+	struct kn_update_params join = {
+		.optimizer = KN_OPT_MOMENTUM,
+		.grad_scale = w * a->lr_scale,
+		.momentum = 1.0f,
+	};
+	int ret = 0;
+
+	if (ch->round_full)
+		ret = update(&turn, ch, src, NULL, 1);
+	ch->round_full = false;
+	if (!ret)
+		ret = update(&step, ch, src, weights, a->ncontrib);
+	if (!ret)
+		ret = update(&join, ch, src, weights, a->ncontrib);
+	for (uint32_t i = 0; i < a->ncontrib; i++)
+		ch->round_w += a->contrib[i].weight;
+	/* n shares of 1/n add up to a hair under 1 in floats */
+	if (ch->round_w > 1.0f - 1e-4f) {
+		ch->round_w = ch->round_w > 1.0f ? ch->round_w - 1.0f : 0;
+		ch->round_full = true;
+	}
+	return ret;
+}
+
 /* Apply one APPLY action into the free out buffer @o. */
 static int apply(struct server *s, struct srv_chunk *ch,
 		 const struct kn__sync_action *a, int o)
@@ -823,12 +887,11 @@ static int apply(struct server *s, struct srv_chunk *ch,
 
 		if (kn__sync_local_steps(job->u.job.protocol))
 			outer_update(&job->u.job.proto, a->lr_scale, &p);
-
-		ret = weights ? kn_update_weighted(&p, ch->master, ch->m, ch->v,
-						   src, weights, a->ncontrib,
-						   ch->dtype, n)
-			      : kn_update(&p, ch->master, ch->m, ch->v, src,
-					  a->ncontrib, ch->dtype, n);
+		if (job->u.job.optimizer == KN__CONFIG_MOMENTUM &&
+		    kn__sync_round_momentum(job->u.job.protocol))
+			ret = apply_share(s, ch, a, src, weights, w);
+		else
+			ret = update(&p, ch, src, weights, a->ncontrib);
 		if (!ret && !ch->direct)
 			ret = kn_convert(ch->out[o], ch->dtype, ch->master,
 					 KN_DTYPE_FP32, n);

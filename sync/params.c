@@ -114,3 +114,8 @@ bool kn__sync_local_steps(uint32_t protocol)
 {
 	return protocol == KN__SYNC_ESP || protocol == KN__SYNC_PREDICTED;
 }
+
+bool kn__sync_round_momentum(uint32_t protocol)
+{
+	return protocol == KN__SYNC_ASP || protocol == KN__SYNC_SSP;
+}

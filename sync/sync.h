@@ -100,6 +100,14 @@ void kn__sync_params_unpack(struct kn__sync_params *params,
 bool kn__sync_local_steps(uint32_t protocol);
 
 /*
+ * True for the protocols that apply each push alone, as a share of a
+ * round (ASP, SSP): under momentum the servers advance the velocity once
+ * per round's worth of pushes, not once per push (docs/protocols.md,
+ * "Momentum once per round").
+ */
+bool kn__sync_round_momentum(uint32_t protocol);
+
+/*
  * Replace the zero fields of @params by their defaults: 0, or -EINVAL
  * for a value out of range (gamma, theta not finite or negative, alpha
  * or miss outside (0, 1], max_steps above 1024, an unknown solver,

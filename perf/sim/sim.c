@@ -94,6 +94,8 @@ struct server {
 	struct kn__sync_rule *rule;
 	uint32_t lo, hi; /* its chunk: coordinates [lo, hi) */
 	double free_t;	 /* when it will have aggregated the pushes so far */
+	double round_w; /* ASP, SSP: shares applied since the velocity turned */
+	bool round_full; /* ... weigh a round: the velocity turns next */
 };
 
 /* A plan copy on its way to the servers; reused once all have it. */
@@ -111,6 +113,7 @@ struct kn__sim {
 	double wire;	   /* latency + chunk bytes / bandwidth */
 	double service;	   /* chunk bytes / server rate */
 	bool deltas; /* ESP, PSP push model deltas, applied at outer_lr */
+	bool shares;	/* ASP, SSP: momentum turns once per round of shares */
 
 	/* the objective f(x) = 0.5 sum h_j (x_j - xs_j)^2, and the model */
 	double *h, *xs, *x, *sum; /* [d] each; sum: an APPLY's scratch */
@@ -393,8 +396,9 @@ static const char *ev_name(uint32_t type)
 static int apply(struct kn__sim *s, uint32_t sv,
 		 const struct kn__sync_action *a)
 {
-	const struct server *srv = &s->srv[sv];
+	struct server *srv = &s->srv[sv];
 	double *sum = s->sum, step, mu;
+	bool turn = false;
 
 	for (uint32_t j = srv->lo; j < srv->hi; j++)
 		sum[j] = 0;
@@ -425,13 +429,36 @@ static int apply(struct kn__sim *s, uint32_t sv,
 	/*
 	 * As engine/server.c applies it: the job's optimizer on gradients
 	 * (momentum m = mu m + g, x -= lr m); on the deltas of ESP and PSP
-	 * the outer update, at outer_lr with Nesterov outer momentum.
+	 * the outer update, at outer_lr with Nesterov outer momentum; under
+	 * ASP and SSP each push a share of a round, the velocity turning
+	 * once the shares since the last turn weigh a round.
 	 */
 	step = (s->deltas ? s->params.outer_lr : s->cfg.lr) * a->lr_scale;
 	mu = s->deltas ? s->params.outer_momentum : s->cfg.momentum;
+	if (s->shares && mu > 0) {
+		turn = srv->round_full;
+		srv->round_full = false;
+		for (uint32_t c = 0; c < a->ncontrib; c++)
+			srv->round_w += a->contrib[c].weight;
+		if (srv->round_w > 1.0 - 1e-4) {
+			srv->round_w =
+				srv->round_w > 1.0 ? srv->round_w - 1.0 : 0;
+			srv->round_full = true;
+		}
+	}
 	for (uint32_t j = srv->lo; j < srv->hi; j++) {
 		double g = sum[j];
 
+		if (s->shares && mu > 0) {
+			/* the turn, then the share */
+			if (turn) {
+				s->x[j] -= s->cfg.lr * mu * s->vel[j];
+				s->vel[j] *= mu;
+			}
+			s->x[j] -= step * g;
+			s->vel[j] += a->lr_scale * g;
+			continue;
+		}
 		if (mu > 0) {
 			s->vel[j] = mu * s->vel[j] + g;
 			g = s->deltas ? g + mu * s->vel[j] : s->vel[j];
@@ -1163,6 +1190,7 @@ int kn__sim_create(const struct kn__sim_config *cfg, char *err, size_t errlen,
 		goto err_sim;
 	}
 	s->deltas = kn__sync_local_steps(s->params.protocol);
+	s->shares = kn__sync_round_momentum(s->params.protocol);
 	chunk = cfg->model_bytes / s->m;
 	s->wire = cfg->latency + chunk / cfg->bandwidth;
 	s->service = chunk / cfg->server_rate;

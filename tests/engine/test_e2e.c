@@ -378,6 +378,59 @@ Test(e2e, asp_applies_every_push_once, .timeout = 120)
 	}
 }
 
+/* Heavy ball's distance after @rounds rounds of a mean gradient of 1. */
+static double heavy_ball(unsigned int rounds, double mu)
+{
+	double m = 0, moved = 0;
+
+	for (unsigned int r = 0; r < rounds; r++) {
+		m = mu * m + 1;
+		moved += m;
+	}
+	return moved;
+}
+
+/*
+ * ASP under momentum 0.9: each push is a third of a round, and the
+ * velocity turns once per round's worth of pushes.  One worker: a push is
+ * a round, and the model follows heavy ball step for step (120.94 after
+ * 20).  Three workers: 60 pushes make 20 rounds, so the model moves by
+ * heavy ball's 20 rounds at most; turning the velocity at every push, as
+ * a round of its own, it moved by 170 (momentum over pushes, not rounds).
+ */
+Test(e2e, asp_momentum_turns_once_per_round, .timeout = 120)
+{
+	double hb = heavy_ball(ASP_STEPS, 0.9);
+	struct job j = { 0 };
+
+	setenv("KANEL_MOMENTUM", "0.9", 1);
+	job_env(&j, 1, 1, "asp", "momentum", "1");
+	asp_workers = 1;
+	start_job(&j);
+	spawn_worker(&j, 0, asp_worker);
+	end_job(&j, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	cr_assert_float_eq(sh->values[0][0], 1000.0 - hb, 0.02, "%g, not %g",
+			   (double)sh->values[0][0], 1000.0 - hb);
+
+	job_env(&j, 3, 2, "asp", "momentum", "1");
+	asp_workers = 3;
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, asp_worker);
+	end_job(&j, true);
+	unsetenv("KANEL_MOMENTUM");
+	for (unsigned int w = 0; w < 3; w++) {
+		float v = sh->values[w][0];
+
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+		cr_assert_lt(v, 1000.0f, "worker %u: %g", w, (double)v);
+		cr_assert_geq(v, 1000.0 - hb - 0.02, "worker %u: %g, below %g",
+			      w, (double)v, 1000.0 - hb);
+	}
+}
+
 /* ---- faults ---- */
 
 /* Worker 2 dies (kill -9) before its third push; the others go on. */
