@@ -92,7 +92,7 @@ struct srv_chunk {
 	struct kn__sync_event *queue; /* events waiting for an out buffer */
 	uint32_t qhead, qtail, qcap;
 	double round_t; /* the first push since the last apply arrived */
-	float round_w;	/* ASP, SSP: shares applied since the velocity turned */
+	float round_w;	/* ASP, SSP, CGP: shares since the velocity turned */
 	bool round_full; /* ... weigh a round: the velocity turns next */
 };
 
@@ -792,16 +792,17 @@ static int update(const struct kn_update_params *p, struct srv_chunk *ch,
 }
 
 /*
- * ASP and SSP under momentum: each push is one worker's share of a round
- * (weight 1/n, damped by staleness), and the velocity turns once per
- * round's worth of shares, as BSP's does once per mean
- * (docs/protocols.md, "Momentum once per round").  The first push of a
- * round turns it, applying what it carries over from the last round,
+ * ASP, SSP and CGP under momentum: each apply is a share of a round (a
+ * push, or a group's round, weighted 1/n per push and damped by
+ * staleness), and the velocity turns once per round's worth of shares,
+ * as BSP's does once per mean (docs/protocols.md, "Momentum once per
+ * round").  The first apply of a round turns it, applying what it
+ * carries over from the last round,
  *   w -= lr * mu * m;  m = mu * m,
- * and every push's share s * g moves the model at once and joins it,
+ * and every apply's share s * g moves the model at once and joins it,
  *   w -= lr * s * g;  m += s * g.
- * A round of pushes so moves the model by lr * (mu * m + sum of s * g),
- * BSP's heavy-ball step, and every push shows in its own release.
+ * A round of shares so moves the model by lr * (mu * m + sum of s * g),
+ * BSP's heavy-ball step, and every apply shows in its own releases.
  */
 static int apply_share(struct server *s, struct srv_chunk *ch,
 		       const struct kn__sync_action *a, const void **src,

@@ -117,5 +117,6 @@ bool kn__sync_local_steps(uint32_t protocol)
 
 bool kn__sync_round_momentum(uint32_t protocol)
 {
-	return protocol == KN__SYNC_ASP || protocol == KN__SYNC_SSP;
+	return protocol == KN__SYNC_ASP || protocol == KN__SYNC_SSP ||
+	       protocol == KN__SYNC_CGP;
 }

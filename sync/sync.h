@@ -100,10 +100,10 @@ void kn__sync_params_unpack(struct kn__sync_params *params,
 bool kn__sync_local_steps(uint32_t protocol);
 
 /*
- * True for the protocols that apply each push alone, as a share of a
- * round (ASP, SSP): under momentum the servers advance the velocity once
- * per round's worth of pushes, not once per push (docs/protocols.md,
- * "Momentum once per round").
+ * True for the protocols whose applies are shares of a round (ASP and
+ * SSP each push, CGP each group): under momentum the servers turn the
+ * velocity once per round's worth of shares, not at every apply
+ * (docs/protocols.md, "Momentum once per round").
  */
 bool kn__sync_round_momentum(uint32_t protocol);
 

@@ -94,7 +94,7 @@ struct server {
 	struct kn__sync_rule *rule;
 	uint32_t lo, hi; /* its chunk: coordinates [lo, hi) */
 	double free_t;	 /* when it will have aggregated the pushes so far */
-	double round_w; /* ASP, SSP: shares applied since the velocity turned */
+	double round_w; /* ASP, SSP, CGP: shares since the velocity turned */
 	bool round_full; /* ... weigh a round: the velocity turns next */
 };
 
@@ -113,7 +113,7 @@ struct kn__sim {
 	double wire;	   /* latency + chunk bytes / bandwidth */
 	double service;	   /* chunk bytes / server rate */
 	bool deltas; /* ESP, PSP push model deltas, applied at outer_lr */
-	bool shares;	/* ASP, SSP: momentum turns once per round of shares */
+	bool shares;	/* ASP, SSP, CGP: momentum turns once a round of shares */
 
 	/* the objective f(x) = 0.5 sum h_j (x_j - xs_j)^2, and the model */
 	double *h, *xs, *x, *sum; /* [d] each; sum: an APPLY's scratch */
@@ -430,8 +430,8 @@ static int apply(struct kn__sim *s, uint32_t sv,
 	 * As engine/server.c applies it: the job's optimizer on gradients
 	 * (momentum m = mu m + g, x -= lr m); on the deltas of ESP and PSP
 	 * the outer update, at outer_lr with Nesterov outer momentum; under
-	 * ASP and SSP each push a share of a round, the velocity turning
-	 * once the shares since the last turn weigh a round.
+	 * ASP, SSP and CGP each apply a share of a round, the velocity
+	 * turning once the shares since the last turn weigh a round.
 	 */
 	step = (s->deltas ? s->params.outer_lr : s->cfg.lr) * a->lr_scale;
 	mu = s->deltas ? s->params.outer_momentum : s->cfg.momentum;
