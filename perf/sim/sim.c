@@ -1322,6 +1322,33 @@ static void finish_result(struct kn__sim *s, struct kn__sim_result *res)
 	*res = *r;
 }
 
+int kn__sim_time_to_loss(const struct kn__sim_sample *curve, size_t n,
+			 double target, double window, double *t)
+{
+	double sum = 0;
+	size_t lo = 0; /* the oldest sample inside the window */
+
+	if (!isfinite(window) || window < 0)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		const double from = curve[i].t - window;
+
+		sum += curve[i].loss;
+		/* (t - window, t]: a sample exactly window old is out */
+		while (lo < i && curve[lo].t <= from + 1e-9 * window) {
+			sum -= curve[lo].loss;
+			lo++;
+		}
+		if (curve[i].t - curve[0].t < window * (1 - 1e-9))
+			continue; /* the window is not full yet */
+		if (sum / (double)(i - lo + 1) <= target) {
+			*t = curve[i].t;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
 int kn__sim_run(struct kn__sim *sim, struct kn__sim_result *res)
 {
 	struct kn__sim *s = sim;

@@ -131,6 +131,20 @@ void kn__sim_destroy(struct kn__sim *sim);
  */
 int kn__sim_run(struct kn__sim *sim, struct kn__sim_result *res);
 
+/*
+ * The time at which the loss curve @curve (@n samples, by time) first
+ * reaches @target, averaged over the last @window seconds: the first
+ * sample time t >= curve[0].t + @window at which the mean loss of the
+ * samples in (t - @window, t] is at most @target (@window 0: the sample
+ * alone).  A loss below the noise floor of the objective is reached by
+ * chance dips of single samples; the mean over a window is not, which
+ * makes the time a measure of progress rather than of luck.  0 and the
+ * time in @t, -ENOENT when the curve never reaches @target, -EINVAL for
+ * a negative or non-finite @window.
+ */
+int kn__sim_time_to_loss(const struct kn__sim_sample *curve, size_t n,
+			 double target, double window, double *t);
+
 /* Why the last kn__sim_run() failed; "" when it did not. */
 const char *kn__sim_strerror(const struct kn__sim *sim);
 

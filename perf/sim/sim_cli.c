@@ -27,6 +27,10 @@
 struct cli {
 	struct kn__sim_config cfg;
 	const char *json, *curve;
+	double target_loss;   /* NAN: --target-loss not given */
+	double target_window; /* seconds the loss is averaged over */
+	double time_to_target;
+	bool reached; /* the curve reached target_loss at time_to_target */
 	bool quiet, help;
 	const char *prog;
 	/* progress */
@@ -122,6 +126,10 @@ static const struct opt opts[] = {
 	  "CGP fastest group's rounds an epoch (0: default)" },
 	{ "--cgp-period", "T", O_U32, C(cfg.sync.period), 0, UINT32_MAX, "0",
 	  "CGP steps between regroup checks (0: default)" },
+	{ "--target-loss", "L", O_F64, C(target_loss), 0, 1e300, "-",
+	  "report when the loss, averaged, first reaches L" },
+	{ "--target-window", "SEC", O_SECONDS, C(target_window), 0, 1e300,
+	  "1", "simulated seconds --target-loss averages over" },
 	{ "--summary-json", "FILE", O_STR, C(json), 0, 0, "-",
 	  "write the summary as one JSON object" },
 	{ "--curve", "FILE", O_STR, C(curve), 0, 0, "-",
@@ -417,6 +425,12 @@ static int write_json(const struct cli *c, const struct kn__sim_result *r)
 	fprintf(f, "],\n");
 	json_num(f, "initial_loss", r->initial_loss);
 	json_num(f, "final_loss", r->final_loss);
+	if (!isnan(c->target_loss)) {
+		json_num(f, "target_loss", c->target_loss);
+		json_num(f, "target_window_s", c->target_window);
+		json_num(f, "time_to_target_s",
+			 c->reached ? c->time_to_target : INFINITY); /* null */
+	}
 	json_u64(f, "steps", r->steps);
 	json_u64(f, "pushes", r->pushes);
 	json_u64(f, "contributions", r->contributions);
@@ -472,6 +486,12 @@ static void summary(const struct cli *c, const struct kn__sim_result *r)
 	       r->mean_staleness, r->max_staleness);
 	printf("  loss              %.6g at the start, %.6g at the end\n",
 	       r->initial_loss, r->final_loss);
+	if (!isnan(c->target_loss) && c->reached)
+		printf("  time to loss %g   %.6g s (mean over %g s)\n",
+		       c->target_loss, c->time_to_target, c->target_window);
+	else if (!isnan(c->target_loss))
+		printf("  time to loss %g   not reached (mean over %g s)\n",
+		       c->target_loss, c->target_window);
 	if (c->curve)
 		printf("  curve             %s (%zu points)\n", c->curve,
 		       r->ncurve);
@@ -480,7 +500,9 @@ static void summary(const struct cli *c, const struct kn__sim_result *r)
 
 int kn_sim_main(int argc, char **argv)
 {
-	struct cli c = { .prog = argc > 0 && argv[0] ? argv[0] : "sim" };
+	struct cli c = { .prog = argc > 0 && argv[0] ? argv[0] : "sim",
+			 .target_loss = NAN,
+			 .target_window = 1 };
 	struct kn__sim_result res;
 	struct kn__sim *sim = NULL;
 	const char *slash = strrchr(c.prog, '/');
@@ -512,6 +534,10 @@ int kn_sim_main(int argc, char **argv)
 		kn__sim_destroy(sim);
 		return 1;
 	}
+	if (!isnan(c.target_loss))
+		c.reached = kn__sim_time_to_loss(res.curve, res.ncurve,
+						 c.target_loss, c.target_window,
+						 &c.time_to_target) == 0;
 	summary(&c, &res);
 	ret = 0;
 	if (c.json && write_json(&c, &res))

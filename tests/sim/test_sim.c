@@ -534,6 +534,33 @@ Test(sim, the_loss_curve_is_even_and_bounded)
 	kn__sim_destroy(sim);
 }
 
+Test(sim, time_to_loss_averages_over_the_window)
+{
+	/* one sample dips below 1 at 1.0; the 1 s mean reaches it at 3.0 */
+	static const struct kn__sim_sample c[] = {
+		{ 0, 4 },     { 0.5, 2 }, { 1.0, 0.5 }, { 1.5, 2 },
+		{ 2.0, 1.5 }, { 2.5, 1 }, { 3.0, 0.8 }, { 3.5, 0.9 },
+	};
+	const size_t n = sizeof(c) / sizeof(c[0]);
+	double t = -1;
+
+	cr_assert_eq(kn__sim_time_to_loss(c, n, 1.0, 1.0, &t), 0);
+	cr_expect_eq(t, 3.0, "the mean over (t - 1, t] first reaches 1 at %g",
+		     t);
+	cr_assert_eq(kn__sim_time_to_loss(c, n, 1.0, 0, &t), 0);
+	cr_expect_eq(t, 1.0, "without a window the dip counts: %g", t);
+	/* over 2 s: (1.0, 3.0] holds 2, 1.5, 1, 0.8, mean 1.325; at 3.5 it
+	 * is (1.5, 3.5]: 1.05; never at most 1 */
+	t = -1;
+	cr_expect_eq(kn__sim_time_to_loss(c, n, 1.0, 2.0, &t), -ENOENT);
+	cr_expect_eq(kn__sim_time_to_loss(c, n, 0.1, 0, &t), -ENOENT);
+	/* a window longer than the curve is never full */
+	cr_expect_eq(kn__sim_time_to_loss(c, n, 100, 4.0, &t), -ENOENT);
+	cr_expect_eq(t, -1, "left alone on failure");
+	cr_expect_eq(kn__sim_time_to_loss(c, n, 1.0, -1, &t), -EINVAL);
+	cr_expect_eq(kn__sim_time_to_loss(c, n, 1.0, NAN, &t), -EINVAL);
+}
+
 /* --- the command line ------------------------------------------------- */
 
 Test(sim, the_command_line_refuses_what_it_cannot_run)
@@ -547,6 +574,8 @@ Test(sim, the_command_line_refuses_what_it_cannot_run)
 	char *too_big_k[] = { "sim",	     "--workers",	 "2",
 			      "--imbalance", "episodic:30:10:3", "--quiet",
 			      NULL };
+	char *bad_target[] = { "sim", "--target-loss", "-1", NULL };
+	char *bad_window[] = { "sim", "--target-window=-2s", NULL };
 	char *help[] = { "sim", "--help", NULL };
 
 	cr_expect_eq(kn_sim_main(3, bad_protocol), 2);
@@ -556,6 +585,8 @@ Test(sim, the_command_line_refuses_what_it_cannot_run)
 	cr_expect_eq(kn_sim_main(2, no_value), 2);
 	cr_expect_eq(kn_sim_main(2, unknown), 2);
 	cr_expect_eq(kn_sim_main(6, too_big_k), 2);
+	cr_expect_eq(kn_sim_main(3, bad_target), 2);
+	cr_expect_eq(kn_sim_main(2, bad_window), 2);
 	cr_expect_eq(kn_sim_main(2, help), 0);
 }
 
@@ -585,6 +616,36 @@ Test(sim, the_json_has_every_key)
 		  json);
 	cr_expect(strstr(json, "\"step_time_s\": 0.02,") != NULL, "%s", json);
 	cr_expect_eq(strncmp(curve, "t_s,loss\n0,", 11), 0, "%s", curve);
+	cr_expect(strstr(json, "time_to_target_s") == NULL,
+		  "no target, no time: %s", json);
+	free(json);
+	free(curve);
+}
+
+Test(sim, the_json_has_the_time_to_a_target_loss)
+{
+	/* any loss is at most 1e9: reached at the first sample */
+	const char *const reached[] = { "--workers=2",	     "--iterations=20",
+					"--target-loss=1e9", "--target-window",
+					"0",		     NULL };
+	/* the noisy objective never reaches 0 */
+	const char *const never[] = { "--workers=2", "--iterations=20",
+				      "--target-loss=0", NULL };
+	char *curve, *json = cli_run(reached, &curve);
+
+	cr_expect(strstr(json, "\"target_loss\": 1000000000,") != NULL, "%s",
+		  json);
+	cr_expect(strstr(json, "\"target_window_s\": 0,") != NULL, "%s",
+		  json);
+	cr_expect(strstr(json, "\"time_to_target_s\": 0,") != NULL, "%s",
+		  json);
+	free(json);
+	free(curve);
+	json = cli_run(never, &curve);
+	cr_expect(strstr(json, "\"target_window_s\": 1,") != NULL, "%s",
+		  json);
+	cr_expect(strstr(json, "\"time_to_target_s\": null,") != NULL, "%s",
+		  json);
 	free(json);
 	free(curve);
 }
