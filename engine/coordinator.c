@@ -341,6 +341,34 @@ static void log_regroup(struct coordinator *c, const struct kn__sync_action *a)
 						  : "");
 }
 
+/*
+ * --verbose: a plan sent.  PSP's is each worker's steps per round, in
+ * worker order ("plan 7 sent: steps 1,2,1,1"), cut past PLAN_TEXT
+ * characters; CGP's groups have their own line (log_regroup).
+ */
+#define PLAN_TEXT 400
+
+static void log_plan(struct coordinator *c, const struct kn__sync_action *a)
+{
+	char steps[PLAN_TEXT + 48] = "";
+	size_t len = 0;
+	uint32_t n = c->cfg->workers, i;
+
+	if (c->cfg->sync != KN__CONFIG_PREDICTED) {
+		kn__log(&c->node, "plan %llu sent",
+			(unsigned long long)a->epoch);
+		return;
+	}
+	for (i = 0; i < n && len < PLAN_TEXT; i++)
+		len += (size_t)snprintf(steps + len, sizeof(steps) - len,
+					"%s%u", i ? "," : "", a->plan[i]);
+	if (i < n)
+		snprintf(steps + len, sizeof(steps) - len, ",... (%u workers)",
+			 n);
+	kn__log(&c->node, "plan %llu sent: steps %s",
+		(unsigned long long)a->epoch, steps);
+}
+
 /* A REGROUP's plan to every server, in parts of KN__PLAN_PART steps. */
 static void send_plan(struct coordinator *c, const struct kn__sync_action *a)
 {
@@ -364,8 +392,7 @@ static void send_plan(struct coordinator *c, const struct kn__sync_action *a)
 	}
 	c->plans++;
 	if (c->cfg->verbose)
-		kn__log(&c->node, "plan %llu sent",
-			(unsigned long long)a->epoch);
+		log_plan(c, a);
 }
 
 /* Feed @ev to the planner and send its plans: 0, or its refusal. */
