@@ -165,6 +165,7 @@ struct kn_worker {
 	atomic_uint news;
 	atomic_bool kicked;
 	bool stop, start_requested, done_sent;
+	bool finished; /* kn_worker_finish: DONE goes out now */
 	enum wk_state state;
 	int error;
 	struct kn__chan *coord;
@@ -821,6 +822,28 @@ static void send_timing(struct kn_worker *w)
 	w->timing_count = 0;
 }
 
+/*
+ * kn_worker_finish was called: this worker takes no more steps, so the
+ * servers and the coordinator hear it at once, not when the program
+ * destroys the worker.  Under PSP, ESP, SSP and CGP the workers may make
+ * different numbers of pushes for the same steps, and a round (or a
+ * bound) that still counted a worker that has stopped, while its
+ * program evaluates the model say, would hold every other worker.
+ */
+static void send_done(struct kn_worker *w)
+{
+	struct kn__msg m = { .type = KN__MSG_DONE };
+
+	if (!w->finished || w->done_sent || !w->coord ||
+	    w->state != WK_RUNNING)
+		return;
+	for (uint32_t i = 0; i < w->job.u.job.servers; i++)
+		if (w->servers[i].ch)
+			kn__chan_send(w->servers[i].ch, &m);
+	kn__chan_send(w->coord, &m);
+	w->done_sent = true;
+}
+
 /* Count what of chunk @c's releases is now complete. */
 static void delivered(struct kn_worker *w, uint32_t c)
 {
@@ -1097,6 +1120,7 @@ static void *progress(void *arg)
 		    (!w->coord || kn__now() - w->lost_at > LOST_GRACE_S))
 			fail(w, w->lost_err);
 		send_timing(w);
+		send_done(w);
 		pthread_mutex_unlock(&w->lock);
 		/* the lock is free while the thread sleeps */
 		got = kn__node_wait(&w->node, 100, w->wake, c, 64);
@@ -2196,11 +2220,19 @@ int kn_worker_global_model(struct kn_worker *w, const char *key, void *dst)
 
 int kn_worker_finish(struct kn_worker *w)
 {
+	int ret = 0;
+
 	if (!w)
 		return -EINVAL;
-	if (!w->pending)
-		return 0;
-	return local_wait(w);
+	if (w->pending)
+		ret = local_wait(w);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&w->lock);
+	w->finished = true;
+	wake(w);
+	pthread_mutex_unlock(&w->lock);
+	return 0;
 }
 
 /* --metrics: one JSON line, as the servers write theirs. */

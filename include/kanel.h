@@ -436,9 +436,13 @@ KN_EXPORT int kn_worker_step_done(struct kn_worker *w, double seconds,
 				  unsigned int flags, unsigned int *result);
 
 /*
- * Finish: under ESP and PSP, wait for a model still on its way and merge
- * it, so that the parameters hold the last global model with this
- * worker's progress.  Other protocols: nothing to do.  0 or an errno.
+ * Finish, once, after the last step: under ESP and PSP, wait for a model
+ * still on its way and merge it, so that the parameters hold the last
+ * global model with this worker's progress.  Then, under every
+ * protocol, the servers and the coordinator hear that this worker is
+ * done: no round or bound of the other workers waits for it while the
+ * program goes on before kn_worker_destroy().  No step after it.  0 or
+ * an errno.
  */
 KN_EXPORT int kn_worker_finish(struct kn_worker *w);
 

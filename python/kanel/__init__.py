@@ -429,7 +429,9 @@ class Worker:
         return res.value
 
     def finish(self):
-        """Under ESP and PSP, wait for a model on its way and merge it."""
+        """After the last step: under ESP and PSP, wait for a model on its
+        way and merge it; then the job stops counting this worker, so
+        that no other worker waits for it (kn_worker_finish)."""
         _check(_lib.kn_worker_finish(self._handle()), "kn_worker_finish")
 
     def global_model(self, key, dst):

@@ -147,7 +147,8 @@ class DistributedOptimizer:
 
     def finish(self):
         """Under ESP and PSP, wait for a global model on its way and
-        merge it (call once after the last step)."""
+        merge it; then the job stops counting this worker (call once
+        after the last step)."""
         self.worker.finish()
 
     def global_state(self):

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "job_util.h"
@@ -30,6 +31,14 @@ static float init_of(size_t i)
 	return (float)(i % 13) / 8.0f - 0.75f;
 }
 
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* Within a few float roundings of @want (the paths round differently). */
 static bool near(float got, double want)
 {
@@ -41,12 +50,14 @@ static unsigned int steps_of[MAXW];   /* 0: nsteps */
 static double sleep_of[MAXW];	      /* >0: sleep so long a step, and let
 				       * the engine measure it ... */
 static bool tell_sleep;		      /* ... or give it as the step time */
+static double linger_of[MAXW];	      /* seconds between finish and destroy */
 
 /*
  * Plain SGD on every worker, the same gradients whatever the protocol:
  * the model it ends with in sh->values (its first 61 elements), the
  * number of steps that stayed local in values[61], its clock in
- * values[62], the results of its first 16 steps as a mask in values[63].
+ * values[62], the results of its first 16 steps as a mask in values[63],
+ * and the seconds its steps took in sh->seconds.
  */
 static int sgd_worker(unsigned int rank)
 {
@@ -71,6 +82,7 @@ static int sgd_worker(unsigned int rank)
 	for (size_t i = 0; !ret && i < LEN; i++)
 		if (p[i] != init_of(i))
 			ret = -EBADMSG; /* the initial model is rank 0's */
+	sh->seconds[rank] = now_s();
 	for (unsigned int s = 0; !ret && s < steps; s++) {
 		unsigned int what = 99;
 
@@ -87,6 +99,9 @@ static int sgd_worker(unsigned int rank)
 	}
 	if (!ret)
 		ret = kn_worker_finish(w);
+	sh->seconds[rank] = now_s() - sh->seconds[rank];
+	if (linger_of[rank] > 0) /* a program busy after its last step */
+		usleep((useconds_t)(linger_of[rank] * 1e6));
 	for (size_t i = 0; !ret && i < 61; i++)
 		sh->values[rank][i] = p[i];
 	sh->values[rank][61] = (float)local;
@@ -159,6 +174,28 @@ Test(step, psp_warmup_is_bsp_with_deltas, .timeout = 120)
 				  "worker %u [%zu] = %g, want %g", w, i,
 				  (double)sh->values[w][i], bsp_value(i, 3, 5));
 	}
+}
+
+/*
+ * A worker that has finished holds no round of the others, though its
+ * program goes on for seconds before it destroys the worker: under PSP
+ * (its rounds here, the plan never coming) worker 0 stops after 3 steps
+ * and lingers 8 s; worker 1's other 5 rounds complete without it.
+ * Without DONE at kn_worker_finish they waited for worker 0 to go.
+ */
+Test(step, a_finished_worker_holds_no_round, .timeout = 120)
+{
+	setenv("KANEL_PSP_WARMUP", "1000", 1);
+	steps_of[0] = 3;
+	linger_of[0] = 8;
+	run("predicted", 2, 8);
+	steps_of[0] = 0;
+	linger_of[0] = 0;
+	unsetenv("KANEL_PSP_WARMUP");
+	cr_assert_eq(sh->values[1][62], 8.0f, "worker 1 made its 8 rounds");
+	cr_assert_lt(sh->seconds[1], 5.0,
+		     "worker 1's 8 steps took %.2f s: held by worker 0",
+		     sh->seconds[1]);
 }
 
 /*
