@@ -219,13 +219,14 @@ struct kn_worker {
 	double step_return;	 /* when the last step call returned */
 	bool told_local;	 /* -EPROTO explained once */
 	struct wk_stages stages; /* of the ops waited for */
-	/* a server lost before the start, while the coordinator may still
-	 * say why (its reason is the cause, the loss a consequence) */
+	/* a server lost while the coordinator may still say why (its
+	 * reason is the cause, the loss a consequence) */
 	int lost_err;
 	double lost_at;
 };
 
-/* How long a server's loss before the start waits for the reason. */
+/* How long a server's loss waits for the coordinator's word: before
+ * the start, to fail with its reason; at kn_worker_destroy, to close. */
 #define LOST_GRACE_S 1.0
 #define RECONNECT_S 0.2 /* a rank refused as connected already */
 
@@ -1042,15 +1043,14 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 	if (w->state != WK_FAILED && !w->stop) {
 		kn__log(n, "lost %s%s%s", ch->name, status ? ": " : "",
 			status ? strerror(-status) : "");
-		if (ch != w->coord && w->coord && w->state < WK_RUNNING) {
-			/* a job that cannot start goes down at once: the
-			 * coordinator's reason may come a moment later */
-			if (!w->lost_err) {
-				w->lost_err = status ? status : -ECONNRESET;
-				w->lost_at = kn__now();
-			}
-			return;
+		if (ch != w->coord && !w->lost_err) {
+			w->lost_err = status ? status : -ECONNRESET;
+			w->lost_at = kn__now();
 		}
+		/* a job that cannot start goes down at once: the
+		 * coordinator's reason may come a moment later */
+		if (ch != w->coord && w->coord && w->state < WK_RUNNING)
+			return;
 		fail(w, status ? status : -ECONNRESET);
 	}
 }
@@ -1073,6 +1073,22 @@ static void heartbeat(struct kn_worker *w)
 		return;
 	w->last_beat = t;
 	kn__chan_send(w->coord, &m);
+}
+
+/* Deliver what comes for @seconds, the lock held around each batch. */
+static void linger(struct kn_worker *w, struct kn__tp_completion *c,
+		   double seconds)
+{
+	pthread_mutex_unlock(&w->lock);
+	for (double end = kn__now() + seconds; kn__now() < end;) {
+		int got = kn__node_wait(&w->node, 20, -1, c, 64);
+
+		pthread_mutex_lock(&w->lock);
+		if (got > 0)
+			kn__node_dispatch(&w->node, c, got);
+		pthread_mutex_unlock(&w->lock);
+	}
+	pthread_mutex_lock(&w->lock);
 }
 
 static void *progress(void *arg)
@@ -1136,21 +1152,27 @@ static void *progress(void *arg)
 		else
 			kn__node_dispatch(&w->node, c, got);
 	}
-	if (w->coord && !w->done_sent) {
+	if (w->coord && !w->done_sent && w->state != WK_FAILED) {
 		struct kn__msg m = { .type = KN__MSG_DONE };
 
 		kn__chan_send(w->coord, &m);
 		w->done_sent = true;
-		pthread_mutex_unlock(&w->lock);
-		/* a moment for DONE to leave */
-		for (double end = kn__now() + 0.2; kn__now() < end;) {
-			got = kn__node_wait(&w->node, 20, -1, c, 64);
-			pthread_mutex_lock(&w->lock);
-			if (got > 0)
-				kn__node_dispatch(&w->node, c, got);
-			pthread_mutex_unlock(&w->lock);
-		}
-		pthread_mutex_lock(&w->lock);
+		linger(w, c, 0.2); /* a moment for DONE to leave */
+	} else if (w->coord && w->lost_err) {
+		/*
+		 * Failed, not done (a DONE would keep the rank from coming
+		 * back), and failed by a server's loss, which the
+		 * coordinator may not have seen yet: a server killed with
+		 * its io_uring ring open can reset the workers' connections
+		 * before the coordinator's.  Had this channel closed first,
+		 * the coordinator would take it for this worker's own loss,
+		 * and a job whose every worker is lost ends, where a job
+		 * with checkpoints waits for the server.  Once the
+		 * coordinator knows, it closes this channel itself.
+		 */
+		for (double end = kn__now() + LOST_GRACE_S;
+		     w->coord && kn__now() < end;)
+			linger(w, c, 0.02);
 	}
 	/*
 	 * The context is this thread's (the io_uring ring has one issuer):

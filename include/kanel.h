@@ -465,8 +465,11 @@ KN_EXPORT unsigned int kn_worker_rank(const struct kn_worker *w);
 KN_EXPORT unsigned int kn_worker_size(const struct kn_worker *w);
 
 /*
- * Leave the job (the coordinator hears this worker is done), stop the
- * progress thread and free everything.  NULL-safe.
+ * Leave the job, stop the progress thread and free everything.  The
+ * coordinator hears that this worker is done unless it has failed: a
+ * failed worker's rank may come back (a new worker with the same rank).
+ * A worker failed by a server's loss waits up to 1 s here for the
+ * coordinator to let it go.  NULL-safe.
  */
 KN_EXPORT void kn_worker_destroy(struct kn_worker *w);
 
