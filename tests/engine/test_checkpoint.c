@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -469,10 +470,12 @@ static int live_worker(unsigned int rank)
 		pa[i] = rank == 0 ? 100 : -1000;
 	while (!ret && done < LIVE_STEPS) {
 		if (!w) {
-			w = join(rank);
-			ret = w ? kn_worker_register(w, "a", KN_DTYPE_FP32,
-						     LEN_A, pa, ga)
-				: -ENOMEM;
+			struct kn_worker_options o = { .rank = (int)rank };
+
+			ret = kn_worker_create(&o, &w);
+			if (!ret)
+				ret = kn_worker_register(w, "a", KN_DTYPE_FP32,
+							 LEN_A, pa, ga);
 			if (!ret)
 				ret = kn_worker_start(w);
 			if (ret)
@@ -500,20 +503,38 @@ static int live_worker(unsigned int rank)
 	return ret;
 }
 
+/* Whether both servers' files of @version are there, by @deadline. */
+static bool wait_for_checkpoints(uint64_t version, double deadline)
+{
+	char path[256];
+	unsigned int s = 0;
+
+	while (s < 2 && time(NULL) < deadline) {
+		snprintf(path, sizeof(path), "%s/server-%u.v%020llu.ckpt", dir,
+			 s, (unsigned long long)version);
+		if (access(path, F_OK) == 0)
+			s++;
+		else
+			usleep(2000);
+	}
+	return s == 2;
+}
+
 /*
- * Server 1 killed after about a third of the steps and started again:
+ * Server 1 killed after about a quarter of the steps and started again:
  * the job goes on and ends, every worker having rejoined once.  With a
  * constant gradient the model after K applied rounds is 100 - K * lr *
- * mean(g), so every value names the K it is at: one K for all of them
- * means both servers went back to the same version, and K is at least
- * the checkpoint's.
+ * mean(g), so every value names the K it is at: one K for all of a
+ * worker's values means both servers went back to the same version, and
+ * K is at least the checkpoint's.
  */
 Test(checkpoint, a_killed_server_is_restarted_and_the_job_goes_on,
      .init = make_dir, .fini = remove_dir, .timeout = 240)
 {
 	struct job j = { 0 };
 	const float step = 0.5f * (LIVE_G(0) + LIVE_G(1)) / 2;
-	float k0 = -1;
+	float kw[2], lone;
+	unsigned int lo;
 
 	job_env(&j, 2, 2, "bsp", "sgd", "0.5");
 	setenv("KANEL_CHECKPOINT_DIR", dir, 1);
@@ -522,7 +543,14 @@ Test(checkpoint, a_killed_server_is_restarted_and_the_job_goes_on,
 	memset(sh->values, 0, sizeof(sh->values));
 	for (unsigned int w = 0; w < 2; w++)
 		spawn_worker(&j, w, live_worker);
-	usleep(800 * 1000); /* about 30 steps: checkpoints 8, 16 and 24 */
+	/*
+	 * Killed once both servers hold version 16: a fixed wait (800 ms)
+	 * was once not enough, under a sanitizer build beside other tests,
+	 * for the job even to start, and a server lost before the start
+	 * ends the job.
+	 */
+	cr_assert(wait_for_checkpoints(16, (double)time(NULL) + 60),
+		  "no checkpoint of version 16 within 60 s");
 	kill(j.servers[1], SIGKILL);
 	cr_assert_eq(reap(j.servers[1], (double)time(NULL) + 10), 128);
 	j.servers[1] = spawn_role("server", 1);
@@ -536,24 +564,35 @@ Test(checkpoint, a_killed_server_is_restarted_and_the_job_goes_on,
 			     "worker %u rejoined %g times", w,
 			     (double)sh->values[w][PROBE - 1]);
 	}
-	for (unsigned int w = 0; w < 2; w++)
-		for (int k = 0; k < PROBE - 1; k++) {
-			float kk = (100 - sh->values[w][k]) / step;
-
-			cr_assert_eq(kk, (float)(int)kk,
-				     "worker %u value %d: %g rounds", w, k,
-				     (double)kk);
-			if (k0 < 0)
-				k0 = kk;
-			cr_assert_eq(kk, k0,
-				     "worker %u value %d: %g rounds, not %g",
-				     w, k, (double)kk, (double)k0);
-		}
+	for (unsigned int w = 0; w < 2; w++) {
+		kw[w] = (100 - sh->values[w][0]) / step;
+		for (int k = 1; k < PROBE - 1; k++)
+			cr_assert_eq(sh->values[w][k], sh->values[w][0],
+				     "worker %u value %d: %g rounds, value 0 "
+				     "%g: the servers at different versions",
+				     w, k,
+				     (double)((100 - sh->values[w][k]) / step),
+				     (double)kw[w]);
+	}
+	lo = kw[1] < kw[0];
+	cr_assert_eq(kw[lo], (float)(int)kw[lo], "worker %u: %g rounds", lo,
+		     (double)kw[lo]);
+	/*
+	 * The step a worker's loss cut short may have been applied and
+	 * checkpointed before its pull failed (a kill just after a version
+	 * was written).  If so for both, that is one round more than
+	 * LIVE_STEPS; for one alone, it makes one more step after the other
+	 * has finished: a round of its gradient only, lr * g more.
+	 */
+	lone = 0.5f * LIVE_G(!lo) / step;
+	cr_assert(kw[!lo] == kw[lo] || fabsf(kw[!lo] - kw[lo] - lone) < 1e-3f,
+		  "worker 0 at %g rounds, worker 1 at %g", (double)kw[0],
+		  (double)kw[1]);
 	/*
 	 * K = V + the steps after the rejoin, V the checkpoint gone back
 	 * to: the rounds lost are those after it (fewer than 8, and the
-	 * one the loss cut short), and the loss cost some.
+	 * one the loss cut short).
 	 */
-	cr_expect_geq(k0, LIVE_STEPS - 9, "%g rounds", (double)k0);
-	cr_expect_leq(k0, LIVE_STEPS, "%g rounds", (double)k0);
+	cr_expect_geq(kw[lo], LIVE_STEPS - 9, "%g rounds", (double)kw[lo]);
+	cr_expect_leq(kw[lo], LIVE_STEPS + 1, "%g rounds", (double)kw[lo]);
 }
