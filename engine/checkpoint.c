@@ -6,13 +6,16 @@
  *
  * The file, in the machine's byte order (a file from another order fails
  * its magic): a head, a table of one entry per chunk, then each chunk's
- * record (its arrays: master, then m, then v, fp32).
+ * record (its arrays: master, then m, then v, fp32).  Format 1's entries
+ * lack the round position (its last 8 bytes); such a file loads with
+ * none (a round starting afresh).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,10 +44,16 @@ struct ckpt_entry {
 	uint32_t idx, count;
 	uint64_t step, offset, bytes;
 	uint8_t digest[DIGEST]; /* of the record */
+	float round_w;	     /* format 2 on */
+	uint32_t round_full; /* 0 or 1 */
 };
 
+#define ENTRY_V1 64 /* format 1's entry: this one without the round */
+
 _Static_assert(sizeof(struct ckpt_head) == 72, "the head is 72 bytes");
-_Static_assert(sizeof(struct ckpt_entry) == 64, "an entry is 64 bytes");
+_Static_assert(sizeof(struct ckpt_entry) == 72, "an entry is 72 bytes");
+_Static_assert(offsetof(struct ckpt_entry, round_w) == ENTRY_V1,
+	       "format 1's entry is the head of format 2's");
 
 struct kn__ckpt {
 	char dir[PATH_MAX], tmp[PATH_MAX], name[PATH_MAX];
@@ -124,9 +133,18 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-/* SHA-256 of the head, with its digest field zeroed, and the table. */
-static void head_digest(const struct ckpt_head *h,
-			const struct ckpt_entry *table, uint8_t *out)
+/* The bytes of one table entry in a file of @format. */
+static size_t entry_size(uint32_t format)
+{
+	return format == 1 ? ENTRY_V1 : sizeof(struct ckpt_entry);
+}
+
+/*
+ * SHA-256 of the head, with its digest field zeroed, and the table as
+ * the file holds it (@table: its nchunks entries of entry_size bytes).
+ */
+static void head_digest(const struct ckpt_head *h, const void *table,
+			uint8_t *out)
 {
 	struct ckpt_head z = *h;
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -135,7 +153,7 @@ static void head_digest(const struct ckpt_head *h,
 	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
 	    !EVP_DigestUpdate(ctx, &z, sizeof(z)) ||
 	    !EVP_DigestUpdate(ctx, table,
-			      (size_t)h->nchunks * sizeof(*table)) ||
+			      (size_t)h->nchunks * entry_size(h->format)) ||
 	    !EVP_DigestFinal_ex(ctx, out, NULL))
 		memset(out, 0xff, DIGEST); /* matches no file */
 	EVP_MD_CTX_free(ctx);
@@ -243,6 +261,8 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	if (ret)
 		return ret;
 	e->step = chunk->step;
+	e->round_w = chunk->round_w;
+	e->round_full = chunk->round_full;
 	c->done[i] = true;
 	c->put++;
 	c->bytes += e->bytes;
@@ -410,6 +430,7 @@ static int open_checked(const char *dir, uint32_t rank, uint32_t nservers,
 	uint8_t digest[DIGEST];
 	struct ckpt_entry *t = NULL;
 	uint64_t off;
+	size_t esize;
 	off_t size;
 	int fd, ret = file_name(path, sizeof(path), dir, rank, version, "");
 
@@ -423,15 +444,17 @@ static int open_checked(const char *dir, uint32_t rank, uint32_t nservers,
 	size = lseek(fd, 0, SEEK_END);
 	ret = pread_all(fd, h, sizeof(*h), 0);
 	if (ret || memcmp(h->magic, MAGIC, sizeof(MAGIC)) ||
-	    h->format != KN__CKPT_FORMAT || h->version != version) {
-		seterr(err, errlen, "%s: not a Kanel checkpoint of format %d",
-		       path, KN__CKPT_FORMAT);
+	    h->format < 1 || h->format > KN__CKPT_FORMAT ||
+	    h->version != version) {
+		seterr(err, errlen,
+		       "%s: not a Kanel checkpoint of format 1 to %d", path,
+		       KN__CKPT_FORMAT);
 		ret = -EBADMSG;
 		goto fail;
 	}
+	esize = entry_size(h->format);
 	if (h->rank != rank || h->nservers != nservers || h->narrays < 1 ||
-	    h->narrays > 3 ||
-	    h->nchunks > (uint64_t)size / sizeof(struct ckpt_entry)) {
+	    h->narrays > 3 || h->nchunks > (uint64_t)size / esize) {
 		seterr(err, errlen,
 		       "%s: written by server %u of %u, with %u chunks: not "
 		       "this job's server %u of %u",
@@ -444,7 +467,7 @@ static int open_checked(const char *dir, uint32_t rank, uint32_t nservers,
 		ret = -ENOMEM;
 		goto fail;
 	}
-	ret = pread_all(fd, t, (size_t)h->nchunks * sizeof(*t), sizeof(*h));
+	ret = pread_all(fd, t, (size_t)h->nchunks * esize, sizeof(*h));
 	head_digest(h, t, digest);
 	if (ret || memcmp(digest, h->digest, DIGEST)) {
 		seterr(err, errlen, "%s: its head or table fails its checksum",
@@ -452,7 +475,13 @@ static int open_checked(const char *dir, uint32_t rank, uint32_t nservers,
 		ret = -EBADMSG;
 		goto fail;
 	}
-	off = sizeof(*h) + (uint64_t)h->nchunks * sizeof(*t);
+	/* format 1's entries, packed: spread from the last, no round */
+	for (uint32_t i = h->nchunks; esize != sizeof(*t) && i-- > 0;) {
+		memmove(&t[i], (char *)t + i * esize, esize);
+		t[i].round_w = 0;
+		t[i].round_full = 0;
+	}
+	off = sizeof(*h) + (uint64_t)h->nchunks * esize;
 	for (uint32_t i = 0; i < h->nchunks; i++) {
 		if (t[i].offset != off ||
 		    t[i].bytes !=
@@ -615,6 +644,8 @@ int kn__ckpt_load(const char *dir, uint32_t rank, uint32_t nservers,
 					    "record fails its checksum",
 			       version, t[i].idx);
 		c->step = t[i].step;
+		c->round_w = t[i].round_w;
+		c->round_full = t[i].round_full != 0;
 	}
 	if (fd >= 0) {
 		close(fd);

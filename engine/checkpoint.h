@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KN__CKPT_FORMAT	 1
+#define KN__CKPT_FORMAT	 2 /* written; 1 is read too */
 #define KN__CKPT_KEEP	 2 /* files kept per server */
 
 /* One chunk's state: what is written, and where a restore puts it. */
@@ -30,6 +30,10 @@ struct kn__ckpt_chunk {
 	uint32_t idx;	/* global chunk index */
 	uint32_t count; /* elements */
 	uint64_t step;	/* Adam's step count */
+	/* momentum once per round (ASP, SSP, CGP): the shares applied
+	 * since the velocity turned, and whether they weigh a round */
+	float round_w;
+	bool round_full;
 	float *master, *m, *v; /* count each; m, v NULL when unused */
 };
 

@@ -238,6 +238,8 @@ static struct kn__ckpt_chunk ckpt_state(struct server *s, uint32_t k)
 	struct srv_chunk *ch = &s->chunks[k];
 
 	c.step = ch->step;
+	c.round_w = ch->round_w;
+	c.round_full = ch->round_full;
 	c.master = ch->master;
 	c.m = ch->m;
 	c.v = ch->v;
@@ -429,8 +431,11 @@ static void on_restore(struct server *s, uint64_t version)
 			  : kn__ckpt_load(s->cfg->checkpoint_dir, s->cfg->rank,
 					  s->job.u.job.servers, version, st,
 					  s->nchunks, err, sizeof(err));
-	for (uint32_t k = 0; !ret && k < s->nchunks; k++)
+	for (uint32_t k = 0; !ret && k < s->nchunks; k++) {
 		s->chunks[k].step = st[k].step;
+		s->chunks[k].round_w = st[k].round_w;
+		s->chunks[k].round_full = st[k].round_full;
+	}
 	free(st);
 	if (ret) {
 		kn__log(&s->node, "restoring version %llu: %s",

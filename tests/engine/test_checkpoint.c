@@ -7,6 +7,7 @@
  * value for value with a job that was never interrupted.
  */
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -72,9 +73,13 @@ static void fill(struct kn__ckpt_chunk *c, float *mem, uint32_t seed)
 	float *p = mem;
 
 	for (uint32_t i = 0; i < NCH; i++) {
-		c[i] = (struct kn__ckpt_chunk){ .idx = 2 + 3 * i + (i > 1),
-						.count = counts[i],
-						.step = seed * 10 + i };
+		c[i] = (struct kn__ckpt_chunk){
+			.idx = 2 + 3 * i + (i > 1),
+			.count = counts[i],
+			.step = seed * 10 + i,
+			.round_w = 0.125f * (float)((seed + i) % 8),
+			.round_full = (seed + i) % 3 == 0,
+		};
 		c[i].master = p;
 		c[i].m = p + counts[i];
 		c[i].v = p + 2 * counts[i];
@@ -115,7 +120,9 @@ static void write_version(uint64_t version, uint32_t narrays)
 	free(mem);
 }
 
-static void check_version(uint64_t version, uint32_t narrays)
+/* Load @version and compare it with what write_version wrote; @round:
+ * whether the file holds the round position (format 2 does). */
+static void check_loaded(uint64_t version, uint32_t narrays, bool round)
 {
 	struct kn__ckpt_chunk want[NCH], got[NCH];
 	float *a = malloc(total() * sizeof(float));
@@ -132,6 +139,12 @@ static void check_version(uint64_t version, uint32_t narrays)
 		     0, "%s", err);
 	for (uint32_t i = 0; i < NCH; i++) {
 		cr_expect_eq(got[i].step, want[i].step);
+		cr_expect_eq(got[i].round_w, round ? want[i].round_w : 0,
+			     "chunk %u's round: %g", i,
+			     (double)got[i].round_w);
+		cr_expect_eq(got[i].round_full,
+			     round ? want[i].round_full : false,
+			     "chunk %u's round_full", i);
 		cr_expect_eq(memcmp(got[i].master, want[i].master,
 				    counts[i] * sizeof(float)),
 			     0, "chunk %u's master", i);
@@ -146,6 +159,11 @@ static void check_version(uint64_t version, uint32_t narrays)
 	}
 	free(a);
 	free(b);
+}
+
+static void check_version(uint64_t version, uint32_t narrays)
+{
+	check_loaded(version, narrays, true);
 }
 
 static void list(uint64_t *v, uint32_t *n)
@@ -195,6 +213,70 @@ Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
 	cr_expect_eq(v[0], 30);
 	cr_expect_eq(v[1], 20);
 	cr_expect_eq(files_in_dir(), 2);
+}
+
+/*
+ * @version's file rewritten as format 1 wrote it: 64-byte table entries
+ * (format 2's without the round position), the records 8 bytes per
+ * chunk nearer, the head's digest made anew.
+ */
+static void make_format_1(uint64_t version)
+{
+	int fd = open(file_of(version), O_RDWR);
+	struct stat st;
+	char *buf, *out;
+	uint32_t nchunks;
+	size_t head = 72, e1 = 64, e2 = 72, tab, rest;
+	unsigned int len;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fstat(fd, &st), 0);
+	buf = malloc((size_t)st.st_size);
+	out = malloc((size_t)st.st_size);
+	cr_assert(buf && out);
+	cr_assert_eq(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
+	memcpy(&nchunks, buf + 20, 4);
+	tab = nchunks * e1;
+	rest = (size_t)st.st_size - head - nchunks * e2;
+	memcpy(out, buf, head);
+	memcpy(out + 8, &(uint32_t){ 1 }, 4); /* format */
+	for (uint32_t i = 0; i < nchunks; i++) {
+		char *e = out + head + i * e1;
+		uint64_t off;
+
+		memcpy(e, buf + head + i * e2, e1);
+		memcpy(&off, e + 16, 8);
+		off -= nchunks * (e2 - e1);
+		memcpy(e + 16, &off, 8);
+	}
+	memcpy(out + head + tab, buf + head + nchunks * e2, rest);
+	/* the digest of the head (its digest zeroed) and the table */
+	memset(out + 40, 0, 32);
+	cr_assert(EVP_Digest(out, head + tab, (unsigned char *)buf, &len,
+			     EVP_sha256(), NULL));
+	memcpy(out + 40, buf, 32);
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	cr_assert_eq(pwrite(fd, out, head + tab + rest, 0),
+		     (ssize_t)(head + tab + rest));
+	close(fd);
+	free(buf);
+	free(out);
+}
+
+/* A file of format 1 (written before the round position was kept) is
+ * still listed and loaded, with a round starting afresh. */
+Test(checkpoint, a_format_1_file_loads_without_the_round, .init = make_dir,
+     .fini = remove_dir)
+{
+	uint64_t v[8];
+	uint32_t n;
+
+	write_version(7, 2);
+	make_format_1(7);
+	list(v, &n);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 7);
+	check_loaded(7, 2, false);
 }
 
 Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
@@ -297,6 +379,8 @@ Test(checkpoint, another_layout_is_refused, .init = make_dir,
 
 static unsigned int first_round, rounds;
 static bool restoring;
+static const char *run_sync = "bsp"; /* run()'s protocol... */
+static unsigned int run_workers = 2; /* ... and workers */
 
 static float grad_value(unsigned int rank, unsigned int round, size_t i)
 {
@@ -347,9 +431,10 @@ static int ckpt_worker(unsigned int rank)
 }
 
 /*
- * A 2-worker, 2-server BSP job with momentum, rounds @first.. @first +
- * @n - 1, checkpoints every 2 versions into @ckdir (NULL: none); with
- * @restore, started from them.  Worker 0's probe values into @out.
+ * A 2-worker, 2-server BSP job with momentum (run_sync, run_workers
+ * otherwise), rounds @first.. @first + @n - 1, checkpoints every 2
+ * versions into @ckdir (NULL: none); with @restore, started from them.
+ * Worker 0's probe values into @out.
  */
 static void run(const char *ckdir, bool restore, unsigned int first,
 		unsigned int n, float *out, bool expect_clean)
@@ -359,7 +444,7 @@ static void run(const char *ckdir, bool restore, unsigned int first,
 	first_round = first;
 	rounds = n;
 	restoring = restore;
-	job_env(&j, 2, 2, "bsp", "momentum", "0.5");
+	job_env(&j, run_workers, 2, run_sync, "momentum", "0.5");
 	setenv("KANEL_MOMENTUM", "0.5", 1);
 	if (ckdir) {
 		setenv("KANEL_CHECKPOINT_DIR", ckdir, 1);
@@ -370,7 +455,7 @@ static void run(const char *ckdir, bool restore, unsigned int first,
 	setenv("KANEL_RESTORE", restore ? "1" : "0", 1);
 	start_job(&j);
 	memset(sh->values, 0, sizeof(sh->values));
-	for (unsigned int w = 0; w < 2; w++)
+	for (unsigned int w = 0; w < run_workers; w++)
 		spawn_worker(&j, w, ckpt_worker);
 	end_job(&j, expect_clean);
 	if (out)
@@ -386,6 +471,29 @@ static void expect_same(const float *a, const float *b)
 	for (int k = 0; k < PROBE; k++)
 		cr_expect_eq(a[k], b[k], "value %d: %g, uninterrupted %g", k,
 			     (double)b[k], (double)a[k]);
+}
+
+/*
+ * ASP's servers turn the velocity once per round's worth of shares; one
+ * worker's push is a round, so after every push the next one turns it.
+ * That position is in the file: four pushes in one job, and two then two
+ * more in a job restored from version 2, give the same model to the bit
+ * (a restore that started the round afresh skipped a turn).
+ */
+Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time,
+     .init = make_dir, .fini = remove_dir, .timeout = 240)
+{
+	float whole[PROBE], resumed[PROBE];
+
+	run_sync = "asp";
+	run_workers = 1;
+	run(NULL, false, 0, 4, whole, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run(dir, false, 0, 2, NULL, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run(dir, true, 2, 2, resumed, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	expect_same(whole, resumed);
 }
 
 /*
