@@ -15,6 +15,14 @@
  * by a sequence number given when an event is scheduled, so a run
  * depends on its configuration and seed alone.
  *
+ * With cpu_time set, a step's CPU part is shared: the workers inside it
+ * each progress at min(1, cores / k) with k of them computing, so all
+ * of them advance one common virtual clock of CPU seconds, and a worker
+ * entering at virtual time v leaves at v + cpu_time.  Only the earliest
+ * of those ends is an event; whenever k changes, the clock is brought up
+ * to date and that end scheduled anew, the old event carrying a stale
+ * generation that makes it a no-op.
+ *
  * Per-worker data lives in flat arrays indexed by worker (and by worker
  * and server, or worker and slot), allocated once in kn__sim_create();
  * the heap and the event pool grow by doubling if the first guess was
@@ -41,6 +49,7 @@ enum ev_type {
 	EV_TIMING,  /* worker, value: a timing report reached the planner */
 	EV_PLAN,    /* server, a: index of the plan copy */
 	EV_BARRIER, /* a: the epoch whose end a chunk rule reached (CGP) */
+	EV_CPU_END, /* a: the generation; the earliest CPU part ends */
 };
 
 struct event {
@@ -78,6 +87,9 @@ struct worker {
 	double rel_t;	    /* when its release arrived (the last server's) */
 	double wait_t;	    /* when it began to block */
 	double step_len;    /* seconds of the current step */
+	double step_t0;	    /* when it began (cpu_time: its CPU part) */
+	double off_len;	    /* cpu_time: the part off the CPU after it */
+	double cpu_end_v;   /* cpu_time: virtual CPU time it leaves at */
 	double step_sum;    /* step seconds since the last release */
 	double anchor_norm; /* |anchor| */
 	uint32_t nsince;    /* steps since the last release */
@@ -112,6 +124,13 @@ struct kn__sim {
 	uint32_t n, m, d, k;
 	double wire;	   /* latency + chunk bytes / bandwidth */
 	double service;	   /* chunk bytes / server rate */
+	/* cpu_time: the shared CPU's virtual clock (CPU seconds each
+	 * computing worker has had), when it was last brought up to date,
+	 * the workers inside their CPU part, and the generation of the
+	 * one CPU_END event that is live */
+	double vclock, vclock_t;
+	uint32_t *on_cpu, ncpu;
+	uint64_t cpu_gen;
 	bool deltas; /* ESP, PSP push model deltas, applied at outer_lr */
 	bool shares;	/* ASP, SSP, CGP: momentum turns once a round of shares */
 
@@ -669,14 +688,74 @@ static int wcall(struct kn__sim *s, uint32_t i,
 	return 0;
 }
 
+/* --- the shared CPU (cpu_time) ---------------------------------------- */
+
+static double cpu_rate(const struct kn__sim *s)
+{
+	return s->ncpu > s->cfg.cores ? (double)s->cfg.cores / s->ncpu : 1;
+}
+
+static void cpu_advance(struct kn__sim *s, double t)
+{
+	s->vclock += (t - s->vclock_t) * cpu_rate(s);
+	s->vclock_t = t;
+}
+
+/* Schedule the earliest end of a CPU part at the current rate. */
+static int cpu_schedule(struct kn__sim *s, double t)
+{
+	struct event ev = { .type = EV_CPU_END, .a = ++s->cpu_gen };
+	double v = HUGE_VAL;
+
+	if (!s->ncpu)
+		return 0;
+	for (uint32_t j = 0; j < s->ncpu; j++)
+		v = fmin(v, s->w[s->on_cpu[j]].cpu_end_v);
+	return schedule(s, t + fmax(v - s->vclock, 0) / cpu_rate(s), &ev);
+}
+
+/* The earliest CPU parts are over: their steps go on off the CPU. */
+static int on_cpu_end(struct kn__sim *s, const struct event *e, double t)
+{
+	struct event ev = { .type = EV_STEP_END };
+	int ret = 0;
+
+	if (e->a != s->cpu_gen)
+		return 0; /* rescheduled since */
+	cpu_advance(s, t);
+	for (uint32_t j = 0; j < s->ncpu && !ret;) {
+		struct worker *w = &s->w[s->on_cpu[j]];
+
+		/* a relative tolerance for the clock's rounding */
+		if (w->cpu_end_v > s->vclock + 1e-12 * fmax(1, s->vclock)) {
+			j++;
+			continue;
+		}
+		ev.worker = s->on_cpu[j];
+		w->step_len = t - w->step_t0 + w->off_len;
+		s->on_cpu[j] = s->on_cpu[--s->ncpu];
+		ret = schedule(s, t + w->off_len, &ev);
+	}
+	return ret ? ret : cpu_schedule(s, t);
+}
+
 static int start_step(struct kn__sim *s, uint32_t i, double t)
 {
 	struct worker *w = &s->w[i];
 	struct event ev = { .type = EV_STEP_END, .worker = i };
+	double off = s->cfg.step_time * kn__imb_factor(&s->imb, &s->iw[i], t);
 
 	w->state = W_STEP;
-	w->step_len = s->cfg.step_time * kn__imb_factor(&s->imb, &s->iw[i], t);
-	return schedule(s, t + w->step_len, &ev);
+	w->step_t0 = t;
+	if (!(s->cfg.cpu_time > 0)) {
+		w->step_len = off;
+		return schedule(s, t + off, &ev);
+	}
+	cpu_advance(s, t);
+	w->off_len = off;
+	w->cpu_end_v = s->vclock + s->cfg.cpu_time;
+	s->on_cpu[s->ncpu++] = i;
+	return cpu_schedule(s, t);
 }
 
 /*
@@ -1003,6 +1082,7 @@ void kn__sim_config_init(struct kn__sim_config *cfg)
 		.bandwidth = 1.25e9,
 		.model_bytes = 4194304,
 		.server_rate = 10e9,
+		.cores = 1,
 		.sigma = 0.5,
 		.lr = 0.1,
 		.loss_every = 0,
@@ -1044,6 +1124,11 @@ static int check_config(const struct kn__sim_config *c, char *err,
 		return bad(err, errlen, "model bytes must be 0 or more");
 	if (!isfinite(c->server_rate) || !(c->server_rate > 0))
 		return bad(err, errlen, "server rate must be above 0");
+	if (!isfinite(c->cpu_time) || !(c->cpu_time >= 0) ||
+	    c->cpu_time > 1e6)
+		return bad(err, errlen, "cpu time must be 0 to 1e6 seconds");
+	if (c->cores < 1 || c->cores > KN__SYNC_MAX_WORKERS)
+		return bad(err, errlen, "cores must be 1 to 1048576");
 	if (!isfinite(c->sigma) || !(c->sigma >= 0))
 		return bad(err, errlen, "sigma must be 0 or more");
 	if (!isfinite(c->lr) || !(c->lr > 0))
@@ -1072,8 +1157,9 @@ static int alloc_arrays(struct kn__sim *s)
 	s->ver_read = calloc(4 * n * m, sizeof(uint64_t));
 	s->await = calloc(n * m, 1);
 	s->out = calloc(kn__sync_max_actions(&s->params), sizeof(*s->out));
+	s->on_cpu = calloc(n, sizeof(*s->on_cpu));
 	if (!s->h || !s->srv || !s->w || !s->iw || !s->xl || !s->ver_read ||
-	    !s->await || !s->out)
+	    !s->await || !s->out || !s->on_cpu)
 		return -ENOMEM;
 	s->xs = s->h + d;
 	s->x = s->xs + d;
@@ -1268,6 +1354,7 @@ void kn__sim_destroy(struct kn__sim *sim)
 		for (uint32_t sv = 0; sv < sim->m; sv++)
 			kn__sync_rule_destroy(sim->srv[sv].rule);
 	free(sim->out);
+	free(sim->on_cpu);
 	free(sim->await);
 	free(sim->ver_read);
 	free(sim->xl);
@@ -1301,6 +1388,8 @@ static int dispatch(struct kn__sim *s, const struct event *e, double t)
 		return on_timing(s, e, t);
 	case EV_BARRIER:
 		return on_barrier(s, e, t);
+	case EV_CPU_END:
+		return on_cpu_end(s, e, t);
 	default: /* EV_PLAN */
 		return on_plan(s, e, t);
 	}

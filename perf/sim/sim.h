@@ -12,7 +12,9 @@
  * holding one contiguous chunk of the model with its own chunk rule;
  * pushes and releases that take latency + bytes / bandwidth on the wire
  * and pushes that queue at each server for bytes / server_rate of
- * aggregation (contention); one planner fed by timing reports.  Time is
+ * aggregation (contention); optionally, a CPU part of every step that
+ * the workers share on a few cores (a host running them all); one
+ * planner fed by timing reports.  Time is
  * a double in seconds; events are ordered by (time, sequence number), so
  * a run is a function of its configuration and seed alone.
  *
@@ -57,6 +59,14 @@ struct kn__sim_config {
 	double bandwidth;      /* bytes/s of every link, > 0 (1.25e9) */
 	double model_bytes;    /* simulated model size, >= 0 (4 MiB) */
 	double server_rate;    /* bytes/s a server aggregates, > 0 (10e9) */
+	/*
+	 * > 0: each step first does this many seconds of CPU work, shared
+	 * with the other workers' on @cores cores (each runs at
+	 * min(1, cores / computing workers)), then its step_time times the
+	 * imbalance factor off the CPU (0: none; 0 .. 1e6)
+	 */
+	double cpu_time;
+	uint32_t cores;	       /* for cpu_time, 1 .. 1048576 (1) */
 	double sigma;	       /* gradient noise per coordinate, >= 0 (0.5) */
 	double lr;	       /* SGD rate, workers and servers, > 0 (0.1) */
 	/* the job's momentum, [0, 1) (0): the servers' under gradient

@@ -87,6 +87,10 @@ static const struct opt opts[] = {
 	  "4MiB", "simulated size of the model" },
 	{ "--server-rate", "BYTES/S", O_F64, C(cfg.server_rate), 1e-12, 1e300,
 	  "10e9", "bytes a server aggregates per second" },
+	{ "--cpu-time", "SEC", O_SECONDS, C(cfg.cpu_time), 0, 1e6, "0",
+	  "CPU part of a step, shared on --cores (0: none)" },
+	{ "--cores", "C", O_U32, C(cfg.cores), 1, KN__SYNC_MAX_WORKERS, "1",
+	  "cores the workers' CPU parts share" },
 	{ "--dim", "D", O_U32, C(cfg.dim), 1, KN__SIM_MAX_DIM, "16",
 	  "dimensions of the quadratic objective" },
 	{ "--sigma", "S", O_F64, C(cfg.sigma), 0, 1e300, "0.5",
@@ -410,6 +414,8 @@ static int write_json(const struct cli *c, const struct kn__sim_result *r)
 	json_num(f, "bandwidth", g->bandwidth);
 	json_num(f, "model_bytes", g->model_bytes);
 	json_num(f, "server_rate", g->server_rate);
+	json_num(f, "cpu_time_s", g->cpu_time);
+	json_u64(f, "cores", g->cores);
 	json_u64(f, "dim", g->dim);
 	json_num(f, "sigma", g->sigma);
 	json_num(f, "lr", g->lr);
