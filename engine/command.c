@@ -90,6 +90,17 @@ const char *kn_config_metrics(const struct kn_config *cfg)
 	return cfg && cfg->c.metrics[0] ? cfg->c.metrics : NULL;
 }
 
+bool kn__job_sums(uint32_t protocol, uint32_t optimizer)
+{
+	return optimizer == KN__CONFIG_SUM && protocol == KN__CONFIG_BSP;
+}
+
+bool kn__job_deltas(uint32_t protocol, uint32_t optimizer)
+{
+	return kn__sync_local_steps(protocol) ||
+	       (optimizer == KN__CONFIG_SUM && protocol != KN__CONFIG_BSP);
+}
+
 void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 {
 	bool sum = c->optimizer == KN__CONFIG_SUM;
@@ -99,7 +110,8 @@ void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 		.protocol_name = kn__config_sync_name(c->sync),
 		.optimizer = sum ? KN_OPT_SGD : (enum kn_optimizer)c->optimizer,
 		.summation = sum,
-		.local_steps = kn__sync_local_steps((uint32_t)c->sync),
+		.local_steps = kn__job_deltas((uint32_t)c->sync,
+					      (uint32_t)c->optimizer),
 		.lr = c->lr,
 		.momentum = c->momentum,
 		.workers = c->workers,

@@ -1234,14 +1234,6 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 		ret = from_launcher(&p, envp, set, src);
 	if (ret)
 		return ret;
-	if (p.cfg.optimizer == KN__CONFIG_SUM &&
-	    kn__sync_local_steps((uint32_t)p.cfg.sync))
-		return bad(&p,
-			   "--optimizer sum with --sync %s: the workers of "
-			   "a local-step protocol run the job's optimizer "
-			   "themselves, and sum gives them none (pick "
-			   "sgd, momentum or adam)",
-			   kn__config_sync_name(p.cfg.sync));
 	/* a command without the option places the coordinator itself */
 	if (!set[O_COORDINATOR] &&
 	    (scope->options & KN__CONFIG_OPT_COORDINATOR))

@@ -855,8 +855,9 @@ static void lose_server(struct coordinator *c, uint32_t r)
 	if (c->done)
 		return;
 	if (!c->started || !c->cfg->checkpoint_dir[0] ||
-	    c->cfg->optimizer == KN__CONFIG_SUM) {
-		/* (--optimizer sum: the servers keep no model to go back to) */
+	    kn__job_sums((uint32_t)c->cfg->sync, (uint32_t)c->cfg->optimizer)) {
+		/* (bsp --optimizer sum: the servers keep no model to go back
+		 * to) */
 		kn__log(&c->node, "server %u went away: the job cannot go on%s",
 			r,
 			c->started && !c->cfg->checkpoint_dir[0]

@@ -40,6 +40,18 @@ void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
  */
 void kn__job_info(const struct kn__config *cfg, struct kn_job_info *info);
 
+/*
+ * Where a job's optimizer runs (docs/protocols.md, "What a contribution
+ * is").  Under --optimizer sum the workers run their own (a PyTorch
+ * script's): BSP's servers publish the round's mean gradient into the
+ * workers' gradient buffers (kn__job_sums); under every other protocol
+ * the workers push the delta their optimizer made, as ESP's and PSP's
+ * always do, and the servers add the deltas to the model with the outer
+ * update (kn__job_deltas).
+ */
+bool kn__job_sums(uint32_t protocol, uint32_t optimizer);
+bool kn__job_deltas(uint32_t protocol, uint32_t optimizer);
+
 bool kn__addr_is_any(const struct sockaddr_storage *a);
 bool kn__addr_is_loopback(const struct sockaddr_storage *a);
 /* @dst's IP becomes @src's; the port stays. */

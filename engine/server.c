@@ -186,7 +186,7 @@ static void init_chunk(struct server *s, struct srv_chunk *ch);
  * servers' optimizer keeps (under ESP and PSP: the outer update's). */
 static uint32_t state_arrays(const struct kn__msg *job)
 {
-	if (kn__sync_local_steps(job->u.job.protocol))
+	if (kn__job_deltas(job->u.job.protocol, job->u.job.optimizer))
 		return job->u.job.proto.outer_momentum > 0 ? 2 : 1;
 	switch (job->u.job.optimizer) {
 	case KN__CONFIG_MOMENTUM:
@@ -202,7 +202,7 @@ static int setup_checkpoints(struct server *s)
 {
 	if (!s->cfg->checkpoint_dir[0])
 		return 0;
-	if (s->job.u.job.optimizer == KN__CONFIG_SUM) {
+	if (kn__job_sums(s->job.u.job.protocol, s->job.u.job.optimizer)) {
 		/* the servers keep no model to write */
 		kn__log(&s->node, "--checkpoint-dir: the workers apply the "
 				  "update (--optimizer sum): no checkpoints");
@@ -536,7 +536,8 @@ static int setup_chunks(struct server *s)
 		 * writes from it are done.
 		 */
 		ch->direct = ch->dtype == KN_DTYPE_FP32 &&
-			     s->job.u.job.optimizer != KN__CONFIG_SUM;
+			     !kn__job_sums(s->job.u.job.protocol,
+					   s->job.u.job.optimizer);
 		for (int o = 0; o < (ch->direct ? 1 : NOUT); o++) {
 			ch->out[o] =
 				ch->direct ? (void *)ch->master
@@ -631,7 +632,7 @@ static int post_release(struct server *s, struct srv_chunk *ch, uint32_t w,
 	const struct kn__tp_rdesc *dst;
 	struct srv_write *wr;
 
-	dst = s->job.u.job.optimizer == KN__CONFIG_SUM
+	dst = kn__job_sums(s->job.u.job.protocol, s->job.u.job.optimizer)
 		      ? &sw->grads[ch->c->tensor]
 		      : &sw->params[ch->c->tensor];
 	wr = &s->writes[(ch - s->chunks) * NOUT + out];
@@ -872,7 +873,7 @@ static int apply(struct server *s, struct srv_chunk *ch,
 	if (weights)
 		w = 1.0f; /* each input's own factor, in the same pass */
 	count_staleness(&s->stale, ch, a);
-	if (job->u.job.optimizer == KN__CONFIG_SUM) {
+	if (kn__job_sums(job->u.job.protocol, job->u.job.optimizer)) {
 		/* the mean, in the tensor's dtype, for the workers */
 		ret = weights ? kn_sum_weighted(ch->out[o], ch->dtype, src,
 						weights, a->ncontrib, ch->dtype,
@@ -891,7 +892,7 @@ static int apply(struct server *s, struct srv_chunk *ch,
 			.step = ++ch->step,
 		};
 
-		if (kn__sync_local_steps(job->u.job.protocol))
+		if (kn__job_deltas(job->u.job.protocol, job->u.job.optimizer))
 			outer_update(&job->u.job.proto, a->lr_scale, &p);
 		if (job->u.job.optimizer == KN__CONFIG_MOMENTUM &&
 		    kn__sync_round_momentum(job->u.job.protocol))

@@ -436,7 +436,8 @@ static bool push_fused(struct kn_worker *w, struct wk_op *op, uint32_t i)
 /* The group's answer is in its inbox: every member's part to its own. */
 static void unpack(struct kn_worker *w, const struct wk_tensor *t)
 {
-	bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+	bool sum = kn__job_sums(w->job.u.job.protocol,
+				 w->job.u.job.optimizer);
 	size_t es = kn_dtype_size(t->d.dtype);
 
 	for (uint32_t j = 0; j < t->nmembers; j++) {
@@ -592,7 +593,8 @@ static int chunk_order(struct kn_worker *w)
 static void go_to_servers(struct kn_worker *w)
 {
 	struct kn__tensor_desc *d = calloc(w->ntensors + 1, sizeof(*d));
-	bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+	bool sum = kn__job_sums(w->job.u.job.protocol,
+				 w->job.u.job.optimizer);
 	int ret;
 
 	if (!d) {
@@ -664,7 +666,8 @@ static void send_buffers(struct kn_worker *w, struct wk_server *ws)
 
 	for (uint32_t i = 0; i < w->ntensors; i++) {
 		const struct wk_tensor *t = &w->tensors[i];
-		bool sum = w->job.u.job.optimizer == KN__CONFIG_SUM;
+		bool sum = kn__job_sums(w->job.u.job.protocol,
+				 w->job.u.job.optimizer);
 		int ret;
 
 		m.u.buffers.index = i;
@@ -1365,7 +1368,8 @@ int kn_worker_create(const struct kn_worker_options *opt,
 	pthread_mutex_lock(&w->lock);
 	ret = wait_for(w, joined, 0, (int)w->cfg.startup_timeout_ms,
 		       "waiting for the coordinator and the servers");
-	w->local = kn__sync_local_steps(w->job.u.job.protocol);
+	w->local =
+		kn__job_deltas(w->job.u.job.protocol, w->job.u.job.optimizer);
 	pthread_mutex_unlock(&w->lock);
 	if (ret) {
 		kn_worker_destroy(w);
@@ -1410,8 +1414,9 @@ static int local_buffers(struct wk_tensor *t, uint32_t optimizer)
 
 	if (t->d.dtype != KN_DTYPE_FP32) {
 		kn__log_as("worker",
-			   "tensor '%s' is %s: the workers of "
-			   "esp and predicted keep fp32 tensors only",
+			   "tensor '%s' is %s: workers that push model "
+			   "deltas (esp, predicted; any protocol but bsp "
+			   "under --optimizer sum) keep fp32 tensors only",
 			   t->d.key, kn_dtype_name(t->d.dtype));
 		return -ENOTSUP;
 	}
@@ -1420,14 +1425,17 @@ static int local_buffers(struct wk_tensor *t, uint32_t optimizer)
 	t->inbox = zalloc64(n * sizeof(float));
 	t->anchor = zalloc64(n * sizeof(float));
 	t->at_push = zalloc64(n * sizeof(float));
-	/* the optimizer's state where it has one: momentum's m, Adam's m, v */
-	if (optimizer != KN__CONFIG_SGD)
+	/* the optimizer's state where it has one: momentum's m, Adam's m, v
+	 * (none under sum: the program steps its own) */
+	bool m = optimizer == KN__CONFIG_MOMENTUM ||
+		 optimizer == KN__CONFIG_ADAM;
+
+	if (m)
 		t->m = zalloc64(n * sizeof(float));
 	if (optimizer == KN__CONFIG_ADAM)
 		t->v = zalloc64(n * sizeof(float));
 	if (!t->grads || !t->inbox || !t->anchor || !t->at_push ||
-	    (optimizer != KN__CONFIG_SGD && !t->m) ||
-	    (optimizer == KN__CONFIG_ADAM && !t->v)) {
+	    (m && !t->m) || (optimizer == KN__CONFIG_ADAM && !t->v)) {
 		local_free(t);
 		return -ENOMEM;
 	}
@@ -1523,6 +1531,34 @@ int kn_worker_set_priority(struct kn_worker *w, const char *key, int priority)
 		}
 	pthread_mutex_unlock(&w->lock);
 	return ret;
+}
+
+/*
+ * A BSP job under --optimizer sum has started: the servers' answers land
+ * in the gradient buffers, the initial model too.  It becomes the
+ * parameters, and the gradients start from zero again (autograd adds
+ * into them).
+ */
+static void sum_start(struct kn_worker *w)
+{
+	for (uint32_t i = 0; i < w->ntensors; i++) {
+		struct wk_tensor *t = &w->tensors[i];
+		size_t bytes = t->d.len * kn_dtype_size(t->d.dtype);
+
+		if (t->nmembers || t->inbox)
+			continue;
+		memcpy(t->params, t->grads, bytes);
+		memset(t->grads, 0, bytes);
+	}
+	for (uint32_t i = 0; i < w->nmembers; i++) {
+		struct wk_member *m = &w->members[i];
+		size_t bytes = m->d.len * kn_dtype_size(m->d.dtype);
+
+		if (m->inbox)
+			continue;
+		memcpy(m->params, m->grads, bytes);
+		memset(m->grads, 0, bytes);
+	}
 }
 
 /*
@@ -1728,6 +1764,9 @@ int kn_worker_start(struct kn_worker *w)
 	pthread_mutex_unlock(&w->lock);
 	if (!ret && w->local)
 		ret = local_start(w);
+	else if (!ret &&
+		 kn__job_sums(w->job.u.job.protocol, w->job.u.job.optimizer))
+		sum_start(w);
 	w->step_return = kn__now();
 	return ret;
 }
@@ -1741,9 +1780,9 @@ static int refuse_local(struct kn_worker *w)
 {
 	if (!w->told_local)
 		kn__log(&w->node,
-			"the job runs %s, whose workers take "
-			"local steps: train with kn_worker_step_done() (after "
-			"each step), not with push, pull or kn_worker_step "
+			"the job runs %s, whose workers push model deltas: "
+			"train with kn_worker_step_done() (after each step), "
+			"not with push, pull or kn_worker_step "
 			"(docs/engine.md)",
 			kn__config_sync_name(
 				(enum kn__config_sync)w->job.u.job.protocol));
@@ -2146,6 +2185,17 @@ static int local_step(struct kn_worker *w, double seconds, unsigned int flags,
 	int ret = 0;
 
 	*result = KN_STEP_LOCAL;
+	if (!(flags & KN_STEP_APPLIED) &&
+	    w->job.u.job.optimizer == KN__CONFIG_SUM) {
+		if (!w->told_local)
+			kn__log(&w->node,
+				"the job runs the workers' optimizer "
+				"(--optimizer sum): step the model yourself "
+				"and pass KN_STEP_APPLIED to "
+				"kn_worker_step_done");
+		w->told_local = true;
+		return -EINVAL;
+	}
 	if (!(flags & KN_STEP_APPLIED))
 		ret = inner_update(w);
 	if (ret)

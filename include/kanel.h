@@ -375,9 +375,13 @@ struct kn_job_info {
 	enum kn_sync protocol;
 	const char *protocol_name; /* "bsp", "asp", ..., "predicted", "cgp" */
 	enum kn_optimizer optimizer; /* the job's optimizer */
-	int summation;		     /* 1: --optimizer sum (no optimizer) */
-	int local_steps; /* 1: ESP, PSP: the job's optimizer runs on the
-			  * workers and they push model deltas */
+	int summation;		     /* 1: --optimizer sum: the workers
+				      * run their own optimizer */
+	int local_steps; /* 1: the workers step the model and push model
+			  * deltas: ESP, PSP (with the job's optimizer, or
+			  * the program's under sum), and ASP, SSP, CGP
+			  * under sum; pass KN_STEP_APPLIED where the
+			  * program stepped it */
 	float lr, momentum;
 	unsigned int workers, servers;
 	/* the protocols' parameters (docs/configuration.md) */
@@ -388,7 +392,7 @@ struct kn_job_info {
 	unsigned int warmup;	/* PSP, CGP */
 	float alpha, miss;	/* PSP (alpha: CGP too) */
 	float bound;		/* CGP's S */
-	float outer_lr, outer_momentum; /* ESP, PSP: the servers' update */
+	float outer_lr, outer_momentum; /* the servers' update of deltas */
 };
 
 /* Fill @info from the job: 0, or -EINVAL for NULL arguments. */

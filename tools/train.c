@@ -914,6 +914,26 @@ static bool job_option_given(int argc, char **argv, const char *flag,
 }
 
 /*
+ * --optimizer sum leaves the workers to step the model themselves (a
+ * PyTorch script's optimizer); the trainer's workers have none of their
+ * own, so a job of theirs names the optimizer the servers or the
+ * local-step workers run.
+ */
+static bool sum_requested(int argc, char **argv)
+{
+	const char *v = getenv("KANEL_OPTIMIZER");
+	bool sum = v && strcmp(v, "sum") == 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--optimizer") == 0 && i + 1 < argc)
+			sum = strcmp(argv[i + 1], "sum") == 0;
+		else if (strncmp(argv[i], "--optimizer=", 12) == 0)
+			sum = strcmp(argv[i] + 12, "sum") == 0;
+	}
+	return sum;
+}
+
+/*
  * The dataset, checked before any process starts, the training set
  * handed to the workers as one shared read-only file (*@fd; -1 if it
  * cannot be made, and each worker loads its own copy): 0 or -errno.
@@ -1217,6 +1237,13 @@ int kn__train_main(int argc, char **argv)
 	if (help) {
 		train_usage(stdout);
 		return 0;
+	}
+	if (sum_requested(argc, argv)) {
+		kn__tool_log("kanel train: --optimizer sum: the workers would "
+			     "run an optimizer of their own, and the "
+			     "trainer's have none: pick sgd, momentum or "
+			     "adam\n");
+		return 2;
 	}
 	/* the trainer's defaults for the job, where the user gave none;
 	 * a joined coordinator makes them the job's.  They go before the
