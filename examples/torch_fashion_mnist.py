@@ -50,6 +50,28 @@ def options(argv=None):
     a("--batch", type=int, default=64, help="batch per worker (64)")
     a("--lr", type=float, default=0.05, help="learning rate (0.05)")
     a("--momentum", type=float, default=0.9, help="momentum (0.9)")
+    a("--optimizer", choices=("sgd", "adamw"), default="sgd",
+      help="the script's optimizer: sgd (with --momentum) or adamw "
+           "(with --weight-decay) (sgd)")
+    a("--weight-decay", type=float, default=0.0, help="weight decay (0)")
+    a("--schedule", choices=("none", "cosine"), default="none",
+      help="learning-rate schedule over the run's steps (none)")
+    a("--server-optimizer", action="store_true",
+      help="by hand: the servers run momentum SGD at --lr, --momentum "
+           "instead of the script's optimizer (kanel launch --optimizer "
+           "momentum)")
+    a("--model", choices=("cnn", "wide"), default="cnn",
+      help="cnn, or wide: an MLP of two 2048-unit layers (5.8 M "
+           "parameters), whose exchange is a real share of a step (cnn)")
+    a("--no-overlap", action="store_true",
+      help="push the gradients after backward, not from its hooks")
+    a("--api", choices=("optimizer", "ddp"), default="optimizer",
+      help="kanel.torch.DistributedOptimizer or its "
+           "DistributedDataParallel (optimizer)")
+    a("--backend", choices=("kanel", "ddp"), default="kanel",
+      help="kanel, or PyTorch's own DistributedDataParallel over gloo "
+           "with the same model, data, optimizer and injection: the "
+           "baseline (kanel)")
     a("--imbalance", default="none", help="an imbalance model of kanel "
       "train: a worker of factor f sleeps (f - 1) times its step's "
       "compute after it (none)")
@@ -85,7 +107,11 @@ def load(folder, part):
     return x.reshape(-1, 1, 28, 28), y.astype(np.int64)
 
 
-def cnn(nn):
+def cnn(nn, kind="cnn"):
+    if kind == "wide":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(784, 2048), nn.ReLU(),
+            nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
     return nn.Sequential(
         nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -108,9 +134,9 @@ class Evaluator(threading.Thread):
     """Rank 0's evaluations of global-model snapshots, off its training
     loop: (seconds, accuracy) per snapshot."""
 
-    def __init__(self, torch, nn, x, y):
+    def __init__(self, torch, nn, x, y, kind):
         super().__init__(daemon=True)
-        self.torch, self.model, self.x, self.y = torch, cnn(nn), x, y
+        self.torch, self.model, self.x, self.y = torch, cnn(nn, kind), x, y
         self.todo, self.curve = queue.Queue(), []
 
     def run(self):
@@ -130,13 +156,41 @@ def worker(o):
 
     torch.set_num_threads(1)
     torch.manual_seed(o.seed)
-    model = cnn(nn)
-    sgd = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum)
-    opt = kt.DistributedOptimizer(sgd, model.named_parameters(),
-                                  protocol=o.protocol.split(",")[0])
-    kt.broadcast_parameters(model.state_dict(), opt)
-    w = opt.worker
-    rank, n = w.rank, w.size
+    model = cnn(nn, o.model)
+    if o.optimizer == "adamw":
+        inner = torch.optim.AdamW(model.parameters(), lr=o.lr,
+                                  weight_decay=o.weight_decay)
+    else:
+        inner = torch.optim.SGD(model.parameters(), lr=o.lr,
+                                momentum=o.momentum,
+                                weight_decay=o.weight_decay)
+    if o.backend == "ddp":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        net = nn.parallel.DistributedDataParallel(model)
+        opt, rank, n = inner, dist.get_rank(), dist.get_world_size()
+        job_name = "ddp"
+
+        def global_state():
+            return {k: v.detach().clone() for k, v in
+                    model.state_dict().items()}
+        finish = close = dist.destroy_process_group
+    elif o.api == "ddp":
+        net = kt.DistributedDataParallel(model,
+                                         protocol=o.protocol.split(",")[0])
+        opt, rank, n = inner, net.worker.rank, net.worker.size
+        job_name = net.job.protocol
+        global_state, finish, close = net.global_state, net.finish, \
+            net.close
+    else:
+        opt = kt.DistributedOptimizer(inner, model.named_parameters(),
+                                      protocol=o.protocol.split(",")[0],
+                                      overlap=not o.no_overlap)
+        kt.broadcast_parameters(model.state_dict(), opt)
+        net, rank, n = model, opt.worker.rank, opt.worker.size
+        job_name = opt.job.protocol
+        global_state, finish, close = opt.global_state, opt.finish, \
+            opt.close
     x, y = load(o.data, "train")
     x, y = x[rank::n], y[rank::n]
     tx, ty = load(o.data, "t10k")
@@ -144,7 +198,14 @@ def worker(o):
     rng = np.random.default_rng(o.seed * 1000 + rank)
     steps_per_epoch = len(x) // o.batch
     steps = int(o.epochs * steps_per_epoch)
-    ev = Evaluator(torch, nn, tx[:2000], ty[:2000]) if rank == 0 else None
+    sched = None
+    if o.schedule == "cosine":
+        # over the run: its steps, or what the time budget lets this
+        # worker make at its first epoch's pace is not known in advance,
+        # so the steps of --epochs
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    ev = Evaluator(torch, nn, tx[:2000], ty[:2000], o.model) \
+        if rank == 0 else None
     if ev:
         ev.start()
     start = time.monotonic()
@@ -154,7 +215,7 @@ def worker(o):
         if o.time_budget and now >= o.time_budget:
             break
         if ev and now >= next_eval:
-            ev.todo.put((now, opt.global_state()))
+            ev.todo.put((now, global_state()))
             next_eval = now + o.eval_every
         if step % steps_per_epoch == 0:
             order = rng.permutation(len(x))
@@ -162,7 +223,7 @@ def worker(o):
         t0 = time.monotonic()
         opt.zero_grad()
         loss = nn.functional.cross_entropy(
-            model(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
+            net(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
         loss.backward()
         compute = time.monotonic() - t0
         f = slow.factor(rank, t0 - start)
@@ -170,6 +231,8 @@ def worker(o):
             time.sleep((f - 1) * compute)
         t1 = time.monotonic()
         opt.step()
+        if sched:
+            sched.step()
         waited += time.monotonic() - t1
         step += 1
         if rank == 0 and step % 50 == 0:
@@ -178,22 +241,22 @@ def worker(o):
                   f"{step / steps_per_epoch:.2f} | test accuracy "
                   f"{last:.4f} | loss {loss.item():.4f}", end="",
                   file=sys.stderr, flush=True)
-    opt.finish()
+    finish()
     elapsed = time.monotonic() - start
     if ev:
-        ev.todo.put((elapsed, opt.global_state()))
+        ev.todo.put((elapsed, global_state()))
         ev.todo.put(None)
         ev.join()
-        model.load_state_dict(opt.global_state())
+        model.load_state_dict(global_state())
         final = accuracy(torch, model, tx, ty)
-        report(o, w.job, n, ev.curve, final, step, elapsed, waited)
-    opt.close()
+        report(o, job_name, n, ev.curve, final, step, elapsed, waited)
+    close()
 
 
-def report(o, job, n, curve, final, steps, elapsed, waited):
+def report(o, name, n, curve, final, steps, elapsed, waited):
     reach = next((t for t, a in curve if a >= o.target_accuracy), None)
     s = {
-        "protocol": job.protocol, "imbalance": o.imbalance,
+        "protocol": name, "imbalance": o.imbalance,
         "workers": n, "seed": o.seed, "target": o.target_accuracy,
         "time_to_target_s": reach,
         "best_accuracy": max(a for _, a in curve),
@@ -202,7 +265,7 @@ def report(o, job, n, curve, final, steps, elapsed, waited):
         "wait_fraction_rank0": waited / elapsed,
         "curve": curve,
     }
-    print(f"\nkanel torch example: {job.protocol}, {n} workers, imbalance "
+    print(f"\nkanel torch example: {name}, {n} workers, imbalance "
           f"{o.imbalance}")
     print(f"  time to {o.target_accuracy:g} accuracy  " +
           (f"{reach:.2f} s" if reach is not None else "not reached"))
@@ -232,20 +295,43 @@ def strip(argv, names):
     return out
 
 
+def ddp_run(o, cmd):
+    """PyTorch's DDP: the workers started as torchrun starts them (its
+    variables, one process per rank), over gloo on loopback."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(o.workers):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), RANK=str(r), LOCAL_RANK=str(r),
+                   WORLD_SIZE=str(o.workers),
+                   LOCAL_WORLD_SIZE=str(o.workers))
+        procs.append(subprocess.Popen(cmd, env=env))
+    return max(p.wait() for p in procs)
+
+
 def by_hand(o, argv):
     import kanel
     rows = []
-    for p in o.protocol.split(","):
+    protocols = ["ddp"] if o.backend == "ddp" else o.protocol.split(",")
+    opt = ["--optimizer", "momentum", "--lr", str(o.lr), "--momentum",
+           str(o.momentum)] if o.server_optimizer else ["--optimizer",
+                                                         "sum"]
+    for p in protocols:
         with tempfile.NamedTemporaryFile(suffix=".json") as js:
             rest = strip(argv, ("--protocol", "--summary-json"))
+            me = [sys.executable, os.path.abspath(__file__), *rest,
+                  "--protocol", "bsp" if p == "ddp" else p,
+                  "--summary-json", js.name]
             cmd = [kanel._kanel_command(), "launch", "--workers",
                    str(o.workers), "--servers", str(o.servers), "--sync", p,
-                   "--optimizer", "momentum", "--lr", str(o.lr),
-                   "--momentum", str(o.momentum), "--",
-                   sys.executable, os.path.abspath(__file__), *rest,
-                   "--protocol", p, "--summary-json", js.name]
+                   *opt, "--", *me]
             print(f"torch example: {p} ...", file=sys.stderr, flush=True)
-            if subprocess.run(cmd).returncode:
+            rc = ddp_run(o, me) if p == "ddp" else subprocess.run(
+                cmd).returncode
+            if rc:
                 print(f"torch example: the {p} run failed", file=sys.stderr)
                 rows.append((p, None))
                 continue

@@ -206,6 +206,14 @@ def _torchrun_env():
     return True
 
 
+def _launched():
+    """Whether a launcher set this process up as a worker: Kanel's own
+    variables, or Slurm's, Open MPI's or torchrun's (already mapped)."""
+    env = os.environ
+    return bool(env.get("KANEL_COORDINATOR") or "SLURM_PROCID" in env
+                or "OMPI_COMM_WORLD_RANK" in env)
+
+
 def _kanel_command():
     exe = os.environ.get("KANEL_EXE")
     if exe:
@@ -231,6 +239,9 @@ def _start_roles():
                          "in the environment torchrun passes on")
     exe = _kanel_command()
     servers = int(os.environ.get("KANEL_SERVERS", "1"))
+    # a script started by torchrun trains with its own optimizer unless
+    # the job names one for the servers
+    os.environ.setdefault("KANEL_OPTIMIZER", "sum")
     # the coordinator listens on KANEL_COORDINATOR, set from torchrun's
     procs = [subprocess.Popen([exe, "coordinator"])]
     for r in range(servers):
@@ -266,6 +277,17 @@ class Worker:
             os.fsencode(secret_file) if secret_file else None,
             -1 if rank is None else int(rank), int(timeout_ms))
         handle = _lib.W()
+        if coordinator is None and not _launched():
+            raise RuntimeError(
+                "kanel: this process was not started as a worker of a job "
+                "(no KANEL_COORDINATOR, nor torchrun's, Slurm's or Open "
+                "MPI's variables).  Start it with a launcher, e.g.\n"
+                "  kanel launch --workers 2 --optimizer sum -- "
+                "python3 script.py\n"
+                "  torchrun --nproc_per_node 2 script.py   "
+                "(with KANEL_SECRET_FILE set)\n"
+                "or pass Worker(coordinator=HOST:PORT) (docs/python.md, "
+                "\"Launching\")")
         try:
             _check(_lib.kn_worker_create(ctypes.byref(opt),
                                          ctypes.byref(handle)),

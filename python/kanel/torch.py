@@ -1,26 +1,37 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Kanel for PyTorch: a distributed optimizer over a Kanel job.
+"""Kanel for PyTorch: the script's own optimizer over a Kanel job.
+
+Two ways in, as with Horovod and DDP (docs/python.md):
 
     import kanel.torch as kt
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     opt = kt.DistributedOptimizer(opt, model.named_parameters())
-    kt.broadcast_parameters(model.state_dict(), opt)
     ...
     loss.backward(); opt.step(); opt.zero_grad()
 
-Every parameter is registered by name with its own storage (``p.data``)
-and gradient (``p.grad``): the engine reads the gradients and writes the
-parameters in place.  What ``step()`` does follows the job's protocol
-(docs/python.md):
+or, a DDP script with one line changed:
 
-- BSP, ASP, SSP, CGP: the gradients are pushed and the servers apply the
-  job's optimizer (``kanel launch --optimizer --lr --momentum``); the
-  parameters come back updated.  The wrapped optimizer is not stepped
-  (with ``--optimizer sum`` it is, on the averaged gradient).
-- ESP, PSP: the wrapped optimizer is the inner optimizer: it steps the
-  local model with its own state, and the engine pushes model deltas
-  when the protocol says so and merges the global model that lands.
+    model = kt.DistributedDataParallel(model)   # was DDP(model)
+
+Every parameter is registered by name with its own storage (``p.data``)
+and gradient (``p.grad``): the engine reads and writes them in place.
+What a step means follows the job (docs/python.md, "What a step is"):
+
+- ``--optimizer sum`` (the default of every start this package makes):
+  the script's optimizer trains the model.  Under BSP the servers sum the
+  gradients and the mean lands in ``p.grad`` before the optimizer steps,
+  so every worker's optimizer state stays identical; under ASP, SSP and
+  CGP the optimizer steps on the worker and the worker pushes the delta
+  it made, which the servers add to the model as a share of a round;
+  ESP and PSP take the script's optimizer as their inner optimizer.
+- a servers' optimizer (``--optimizer sgd|momentum|adam``), under BSP,
+  ASP, SSP and CGP: the gradients go to the servers, which run the job's
+  optimizer; the wrapped optimizer is not stepped (a warning says so).
+
+Gradients are pushed from backward hooks as soon as autograd has
+accumulated them, so the exchange overlaps the rest of backward.
 """
+import contextlib
 import warnings
 
 import torch
@@ -28,6 +39,162 @@ import torch
 import kanel
 
 _last = None  # the newest DistributedOptimizer, for broadcast_parameters
+
+# where the optimizer runs, by job (see _mode)
+MEAN, DELTA, SERVER = "mean", "delta", "server"
+
+
+def _mode(job):
+    """MEAN: gradients are averaged, the script's optimizer steps;
+    DELTA: the script's optimizer steps, its deltas are exchanged;
+    SERVER: the servers' optimizer steps."""
+    if job.local_steps:
+        return DELTA
+    return MEAN if job.optimizer == "sum" else SERVER
+
+
+def _accumulator(p):
+    """The autograd node that accumulates ``p``'s gradient: its hooks run
+    once ``p.grad`` holds this backward's gradient (torch 1.13 has no
+    post-accumulate hook on the tensor itself)."""
+    return p.expand_as(p).grad_fn.next_functions[0][0]
+
+
+class _Exchange:
+    """The registered parameters of one worker and the gradient exchange
+    that backward hooks start: shared by DistributedOptimizer and
+    DistributedDataParallel."""
+
+    def __init__(self, named_parameters, worker, protocol, overlap,
+                 worker_options):
+        named = list(named_parameters)
+        names = [n for n, _ in named]
+        if len(set(names)) != len(names):
+            raise ValueError("kanel: parameter names repeat")
+        self._own = worker is None
+        self.worker = worker if worker is not None else \
+            kanel.Worker(**worker_options)
+        try:
+            self.job = self.worker.job
+            if protocol is not None and \
+                    kanel.protocol_name(protocol) != self.job.protocol:
+                raise ValueError(f"kanel: the script asks for {protocol}, "
+                                 f"the job runs {self.job.protocol}")
+            self.mode = _mode(self.job)
+            self._params = []
+            for name, p in named:
+                if not p.requires_grad:
+                    continue
+                if p.device.type != "cpu":
+                    raise ValueError(
+                        f"kanel: parameter {name!r} is on {p.device}: "
+                        "kanel.torch registers CPU memory only")
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p.data)
+                self.worker.register(name, p.data, p.grad)
+                self._params.append((name, p, p.grad))
+        except BaseException:
+            if self._own:
+                self.worker.close()
+            raise
+        # Overlap: a gradient protocol's push can start while backward
+        # goes on.  Not under DELTA (the push is the optimizer's delta,
+        # made after backward) nor CGP and PSP (their planners hear each
+        # step's time through step_done).
+        self.overlap = bool(overlap) and self.mode != DELTA and \
+            self.job.protocol in ("bsp", "asp", "ssp")
+        self.started = False
+        self.synced = False   # this step's exchange is done
+        self.armed = True     # False under no_sync()
+        self.pushed = set()   # names pushed during this backward
+        self.trace = None     # a list to log ("push", name) into (tests)
+        self._hooks = []
+        if self.overlap:
+            for name, p, g in self._params:
+                acc = _accumulator(p)
+                h = acc.register_hook(self._ready_hook(name, p, g))
+                self._hooks.append((acc, h))
+
+    def _ready_hook(self, name, p, g):
+        def ready(*_):
+            if not self.started or not self.armed or self.synced:
+                return
+            if p.grad is not None and p.grad.data_ptr() != g.data_ptr():
+                # a fresh p.grad (zero_grad(set_to_none=True)): into ours
+                g.copy_(p.grad)
+                p.grad = g
+            self.worker.push(name)
+            self.pushed.add(name)
+            if self.trace is not None:
+                self.trace.append(("push", name))
+        return ready
+
+    def start(self):
+        if not self.started:
+            self.worker.start()
+            self.started = True
+
+    def gradients_in_place(self):
+        """Autograd writes into the registered gradient unless the
+        program set ``p.grad`` to None or to a new tensor (``zero_grad(
+        set_to_none=True)``): then that gradient is copied into the
+        registered one (zeros for None), which becomes ``p.grad`` again,
+        so that later steps are zero-copy."""
+        for name, p, g in self._params:
+            if name in self.pushed:
+                continue
+            if p.grad is None:
+                g.zero_()
+                p.grad = g
+            elif p.grad.data_ptr() != g.data_ptr():
+                g.copy_(p.grad)
+                p.grad = g
+
+    def exchange(self):
+        """This step's gradient exchange (MEAN, SERVER): under MEAN the
+        mean gradient is in ``p.grad`` after it, under SERVER the updated
+        parameters are in ``p.data``.  Returns what step_done returns."""
+        if self.synced:
+            return kanel.STEP_SYNCED
+        self.start()
+        self.gradients_in_place()
+        with torch.no_grad():
+            if self.overlap:
+                for name, _, _ in self._params:
+                    if name not in self.pushed:
+                        self.worker.push(name)
+                        if self.trace is not None:
+                            self.trace.append(("push", name))
+                self.worker.wait(self.worker.pull())
+                result = kanel.STEP_SYNCED
+            else:
+                result = self.worker.step_done()
+        self.pushed.clear()
+        self.synced = True
+        return result
+
+    def local_step_done(self):
+        """DELTA: the script's optimizer has stepped the model; the
+        engine pushes the delta when the protocol says so."""
+        self.start()
+        with torch.no_grad():
+            return self.worker.step_done(applied=True)
+
+    def global_state(self):
+        out = {}
+        for name, p, _ in self._params:
+            dst = torch.empty_like(p.data)
+            self.worker.global_model(name, dst)
+            out[name] = dst
+        return out
+
+    def close(self):
+        for _, h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self._own and self.worker is not None:
+            self.worker.close()
+        self.worker = None
 
 
 class DistributedOptimizer:
@@ -38,88 +205,78 @@ class DistributedOptimizer:
     ``kanel.Worker`` to use (None: one is made from the environment, and
     closed with this optimizer).  ``protocol``: the protocol this script
     expects; None takes the job's, a name that differs from the job's is
-    a ValueError (the job's protocol is the coordinator's: ``kanel launch
-    --sync``, or ``KANEL_SYNC``).
+    a ValueError.  ``overlap``: push each gradient from a backward hook
+    as soon as it is ready (BSP, ASP, SSP; default True).
     """
 
     def __init__(self, optimizer, named_parameters, worker=None,
-                 protocol=None, **worker_options):
+                 protocol=None, overlap=True, **worker_options):
         global _last
-        self.optimizer = optimizer
         named = list(named_parameters)
-        names = [n for n, _ in named]
-        if len(set(names)) != len(names):
-            raise ValueError("kanel: parameter names repeat")
         ids = {id(p) for _, p in named}
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if id(p) not in ids:
                     raise ValueError("kanel: the optimizer has a parameter "
                                      "that named_parameters does not name")
-        self._own = worker is None
-        self.worker = worker if worker is not None else \
-            kanel.Worker(**worker_options)
-        try:
-            self.job = self.worker.job
-            if protocol is not None and \
-                    kanel.protocol_name(protocol) != self.job.protocol:
-                raise ValueError(f"kanel: the script asks for {protocol}, "
-                                 f"the job runs {self.job.protocol}")
-            self._params = []
-            for name, p in named:
-                if not p.requires_grad:
-                    continue
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p.data)
-                self.worker.register(name, p.data, p.grad)
-                self._params.append((name, p, p.grad))
-            self._check_optimizer()
-        except BaseException:
-            if self._own:
-                self.worker.close()
-            raise
-        self._started = False
+        self.optimizer = optimizer
+        self._x = _Exchange(named, worker, protocol, overlap,
+                            worker_options)
+        self.worker, self.job = self._x.worker, self._x.job
+        self._told_lr = False
+        if self._x.mode == SERVER:
+            self._warn_server()
         _last = self
 
-    def _check_optimizer(self):
-        """Under a gradient protocol the servers run the job's optimizer:
-        say so when the wrapped one would have done something else."""
+    @property
+    def _params(self):
+        return self._x._params
+
+    @property
+    def mode(self):
+        """Where the optimizer runs: "mean", "delta" or "server"."""
+        return self._x.mode
+
+    def _warn_server(self):
         job = self.job
-        if job.local_steps or job.optimizer == "sum":
+        mom = job.momentum if job.optimizer == "momentum" else 0.0
+        warnings.warn(
+            f"kanel: the job runs the servers' optimizer ({job.optimizer}, "
+            f"lr {job.lr:g}, momentum {mom:g}) under {job.protocol}: the "
+            f"wrapped {type(self.optimizer).__name__} does not step, and "
+            "its learning rate, schedule, weight decay and clipping do not "
+            "reach the update; start the job with --optimizer sum "
+            "(KANEL_OPTIMIZER=sum) to train with the script's optimizer",
+            stacklevel=3)
+
+    def _check_lr(self):
+        """Under SERVER, a learning rate a scheduler changed is not the
+        servers': said once."""
+        if self._told_lr:
             return
         for g in self.optimizer.param_groups:
-            lr, mom = g.get("lr"), g.get("momentum", 0.0)
-            want_mom = job.momentum if job.optimizer == "momentum" else 0.0
-            if lr is not None and (abs(lr - job.lr) > 1e-6 * max(1, lr) or
-                                   abs(mom - want_mom) > 1e-6):
+            lr = g.get("lr")
+            if lr is not None and abs(lr - self.job.lr) > 1e-6 * max(1, lr):
                 warnings.warn(
-                    f"kanel: under {job.protocol} the servers apply the "
-                    f"job's optimizer ({job.optimizer}, lr {job.lr:g}, "
-                    f"momentum {want_mom:g}), not the wrapped "
-                    f"{type(self.optimizer).__name__} (lr {lr:g}, "
-                    f"momentum {mom:g})", stacklevel=3)
+                    f"kanel: the script's learning rate is {lr:g}, the "
+                    f"servers apply {self.job.lr:g} (--optimizer "
+                    f"{self.job.optimizer})", stacklevel=3)
+                self._told_lr = True
                 return
 
     def start(self):
         """Join the servers; every parameter takes rank 0's values.
         Called by the first step() or broadcast_parameters()."""
-        if not self._started:
-            self.worker.start()
-            self._started = True
+        self._x.start()
 
-    def _gradients_in_place(self):
-        """Autograd writes into the registered gradient unless the
-        program set ``p.grad`` to None or to a new tensor (``zero_grad(
-        set_to_none=True)``): then that gradient is copied into the
-        registered one (zeros for None), which becomes ``p.grad`` again,
-        so that later steps are zero-copy."""
-        for _, p, g in self._params:
-            if p.grad is None:
-                g.zero_()
-                p.grad = g
-            elif p.grad.data_ptr() != g.data_ptr():
-                g.copy_(p.grad)
-                p.grad = g
+    def synchronize(self):
+        """Finish this step's gradient exchange now: under BSP with the
+        script's optimizer the mean gradient is then in ``p.grad``, for
+        ``clip_grad_norm_`` or anything else that reads it; ``step()``
+        does not exchange again.  Under the other jobs, nothing (their
+        exchange follows the optimizer's step)."""
+        if self._x.mode != DELTA:
+            self._x.exchange()
 
     def step(self, closure=None):
         """One step of training: returns kanel.STEP_LOCAL, STEP_PUSHED or
@@ -128,22 +285,37 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.start()
-        self._gradients_in_place()
-        with torch.no_grad():
-            if self.job.local_steps:
+        x = self._x
+        if x.mode == DELTA:
+            x.gradients_in_place()
+            self.optimizer.step()
+            result = x.local_step_done()
+        else:
+            result = x.exchange()
+            if x.mode == MEAN:
                 self.optimizer.step()
-                result = self.worker.step_done(applied=True)
             else:
-                result = self.worker.step_done()
-                if self.job.optimizer == "sum":
-                    self.optimizer.step()
+                self._check_lr()
+                # the servers stepped: a scheduler sees a step was taken
+                self.optimizer._step_count = \
+                    getattr(self.optimizer, "_step_count", 0) + 1
+        x.synced = False
         self.last_loss = loss
         return result
 
     def zero_grad(self, set_to_none=False):
         """Zero the gradients in place (the registered buffers stay)."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate gradients without pushing
+        them (gradient accumulation, as DDP's no_sync)."""
+        old, self._x.armed = self._x.armed, False
+        try:
+            yield
+        finally:
+            self._x.armed = old
 
     def finish(self):
         """Under ESP and PSP, wait for a global model on its way and
@@ -155,17 +327,11 @@ class DistributedOptimizer:
         """The last global model, name -> a new tensor: under ESP and PSP
         what the servers delivered last, without this worker's local
         steps since (what to evaluate); otherwise the parameters."""
-        out = {}
-        for name, p, _ in self._params:
-            dst = torch.empty_like(p.data)
-            self.worker.global_model(name, dst)
-            out[name] = dst
-        return out
+        return self._x.global_state()
 
     def close(self):
         """Leave the job (if this optimizer made the worker)."""
-        if self._own and self.worker is not None:
-            self.worker.close()
+        self._x.close()
         self.worker = None
 
     def __getattr__(self, name):  # param_groups, state, state_dict, ...
@@ -173,6 +339,102 @@ class DistributedOptimizer:
         if inner is None:
             raise AttributeError(name)
         return getattr(inner, name)
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """``torch.nn.parallel.DistributedDataParallel`` on a Kanel job: wrap
+    the model, keep the script's optimizer, ``backward()`` and
+    ``optimizer.step()`` as they are.
+
+    What a DDP script relies on holds: every worker starts from rank 0's
+    parameters; after ``loss.backward()`` returns, ``p.grad`` holds the
+    mean gradient over the workers (BSP), so clipping and the optimizer
+    see what they see under DDP; gradients are exchanged from backward
+    hooks while backward runs; ``no_sync()`` accumulates without
+    exchanging; ``module`` is the wrapped model.  Under ASP, SSP, CGP,
+    ESP and PSP the optimizer steps the worker's own model and the
+    exchange of its delta happens at the next training ``forward()`` (or
+    ``finish()``), when the optimizer's step is known to be done.
+
+    The job must run the script's optimizer (``--optimizer sum``, the
+    default of the package's own starts) or a local-step protocol; the
+    servers' optimizer would step the model a second time.  Buffers
+    (BatchNorm's statistics) are not exchanged: each worker keeps its
+    own, as DDP with ``broadcast_buffers=False``.
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None,
+                 worker=None, protocol=None, **worker_options):
+        super().__init__()
+        if device_ids:
+            raise ValueError("kanel: DistributedDataParallel registers CPU "
+                             "memory only (no device_ids)")
+        self.module = module
+        x = _Exchange(module.named_parameters(), worker, protocol, True,
+                      worker_options)
+        if x.mode == SERVER:
+            x.close()
+            raise ValueError(
+                f"kanel: the job runs the servers' optimizer "
+                f"({x.job.optimizer}) under {x.job.protocol}: "
+                "DistributedDataParallel keeps the script's optimizer; "
+                "start the job with --optimizer sum (KANEL_OPTIMIZER=sum)")
+        object.__setattr__(self, "_x", x)  # not a submodule
+        self.worker, self.job = x.worker, x.job
+        self._stepped = False  # a backward since the last exchange
+        self._hook = None
+        x.start()  # rank 0's parameters everywhere, as DDP's broadcast
+        if x.mode == MEAN:
+            for _, p, _ in x._params:
+                _accumulator(p).register_hook(self._queue_exchange)
+
+    def _queue_exchange(self, *_):
+        """The first gradient of a backward queues the end of the
+        exchange at the end of backward, as DDP's reducer does."""
+        x = self._x
+        if x.armed and not self._stepped:
+            self._stepped = True
+            torch.autograd.Variable._execution_engine.queue_callback(
+                self._end_of_backward)
+
+    def _end_of_backward(self):
+        self._x.exchange()
+        self._x.synced = False
+        self._stepped = False
+
+    def forward(self, *args, **kwargs):
+        x = self._x
+        if x.mode == DELTA and self.training and torch.is_grad_enabled():
+            if self._stepped:
+                x.local_step_done()
+            self._stepped = True
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Accumulate gradients over several backward passes without
+        exchanging them; the first backward outside exchanges."""
+        old, self._x.armed = self._x.armed, False
+        try:
+            yield
+        finally:
+            self._x.armed = old
+
+    def finish(self):
+        """After the last step: push the last delta (ASP, SSP, CGP, ESP,
+        PSP), merge a model on its way, and stop being counted."""
+        x = self._x
+        if x.mode == DELTA and self._stepped:
+            x.local_step_done()
+            self._stepped = False
+        self.worker.finish()
+
+    def global_state(self):
+        return self._x.global_state()
+
+    def close(self):
+        self._x.close()
+        self.worker = None
 
 
 def broadcast_parameters(state, optimizer=None):

@@ -34,9 +34,25 @@ def test_distributed_optimizer_trains(sync):
         assert last < 0.7 * first, explain(res)
     if sync == "bsp":  # one model: the same on every worker
         assert out[0][5] == out[1][5], explain(res)
-    # gradient protocols apply the job's optimizer on the servers, and
-    # the wrapped SGD matches it: no warning
-    assert "not the wrapped" not in res.stderr
+    # the servers' optimizer, chosen explicitly, is named (ESP and PSP
+    # step the wrapped one as their inner optimizer)
+    assert ("does not step" in res.stderr) == (sync not in ("esp",
+                                                            "predicted"))
+
+
+@pytest.mark.parametrize("sync", ["bsp", "asp", "ssp", "esp", "predicted",
+                                  "cgp"])
+def test_script_optimizer_trains(sync):
+    res = launch("torch_mlp.py", 60, workers=2, sync=sync,
+                 options=["--optimizer", "sum"])
+    assert res.returncode == 0, explain(res)
+    out = lines(res.stdout, "torch ")
+    assert len(out) == 2, explain(res)
+    for o in out:
+        assert float(o[4]) < 0.7 * float(o[3]), explain(res)
+    if sync == "bsp":
+        assert out[0][5] == out[1][5], explain(res)
+    assert "does not step" not in res.stderr
 
 
 def test_gradients_set_to_none_still_exchanged():
@@ -53,4 +69,4 @@ def test_mismatched_optimizer_is_named():
     res = launch("torch_mlp.py", 5, workers=1, sync="bsp",
                  options=["--optimizer", "sgd", "--lr", "0.01"])
     assert res.returncode == 0, explain(res)
-    assert "not the wrapped SGD" in res.stderr
+    assert "the wrapped SGD does not step" in res.stderr
