@@ -104,14 +104,16 @@ bool kn__job_deltas(uint32_t protocol, uint32_t optimizer)
 void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 {
 	bool sum = c->optimizer == KN__CONFIG_SUM;
+	/* AUTO, not settled yet: what a program without its own gets */
+	enum kn__config_optimizer o =
+		c->optimizer == KN__CONFIG_AUTO ? KN__CONFIG_SGD : c->optimizer;
 
 	*info = (struct kn_job_info){
 		.protocol = (enum kn_sync)c->sync,
 		.protocol_name = kn__config_sync_name(c->sync),
-		.optimizer = sum ? KN_OPT_SGD : (enum kn_optimizer)c->optimizer,
+		.optimizer = sum ? KN_OPT_SGD : (enum kn_optimizer)o,
 		.summation = sum,
-		.local_steps = kn__job_deltas((uint32_t)c->sync,
-					      (uint32_t)c->optimizer),
+		.local_steps = kn__job_deltas((uint32_t)c->sync, (uint32_t)o),
 		.lr = c->lr,
 		.momentum = c->momentum,
 		.workers = c->workers,

@@ -72,6 +72,7 @@ static const struct name_val optimizer_names[] = {
 	{ "momentum", KN__CONFIG_MOMENTUM },
 	{ "adam", KN__CONFIG_ADAM },
 	{ "sum", KN__CONFIG_SUM },
+	{ "auto", KN__CONFIG_AUTO },
 };
 
 static const char *name_of(const struct name_val *t, size_t n, int val)
@@ -779,9 +780,9 @@ static const struct opt opts[O_COUNT] = {
 		     .help = "synchronization protocol", .parse = opt_sync,
 		     .group = KN__CONFIG_OPT_JOB, FIELD(F_NAME, sync) },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
-			  CHOICE(optimizer_names), .deflt = "sgd",
-			  .help = "the optimizer (esp, predicted: on workers); "
-				  "sum: workers apply the mean",
+			  CHOICE(optimizer_names), .deflt = "auto",
+			  .help = "the optimizer; sum: the workers' own; "
+				  "auto: sum for kanel.torch, else sgd",
 			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB,
 			  FIELD(F_NAME, optimizer) },
 	[O_LR] = { "--lr", "KANEL_LR", "RATE", .deflt = "0.01",

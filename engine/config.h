@@ -66,14 +66,19 @@ enum kn__config_cgp_solver {
 
 /*
  * Who applies the update: the first three are the server's optimizer
- * (numbered as enum kn_optimizer); SUM has the server publish the mean of
- * the contributions and each worker apply it.
+ * (numbered as enum kn_optimizer); SUM is the workers' own (BSP's servers
+ * publish the mean, the others' add the workers' deltas).  AUTO is the
+ * default of a job: SUM when worker 0's program steps the model itself
+ * (kn_worker_options.own_optimizer), else SGD; the coordinator settles it
+ * at worker 0's tensor table, and a worker settles it at once from its
+ * own program's answer.
  */
 enum kn__config_optimizer {
 	KN__CONFIG_SGD = 0,
 	KN__CONFIG_MOMENTUM = 1,
 	KN__CONFIG_ADAM = 2,
 	KN__CONFIG_SUM = 3,
+	KN__CONFIG_AUTO = 4,
 };
 
 /* HOST:PORT as given: a hostname, an IPv4 literal or a [bracketed] IPv6. */

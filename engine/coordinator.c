@@ -59,6 +59,7 @@ struct crd_worker {
 	double last_seen;
 	bool table_done, table_ok, started, done, removed;
 	bool planned; /* a member of the planner's membership */
+	bool own;     /* its program steps the model (TENSORS_END) */
 };
 
 struct coordinator {
@@ -70,6 +71,9 @@ struct coordinator {
 	uint32_t ntable;
 	uint32_t hellos, layouts, ready;
 	bool table_sent, started, done;
+	/* the job's optimizer: --optimizer, or what AUTO became at worker
+	 * 0's table (until then AUTO) */
+	enum kn__config_optimizer optimizer;
 	/*
 	 * Checkpoints: @restore, the servers start from theirs (--restore,
 	 * or a recovery), @restoring until the version is chosen.  A server
@@ -131,7 +135,7 @@ static void job_msg(const struct coordinator *c, struct kn__msg *out,
 	m.u.job.servers = c->cfg->servers;
 	m.u.job.protocol = c->cfg->sync;
 	m.u.job.proto = c->cfg->proto;
-	m.u.job.optimizer = c->cfg->optimizer;
+	m.u.job.optimizer = c->optimizer;
 	m.u.job.chunk_bytes = c->cfg->chunk_bytes;
 	m.u.job.fuse_bytes = c->cfg->fuse_bytes;
 	m.u.job.push_window = c->cfg->push_window;
@@ -191,6 +195,11 @@ static void workers_to_servers(struct coordinator *c)
 static void send_table(struct coordinator *c, struct kn__chan *ch)
 {
 	struct kn__msg m = { .type = KN__MSG_TENSOR };
+
+	/* a server learns what --optimizer auto became before the table
+	 * it builds its chunks from */
+	if (c->cfg->optimizer == KN__CONFIG_AUTO)
+		send_job(c, ch, ch->peer_rank);
 
 	for (uint32_t i = 0; i < c->ntable; i++) {
 		m.u.tensor.index = i;
@@ -473,6 +482,17 @@ static bool table_matches(struct coordinator *c, uint32_t w)
 	struct crd_worker *cw = &c->workers[w];
 	static const char *const dt[] = { "fp32", "fp16", "bf16" };
 
+	if (c->cfg->optimizer == KN__CONFIG_AUTO &&
+	    cw->own != (c->optimizer == KN__CONFIG_SUM)) {
+		kn__chan_send_error(cw->ch, -EINVAL,
+				    "worker %u %s its own optimizer and worker "
+				    "0 %s (--optimizer auto): start every "
+				    "worker with the same program, or name "
+				    "the job's --optimizer",
+				    w, cw->own ? "runs" : "has not",
+				    cw->own ? "has not" : "runs");
+		return false;
+	}
 	for (uint32_t i = 0; i < c->ntable || i < cw->ntable; i++) {
 		const struct kn__tensor_desc *a =
 			i < c->ntable ? &c->table[i] : NULL;
@@ -623,6 +643,14 @@ static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 	c->ntable = cw->ntable;
 	cw->table = NULL;
 	cw->ntable = 0;
+	if (c->cfg->optimizer == KN__CONFIG_AUTO) {
+		c->optimizer = cw->own ? KN__CONFIG_SUM : KN__CONFIG_SGD;
+		if (c->cfg->verbose)
+			kn__log(&c->node,
+				"--optimizer auto: %s",
+				cw->own ? "the workers' own (sum)"
+					: "the servers' sgd");
+	}
 	plan_with_table(c);
 	for (uint32_t s = 0; s < c->cfg->servers; s++)
 		if (c->servers[s].ch && c->servers[s].hello)
@@ -663,6 +691,7 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 		return;
 	}
 	case KN__MSG_TENSORS_END:
+		cw->own = m->u.tensors_end.flags & KN__TABLE_OWN_OPTIMIZER;
 		on_table_end(c, w, m->u.tensors_end.count);
 		return;
 	case KN__MSG_READY:
@@ -855,7 +884,7 @@ static void lose_server(struct coordinator *c, uint32_t r)
 	if (c->done)
 		return;
 	if (!c->started || !c->cfg->checkpoint_dir[0] ||
-	    kn__job_sums((uint32_t)c->cfg->sync, (uint32_t)c->cfg->optimizer)) {
+	    kn__job_sums((uint32_t)c->cfg->sync, (uint32_t)c->optimizer)) {
 		/* (bsp --optimizer sum: the servers keep no model to go back
 		 * to) */
 		kn__log(&c->node, "server %u went away: the job cannot go on%s",
@@ -1114,6 +1143,7 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 			size_t secret_len)
 {
 	struct coordinator c = { .cfg = cfg,
+				 .optimizer = cfg->optimizer,
 				 .t0 = kn__now(),
 				 .restore = cfg->restore,
 				 .restoring = cfg->restore };

@@ -248,6 +248,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 		break;
 	case KN__MSG_TENSORS_END:
 		put_u32(&c, m->u.tensors_end.count);
+		put_u32(&c, m->u.tensors_end.flags);
 		break;
 	case KN__MSG_BUFFERS:
 		put_u32(&c, m->u.buffers.index);
@@ -390,6 +391,9 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 		break;
 	case KN__MSG_TENSORS_END:
 		m->u.tensors_end.count = get_u32(&c);
+		m->u.tensors_end.flags = get_u32(&c);
+		if (m->u.tensors_end.flags & ~KN__TABLE_OWN_OPTIMIZER)
+			return -EPROTO;
 		break;
 	case KN__MSG_BUFFERS:
 		m->u.buffers.index = get_u32(&c);

@@ -66,6 +66,9 @@ enum kn__ready {
 				 coordinator -> workers: everyone does */
 };
 
+/* The worker's program steps the model itself (--optimizer auto). */
+#define KN__TABLE_OWN_OPTIMIZER 1u
+
 struct kn__msg {
 	uint16_t type;
 	union {
@@ -101,6 +104,8 @@ struct kn__msg {
 		} tensor;
 		struct {
 			uint32_t count;
+			/* worker -> coordinator: KN__TABLE_OWN_OPTIMIZER */
+			uint32_t flags;
 		} tensors_end;
 		struct {
 			uint32_t index;

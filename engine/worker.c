@@ -152,6 +152,7 @@ struct wk_stages {
 };
 
 struct kn_worker {
+	bool own_optimizer; /* kn_worker_options.own_optimizer */
 	struct kn__node node;
 	struct kn__config cfg;
 	uint8_t secret[KN__SECRET_MAX];
@@ -536,6 +537,7 @@ static int send_table(struct kn_worker *w)
 	}
 	m = (struct kn__msg){ .type = KN__MSG_TENSORS_END };
 	m.u.tensors_end.count = w->ntensors;
+	m.u.tensors_end.flags = w->own_optimizer ? KN__TABLE_OWN_OPTIMIZER : 0;
 	return kn__chan_send(w->coord, &m);
 }
 
@@ -960,6 +962,13 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 	if (ch == w->coord) {
 		if (m->type == KN__MSG_JOB && w->state == WK_JOINING) {
 			w->job = *m;
+			/* --optimizer auto: settled by our own program, as the
+			 * coordinator settles it by worker 0's (it refuses a
+			 * table that says otherwise) */
+			if (m->u.job.optimizer == KN__CONFIG_AUTO)
+				w->job.u.job.optimizer = w->own_optimizer
+								 ? KN__CONFIG_SUM
+								 : KN__CONFIG_SGD;
 			w->release_info =
 				kn__sync_local_steps(m->u.job.protocol);
 			w->servers =
@@ -1226,8 +1235,9 @@ static int wait_for(struct kn_worker *w,
 		return 0;
 	if (w->state == WK_FAILED)
 		return w->error;
-	kn__log(&w->node, "timed out after %.1f s %s", timeout_ms / 1000.0,
-		what);
+	if (what)
+		kn__log(&w->node, "timed out after %.1f s %s",
+			timeout_ms / 1000.0, what);
 	return -ETIMEDOUT;
 }
 
@@ -1315,6 +1325,7 @@ int kn_worker_create(const struct kn_worker_options *opt,
 	if (!w)
 		return -ENOMEM;
 	w->wake = -1;
+	w->own_optimizer = opt && opt->own_optimizer;
 	ret = options(opt, &w->cfg);
 	if (!ret) {
 		char err[512];
@@ -1922,10 +1933,12 @@ int kn_worker_wait(struct kn_worker *w, uint64_t handle, int timeout_ms)
 	int ret;
 
 	pthread_mutex_lock(&w->lock);
+	/* a wait the caller limited may end so: not worth a line (a
+	 * polling caller would write one per slice) */
 	ret = wait_for(w, handle_done, handle,
 		       timeout_ms < 0 ? (int)w->cfg.startup_timeout_ms
 				      : timeout_ms,
-		       "waiting for an operation");
+		       timeout_ms < 0 ? "waiting for an operation" : NULL);
 	if (!ret)
 		ret = op_state(w, handle);
 	if (ret == 1)

@@ -20,6 +20,7 @@ the job's global model on the first 2,000 test images every
 not stop) and on all 10,000 at the end.
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -174,7 +175,7 @@ def worker(o):
         def global_state():
             return {k: v.detach().clone() for k, v in
                     model.state_dict().items()}
-        finish = close = dist.destroy_process_group
+        finish, close = (lambda: None), dist.destroy_process_group
     elif o.api == "ddp":
         net = kt.DistributedDataParallel(model,
                                          protocol=o.protocol.split(",")[0])
@@ -210,37 +211,40 @@ def worker(o):
         ev.start()
     start = time.monotonic()
     next_eval, waited, step, order = 0.0, 0.0, 0, None
-    while step < steps:
-        now = time.monotonic() - start
-        if o.time_budget and now >= o.time_budget:
-            break
-        if ev and now >= next_eval:
-            ev.todo.put((now, global_state()))
-            next_eval = now + o.eval_every
-        if step % steps_per_epoch == 0:
-            order = rng.permutation(len(x))
-        pick = order[(step % steps_per_epoch) * o.batch:][:o.batch]
-        t0 = time.monotonic()
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(
-            net(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
-        loss.backward()
-        compute = time.monotonic() - t0
-        f = slow.factor(rank, t0 - start)
-        if f > 1:
-            time.sleep((f - 1) * compute)
-        t1 = time.monotonic()
-        opt.step()
-        if sched:
-            sched.step()
-        waited += time.monotonic() - t1
-        step += 1
-        if rank == 0 and step % 50 == 0:
-            last = ev.curve[-1][1] if ev.curve else float("nan")
-            print(f"\r[{now:7.1f} s] step {step}/{steps}, epoch "
-                  f"{step / steps_per_epoch:.2f} | test accuracy "
-                  f"{last:.4f} | loss {loss.item():.4f}", end="",
-                  file=sys.stderr, flush=True)
+    # DDP's ranks must make the same all-reduces: join() lets the one
+    # that stops first (the time budget) shadow the others' to their end
+    with net.join() if o.backend == "ddp" else contextlib.nullcontext():
+        while step < steps:
+            now = time.monotonic() - start
+            if o.time_budget and now >= o.time_budget:
+                break
+            if ev and now >= next_eval:
+                ev.todo.put((now, global_state()))
+                next_eval = now + o.eval_every
+            if step % steps_per_epoch == 0:
+                order = rng.permutation(len(x))
+            pick = order[(step % steps_per_epoch) * o.batch:][:o.batch]
+            t0 = time.monotonic()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(
+                net(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
+            loss.backward()
+            compute = time.monotonic() - t0
+            f = slow.factor(rank, t0 - start)
+            if f > 1:
+                time.sleep((f - 1) * compute)
+            t1 = time.monotonic()
+            opt.step()
+            if sched:
+                sched.step()
+            waited += time.monotonic() - t1
+            step += 1
+            if rank == 0 and step % 50 == 0:
+                last = ev.curve[-1][1] if ev.curve else float("nan")
+                print(f"\r[{now:7.1f} s] step {step}/{steps}, epoch "
+                      f"{step / steps_per_epoch:.2f} | test accuracy "
+                      f"{last:.4f} | loss {loss.item():.4f}", end="",
+                      file=sys.stderr, flush=True)
     finish()
     elapsed = time.monotonic() - start
     if ev:
@@ -260,7 +264,8 @@ def report(o, name, n, curve, final, steps, elapsed, waited):
         "workers": n, "seed": o.seed, "target": o.target_accuracy,
         "time_to_target_s": reach,
         "best_accuracy": max(a for _, a in curve),
-        "final_accuracy": final, "seconds": elapsed,
+        "final_accuracy": final, "seconds": elapsed, "steps": steps,
+        "batch": o.batch, "model": o.model, "optimizer": o.optimizer,
         "samples_per_s_rank0": steps * o.batch / elapsed,
         "wait_fraction_rank0": waited / elapsed,
         "curve": curve,
@@ -337,6 +342,11 @@ def by_hand(o, argv):
                 continue
             with open(js.name) as f:
                 rows.append((p, json.load(f)))
+    if o.summary_json:  # the last run's summary (one protocol: its own)
+        runs = [r for _, r in rows if r]
+        if runs:
+            with open(o.summary_json, "w") as f:
+                json.dump(runs[-1] if len(runs) == 1 else runs, f)
     bsp = next((r["time_to_target_s"] for p, r in rows
                 if r and r["protocol"] == "bsp"), None)
     print(f"\n| protocol | time to {o.target_accuracy:g} (s) | vs bsp | best "

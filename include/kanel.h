@@ -264,6 +264,10 @@ struct kn_worker_options {
 	int rank;
 	/* every wait's limit; 0: $KANEL_STARTUP_TIMEOUT or 30 s */
 	unsigned int timeout_ms;
+	/* 1: the program steps the model with an optimizer of its own (a
+	 * PyTorch script's): a job of the default --optimizer auto then
+	 * runs the workers' optimizer (sum) instead of the servers' sgd */
+	int own_optimizer;
 };
 
 /*

@@ -260,11 +260,14 @@ class Worker:
     ``KANEL_SECRET``, ``KANEL_RANK`` or the launcher's rank (kanel
     launch, Slurm, Open MPI, torchrun).  Blocks until the coordinator has
     accepted the worker (``timeout_ms``, 0: ``KANEL_STARTUP_TIMEOUT`` or
-    30 s).  One thread at a time may use a worker.
+    30 s).  ``own_optimizer``: the program steps the model with an
+    optimizer of its own (kanel.torch sets it), so that a job of the
+    default ``--optimizer auto`` runs ``sum``, the workers' optimizer.
+    One thread at a time may use a worker.
     """
 
     def __init__(self, coordinator=None, transport=None, secret_file=None,
-                 rank=None, timeout_ms=0):
+                 rank=None, timeout_ms=0, own_optimizer=False):
         self._w = None
         self._buffers = {}
         self._roles = []
@@ -275,7 +278,8 @@ class Worker:
             coordinator.encode() if coordinator else None,
             transport.encode() if transport else None,
             os.fsencode(secret_file) if secret_file else None,
-            -1 if rank is None else int(rank), int(timeout_ms))
+            -1 if rank is None else int(rank), int(timeout_ms),
+            1 if own_optimizer else 0)
         handle = _lib.W()
         if coordinator is None and not _launched():
             raise RuntimeError(

@@ -7,7 +7,8 @@ Where the library is found, first match wins:
    the build tree's);
 2. the library of the build this copy of the package comes from
    (``_build_info.LIBDIR``: the build tree's for ``BUILD/python``, the
-   installed one after ``meson install``);
+   installed one after ``meson install``, the package's own folder after
+   ``pip install``, where the wheel puts it);
 3. the dynamic loader's own search (``libkanel.so.0``).
 
 ctypes releases the GIL around every foreign call, so a worker blocked
@@ -55,7 +56,7 @@ POINTER = ctypes.POINTER
 class WorkerOptions(ctypes.Structure):
     _fields_ = [("coordinator", c_char_p), ("transport", c_char_p),
                 ("secret_file", c_char_p), ("rank", c_int),
-                ("timeout_ms", c_uint)]
+                ("timeout_ms", c_uint), ("own_optimizer", c_int)]
 
 
 class JobInfo(ctypes.Structure):

@@ -73,7 +73,7 @@ class _Exchange:
             raise ValueError("kanel: parameter names repeat")
         self._own = worker is None
         self.worker = worker if worker is not None else \
-            kanel.Worker(**worker_options)
+            kanel.Worker(**dict(worker_options, own_optimizer=True))
         try:
             self.job = self.worker.job
             if protocol is not None and \

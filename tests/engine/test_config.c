@@ -61,7 +61,8 @@ Test(config, defaults)
 	cr_assert_eq(c.listen.port, 0);
 	cr_assert_eq(c.transport, KN__CONFIG_TCP);
 	cr_assert_eq(c.sync, KN__CONFIG_BSP);
-	cr_assert_eq(c.optimizer, KN__CONFIG_SGD);
+	/* settled by worker 0's program: sgd, or sum for kanel.torch */
+	cr_assert_eq(c.optimizer, KN__CONFIG_AUTO);
 	cr_assert_eq(c.chunk_bytes, 512 * 1024);
 	cr_assert_eq(c.fuse_bytes, 64 * 1024);
 	cr_assert_eq(c.push_window, 4 * 1024 * 1024);
@@ -903,7 +904,7 @@ Test(config, usage_lists_every_option_variable_and_default)
 		"KANEL_CGP_BANDWIDTH, default 1e9]",
 		"predicted, cgp: barriers under BSP",
 		"predicted, cgp: weight of the newest timing",
-		"--optimizer sgd|momentum|adam|sum",
+		"--optimizer sgd|momentum|adam|sum|auto",
 		"KANEL_OPTIMIZER",
 		"--lr RATE",
 		"KANEL_LR",

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The script's own optimizer trains the model (kanel.torch under
---optimizer sum): under BSP two workers end with the parameters of one
+"""The script's own optimizer trains the model (kanel.torch under the
+job's default --optimizer auto, which its workers make sum): under BSP two workers end with the parameters of one
 process trained on their combined batch, whichever way the gradients go
 (hooks during backward, after backward, the DDP drop-in); under every
 protocol a learning rate set by a scheduler is the one that moves the
@@ -28,8 +28,8 @@ def rel_err(got, want):
 @pytest.mark.parametrize("way", ["opt", "noverlap", "ddp"])
 def test_bsp_matches_one_process(kind, way, tmp_path):
     out = tmp_path / "params.pt"
-    res = launch("script_opt.py", kind, STEPS, out, way, workers=2,
-                 options=["--optimizer", "sum"])
+    # the job's default --optimizer (auto): the script's optimizer
+    res = launch("script_opt.py", kind, STEPS, out, way, workers=2)
     assert res.returncode == 0, explain(res)
     got = torch.load(out)
     want = script_opt.reference(kind, STEPS)
@@ -41,7 +41,7 @@ def test_bsp_matches_one_process(kind, way, tmp_path):
 
 def test_overlap_is_bit_identical(tmp_path):
     res = [launch("script_opt.py", "adamw", STEPS, tmp_path / f"{w}.pt", w,
-                  workers=2, options=["--optimizer", "sum"])
+                  workers=2)
            for w in ("opt", "noverlap")]
     for r in res:
         assert r.returncode == 0, explain(r)
@@ -58,7 +58,7 @@ def test_overlap_is_bit_identical(tmp_path):
 def test_scheduled_rate_reaches_the_update(sync, workers, tmp_path):
     out = tmp_path / "lr.pt"
     res = launch("script_opt.py", "sgd", STEPS, out, "lrzero",
-                 workers=workers, sync=sync, options=["--optimizer", "sum"])
+                 workers=workers, sync=sync)
     assert res.returncode == 0, explain(res)
     d = torch.load(out)
     init = script_opt.model().state_dict()
@@ -70,8 +70,7 @@ def test_scheduled_rate_reaches_the_update(sync, workers, tmp_path):
 
 
 def test_push_starts_before_backward_ends():
-    res = launch("overlap_order.py", workers=2,
-                 options=["--optimizer", "sum"])
+    res = launch("overlap_order.py", workers=2)
     assert res.returncode == 0, explain(res)
     out = lines(res.stdout, "order ")
     assert len(out) == 2, explain(res)
@@ -80,6 +79,14 @@ def test_push_starts_before_backward_ends():
         # part of backward), and every parameter pushed once
         assert int(o[2]) >= 1, explain(res)
         assert int(o[3]) == int(o[4]), explain(res)
+
+
+def test_explicit_sum_is_the_same(tmp_path):
+    res = launch("script_opt.py", "sgd", STEPS, tmp_path / "p.pt", "opt",
+                 workers=2, options=["--optimizer", "sum"])
+    assert res.returncode == 0, explain(res)
+    assert rel_err(torch.load(tmp_path / "p.pt"),
+                   script_opt.reference("sgd", STEPS)) < 1e-5
 
 
 def test_servers_optimizer_is_named():
