@@ -9,8 +9,10 @@
 #
 # --packages main: what the main job needs, the build and `kanel train`
 # (main.sh).  --packages all, the default: also the test framework, the
-# verbs headers, gnuplot for kanel compare's plots, clang for the fuzz
-# targets, the rxe suite's VM and ethtool for the dpdk suite (test.sh).
+# verbs headers, gnuplot for kanel compare's plots, the python suite's
+# NumPy, torch and pytest, and meson-python, pip and venv for
+# `pip install .`, clang for the fuzz targets, the rxe suite's VM and
+# ethtool for the dpdk suite (test.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,6 +39,9 @@ test_packages=(
 	gnuplot-nox         # the plots of kanel compare (train/cli, docs)
 	# the python suite and the PyTorch example: Debian's /usr/bin/python3
 	python3-numpy python3-torch python3-pytest
+	# pip install . (pyproject.toml; the python/pip test): meson-python,
+	# pip, and venv for the test's scratch environment
+	python3-mesonpy python3-pip python3-venv
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
 	# The rxe suite's VM (tests/rxe/vm.sh fetches the kernel itself),
 	# and the rdma-core userspace the guest uses from the host's root:
