@@ -10,7 +10,9 @@ groups); a StepLR schedule and clip_grad_norm_ in both.  Each of the n
 workers trains on its slice of a combined batch of 64; rank 0 saves its
 parameters to OUT after STEPS steps.  WAY: opt (DistributedOptimizer,
 gradients pushed from backward hooks), noverlap (the same, pushed after
-backward), ddp (kanel.torch.DistributedDataParallel), lrzero (KIND's
+backward), ddp (kanel.torch.DistributedDataParallel), torchddp
+(PyTorch's own DDP over gloo, started with torchrun's variables, not by
+kanel launch), lrzero (KIND's
 optimizer with a schedule that sets the rate to 0 from step STEPS/2 on;
 OUT gets the parameters at STEPS/2 and at the end)."""
 import os
@@ -62,8 +64,6 @@ def reference(kind, steps):
 
 
 def worker(kind, steps, out, way):
-    import kanel.torch as kt
-
     torch.set_num_threads(1)
     m = model()
     if os.environ.get("KANEL_RANK", "0") != "0":
@@ -77,17 +77,25 @@ def worker(kind, steps, out, way):
     else:
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5,
                                                 gamma=0.5)
-    if way == "ddp":
+    if way == "torchddp":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        net = nn.parallel.DistributedDataParallel(m)
+        n, r = dist.get_world_size(), dist.get_rank()
+        ender = None
+    elif way == "ddp":
+        import kanel.torch as kt
         net = kt.DistributedDataParallel(m)
-        w = net.worker
+        n, r = net.worker.size, net.worker.rank
+        ender = net
     else:
+        import kanel.torch as kt
         opt = kt.DistributedOptimizer(opt, m.named_parameters(),
                                       overlap=way != "noverlap")
         kt.broadcast_parameters(m.state_dict(), opt)
-        net, w = m, opt.worker
-    ender = net if way == "ddp" else opt
+        net, ender = m, opt
+        n, r = opt.worker.size, opt.worker.rank
     x, y = batches(steps)
-    n, r = w.size, w.rank
     per = BATCH // n
     half = None
     for s in range(steps):
@@ -96,17 +104,21 @@ def worker(kind, steps, out, way):
         xs, ys = x[s][r * per:(r + 1) * per], y[s][r * per:(r + 1) * per]
         opt.zero_grad()
         nn.functional.cross_entropy(net(xs), ys).backward()
-        if way != "ddp":
+        if way not in ("ddp", "torchddp"):
             opt.synchronize()  # the mean gradient, before clipping
         nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         sched.step()
-    ender.finish()
+    if ender:
+        ender.finish()
     if r == 0:
         state = {k: v.clone() for k, v in m.state_dict().items()}
         torch.save({"half": half, "end": state} if way == "lrzero"
                    else state, out)
-    ender.close()
+    if ender:
+        ender.close()
+    else:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
