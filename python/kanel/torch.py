@@ -57,7 +57,8 @@ def _accumulator(p):
     """The autograd node that accumulates ``p``'s gradient: its hooks run
     once ``p.grad`` holds this backward's gradient (torch 1.13 has no
     post-accumulate hook on the tensor itself)."""
-    return p.expand_as(p).grad_fn.next_functions[0][0]
+    with torch.enable_grad():
+        return p.expand_as(p).grad_fn.next_functions[0][0]
 
 
 class _Exchange:
