@@ -66,6 +66,8 @@ def options(argv=None):
            "parameters), whose exchange is a real share of a step (cnn)")
     a("--no-overlap", action="store_true",
       help="push the gradients after backward, not from its hooks")
+    a("--bucket-cap-mb", type=float, default=25,
+      help="kanel and ddp: gradient buckets' size in MiB, as DDP's (25)")
     a("--api", choices=("optimizer", "ddp"), default="optimizer",
       help="kanel.torch.DistributedOptimizer or its "
            "DistributedDataParallel (optimizer)")
@@ -168,7 +170,8 @@ def worker(o):
     if o.backend == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo")
-        net = nn.parallel.DistributedDataParallel(model)
+        net = nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=o.bucket_cap_mb)
         opt, rank, n = inner, dist.get_rank(), dist.get_world_size()
         job_name = "ddp"
 
@@ -178,7 +181,8 @@ def worker(o):
         finish, close = (lambda: None), dist.destroy_process_group
     elif o.api == "ddp":
         net = kt.DistributedDataParallel(model,
-                                         protocol=o.protocol.split(",")[0])
+                                         protocol=o.protocol.split(",")[0],
+                                         bucket_cap_mb=o.bucket_cap_mb)
         opt, rank, n = inner, net.worker.rank, net.worker.size
         job_name = net.job.protocol
         global_state, finish, close = net.global_state, net.finish, \
@@ -186,7 +190,8 @@ def worker(o):
     else:
         opt = kt.DistributedOptimizer(inner, model.named_parameters(),
                                       protocol=o.protocol.split(",")[0],
-                                      overlap=not o.no_overlap)
+                                      overlap=not o.no_overlap,
+                                      bucket_cap_mb=o.bucket_cap_mb)
         kt.broadcast_parameters(model.state_dict(), opt)
         net, rank, n = model, opt.worker.rank, opt.worker.size
         job_name = opt.job.protocol

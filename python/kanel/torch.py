@@ -67,7 +67,7 @@ class _Exchange:
     DistributedDataParallel."""
 
     def __init__(self, named_parameters, worker, protocol, overlap,
-                 worker_options):
+                 bucket_cap_mb, worker_options):
         named = list(named_parameters)
         names = [n for n, _ in named]
         if len(set(names)) != len(names):
@@ -110,13 +110,36 @@ class _Exchange:
         self.pushed = set()   # names pushed during this backward
         self.trace = None     # a list to log ("push", name) into (tests)
         self._hooks = []
+        self._buckets = self._make_buckets(bucket_cap_mb)
+        self._left = [len(b) for b in self._buckets]
         if self.overlap:
-            for name, p, g in self._params:
+            for i, (name, p, g) in enumerate(self._params):
                 acc = _accumulator(p)
-                h = acc.register_hook(self._ready_hook(name, p, g))
+                h = acc.register_hook(self._ready_hook(i, p, g))
                 self._hooks.append((acc, h))
 
-    def _ready_hook(self, name, p, g):
+    def _make_buckets(self, cap_mb):
+        """DDP's buckets: the parameters in reverse registration order
+        (backward's), cut where a bucket reaches ``cap_mb`` MiB (the
+        first at 1 MiB, so that the exchange starts early); each bucket
+        is pushed once all of its gradients are ready.  Returns lists of
+        indices into _params; _bucket_of maps an index to its bucket."""
+        buckets, cur, size = [], [], 0
+        cap = min(1.0, cap_mb) * 2**20
+        for i in reversed(range(len(self._params))):
+            t = self._params[i][1]
+            cur.append(i)
+            size += t.numel() * t.element_size()
+            if size >= cap:
+                buckets.append(cur)
+                cur, size, cap = [], 0, cap_mb * 2**20
+        if cur:
+            buckets.append(cur)
+        self._bucket_of = {i: b for b, idx in enumerate(buckets)
+                           for i in idx}
+        return buckets
+
+    def _ready_hook(self, i, p, g):
         def ready(*_):
             if not self.started or not self.armed or self.synced:
                 return
@@ -124,11 +147,18 @@ class _Exchange:
                 # a fresh p.grad (zero_grad(set_to_none=True)): into ours
                 g.copy_(p.grad)
                 p.grad = g
-            self.worker.push(name)
-            self.pushed.add(name)
-            if self.trace is not None:
-                self.trace.append(("push", name))
+            b = self._bucket_of[i]
+            self._left[b] -= 1
+            if self._left[b] == 0:
+                for j in self._buckets[b]:
+                    self._push(self._params[j][0])
         return ready
+
+    def _push(self, name):
+        self.worker.push(name)
+        self.pushed.add(name)
+        if self.trace is not None:
+            self.trace.append(("push", name))
 
     def start(self):
         if not self.started:
@@ -161,16 +191,16 @@ class _Exchange:
         self.gradients_in_place()
         with torch.no_grad():
             if self.overlap:
-                for name, _, _ in self._params:
-                    if name not in self.pushed:
-                        self.worker.push(name)
-                        if self.trace is not None:
-                            self.trace.append(("push", name))
+                for b in self._buckets:  # what no hook pushed
+                    for j in b:
+                        if self._params[j][0] not in self.pushed:
+                            self._push(self._params[j][0])
                 self.worker.wait(self.worker.pull())
                 result = kanel.STEP_SYNCED
             else:
                 result = self.worker.step_done()
         self.pushed.clear()
+        self._left = [len(b) for b in self._buckets]
         self.synced = True
         return result
 
@@ -206,12 +236,15 @@ class DistributedOptimizer:
     ``kanel.Worker`` to use (None: one is made from the environment, and
     closed with this optimizer).  ``protocol``: the protocol this script
     expects; None takes the job's, a name that differs from the job's is
-    a ValueError.  ``overlap``: push each gradient from a backward hook
-    as soon as it is ready (BSP, ASP, SSP; default True).
+    a ValueError.  ``overlap``: push gradients from backward hooks as
+    soon as their bucket is ready (BSP, ASP, SSP; default True);
+    ``bucket_cap_mb``: the buckets' size, as DDP's (25 MiB; the first
+    1 MiB; 0: every parameter its own bucket).
     """
 
     def __init__(self, optimizer, named_parameters, worker=None,
-                 protocol=None, overlap=True, **worker_options):
+                 protocol=None, overlap=True, bucket_cap_mb=25,
+                 **worker_options):
         global _last
         named = list(named_parameters)
         ids = {id(p) for _, p in named}
@@ -222,7 +255,7 @@ class DistributedOptimizer:
                                      "that named_parameters does not name")
         self.optimizer = optimizer
         self._x = _Exchange(named, worker, protocol, overlap,
-                            worker_options)
+                            bucket_cap_mb, worker_options)
         self.worker, self.job = self._x.worker, self._x.job
         self._told_lr = False
         if self._x.mode == SERVER:
@@ -365,14 +398,15 @@ class DistributedDataParallel(torch.nn.Module):
     """
 
     def __init__(self, module, device_ids=None, output_device=None,
-                 worker=None, protocol=None, **worker_options):
+                 bucket_cap_mb=25, worker=None, protocol=None,
+                 **worker_options):
         super().__init__()
         if device_ids:
             raise ValueError("kanel: DistributedDataParallel registers CPU "
                              "memory only (no device_ids)")
         self.module = module
         x = _Exchange(module.named_parameters(), worker, protocol, True,
-                      worker_options)
+                      bucket_cap_mb, worker_options)
         if x.mode == SERVER:
             x.close()
             raise ValueError(

@@ -28,8 +28,9 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 layers = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 64),
                        nn.Tanh(), nn.Linear(64, 4))
+# every parameter its own bucket: this model is far below DDP's 1 MiB
 opt = kt.DistributedOptimizer(torch.optim.SGD(layers.parameters(), lr=0.1),
-                              layers.named_parameters())
+                              layers.named_parameters(), bucket_cap_mb=0)
 kt.broadcast_parameters(layers.state_dict(), opt)
 w = opt.worker
 trace = []
