@@ -286,7 +286,7 @@ class Worker:
                 "kanel: this process was not started as a worker of a job "
                 "(no KANEL_COORDINATOR, nor torchrun's, Slurm's or Open "
                 "MPI's variables).  Start it with a launcher, e.g.\n"
-                "  kanel launch --workers 2 --optimizer sum -- "
+                "  kanel launch --workers 2 -- "
                 "python3 script.py\n"
                 "  torchrun --nproc_per_node 2 script.py   "
                 "(with KANEL_SECRET_FILE set)\n"

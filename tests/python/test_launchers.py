@@ -103,3 +103,21 @@ def test_a_worker_on_the_coordinators_rank_is_told():
     assert res.returncode != 0
     assert "kanel.Error" in res.stderr
     assert "the job's coordinator, not a worker" in res.stderr
+
+
+def test_a_script_without_a_launcher_is_told_how_to_start():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KANEL_COORDINATOR", "KANEL_RANK",
+                                "SLURM_", "OMPI_", "MASTER_", "RANK",
+                                "WORLD_SIZE"))}
+    res = subprocess.run(
+        [PYTHON, "-c", "import torch, kanel.torch as kt\n"
+         "m = torch.nn.Linear(2, 2)\n"
+         "kt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=1),"
+         " m.named_parameters())"],
+        capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode != 0
+    assert "RuntimeError: kanel: this process was not started as a " \
+        "worker" in res.stderr, res.stderr
+    assert "kanel launch --workers" in res.stderr
+    assert "torchrun --nproc_per_node" in res.stderr
