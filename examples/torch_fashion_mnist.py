@@ -20,7 +20,6 @@ the job's global model on the first 2,000 test images every
 not stop) and on all 10,000 at the end.
 """
 import argparse
-import contextlib
 import gzip
 import json
 import os
@@ -216,40 +215,44 @@ def worker(o):
         ev.start()
     start = time.monotonic()
     next_eval, waited, step, order = 0.0, 0.0, 0, None
-    # DDP's ranks must make the same all-reduces: join() lets the one
-    # that stops first (the time budget) shadow the others' to their end
-    with net.join() if o.backend == "ddp" else contextlib.nullcontext():
-        while step < steps:
-            now = time.monotonic() - start
-            if o.time_budget and now >= o.time_budget:
-                break
-            if ev and now >= next_eval:
-                ev.todo.put((now, global_state()))
-                next_eval = now + o.eval_every
-            if step % steps_per_epoch == 0:
-                order = rng.permutation(len(x))
-            pick = order[(step % steps_per_epoch) * o.batch:][:o.batch]
-            t0 = time.monotonic()
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(
-                net(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
-            loss.backward()
-            compute = time.monotonic() - t0
-            f = slow.factor(rank, t0 - start)
-            if f > 1:
-                time.sleep((f - 1) * compute)
-            t1 = time.monotonic()
-            opt.step()
-            if sched:
-                sched.step()
-            waited += time.monotonic() - t1
-            step += 1
-            if rank == 0 and step % 50 == 0:
-                last = ev.curve[-1][1] if ev.curve else float("nan")
-                print(f"\r[{now:7.1f} s] step {step}/{steps}, epoch "
-                      f"{step / steps_per_epoch:.2f} | test accuracy "
-                      f"{last:.4f} | loss {loss.item():.4f}", end="",
-                      file=sys.stderr, flush=True)
+    while step < steps:
+        now = time.monotonic() - start
+        stop = bool(o.time_budget and now >= o.time_budget)
+        if o.backend == "ddp":
+            # DDP's ranks must make the same all-reduces: they stop at
+            # the same step, when the first of them runs out of time
+            flag = torch.tensor([float(stop)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = flag.item() > 0
+        if stop:
+            break
+        if ev and now >= next_eval:
+            ev.todo.put((now, global_state()))
+            next_eval = now + o.eval_every
+        if step % steps_per_epoch == 0:
+            order = rng.permutation(len(x))
+        pick = order[(step % steps_per_epoch) * o.batch:][:o.batch]
+        t0 = time.monotonic()
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(
+            net(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
+        loss.backward()
+        compute = time.monotonic() - t0
+        f = slow.factor(rank, t0 - start)
+        if f > 1:
+            time.sleep((f - 1) * compute)
+        t1 = time.monotonic()
+        opt.step()
+        if sched:
+            sched.step()
+        waited += time.monotonic() - t1
+        step += 1
+        if rank == 0 and step % 50 == 0:
+            last = ev.curve[-1][1] if ev.curve else float("nan")
+            print(f"\r[{now:7.1f} s] step {step}/{steps}, epoch "
+                  f"{step / steps_per_epoch:.2f} | test accuracy "
+                  f"{last:.4f} | loss {loss.item():.4f}", end="",
+                  file=sys.stderr, flush=True)
     finish()
     elapsed = time.monotonic() - start
     if ev:
