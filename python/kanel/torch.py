@@ -228,8 +228,13 @@ class _Exchange:
         self.worker = None
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(torch.optim.Optimizer):
     """Wrap ``optimizer`` so that ``step()`` trains the job's model.
+
+    It is a ``torch.optim.Optimizer`` whose ``param_groups``, ``state``
+    and ``defaults`` are the wrapped one's own objects, so that a
+    learning-rate scheduler (which checks the type) made on the wrapper
+    changes the rate the wrapped optimizer steps with.
 
     ``named_parameters``: the model's ``named_parameters()``; every name
     is a tensor key, the same on every worker.  ``worker``: a
@@ -253,7 +258,12 @@ class DistributedOptimizer:
                 if id(p) not in ids:
                     raise ValueError("kanel: the optimizer has a parameter "
                                      "that named_parameters does not name")
+        # not Optimizer.__init__: the wrapped optimizer's groups and state
+        # are this one's, the very same objects
         self.optimizer = optimizer
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self.defaults = optimizer.defaults
         self._x = _Exchange(named, worker, protocol, overlap,
                             bucket_cap_mb, worker_options)
         self.worker, self.job = self._x.worker, self._x.job
@@ -330,7 +340,8 @@ class DistributedOptimizer:
                 self.optimizer.step()
             else:
                 self._check_lr()
-                # the servers stepped: a scheduler sees a step was taken
+                # the servers stepped: a scheduler made on the wrapped
+                # optimizer sees a step was taken
                 self.optimizer._step_count = \
                     getattr(self.optimizer, "_step_count", 0) + 1
         x.synced = False
@@ -340,6 +351,19 @@ class DistributedOptimizer:
     def zero_grad(self, set_to_none=False):
         """Zero the gradients in place (the registered buffers stay)."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
+
+    def add_param_group(self, param_group):
+        raise ValueError("kanel: parameters are registered with the job "
+                         "when DistributedOptimizer is made: add the "
+                         "group to the wrapped optimizer before")
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -368,7 +392,7 @@ class DistributedOptimizer:
         self._x.close()
         self.worker = None
 
-    def __getattr__(self, name):  # param_groups, state, state_dict, ...
+    def __getattr__(self, name):  # the wrapped optimizer's own attributes
         inner = self.__dict__.get("optimizer")
         if inner is None:
             raise AttributeError(name)

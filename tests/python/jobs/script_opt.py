@@ -71,12 +71,14 @@ def worker(kind, steps, out, way):
             for p in m.parameters():
                 p.add_(torch.randn_like(p))
     opt = optimizer(kind, m)
-    if way == "lrzero":
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 1.0 if s < steps // 2 else 0.0)
-    else:
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5,
-                                                gamma=0.5)
+
+    def schedule(opt):
+        if way == "lrzero":
+            return torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda s: 1.0 if s < steps // 2 else 0.0)
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+    if way in ("ddp", "torchddp"):
+        sched = schedule(opt)
     if way == "torchddp":
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -93,6 +95,7 @@ def worker(kind, steps, out, way):
         opt = kt.DistributedOptimizer(opt, m.named_parameters(),
                                       overlap=way != "noverlap")
         kt.broadcast_parameters(m.state_dict(), opt)
+        sched = schedule(opt)  # on the wrapper, as Horovod's users do
         net, ender = m, opt
         n, r = opt.worker.size, opt.worker.rank
     x, y = batches(steps)
