@@ -726,6 +726,11 @@ static void ready_to_start(struct kn_worker *w)
 {
 	struct kn__msg m = { .type = KN__MSG_READY };
 
+	/* a worker already failed (the job cannot start: the coordinator
+	 * said why) stays failed with that reason; the model can still
+	 * land after it on a slow host */
+	if (w->state == WK_FAILED)
+		return;
 	w->state = WK_MODEL;
 	m.u.ready.what = KN__READY_START;
 	kn__chan_send(w->coord, &m);
