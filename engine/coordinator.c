@@ -151,6 +151,11 @@ static void send_job(struct coordinator *c, struct kn__chan *ch, uint32_t rank)
 	struct kn__msg m;
 
 	job_msg(c, &m, rank);
+	/* a worker settles --optimizer auto from its own program, even
+	 * after worker 0's table settled the job's: a different answer is
+	 * refused at its table, with the reason */
+	if (ch->peer_role == KN__ROLE_WORKER)
+		m.u.job.optimizer = c->cfg->optimizer;
 	kn__chan_send(ch, &m);
 }
 

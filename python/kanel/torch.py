@@ -160,6 +160,15 @@ class _Exchange:
         if self.trace is not None:
             self.trace.append(("push", name))
 
+    @contextlib.contextmanager
+    def no_sync(self):
+        """The hooks push nothing inside (gradient accumulation)."""
+        old, self.armed = self.armed, False
+        try:
+            yield
+        finally:
+            self.armed = old
+
     def start(self):
         if not self.started:
             self.worker.start()
@@ -365,15 +374,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                          "when DistributedOptimizer is made: add the "
                          "group to the wrapped optimizer before")
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Backward passes inside accumulate gradients without pushing
         them (gradient accumulation, as DDP's no_sync)."""
-        old, self._x.armed = self._x.armed, False
-        try:
-            yield
-        finally:
-            self._x.armed = old
+        return self._x.no_sync()
 
     def finish(self):
         """Under ESP and PSP, wait for a global model on its way and
@@ -469,15 +473,10 @@ class DistributedDataParallel(torch.nn.Module):
             self._stepped = True
         return self.module(*args, **kwargs)
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Accumulate gradients over several backward passes without
         exchanging them; the first backward outside exchanges."""
-        old, self._x.armed = self._x.armed, False
-        try:
-            yield
-        finally:
-            self._x.armed = old
+        return self._x.no_sync()
 
     def finish(self):
         """After the last step: push the last delta (ASP, SSP, CGP, ESP,

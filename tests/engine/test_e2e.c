@@ -586,6 +586,52 @@ Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
 }
 
 /*
+ * --optimizer auto: worker 0 steps the model itself (own_optimizer), so
+ * the job runs sum; worker 1 has no optimizer of its own and is refused
+ * with a reason, and the job cannot start.
+ */
+static int own_or_not_worker(unsigned int rank)
+{
+	struct kn_worker_options o = { .rank = (int)rank,
+				       .own_optimizer = rank == 0 };
+	float p[32] = { 0 }, g[32] = { 0 };
+	struct kn_worker *w = NULL;
+	struct kn_job_info info;
+	int ret;
+
+	if (rank == 1)
+		usleep(300000); /* worker 0's table is the job's */
+	ret = kn_worker_create(&o, &w);
+	/* each worker settles auto from its own program at once */
+	if (!ret)
+		ret = kn_worker_job(w, &info);
+	if (!ret && info.summation != (rank == 0))
+		ret = -EBADMSG;
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 32, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, auto_optimizer_refuses_a_worker_without_the_first_ones,
+     .timeout = 120)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 2, 1, "bsp", "auto", LR);
+	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, own_or_not_worker);
+	end_job(&j, false);
+	cr_assert_eq(sh->status[1], -EINVAL, "%s", strerror(-sh->status[1]));
+	cr_assert_lt(sh->seconds[1], 3.0, "the error came late");
+	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+}
+
+/*
  * Worker 2 dies; a new process takes its rank, is brought up to the
  * current model (not the initial one) and trains on with the others.
  */

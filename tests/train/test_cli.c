@@ -224,6 +224,20 @@ Test(train_cli, bad_options_are_refused)
 	cr_expect_eq(run(a3), 2);
 }
 
+/* --optimizer sum leaves the update to the workers, which have none. */
+Test(train_cli, optimizer_sum_is_refused)
+{
+	char *a[] = { (char *)kanel(), "train", "--protocol", "asp",
+		      "--optimizer", "sum", NULL };
+	char *err;
+
+	cr_expect_eq(run(a), 2);
+	err = slurp(in_dir("stderr"));
+	cr_expect(strstr(err, "pick sgd, momentum or adam"), "stderr: %s",
+		  err);
+	free(err);
+}
+
 /* A short seeded BSP run: learns, and writes what it promises. */
 Test(train_cli, short_bsp_run_learns_and_reports)
 {
