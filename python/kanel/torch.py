@@ -30,8 +30,15 @@ What a step means follows the job (docs/python.md, "What a step is"):
 
 Gradients are pushed from backward hooks as soon as autograd has
 accumulated them, so the exchange overlaps the rest of backward.
+
+Parameters on a CUDA device are staged through pinned host memory, one
+buffer pair per bucket registered once: a bucket's gradients are copied
+to the host on a copy stream as backward makes them, pushed once the
+copy is seen complete, and what comes back is copied to the device on
+the same stream, which the optimizer's step waits for.
 """
 import contextlib
+import time
 import warnings
 
 import torch
@@ -61,17 +68,136 @@ def _accumulator(p):
         return p.expand_as(p).grad_fn.next_functions[0][0]
 
 
+def _check_device(name, device):
+    """A parameter's device, checked: CPU, or CUDA where torch has it."""
+    if device.type == "cpu":
+        return
+    if device.type != "cuda":
+        raise ValueError(f"kanel: parameter {name!r} is on {device}: "
+                         "kanel.torch takes CPU and CUDA tensors")
+    if not torch.cuda.is_available():
+        raise ValueError(f"kanel: parameter {name!r} is on {device}, but "
+                         "this torch sees no CUDA device")
+
+
+class _Staging:
+    """Host copies of the model for the engine, when the parameters are
+    on a CUDA device (or staging is forced on CPU ones, so that the same
+    path runs without a GPU).
+
+    Each bucket gets two host buffers, its parameters and its gradients,
+    pinned where CUDA is, and each tensor of the bucket is a view into
+    them, registered with the engine in place of the device tensor.
+    Copies run on a copy stream after the compute stream's work so far;
+    a copy to the host ends with an event whose completion the caller
+    observes before the engine reads the buffer, and a copy to the
+    device is waited for by the compute stream, so the optimizer's step
+    (or the next forward) runs after it.  The copy stream is in order,
+    so the engine never writes a host buffer that a copy still reads.
+    Without CUDA a copy is complete when it returns."""
+
+    ALIGN = 64
+
+    def __init__(self, params, buckets, device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.data = [None] * len(params)
+        self.grad = [None] * len(params)
+        self.buffers = []
+        for b in buckets:
+            offsets, total = [], 0
+            for i in b:
+                p = params[i][1]
+                offsets.append(total)
+                total += -(-p.numel() * p.element_size() // self.ALIGN) \
+                    * self.ALIGN
+            pair = [torch.empty(total, dtype=torch.uint8,
+                                pin_memory=self.cuda) for _ in range(2)]
+            self.buffers.append(pair)
+            for i, off in zip(b, offsets):
+                p = params[i][1]
+                end = off + p.numel() * p.element_size()
+                self.data[i] = pair[0][off:end].view(p.dtype).view(p.shape)
+                self.grad[i] = pair[1][off:end].view(p.dtype).view(p.shape)
+        # seconds spent copying, by direction; CUDA copies are timed by
+        # events, read when timings() asks
+        self.seconds = {"d2h": 0.0, "h2d": 0.0}
+        self._timed = []
+
+    def copy(self, pairs, direction):
+        """``dst.copy_(src)`` for each pair, after the compute stream's
+        work so far; returns what done() and wait() take (None: done)."""
+        if not self.cuda:
+            t0 = time.perf_counter()
+            for dst, src in pairs:
+                dst.copy_(src)
+            self.seconds[direction] += time.perf_counter() - t0
+            return None
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            start.record()
+            for dst, src in pairs:
+                dst.copy_(src, non_blocking=True)
+            end.record()
+        for dst, src in pairs:  # in use by the copy stream until it ends
+            (src if direction == "d2h" else dst).record_stream(self.stream)
+        self._timed.append((direction, start, end))
+        if direction == "h2d":
+            torch.cuda.current_stream(self.device).wait_event(end)
+        return end
+
+    @staticmethod
+    def done(token):
+        return token is None or token.query()
+
+    @staticmethod
+    def wait(token):
+        if token is not None:
+            token.synchronize()
+
+    def timings(self):
+        if self.cuda:
+            self.stream.synchronize()
+            for direction, start, end in self._timed:
+                self.seconds[direction] += start.elapsed_time(end) / 1000
+            self._timed = []
+        return dict(self.seconds)
+
+
 class _Exchange:
     """The registered parameters of one worker and the gradient exchange
     that backward hooks start: shared by DistributedOptimizer and
-    DistributedDataParallel."""
+    DistributedDataParallel.  ``staging``: None stages parameters that
+    are on a CUDA device through host memory (_Staging), True stages CPU
+    ones too, False refuses CUDA ones."""
 
     def __init__(self, named_parameters, worker, protocol, overlap,
-                 bucket_cap_mb, worker_options):
+                 bucket_cap_mb, worker_options, staging=None):
         named = list(named_parameters)
         names = [n for n, _ in named]
         if len(set(names)) != len(names):
             raise ValueError("kanel: parameter names repeat")
+        named = [(n, p) for n, p in named if p.requires_grad]
+        for n, p in named:
+            _check_device(n, p.device)
+        devices = {p.device for _, p in named}
+        cuda = any(d.type == "cuda" for d in devices)
+        if cuda and staging is False:
+            raise ValueError("kanel: CUDA parameters go through host "
+                             "memory: staging=False takes CPU ones only")
+        if len(devices) > 1 and (cuda or staging):
+            raise ValueError("kanel: the parameters are on "
+                             f"{', '.join(sorted(map(str, devices)))}: "
+                             "staging takes one device")
+        self._params = [(n, p, None) for n, p in named]  # for the buckets
+        self._buckets = self._make_buckets(bucket_cap_mb)
+        self.stage = None
+        if (cuda or staging) and devices:
+            self.stage = _Staging(self._params, self._buckets,
+                                  devices.pop())
         self._own = worker is None
         self.worker = worker if worker is not None else \
             kanel.Worker(**dict(worker_options, own_optimizer=True))
@@ -83,17 +209,17 @@ class _Exchange:
                                  f"the job runs {self.job.protocol}")
             self.mode = _mode(self.job)
             self._params = []
-            for name, p in named:
-                if not p.requires_grad:
-                    continue
-                if p.device.type != "cpu":
-                    raise ValueError(
-                        f"kanel: parameter {name!r} is on {p.device}: "
-                        "kanel.torch registers CPU memory only")
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p.data)
-                self.worker.register(name, p.data, p.grad)
-                self._params.append((name, p, p.grad))
+            for i, (name, p) in enumerate(named):
+                if self.stage is not None:
+                    with torch.no_grad():
+                        self.stage.data[i].copy_(p.data)
+                    data, g = self.stage.data[i], self.stage.grad[i]
+                else:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p.data)
+                    data, g = p.data, p.grad
+                self.worker.register(name, data, g)
+                self._params.append((name, p, g))
         except BaseException:
             if self._own:
                 self.worker.close()
@@ -109,9 +235,11 @@ class _Exchange:
         self.armed = True     # False under no_sync()
         self.pushed = set()   # names pushed during this backward
         self.trace = None     # a list to log ("push", name) into (tests)
+        self.seconds = 0.0    # waiting for the exchange (timings())
         self._hooks = []
-        self._buckets = self._make_buckets(bucket_cap_mb)
         self._left = [len(b) for b in self._buckets]
+        self._copying = []    # staged: (bucket, token) not yet pushed
+        self._copied = set()  # staged: buckets copied to the host
         if self.overlap:
             for i, (name, p, g) in enumerate(self._params):
                 acc = _accumulator(p)
@@ -143,15 +271,20 @@ class _Exchange:
         def ready(*_):
             if not self.started or not self.armed or self.synced:
                 return
-            if p.grad is not None and p.grad.data_ptr() != g.data_ptr():
+            if self.stage is None and p.grad is not None and \
+                    p.grad.data_ptr() != g.data_ptr():
                 # a fresh p.grad (zero_grad(set_to_none=True)): into ours
                 g.copy_(p.grad)
                 p.grad = g
             b = self._bucket_of[i]
             self._left[b] -= 1
             if self._left[b] == 0:
-                for j in self._buckets[b]:
-                    self._push(self._params[j][0])
+                if self.stage is None:
+                    for j in self._buckets[b]:
+                        self._push(self._params[j][0])
+                else:
+                    self._to_host(b)
+                    self._push_copied(block=False)
         return ready
 
     def _push(self, name):
@@ -159,6 +292,54 @@ class _Exchange:
         self.pushed.add(name)
         if self.trace is not None:
             self.trace.append(("push", name))
+
+    def _to_host(self, b):
+        """Staged: start copying bucket ``b``'s gradients to the host."""
+        pairs = []
+        for j in self._buckets[b]:
+            _, p, g = self._params[j]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p.data)
+            pairs.append((g, p.grad))
+        self._copying.append((b, self.stage.copy(pairs, "d2h")))
+        self._copied.add(b)
+
+    def _push_copied(self, block):
+        """Staged: push the buckets whose copy to the host is seen
+        complete, in the order they were copied; ``block``: all of them,
+        waiting for each copy."""
+        while self._copying:
+            b, token = self._copying[0]
+            if block:
+                self.stage.wait(token)
+            elif not self.stage.done(token):
+                return
+            self._copying.pop(0)
+            if self.trace is not None:
+                self.trace.append(("copied", b))
+            for j in self._buckets[b]:
+                self._push(self._params[j][0])
+
+    def _from_host(self, what):
+        """Staged: copy the host's ``what`` ("grad": the mean gradients,
+        "data": the parameters) to the device, before the compute
+        stream's next work."""
+        pairs = []
+        for i, (_, p, _) in enumerate(self._params):
+            if what == "grad":
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p.data)
+                pairs.append((p.grad, self.stage.grad[i]))
+            else:
+                pairs.append((p.data, self.stage.data[i]))
+        self.stage.copy(pairs, "h2d")
+
+    def _timed(self, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -173,13 +354,19 @@ class _Exchange:
         if not self.started:
             self.worker.start()
             self.started = True
+            if self.stage is not None:  # rank 0's model, to the device
+                with torch.no_grad():
+                    self._from_host("data")
 
     def gradients_in_place(self):
         """Autograd writes into the registered gradient unless the
         program set ``p.grad`` to None or to a new tensor (``zero_grad(
         set_to_none=True)``): then that gradient is copied into the
         registered one (zeros for None), which becomes ``p.grad`` again,
-        so that later steps are zero-copy."""
+        so that later steps are zero-copy.  (Staged: the copies to the
+        host read whatever ``p.grad`` is.)"""
+        if self.stage is not None:
+            return
         for name, p, g in self._params:
             if name in self.pushed:
                 continue
@@ -199,33 +386,64 @@ class _Exchange:
         self.start()
         self.gradients_in_place()
         with torch.no_grad():
+            if self.stage is not None:  # what no hook copied
+                for b in range(len(self._buckets)):
+                    if b not in self._copied:
+                        self._to_host(b)
             if self.overlap:
+                if self.stage is not None:
+                    self._timed(self._push_copied, block=True)
                 for b in self._buckets:  # what no hook pushed
                     for j in b:
                         if self._params[j][0] not in self.pushed:
                             self._push(self._params[j][0])
-                self.worker.wait(self.worker.pull())
+                self._timed(self.worker.wait, self.worker.pull())
                 result = kanel.STEP_SYNCED
             else:
-                result = self.worker.step_done()
+                if self.stage is not None:
+                    for _, token in self._copying:
+                        self.stage.wait(token)
+                    self._copying = []
+                result = self._timed(self.worker.step_done)
+            if self.stage is not None:
+                self._from_host("grad" if self.mode == MEAN else "data")
         self.pushed.clear()
+        self._copied.clear()
         self._left = [len(b) for b in self._buckets]
         self.synced = True
         return result
 
     def local_step_done(self):
         """DELTA: the script's optimizer has stepped the model; the
-        engine pushes the delta when the protocol says so."""
+        engine pushes the delta when the protocol says so (staged: from
+        the host's copy, and the model it leaves there goes back to the
+        device)."""
         self.start()
         with torch.no_grad():
-            return self.worker.step_done(applied=True)
+            if self.stage is not None:
+                self.stage.wait(self.stage.copy(
+                    [(self.stage.data[i], p.data)
+                     for i, (_, p, _) in enumerate(self._params)], "d2h"))
+            result = self._timed(self.worker.step_done, applied=True)
+            if self.stage is not None:
+                self._from_host("data")
+        return result
+
+    def timings(self):
+        """Seconds so far: waiting for the exchange ("exchange") and,
+        staged, copying to the host ("d2h") and back ("h2d")."""
+        out = {"exchange": self.seconds, "d2h": 0.0, "h2d": 0.0}
+        if self.stage is not None:
+            out.update(self.stage.timings())
+        return out
 
     def global_state(self):
         out = {}
-        for name, p, _ in self._params:
-            dst = torch.empty_like(p.data)
+        for i, (name, p, _) in enumerate(self._params):
+            dst = torch.empty_like(p.data if self.stage is None
+                                   else self.stage.data[i])
             self.worker.global_model(name, dst)
-            out[name] = dst
+            out[name] = dst.to(p.device)
         return out
 
     def close(self):
@@ -253,12 +471,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
     a ValueError.  ``overlap``: push gradients from backward hooks as
     soon as their bucket is ready (BSP, ASP, SSP; default True);
     ``bucket_cap_mb``: the buckets' size, as DDP's (25 MiB; the first
-    1 MiB; 0: every parameter its own bucket).
+    1 MiB; 0: every parameter its own bucket).  ``staging``: None (the
+    default) stages parameters on a CUDA device through pinned host
+    memory; True stages CPU parameters the same way (what the tests
+    run where there is no GPU); False refuses CUDA parameters.
     """
 
     def __init__(self, optimizer, named_parameters, worker=None,
                  protocol=None, overlap=True, bucket_cap_mb=25,
-                 **worker_options):
+                 staging=None, **worker_options):
         global _last
         named = list(named_parameters)
         ids = {id(p) for _, p in named}
@@ -274,7 +495,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.state = optimizer.state
         self.defaults = optimizer.defaults
         self._x = _Exchange(named, worker, protocol, overlap,
-                            bucket_cap_mb, worker_options)
+                            bucket_cap_mb, worker_options, staging)
         self.worker, self.job = self._x.worker, self._x.job
         self._told_lr = False
         if self._x.mode == SERVER:
@@ -386,10 +607,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.worker.finish()
 
     def global_state(self):
-        """The last global model, name -> a new tensor: under ESP and PSP
-        what the servers delivered last, without this worker's local
-        steps since (what to evaluate); otherwise the parameters."""
+        """The last global model, name -> a new tensor on the
+        parameter's device: under ESP and PSP what the servers delivered
+        last, without this worker's local steps since (what to
+        evaluate); otherwise the parameters."""
         return self._x.global_state()
+
+    def timings(self):
+        """Seconds so far in this worker: waiting for the exchange
+        ("exchange"), and with staging copying gradients or parameters
+        to the host ("d2h") and back ("h2d"); CUDA copies are timed on
+        their stream, so they overlap compute and the exchange."""
+        return self._x.timings()
 
     def close(self):
         """Leave the job (if this optimizer made the worker)."""
@@ -423,18 +652,30 @@ class DistributedDataParallel(torch.nn.Module):
     servers' optimizer would step the model a second time.  Buffers
     (BatchNorm's statistics) are not exchanged: each worker keeps its
     own, as DDP with ``broadcast_buffers=False``.
+
+    A module on a CUDA device (``device_ids=[i]`` as DDP takes it, or
+    None) is staged through pinned host memory; ``staging`` is
+    DistributedOptimizer's.
     """
 
     def __init__(self, module, device_ids=None, output_device=None,
                  bucket_cap_mb=25, worker=None, protocol=None,
-                 **worker_options):
+                 staging=None, **worker_options):
         super().__init__()
         if device_ids:
-            raise ValueError("kanel: DistributedDataParallel registers CPU "
-                             "memory only (no device_ids)")
+            want = {torch.device(d) if not isinstance(d, int)
+                    else torch.device("cuda", d) for d in device_ids}
+            have = {p.device for p in module.parameters()}
+            if len(want) != 1 or have != want:
+                raise ValueError(
+                    "kanel: device_ids names "
+                    f"{', '.join(sorted(map(str, want)))}, the module's "
+                    f"parameters are on {', '.join(sorted(map(str, have)))}"
+                    ": move the module to its one device first, as DDP "
+                    "asks")
         self.module = module
         x = _Exchange(module.named_parameters(), worker, protocol, True,
-                      bucket_cap_mb, worker_options)
+                      bucket_cap_mb, worker_options, staging)
         if x.mode == SERVER:
             x.close()
             raise ValueError(
@@ -489,6 +730,10 @@ class DistributedDataParallel(torch.nn.Module):
 
     def global_state(self):
         return self._x.global_state()
+
+    def timings(self):
+        """As DistributedOptimizer.timings()."""
+        return self._x.timings()
 
     def close(self):
         self._x.close()

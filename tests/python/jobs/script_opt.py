@@ -14,7 +14,11 @@ backward), ddp (kanel.torch.DistributedDataParallel), torchddp
 (PyTorch's own DDP over gloo, started with torchrun's variables, not by
 kanel launch), lrzero (KIND's
 optimizer with a schedule that sets the rate to 0 from step STEPS/2 on;
-OUT gets the parameters at STEPS/2 and at the end)."""
+OUT gets the parameters at STEPS/2 and at the end).  A WAY ending in
+"-staged" (opt-staged, noverlap-staged, ddp-staged) stages the CPU
+parameters through host buffers as CUDA ones are (staging=True), and
+checks at every push that the host's gradient is the step's.  KIND
+bf16: momentum SGD on the model in bfloat16 (no reference run)."""
 import os
 import sys
 
@@ -24,9 +28,10 @@ from torch import nn
 BATCH = 64
 
 
-def model():
+def model(kind="sgd"):
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    return m.to(torch.bfloat16) if kind == "bf16" else m
 
 
 def batches(steps):
@@ -37,6 +42,8 @@ def batches(steps):
 
 
 def optimizer(kind, m):
+    if kind == "bf16":
+        return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     if kind == "sgd":
         return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9,
                                nesterov=True, weight_decay=1e-3)
@@ -63,9 +70,28 @@ def reference(kind, steps):
     return {k: v.clone() for k, v in m.state_dict().items()}
 
 
+def check_pushes(x):
+    """Every push of a staged worker reads the step's gradient: the
+    host's copy equals p.grad when the push is posted, so no push
+    starts before its bucket's copy is complete."""
+    push, checked = x.worker.push, []
+
+    def checking(name):
+        i = [n for n, _, _ in x._params].index(name)
+        _, p, g = x._params[i]
+        if not torch.equal(g, p.grad):
+            raise AssertionError(f"{name} pushed before its copy")
+        checked.append(name)
+        return push(name)
+    x.worker.push = checking
+    return checked
+
+
 def worker(kind, steps, out, way):
     torch.set_num_threads(1)
-    m = model()
+    staged = way.endswith("-staged")
+    way = way[:-len("-staged")] if staged else way
+    m = model(kind)
     if os.environ.get("KANEL_RANK", "0") != "0":
         with torch.no_grad():  # the start must hand out rank 0's model
             for p in m.parameters():
@@ -87,18 +113,25 @@ def worker(kind, steps, out, way):
         ender = None
     elif way == "ddp":
         import kanel.torch as kt
-        net = kt.DistributedDataParallel(m)
+        net = kt.DistributedDataParallel(m, staging=staged or None)
         n, r = net.worker.size, net.worker.rank
-        ender = net
+        ender, x = net, net._x
     else:
         import kanel.torch as kt
         opt = kt.DistributedOptimizer(opt, m.named_parameters(),
-                                      overlap=way != "noverlap")
+                                      overlap=way != "noverlap",
+                                      staging=staged or None)
+        x = opt._x
         kt.broadcast_parameters(m.state_dict(), opt)
         sched = schedule(opt)  # on the wrapper, as Horovod's users do
         net, ender = m, opt
         n, r = opt.worker.size, opt.worker.rank
+    # bucket pushes: under BSP with the overlap (otherwise step_done
+    # pushes, after every copy is done)
+    checked = check_pushes(x) if staged and x.overlap else None
     x, y = batches(steps)
+    if kind == "bf16":
+        x = x.to(torch.bfloat16)
     per = BATCH // n
     half = None
     for s in range(steps):
@@ -114,6 +147,9 @@ def worker(kind, steps, out, way):
         sched.step()
     if ender:
         ender.finish()
+    if checked is not None and len(checked) < steps * len(list(
+            m.parameters())):
+        raise AssertionError(f"{len(checked)} pushes checked")
     if r == 0:
         state = {k: v.clone() for k, v in m.state_dict().items()}
         torch.save({"half": half, "end": state} if way == "lrzero"
