@@ -83,6 +83,11 @@ def options(argv=None):
       help="the accuracy whose time is reported (0.88)")
     a("--eval-every", type=float, default=5, help="seconds between "
       "evaluations (5)")
+    a("--device", default="cpu", help="cpu, or cuda: each worker trains "
+      "on GPU LOCAL_RANK modulo the GPUs there are, its tensors staged "
+      "through pinned host memory (cpu)")
+    a("--staging", action="store_true", help="stage CPU tensors through "
+      "host buffers as CUDA ones are (to try that path without a GPU)")
     a("--data", default=DATA, help=f"the dataset's folder ({DATA})")
     a("--summary-json", help="write the summary here (rank 0)")
     return p.parse_args(argv)
@@ -121,12 +126,13 @@ def cnn(nn, kind="cnn"):
         nn.Linear(128, 10))
 
 
-def accuracy(torch, model, x, y):
+def accuracy(torch, model, x, y, device="cpu"):
     with torch.no_grad():
         right = 0
         for i in range(0, len(x), 1000):
-            out = model(torch.from_numpy(x[i:i + 1000]))
-            right += int((out.argmax(1).numpy() == y[i:i + 1000]).sum())
+            out = model(torch.from_numpy(x[i:i + 1000]).to(device))
+            right += int((out.argmax(1).cpu().numpy() ==
+                          y[i:i + 1000]).sum())
     return right / len(x)
 
 
@@ -158,7 +164,14 @@ def worker(o):
 
     torch.set_num_threads(1)
     torch.manual_seed(o.seed)
-    model = cnn(nn, o.model)
+    device = torch.device("cpu")
+    if o.device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK",
+                                   os.environ.get("KANEL_RANK", "0")))
+        device = torch.device("cuda", local % torch.cuda.device_count())
+    elif o.device != "cpu":
+        sys.exit(f"torch example: --device {o.device}: cpu or cuda")
+    model = cnn(nn, o.model).to(device)
     if o.optimizer == "adamw":
         inner = torch.optim.AdamW(model.parameters(), lr=o.lr,
                                   weight_decay=o.weight_decay)
@@ -181,7 +194,8 @@ def worker(o):
     elif o.api == "ddp":
         net = kt.DistributedDataParallel(model,
                                          protocol=o.protocol.split(",")[0],
-                                         bucket_cap_mb=o.bucket_cap_mb)
+                                         bucket_cap_mb=o.bucket_cap_mb,
+                                         staging=o.staging or None)
         opt, rank, n = inner, net.worker.rank, net.worker.size
         job_name = net.job.protocol
         global_state, finish, close = net.global_state, net.finish, \
@@ -190,12 +204,14 @@ def worker(o):
         opt = kt.DistributedOptimizer(inner, model.named_parameters(),
                                       protocol=o.protocol.split(",")[0],
                                       overlap=not o.no_overlap,
-                                      bucket_cap_mb=o.bucket_cap_mb)
+                                      bucket_cap_mb=o.bucket_cap_mb,
+                                      staging=o.staging or None)
         kt.broadcast_parameters(model.state_dict(), opt)
         net, rank, n = model, opt.worker.rank, opt.worker.size
         job_name = opt.job.protocol
         global_state, finish, close = opt.global_state, opt.finish, \
             opt.close
+    timings = getattr(net if o.api == "ddp" else opt, "timings", None)
     x, y = load(o.data, "train")
     x, y = x[rank::n], y[rank::n]
     tx, ty = load(o.data, "t10k")
@@ -235,8 +251,11 @@ def worker(o):
         t0 = time.monotonic()
         opt.zero_grad()
         loss = nn.functional.cross_entropy(
-            net(torch.from_numpy(x[pick])), torch.from_numpy(y[pick]))
+            net(torch.from_numpy(x[pick]).to(device)),
+            torch.from_numpy(y[pick]).to(device))
         loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the step's compute, done
         compute = time.monotonic() - t0
         f = slow.factor(rank, t0 - start)
         if f > 1:
@@ -260,12 +279,13 @@ def worker(o):
         ev.todo.put(None)
         ev.join()
         model.load_state_dict(global_state())
-        final = accuracy(torch, model, tx, ty)
-        report(o, job_name, n, ev.curve, final, step, elapsed, waited)
+        final = accuracy(torch, model, tx, ty, device)
+        report(o, job_name, n, ev.curve, final, step, elapsed, waited,
+               timings() if timings else None)
     close()
 
 
-def report(o, name, n, curve, final, steps, elapsed, waited):
+def report(o, name, n, curve, final, steps, elapsed, waited, split):
     reach = next((t for t, a in curve if a >= o.target_accuracy), None)
     s = {
         "protocol": name, "imbalance": o.imbalance,
@@ -276,8 +296,13 @@ def report(o, name, n, curve, final, steps, elapsed, waited):
         "batch": o.batch, "model": o.model, "optimizer": o.optimizer,
         "samples_per_s_rank0": steps * o.batch / elapsed,
         "wait_fraction_rank0": waited / elapsed,
+        "device": o.device,
         "curve": curve,
     }
+    if split:  # rank 0's seconds per step, by stage
+        s["split_ms_per_step_rank0"] = {
+            k: 1000 * v / max(steps, 1) for k, v in split.items()}
+        s["split_ms_per_step_rank0"]["step"] = 1000 * elapsed / max(steps, 1)
     print(f"\nkanel torch example: {name}, {n} workers, imbalance "
           f"{o.imbalance}")
     print(f"  time to {o.target_accuracy:g} accuracy  " +
@@ -288,6 +313,12 @@ def report(o, name, n, curve, final, steps, elapsed, waited):
     print(f"  rank 0                 {steps} steps in {elapsed:.1f} s, "
           f"{s['samples_per_s_rank0']:.0f} samples/s, waiting "
           f"{100 * s['wait_fraction_rank0']:.1f}%", flush=True)
+    if split:
+        ms = s["split_ms_per_step_rank0"]
+        print(f"  rank 0 per step        {ms['step']:.2f} ms: waiting for "
+              f"the exchange {ms['exchange']:.2f} ms, copies to the host "
+              f"{ms['d2h']:.2f} ms, back {ms['h2d']:.2f} ms (copies on "
+              "their own stream overlap the rest)", flush=True)
     if o.summary_json:
         with open(o.summary_json, "w") as f:
             json.dump(s, f, indent=1)

@@ -440,6 +440,11 @@ class _Exchange:
     def global_state(self):
         out = {}
         for i, (name, p, _) in enumerate(self._params):
+            if self.stage is not None and not self.job.local_steps:
+                # the parameters themselves: on the device (the host's
+                # copy is the engine's, up to date only where it wrote)
+                out[name] = p.data.clone()
+                continue
             dst = torch.empty_like(p.data if self.stage is None
                                    else self.stage.data[i])
             self.worker.global_model(name, dst)
