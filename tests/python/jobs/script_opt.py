@@ -150,6 +150,11 @@ def worker(kind, steps, out, way):
     if checked is not None and len(checked) < steps * len(list(
             m.parameters())):
         raise AssertionError(f"{len(checked)} pushes checked")
+    if staged:  # the model to evaluate is the one trained
+        g = ender.global_state()
+        for k, v in m.state_dict().items():
+            if not torch.equal(g[k], v):
+                raise AssertionError(f"global_state()[{k!r}] is stale")
     if r == 0:
         state = {k: v.clone() for k, v in m.state_dict().items()}
         torch.save({"half": half, "end": state} if way == "lrzero"
