@@ -656,6 +656,13 @@ static int opt_resume(struct parse *p, const char *src, const char *val)
 	return ret;
 }
 
+static int opt_restore_secret_file(struct parse *p, const char *src,
+				   const char *val)
+{
+	return parse_path(p, src, val, p->cfg.restore_secret_file,
+			  sizeof(p->cfg.restore_secret_file));
+}
+
 /*
  * How an option's field is written back as its variable's value
  * (kn__config_export): each as its parser reads it.
@@ -717,6 +724,7 @@ enum opt_id {
 	O_CHECKPOINT_EVERY,
 	O_RESTORE,
 	O_RESUME,
+	O_RESTORE_SECRET_FILE,
 	O_VERBOSE,
 	O_HELP,
 	O_COUNT
@@ -950,6 +958,16 @@ static const struct opt opts[O_COUNT] = {
 			       "(--checkpoint-dir DIR --restore)",
 		       .parse = opt_resume,
 		       .group = KN__CONFIG_OPT_CHECKPOINT },
+	[O_RESTORE_SECRET_FILE] = { "--restore-secret-file",
+				    "KANEL_RESTORE_SECRET_FILE", "PATH",
+				    .none = "the job's own",
+				    .help = "servers: also restore checkpoints "
+					    "sealed with the secret in PATH "
+					    "(a job restored under a new "
+					    "secret)",
+				    .parse = opt_restore_secret_file,
+				    .group = KN__CONFIG_OPT_CHECKPOINT,
+				    FIELD(F_PATH, restore_secret_file) },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
 			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON,
