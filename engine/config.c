@@ -962,9 +962,7 @@ static const struct opt opts[O_COUNT] = {
 				    "KANEL_RESTORE_SECRET_FILE", "PATH",
 				    .none = "the job's own",
 				    .help = "servers: also restore checkpoints "
-					    "sealed with the secret in PATH "
-					    "(a job restored under a new "
-					    "secret)",
+					    "sealed with the secret in PATH",
 				    .parse = opt_restore_secret_file,
 				    .group = KN__CONFIG_OPT_CHECKPOINT,
 				    FIELD(F_PATH, restore_secret_file) },
@@ -1187,6 +1185,8 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 	static const struct kn__config_scope any = {
 		.command = "kanel", .options = KN__CONFIG_OPT_ALL
 	};
+	static const int needs_dir[] = { O_CHECKPOINT_EVERY,
+					 O_RESTORE_SECRET_FILE };
 	struct parse p = { .err = err, .errlen = errlen };
 	const char *val[O_COUNT] = { NULL }, *src[O_COUNT] = { NULL };
 	bool set[O_COUNT] = { false };
@@ -1238,6 +1238,17 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 			return ret;
 		set[i] = true;
 	}
+	/* given on the command line, each names the checkpoint folder's
+	 * business; without a folder it would do nothing, silently (a
+	 * launcher's children read every value back, so the variables
+	 * alone are not held against them) */
+	for (size_t k = 0; k < ARRAY_SIZE(needs_dir); k++)
+		if (val[needs_dir[k]] && !p.cfg.checkpoint_dir[0])
+			return bad(&p,
+				   "%s without a checkpoint folder: pass "
+				   "--checkpoint-dir DIR (or "
+				   "KANEL_CHECKPOINT_DIR) or --resume DIR",
+				   opts[needs_dir[k]].flag);
 
 	if (scope->role) {
 		p.cfg.role = scope->role;
