@@ -251,11 +251,12 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET") &&
 	    job->restart_servers) {
 		char path[4096];
+		int ret = folder_secret(ckpt_dir, path, sizeof(path));
 
-		if (folder_secret(ckpt_dir, path, sizeof(path))) {
-			kn__tool_log("%s: cannot keep a job secret in %s\n",
-				     command, ckpt_dir);
-			return -EIO;
+		if (ret) {
+			kn__tool_log("%s: cannot keep a job secret in %s: %s\n",
+				     command, ckpt_dir, strerror(-ret));
+			return ret;
 		}
 		setenv("KANEL_SECRET_FILE", path, 1);
 	} else if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET")) {

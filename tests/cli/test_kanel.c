@@ -900,3 +900,41 @@ Test(kanel, synthetic_worker_pauses_before_each_step)
 		  "%s", err);
 	free(err);
 }
+
+/* --checkpoint-every without a folder would do nothing: refused. */
+Test(kanel, checkpoint_every_without_a_folder_is_refused)
+{
+	expect_refusal(ARGS("launch", "--workers", "1", "--checkpoint-every",
+			    "5", "--", kanel(), "worker", "--steps", "1"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "--checkpoint-every without a checkpoint folder");
+}
+
+/*
+ * --checkpoint-dir naming a regular file, executable or not, ends the
+ * job at its start as "Not a directory", whether launch keeps the job's
+ * secret there or the servers check the folder (a secret given).
+ */
+Test(kanel, a_file_as_checkpoint_folder_is_not_a_directory)
+{
+	char *const with_secret[] = { "KANEL_SECRET=s", NULL };
+	char *err;
+	int fd, rc;
+
+	fd = open(in_dir("tool"), O_WRONLY | O_CREAT | O_TRUNC, 0755);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "#!/bin/sh\n", 10), 10);
+	close(fd);
+	for (int i = 0; i < 2; i++) {
+		rc = run(ARGS("launch", "--workers", "1", "--checkpoint-dir",
+			      (char *)in_dir("tool"), "--startup-timeout",
+			      "10", "--", kanel(), "worker", "--steps", "2"),
+			 i ? with_secret : NULL);
+		err = slurp("stderr");
+		cr_expect_neq(rc, 0, "%s", err);
+		cr_expect(strstr(err, "Not a directory"), "%s", err);
+		cr_expect_not(strstr(err, "Permission denied"), "%s", err);
+		free(err);
+	}
+	unlink(in_dir("tool"));
+}
