@@ -856,6 +856,7 @@ Test(checkpoint, junk_files_are_counted_not_named_one_by_one,
 static unsigned int first_round, rounds;
 static bool restoring;
 static const char *run_sync = "bsp"; /* run()'s protocol... */
+static const char *run_opt = "momentum"; /* ... its optimizer ... */
 static unsigned int run_workers = 2; /* ... and workers */
 
 static float grad_value(unsigned int rank, unsigned int round, size_t i)
@@ -920,7 +921,7 @@ static void run(const char *ckdir, bool restore, unsigned int first,
 	first_round = first;
 	rounds = n;
 	restoring = restore;
-	job_env(&j, run_workers, 2, run_sync, "momentum", "0.5");
+	job_env(&j, run_workers, 2, run_sync, run_opt, "0.5");
 	setenv("KANEL_MOMENTUM", "0.5", 1);
 	if (ckdir) {
 		setenv("KANEL_CHECKPOINT_DIR", ckdir, 1);
@@ -1021,6 +1022,25 @@ Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
 	run(dir, true, 2, 2, resumed, true);
 	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
 	expect_same(whole, resumed);
+}
+
+/*
+ * A momentum job's checkpoints resumed by an Adam job: the velocity is
+ * no first moment, so no version is offered and the start fails, where
+ * it used to load the velocity as Adam's state and go on.
+ */
+Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
+     .init = make_dir, .fini = remove_dir, .timeout = 240)
+{
+	run(dir, false, 0, 4, NULL, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	cr_assert_eq(files_in_dir(), 4);
+	run_opt = "adam";
+	run(dir, true, 4, 1, NULL, false);
+	for (unsigned int w = 0; w < 2; w++)
+		cr_expect_neq(sh->status[w], 0, "worker %u started", w);
+	/* the momentum job's files are not this job's to prune */
+	cr_expect_eq(files_in_dir(), 4);
 }
 
 /* Nothing to restore from: the workers' start fails, nobody hangs. */
