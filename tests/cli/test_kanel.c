@@ -938,3 +938,67 @@ Test(kanel, a_file_as_checkpoint_folder_is_not_a_directory)
 	}
 	unlink(in_dir("tool"));
 }
+
+/* A secret file at @name in the test's directory, mode 0600. */
+static void make_secret(const char *name, const char *text)
+{
+	int fd = open(in_dir(name), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+/*
+ * Checkpoints written under one secret: a job under another finds none
+ * of them (their seals do not check) and does not start; named with
+ * --restore-secret-file, the old secret lets the same job restore them.
+ */
+Test(kanel, a_new_secret_restores_only_with_the_old_one_named)
+{
+	/* copies: in_dir's buffers turn over within one run() */
+	char *a = strdup(in_dir("a.secret")), *b = strdup(in_dir("b.secret"));
+	char *ck = strdup(in_dir("ck")), *err;
+
+	cr_assert(a && b && ck);
+	make_secret("a.secret", "the first job's secret");
+	make_secret("b.secret", "the second job's secret");
+	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--secret-file",
+			      a, "--checkpoint-dir",
+			      ck, "--checkpoint-every", "2",
+			      "--optimizer", "momentum", "--", kanel(),
+			      "worker", "--steps", "5"),
+			 NULL),
+		     0);
+	cr_expect_neq(run(ARGS("launch", "--workers", "1", "--secret-file",
+			       b, "--resume",
+			       ck, "--optimizer", "momentum",
+			       "--startup-timeout", "10", "--", kanel(),
+			       "worker", "--steps", "2"),
+			  NULL),
+		      0);
+	err = slurp("stderr");
+	cr_expect(strstr(err, "its seal does not check under this job's "
+			      "secret"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(run(ARGS("launch", "--workers", "1", "--secret-file",
+			      b, "--resume",
+			      ck, "--restore-secret-file",
+			      a, "--optimizer",
+			      "momentum", "--", kanel(), "worker", "--steps",
+			      "2"),
+			 NULL),
+		     0);
+	err = slurp("stderr");
+	cr_expect(strstr(err, "restoring the job from its checkpoints of "
+			      "version 4"),
+		  "%s", err);
+	free(err);
+	unlink(a);
+	unlink(b);
+	remove_tree(ck);
+	free(a);
+	free(b);
+	free(ck);
+}
