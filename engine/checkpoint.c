@@ -222,11 +222,16 @@ static int dir_open(const char *dir, char *err, size_t errlen)
 	}
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
 		bool g = st.st_mode & S_IWGRP, o = st.st_mode & S_IWOTH;
+		const char *who = g && o ? "group- and world" : "group";
+		const char *fix = g && o ? "go-w" : "g-w";
 
-		seterr(err, errlen, "checkpoint folder %s is %s-writable; "
-				    "chmod %s %s",
-		       dir, g && o ? "group- and world" : g ? "group" : "world",
-		       g && o ? "go-w" : g ? "g-w" : "o-w", dir);
+		if (!g) {
+			who = "world";
+			fix = "o-w";
+		}
+		seterr(err, errlen,
+		       "checkpoint folder %s is %s-writable; chmod %s %s", dir,
+		       who, fix, dir);
 		close(fd);
 		return -EPERM;
 	}
@@ -254,8 +259,8 @@ int kn__ckpt_dir_check(const char *dir, char *err, size_t errlen)
  * or root that group and others cannot write.  The descriptor and the
  * file's size, or a negative errno with one line in @err.
  */
-static int open_file(const struct kn__ckpt_job *job, int dfd,
-		     const char *name, off_t *size, char *err, size_t errlen)
+static int open_file(const struct kn__ckpt_job *job, int dfd, const char *name,
+		     off_t *size, char *err, size_t errlen)
 {
 	struct stat st;
 	int fd = openat(dfd, name,
@@ -265,8 +270,9 @@ static int open_file(const struct kn__ckpt_job *job, int dfd,
 	if (fd < 0 || fstat(fd, &st)) {
 		e = errno;
 		if (e == ELOOP)
-			seterr(err, errlen, "%s/%s: a symbolic link, not "
-					    "followed",
+			seterr(err, errlen,
+			       "%s/%s: a symbolic link, not "
+			       "followed",
 			       job->dir, name);
 		else
 			seterr(err, errlen, "%s/%s: %s", job->dir, name,
@@ -282,16 +288,18 @@ static int open_file(const struct kn__ckpt_job *job, int dfd,
 		return -EPERM;
 	}
 	if (!owner_ok(&st)) {
-		seterr(err, errlen, "%s/%s: owned by uid %u, not by this user "
-				    "(uid %u) or root",
+		seterr(err, errlen,
+		       "%s/%s: owned by uid %u, not by this user "
+		       "(uid %u) or root",
 		       job->dir, name, (unsigned int)st.st_uid,
 		       (unsigned int)geteuid());
 		close(fd);
 		return -EPERM;
 	}
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		seterr(err, errlen, "%s/%s: group- or world-writable (mode "
-				    "%04o); chmod go-w it",
+		seterr(err, errlen,
+		       "%s/%s: group- or world-writable (mode "
+		       "%04o); chmod go-w it",
 		       job->dir, name, (unsigned int)(st.st_mode & 07777));
 		close(fd);
 		return -EPERM;
@@ -355,9 +363,10 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 
 	file_name(name, job->rank, version, "");
 	if (version > KN__CKPT_VERSION_MAX) {
-		seterr(err, errlen, "%s/%s: version beyond 2^63 - 1: a job "
-				    "going on from it would wrap its version "
-				    "counter",
+		seterr(err, errlen,
+		       "%s/%s: version beyond 2^63 - 1: a job "
+		       "going on from it would wrap its version "
+		       "counter",
 		       job->dir, name);
 		return -EOVERFLOW;
 	}
@@ -372,15 +381,17 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 		goto fail;
 	}
 	if (h->format == 1 || h->format == 2) {
-		seterr(err, errlen, "%s/%s: format %u, sealed without the job "
-				    "secret (before keyed seals): not trusted",
+		seterr(err, errlen,
+		       "%s/%s: format %u, sealed without the job "
+		       "secret (before keyed seals): not trusted",
 		       job->dir, name, h->format);
 		ret = -EBADMSG;
 		goto fail;
 	}
 	if (h->format != KN__CKPT_FORMAT || h->version != version) {
-		seterr(err, errlen, "%s/%s: not a Kanel checkpoint of format "
-				    "%d and version %" PRIu64,
+		seterr(err, errlen,
+		       "%s/%s: not a Kanel checkpoint of format "
+		       "%d and version %" PRIu64,
 		       job->dir, name, KN__CKPT_FORMAT, version);
 		ret = -EBADMSG;
 		goto fail;
@@ -404,17 +415,19 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 	if (!ret)
 		ret = seal_ok(job, h, t);
 	if (ret) {
-		seterr(err, errlen, "%s/%s: its seal does not check under this "
-				    "job's secret (another job's file, or "
-				    "altered)",
+		seterr(err, errlen,
+		       "%s/%s: its seal does not check under this "
+		       "job's secret (another job's file, or "
+		       "altered)",
 		       job->dir, name);
 		ret = ret == -ENOMEM ? ret : -EBADMSG;
 		goto fail;
 	}
 	/* sealed by a holder of the key: now its fields can be compared */
 	if (h->nchunks != job->nchunks) {
-		seterr(err, errlen, "%s/%s: another model: %u chunks where "
-				    "this server has %u",
+		seterr(err, errlen,
+		       "%s/%s: another model: %u chunks where "
+		       "this server has %u",
 		       job->dir, name, h->nchunks, job->nchunks);
 		ret = -EINVAL;
 		goto fail;
@@ -423,9 +436,10 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 		const struct kn__ckpt_chunk *c = &job->chunks[i];
 
 		if (t[i].idx != c->idx || t[i].count != c->count) {
-			seterr(err, errlen, "%s/%s: another model: chunk %u "
-					    "of %u values where this job has "
-					    "chunk %u of %u",
+			seterr(err, errlen,
+			       "%s/%s: another model: chunk %u "
+			       "of %u values where this job has "
+			       "chunk %u of %u",
 			       job->dir, name, t[i].idx, t[i].count, c->idx,
 			       c->count);
 			ret = -EINVAL;
@@ -433,9 +447,10 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 		}
 	}
 	if (h->state != job->state || h->narrays != job->narrays) {
-		seterr(err, errlen, "%s/%s: holds the state of optimizer %s "
-				    "(%u arrays a chunk); this job's is %s "
-				    "(%u)",
+		seterr(err, errlen,
+		       "%s/%s: holds the state of optimizer %s "
+		       "(%u arrays a chunk); this job's is %s "
+		       "(%u)",
 		       job->dir, name, state_name(h->state), h->narrays,
 		       state_name(job->state), job->narrays);
 		ret = -EINVAL;
@@ -443,11 +458,12 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 	}
 	off = sizeof(*h) + (uint64_t)h->nchunks * sizeof(*t);
 	for (uint32_t i = 0; i < h->nchunks; i++) {
-		if (t[i].offset != off ||
-		    t[i].bytes !=
-			    (uint64_t)t[i].count * sizeof(float) * h->narrays) {
-			seterr(err, errlen, "%s/%s: chunk %u's record is out "
-					    "of place",
+		if (t[i].offset != off || t[i].bytes != (uint64_t)t[i].count *
+								sizeof(float) *
+								h->narrays) {
+			seterr(err, errlen,
+			       "%s/%s: chunk %u's record is out "
+			       "of place",
 			       job->dir, name, t[i].idx);
 			ret = -EBADMSG;
 			goto fail;
@@ -455,9 +471,9 @@ static int open_checked(const struct kn__ckpt_job *job, int dfd,
 		off += t[i].bytes;
 	}
 	if ((uint64_t)size != off) {
-		seterr(err, errlen, "%s/%s: %lld bytes where %" PRIu64
-				    " are due",
-		       job->dir, name, (long long)size, off);
+		seterr(err, errlen,
+		       "%s/%s: %lld bytes where %" PRIu64 " are due", job->dir,
+		       name, (long long)size, off);
 		ret = -EBADMSG;
 		goto fail;
 	}

@@ -482,9 +482,9 @@ static void on_restore(struct server *s, uint64_t version)
 	}
 	for (uint32_t k = 0; k < s->nchunks; k++)
 		st[k] = ckpt_state(s, k);
-	ret = !s->nchunks ? 0
-			  : kn__ckpt_load(&s->ckjob, version, st, err,
-					  sizeof(err));
+	ret = !s->nchunks
+		      ? 0
+		      : kn__ckpt_load(&s->ckjob, version, st, err, sizeof(err));
 	for (uint32_t k = 0; !ret && k < s->nchunks; k++) {
 		s->chunks[k].step = st[k].step;
 		s->chunks[k].round_w = st[k].round_w;

@@ -927,8 +927,8 @@ Test(kanel, a_file_as_checkpoint_folder_is_not_a_directory)
 	close(fd);
 	for (int i = 0; i < 2; i++) {
 		rc = run(ARGS("launch", "--workers", "1", "--checkpoint-dir",
-			      (char *)in_dir("tool"), "--startup-timeout",
-			      "10", "--", kanel(), "worker", "--steps", "2"),
+			      (char *)in_dir("tool"), "--startup-timeout", "10",
+			      "--", kanel(), "worker", "--steps", "2"),
 			 i ? with_secret : NULL);
 		err = slurp("stderr");
 		cr_expect_neq(rc, 0, "%s", err);
@@ -963,16 +963,14 @@ Test(kanel, a_new_secret_restores_only_with_the_old_one_named)
 	cr_assert(a && b && ck);
 	make_secret("a.secret", "the first job's secret");
 	make_secret("b.secret", "the second job's secret");
-	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--secret-file",
-			      a, "--checkpoint-dir",
-			      ck, "--checkpoint-every", "2",
+	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--secret-file", a,
+			      "--checkpoint-dir", ck, "--checkpoint-every", "2",
 			      "--optimizer", "momentum", "--", kanel(),
 			      "worker", "--steps", "5"),
 			 NULL),
 		     0);
-	cr_expect_neq(run(ARGS("launch", "--workers", "1", "--secret-file",
-			       b, "--resume",
-			       ck, "--optimizer", "momentum",
+	cr_expect_neq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
+			       "--resume", ck, "--optimizer", "momentum",
 			       "--startup-timeout", "10", "--", kanel(),
 			       "worker", "--steps", "2"),
 			  NULL),
@@ -982,12 +980,10 @@ Test(kanel, a_new_secret_restores_only_with_the_old_one_named)
 			      "secret"),
 		  "%s", err);
 	free(err);
-	cr_expect_eq(run(ARGS("launch", "--workers", "1", "--secret-file",
-			      b, "--resume",
-			      ck, "--restore-secret-file",
-			      a, "--optimizer",
-			      "momentum", "--", kanel(), "worker", "--steps",
-			      "2"),
+	cr_expect_eq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
+			      "--resume", ck, "--restore-secret-file", a,
+			      "--optimizer", "momentum", "--", kanel(),
+			      "worker", "--steps", "2"),
 			 NULL),
 		     0);
 	err = slurp("stderr");

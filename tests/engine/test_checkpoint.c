@@ -127,9 +127,9 @@ static struct kn__ckpt_job job_as(uint32_t narrays, uint32_t mid,
 		.log = log_to,
 	};
 
-	cr_assert_eq(kn__ckpt_key((const uint8_t *)secret, strlen(secret),
-				  j.key),
-		     0);
+	cr_assert_eq(
+		kn__ckpt_key((const uint8_t *)secret, strlen(secret), j.key),
+		0);
 	return j;
 }
 
@@ -180,8 +180,8 @@ static void write_as(const struct kn__ckpt_job *job, uint64_t version)
 	cr_assert_not_null(mem);
 	fill(c, mem, (uint32_t)version);
 	c[1].count = job->chunks[1].count;
-	cr_assert_eq(kn__ckpt_open(job, version, &f, err, sizeof(err)), 0,
-		     "%s", err);
+	cr_assert_eq(kn__ckpt_open(job, version, &f, err, sizeof(err)), 0, "%s",
+		     err);
 	/* chunks come in any order, as they reach the version */
 	for (int i = NCH - 1; i >= 0; i--) {
 		cr_assert_not(kn__ckpt_whole(f));
@@ -213,13 +213,12 @@ static void check_version(uint64_t version, uint32_t narrays)
 	fill(got, b, 0);
 	for (uint32_t i = 0; i < NCH; i++)
 		got[i].step = 0;
-	cr_assert_eq(kn__ckpt_load(&j, version, got, err, sizeof(err)), 0,
-		     "%s", err);
+	cr_assert_eq(kn__ckpt_load(&j, version, got, err, sizeof(err)), 0, "%s",
+		     err);
 	for (uint32_t i = 0; i < NCH; i++) {
 		cr_expect_eq(got[i].step, want[i].step);
 		cr_expect_eq(got[i].round_w, want[i].round_w,
-			     "chunk %u's round: %g", i,
-			     (double)got[i].round_w);
+			     "chunk %u's round: %g", i, (double)got[i].round_w);
 		cr_expect_eq(got[i].round_full, want[i].round_full,
 			     "chunk %u's round_full", i);
 		cr_expect_eq(memcmp(got[i].master, want[i].master,
@@ -481,8 +480,8 @@ Test(checkpoint, another_server_count_is_refused, .init = make_dir,
 	write_version(5, 1);
 	fill(c, mem, 0);
 	j.nservers = 3;
-	cr_expect_eq(kn__ckpt_load(&j, 5, c, err, sizeof(err)), -EINVAL,
-		     "%s", err);
+	cr_expect_eq(kn__ckpt_load(&j, 5, c, err, sizeof(err)), -EINVAL, "%s",
+		     err);
 	cr_expect(strstr(err, "server 1 of 2"), "%s", err);
 	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), 0);
 	cr_expect_eq(n, 0);
@@ -496,8 +495,8 @@ Test(checkpoint, another_server_count_is_refused, .init = make_dir,
  * names each and offers this job's previous version, whose file loads;
  * a load of the foreign one is refused with the chunk that differs.
  */
-Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
+     .fini = remove_dir)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	struct kn__ckpt_chunk c[NCH];
@@ -527,8 +526,8 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over,
  * were, and so are this job's newest two (by name, they are the
  * folder's lowest).
  */
-Test(checkpoint, pruning_leaves_a_foreign_models_files_alone,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
+     .fini = remove_dir)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	uint64_t v[8];
@@ -617,8 +616,8 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed,
 }
 
 /* A link at a checkpoint's name is not read. */
-Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read, .init = make_dir,
+     .fini = remove_dir)
 {
 	char other[300];
 	uint64_t v[8];
@@ -709,12 +708,12 @@ Test(checkpoint, a_file_is_no_folder, .init = make_dir, .fini = remove_dir)
 	snprintf(path, sizeof(path), "%s/tool", dir);
 	write_all(path, "#!/bin/sh\n", 10);
 	cr_assert_eq(chmod(path, 0755), 0);
-	cr_expect_eq(kn__ckpt_dir_check(path, err, sizeof(err)), -ENOTDIR,
-		     "%s", err);
+	cr_expect_eq(kn__ckpt_dir_check(path, err, sizeof(err)), -ENOTDIR, "%s",
+		     err);
 	cr_expect(strstr(err, "Not a directory"), "%s", err);
 	cr_assert_eq(chmod(path, 0600), 0);
-	cr_expect_eq(kn__ckpt_dir_check(path, err, sizeof(err)), -ENOTDIR,
-		     "%s", err);
+	cr_expect_eq(kn__ckpt_dir_check(path, err, sizeof(err)), -ENOTDIR, "%s",
+		     err);
 	cr_expect_eq(kn__ckpt_dir_check(dir, err, sizeof(err)), 0, "%s", err);
 }
 
@@ -735,8 +734,9 @@ Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
 	write_version(4, 2);
 	write_version(6, 2);
 	cr_assert_eq(chmod(dir, 0770), 0);
-	snprintf(want, sizeof(want), "checkpoint folder %s is group-writable; "
-				     "chmod g-w %s",
+	snprintf(want, sizeof(want),
+		 "checkpoint folder %s is group-writable; "
+		 "chmod g-w %s",
 		 dir, dir);
 	cr_expect_eq(kn__ckpt_dir_check(dir, err, sizeof(err)), -EPERM);
 	cr_expect_str_eq(err, want);
@@ -764,7 +764,8 @@ Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
 Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
      .init = make_dir, .fini = remove_dir)
 {
-	struct kn__ckpt_job j = job_of(2), thief = job_as(2, counts[1], "guess");
+	struct kn__ckpt_job j = job_of(2),
+			    thief = job_as(2, counts[1], "guess");
 	struct kn__ckpt_chunk c[NCH];
 	float *mem = calloc(total(), sizeof(float));
 	const float nan = NAN;
@@ -796,8 +797,8 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
  * A job under a new secret restores the old job's files only when told
  * the old secret; what it writes then is sealed with its own.
  */
-Test(checkpoint, a_new_secret_restores_with_the_old_one_named,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
+     .fini = remove_dir)
 {
 	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
 	struct kn__ckpt_chunk c[NCH];
@@ -815,8 +816,7 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named,
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
 	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&now, 4, c, err, sizeof(err)), 0, "%s",
-		     err);
+	cr_expect_eq(kn__ckpt_load(&now, 4, c, err, sizeof(err)), 0, "%s", err);
 	write_as(&now, 6);
 	list_as(&old, v, &n); /* the old secret alone: 6 is not its */
 	cr_assert_eq(n, 1);
@@ -828,8 +828,8 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named,
  * 2,000 junk files named like checkpoints: the listing offers the one
  * good version and logs a few lines, not 2,000.
  */
-Test(checkpoint, junk_files_are_counted_not_named_one_by_one,
-     .init = make_dir, .fini = remove_dir, .timeout = 60)
+Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .init = make_dir,
+     .fini = remove_dir, .timeout = 60)
 {
 	uint64_t v[8];
 	uint32_t n;

@@ -1227,13 +1227,12 @@ Test(config, checkpoint_options_need_a_folder)
 	cr_expect(strstr(err, "--checkpoint-every without a checkpoint "
 			      "folder"),
 		  "%s", err);
-	cr_assert_eq(parse(ARGV(BASE, "--restore-secret-file", "/x"), NULL,
-			   &c),
+	cr_assert_eq(parse(ARGV(BASE, "--restore-secret-file", "/x"), NULL, &c),
 		     -EINVAL);
 	cr_expect(strstr(err, "--restore-secret-file without"), "%s", err);
-	parse_ok(ARGV(BASE, "--checkpoint-every", "5", "--checkpoint-dir",
-		      "/d"),
-		 NULL, &c);
+	parse_ok(
+		ARGV(BASE, "--checkpoint-every", "5", "--checkpoint-dir", "/d"),
+		NULL, &c);
 	cr_expect_eq(c.checkpoint_every, 5);
 	parse_ok(ARGV(BASE, "--checkpoint-every", "5"),
 		 ENV("KANEL_CHECKPOINT_DIR=/d"), &c);
