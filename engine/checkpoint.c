@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * checkpoint.c - a server's checkpoint files (checkpoint.h): written in
- * pieces to NAME.tmp, sealed with SHA-256 digests, made the newest by
- * rename; read back only after every digest checks.
+ * pieces to NAME.tmp, sealed with an HMAC keyed by the job secret, made
+ * the newest by rename; read back only from a trusted folder, as a
+ * regular file of this job, after the seal and every digest check.
  *
  * The file, in the machine's byte order (a file from another order fails
  * its magic): a head, a table of one entry per chunk, then each chunk's
- * record (its arrays: master, then m, then v, fp32).  Format 1's entries
- * lack the round position (its last 8 bytes); such a file loads with
- * none (a round starting afresh).
+ * record (its arrays: master, then m, then v, fp32).  The head's seal
+ * covers the head and the table, and the table holds each record's
+ * SHA-256, so the seal vouches for every byte.  Formats 1 and 2 sealed
+ * with plain SHA-256, which anyone can recompute: they are refused.
+ *
+ * Every file of the folder is reached through the folder's descriptor
+ * (openat, renameat, unlinkat), so that the checks made on the folder
+ * hold for what is read and written in it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -21,43 +27,47 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "auth.h"
 #include "checkpoint.h"
 
-#define MAGIC	"KNCKPT1"
-#define DIGEST	32
-#define IO_STEP (1u << 20) /* bytes hashed per read when verifying */
+#define MAGIC	  "KNCKPT1"
+#define DIGEST	  32
+#define IO_STEP	  (1u << 20) /* bytes hashed per read when verifying */
+#define NAME_LEN  64	     /* "server-RANK.vVERSION.ckpt.tmp" */
+#define KEY_LABEL "kanel-checkpoint-v1"
+
+_Static_assert(KN__CKPT_KEY_LEN == KN_AUTH_MAC_LEN, "a key is one HMAC");
 
 struct ckpt_head {
 	char magic[8];
 	uint32_t format, rank, nservers, nchunks;
 	uint64_t version;
-	uint32_t narrays, pad;
-	uint8_t digest[DIGEST]; /* of the head (this zeroed) and the table */
+	uint32_t narrays, state;
+	uint8_t seal[DIGEST]; /* HMAC of the head (this zeroed) and table */
 };
 
 struct ckpt_entry {
 	uint32_t idx, count;
 	uint64_t step, offset, bytes;
-	uint8_t digest[DIGEST]; /* of the record */
-	float round_w;	     /* format 2 on */
+	uint8_t digest[DIGEST]; /* SHA-256 of the record */
+	float round_w;
 	uint32_t round_full; /* 0 or 1 */
 };
 
-#define ENTRY_V1 64 /* format 1's entry: this one without the round */
-
 _Static_assert(sizeof(struct ckpt_head) == 72, "the head is 72 bytes");
 _Static_assert(sizeof(struct ckpt_entry) == 72, "an entry is 72 bytes");
-_Static_assert(offsetof(struct ckpt_entry, round_w) == ENTRY_V1,
-	       "format 1's entry is the head of format 2's");
 
 struct kn__ckpt {
-	char dir[PATH_MAX], tmp[PATH_MAX], name[PATH_MAX];
-	int fd;
+	struct kn__ckpt_job job; /* a copy: dir and chunks borrowed */
+	char tmp[NAME_LEN], name[NAME_LEN];
+	int dfd, fd;
 	struct ckpt_head head;
 	struct ckpt_entry *table;
 	uint32_t put; /* chunks written */
@@ -88,13 +98,12 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-static int file_name(char *buf, size_t cap, const char *dir, uint32_t rank,
-		     uint64_t version, const char *suffix)
+static void file_name(char *buf, uint32_t rank, uint64_t version,
+		      const char *suffix)
 {
-	int n = snprintf(buf, cap, "%s/server-%u.v%020" PRIu64 ".ckpt%s", dir,
-			 rank, version, suffix);
-
-	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+	/* at most 7 + 10 + 2 + 20 + 5 + 4 bytes and the NUL */
+	snprintf(buf, NAME_LEN, "server-%u.v%020" PRIu64 ".ckpt%s", rank,
+		 version, suffix);
 }
 
 static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
@@ -133,87 +142,435 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-/* The bytes of one table entry in a file of @format. */
-static size_t entry_size(uint32_t format)
+int kn__ckpt_key(const uint8_t *secret, size_t len,
+		 uint8_t key[KN__CKPT_KEY_LEN])
 {
-	return format == 1 ? ENTRY_V1 : sizeof(struct ckpt_entry);
+	if (!secret || !len)
+		return -EINVAL;
+	return kn__auth_hmac(secret, len, KEY_LABEL, sizeof(KEY_LABEL) - 1,
+			     key);
 }
 
 /*
- * SHA-256 of the head, with its digest field zeroed, and the table as
- * the file holds it (@table: its nchunks entries of entry_size bytes).
+ * The seal of a head (its seal field taken as zero) and its table of
+ * nchunks entries, under @key.  0 or a negative errno.
  */
-static void head_digest(const struct ckpt_head *h, const void *table,
-			uint8_t *out)
+static int head_seal(const struct ckpt_head *h, const struct ckpt_entry *table,
+		     const uint8_t *key, uint8_t *out)
 {
-	struct ckpt_head z = *h;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	const size_t tbytes = (size_t)h->nchunks * sizeof(*table);
+	uint8_t *buf = malloc(sizeof(*h) + tbytes);
+	struct ckpt_head *z = (struct ckpt_head *)buf;
+	int ret;
 
-	memset(z.digest, 0, sizeof(z.digest));
-	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
-	    !EVP_DigestUpdate(ctx, &z, sizeof(z)) ||
-	    !EVP_DigestUpdate(ctx, table,
-			      (size_t)h->nchunks * entry_size(h->format)) ||
-	    !EVP_DigestFinal_ex(ctx, out, NULL))
-		memset(out, 0xff, DIGEST); /* matches no file */
-	EVP_MD_CTX_free(ctx);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, h, sizeof(*h));
+	memset(z->seal, 0, sizeof(z->seal));
+	memcpy(buf + sizeof(*h), table, tbytes);
+	ret = kn__auth_hmac(key, KN__CKPT_KEY_LEN, buf, sizeof(*h) + tbytes,
+			    out);
+	free(buf);
+	return ret;
 }
 
-/* The arrays of @c in record order, and how many there are. */
-static uint32_t arrays_of(const struct kn__ckpt_chunk *c, uint32_t narrays,
-			  float **out)
+/* What @st is, for a line that says why it is not read. */
+static const char *kind_of(const struct stat *st)
+{
+	if (S_ISDIR(st->st_mode))
+		return "a directory";
+	if (S_ISFIFO(st->st_mode))
+		return "a FIFO";
+	if (S_ISSOCK(st->st_mode))
+		return "a socket";
+	if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode))
+		return "a device";
+	return "not a regular file";
+}
+
+/* Owned by us or root, as ssh wants of what it trusts. */
+static bool owner_ok(const struct stat *st)
+{
+	return st->st_uid == geteuid() || st->st_uid == 0;
+}
+
+/*
+ * Open @dir for the files in it, once it has passed ssh's checks: a
+ * directory, owned by this user or root, not group- or world-writable.
+ * Its descriptor, or a negative errno with one line in @err.
+ */
+static int dir_open(const char *dir, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), e;
+
+	if (fd < 0 || fstat(fd, &st)) {
+		e = errno;
+		seterr(err, errlen, "checkpoint folder %s: %s", dir,
+		       strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	if (!owner_ok(&st)) {
+		seterr(err, errlen,
+		       "checkpoint folder %s is owned by uid %u, not by this "
+		       "user (uid %u) or root",
+		       dir, (unsigned int)st.st_uid, (unsigned int)geteuid());
+		close(fd);
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		bool g = st.st_mode & S_IWGRP, o = st.st_mode & S_IWOTH;
+		const char *who = g && o ? "group- and world" : "group";
+		const char *fix = g && o ? "go-w" : "g-w";
+
+		if (!g) {
+			who = "world";
+			fix = "o-w";
+		}
+		seterr(err, errlen,
+		       "checkpoint folder %s is %s-writable; chmod %s %s", dir,
+		       who, fix, dir);
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+int kn__ckpt_dir_check(const char *dir, char *err, size_t errlen)
+{
+	int fd = dir_open(dir, err, errlen), ret = 0;
+
+	if (fd < 0)
+		return fd;
+	if (faccessat(fd, ".", W_OK | X_OK, 0)) {
+		ret = -errno;
+		seterr(err, errlen, "checkpoint folder %s: %s", dir,
+		       strerror(errno));
+	}
+	close(fd);
+	return ret;
+}
+
+/*
+ * Open @name in the folder @dfd for reading: never through a link, never
+ * blocking (a FIFO opens at once), and only a regular file owned by us
+ * or root that group and others cannot write.  The descriptor and the
+ * file's size, or a negative errno with one line in @err.
+ */
+static int open_file(const struct kn__ckpt_job *job, int dfd, const char *name,
+		     off_t *size, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd = openat(dfd, name,
+			O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC),
+	    e;
+
+	if (fd < 0 || fstat(fd, &st)) {
+		e = errno;
+		if (e == ELOOP)
+			seterr(err, errlen,
+			       "%s/%s: a symbolic link, not "
+			       "followed",
+			       job->dir, name);
+		else
+			seterr(err, errlen, "%s/%s: %s", job->dir, name,
+			       strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		seterr(err, errlen, "%s/%s: %s, not read", job->dir, name,
+		       kind_of(&st));
+		close(fd);
+		return -EPERM;
+	}
+	if (!owner_ok(&st)) {
+		seterr(err, errlen,
+		       "%s/%s: owned by uid %u, not by this user "
+		       "(uid %u) or root",
+		       job->dir, name, (unsigned int)st.st_uid,
+		       (unsigned int)geteuid());
+		close(fd);
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		seterr(err, errlen,
+		       "%s/%s: group- or world-writable (mode "
+		       "%04o); chmod go-w it",
+		       job->dir, name, (unsigned int)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	*size = st.st_size;
+	return fd;
+}
+
+static const char *state_name(uint32_t state)
+{
+	switch (state) {
+	case KN__CKPT_PLAIN:
+		return "none (SGD)";
+	case KN__CKPT_MOMENTUM:
+		return "momentum";
+	case KN__CKPT_ADAM:
+		return "Adam";
+	case KN__CKPT_OUTER_MOMENTUM:
+		return "the outer update's momentum";
+	default:
+		return "unknown";
+	}
+}
+
+/* Does @h's seal check under the job's key, or the old one it accepts? */
+static int seal_ok(const struct kn__ckpt_job *job, const struct ckpt_head *h,
+		   const struct ckpt_entry *t)
+{
+	uint8_t mac[DIGEST];
+	int ret = head_seal(h, t, job->key, mac);
+
+	if (ret)
+		return ret;
+	if (!CRYPTO_memcmp(mac, h->seal, DIGEST))
+		return 0;
+	if (job->has_old_key) {
+		ret = head_seal(h, t, job->old_key, mac);
+		if (ret)
+			return ret;
+		if (!CRYPTO_memcmp(mac, h->seal, DIGEST))
+			return 0;
+	}
+	return -EBADMSG;
+}
+
+/*
+ * Open @job's file of @version in @dfd and check all but its records:
+ * a trusted regular file, a head of format 3, this job's server, seal,
+ * layout and optimizer, records in place.  The fd and the table
+ * (malloc'ed) on success, or a negative errno with the reason.
+ */
+static int open_checked(const struct kn__ckpt_job *job, int dfd,
+			uint64_t version, struct ckpt_head *h,
+			struct ckpt_entry **table, char *err, size_t errlen)
+{
+	char name[NAME_LEN];
+	struct ckpt_entry *t = NULL;
+	uint64_t off;
+	off_t size = 0;
+	int fd, ret;
+
+	file_name(name, job->rank, version, "");
+	if (version > KN__CKPT_VERSION_MAX) {
+		seterr(err, errlen,
+		       "%s/%s: version beyond 2^63 - 1: a job "
+		       "going on from it would wrap its version "
+		       "counter",
+		       job->dir, name);
+		return -EOVERFLOW;
+	}
+	fd = open_file(job, dfd, name, &size, err, errlen);
+	if (fd < 0)
+		return fd;
+	ret = pread_all(fd, h, sizeof(*h), 0);
+	if (ret || memcmp(h->magic, MAGIC, sizeof(MAGIC))) {
+		seterr(err, errlen, "%s/%s: not a Kanel checkpoint", job->dir,
+		       name);
+		ret = -EBADMSG;
+		goto fail;
+	}
+	if (h->format == 1 || h->format == 2) {
+		seterr(err, errlen,
+		       "%s/%s: format %u, sealed without the job "
+		       "secret (before keyed seals): not trusted",
+		       job->dir, name, h->format);
+		ret = -EBADMSG;
+		goto fail;
+	}
+	if (h->format != KN__CKPT_FORMAT || h->version != version) {
+		seterr(err, errlen,
+		       "%s/%s: not a Kanel checkpoint of format "
+		       "%d and version %" PRIu64,
+		       job->dir, name, KN__CKPT_FORMAT, version);
+		ret = -EBADMSG;
+		goto fail;
+	}
+	if (h->rank != job->rank || h->nservers != job->nservers ||
+	    h->nchunks > (uint64_t)size / sizeof(*t)) {
+		seterr(err, errlen,
+		       "%s/%s: written by server %u of %u, with %u chunks: not "
+		       "this job's server %u of %u",
+		       job->dir, name, h->rank, h->nservers, h->nchunks,
+		       job->rank, job->nservers);
+		ret = -EINVAL;
+		goto fail;
+	}
+	t = malloc((h->nchunks ? h->nchunks : 1) * sizeof(*t));
+	if (!t) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = pread_all(fd, t, (size_t)h->nchunks * sizeof(*t), sizeof(*h));
+	if (!ret)
+		ret = seal_ok(job, h, t);
+	if (ret) {
+		seterr(err, errlen,
+		       "%s/%s: its seal does not check under this "
+		       "job's secret (another job's file, or "
+		       "altered)",
+		       job->dir, name);
+		ret = ret == -ENOMEM ? ret : -EBADMSG;
+		goto fail;
+	}
+	/* sealed by a holder of the key: now its fields can be compared */
+	if (h->nchunks != job->nchunks) {
+		seterr(err, errlen,
+		       "%s/%s: another model: %u chunks where "
+		       "this server has %u",
+		       job->dir, name, h->nchunks, job->nchunks);
+		ret = -EINVAL;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < h->nchunks; i++) {
+		const struct kn__ckpt_chunk *c = &job->chunks[i];
+
+		if (t[i].idx != c->idx || t[i].count != c->count) {
+			seterr(err, errlen,
+			       "%s/%s: another model: chunk %u "
+			       "of %u values where this job has "
+			       "chunk %u of %u",
+			       job->dir, name, t[i].idx, t[i].count, c->idx,
+			       c->count);
+			ret = -EINVAL;
+			goto fail;
+		}
+	}
+	if (h->state != job->state || h->narrays != job->narrays) {
+		seterr(err, errlen,
+		       "%s/%s: holds the state of optimizer %s "
+		       "(%u arrays a chunk); this job's is %s "
+		       "(%u)",
+		       job->dir, name, state_name(h->state), h->narrays,
+		       state_name(job->state), job->narrays);
+		ret = -EINVAL;
+		goto fail;
+	}
+	off = sizeof(*h) + (uint64_t)h->nchunks * sizeof(*t);
+	for (uint32_t i = 0; i < h->nchunks; i++) {
+		if (t[i].offset != off || t[i].bytes != (uint64_t)t[i].count *
+								sizeof(float) *
+								h->narrays) {
+			seterr(err, errlen,
+			       "%s/%s: chunk %u's record is out "
+			       "of place",
+			       job->dir, name, t[i].idx);
+			ret = -EBADMSG;
+			goto fail;
+		}
+		off += t[i].bytes;
+	}
+	if ((uint64_t)size != off) {
+		seterr(err, errlen,
+		       "%s/%s: %lld bytes where %" PRIu64 " are due", job->dir,
+		       name, (long long)size, off);
+		ret = -EBADMSG;
+		goto fail;
+	}
+	*table = t;
+	return fd;
+fail:
+	free(t);
+	close(fd);
+	return ret;
+}
+
+/* The arrays of @c in record order. */
+static void arrays_of(const struct kn__ckpt_chunk *c, float **out)
 {
 	out[0] = c->master;
 	out[1] = c->m;
 	out[2] = c->v;
-	return narrays;
 }
 
-int kn__ckpt_open(const char *dir, uint32_t rank, uint32_t nservers,
-		  uint64_t version, uint32_t narrays,
-		  const struct kn__ckpt_chunk *chunks, uint32_t nchunks,
+/*
+ * Create @name in @dfd for writing, anew: O_EXCL and O_NOFOLLOW, so a
+ * link planted at the name is never followed and its target never
+ * written.  A name that exists (a crash's leftover, or planted) is
+ * removed, itself and not what it may point to, and created again once.
+ */
+static int create_file(int dfd, const char *name)
+{
+	const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = openat(dfd, name, flags, 0600);
+
+	if (fd < 0 && errno == EEXIST && !unlinkat(dfd, name, 0))
+		fd = openat(dfd, name, flags, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+static void job_fini(struct kn__ckpt_job *job)
+{
+	kn__auth_wipe(job->key, sizeof(job->key));
+	kn__auth_wipe(job->old_key, sizeof(job->old_key));
+}
+
+int kn__ckpt_open(const struct kn__ckpt_job *job, uint64_t version,
 		  struct kn__ckpt **out, char *err, size_t errlen)
 {
-	struct kn__ckpt *c = calloc(1, sizeof(*c));
+	const uint32_t nchunks = job->nchunks;
+	struct kn__ckpt *c;
 	uint64_t off;
 	int ret;
 
+	if (version > KN__CKPT_VERSION_MAX) {
+		seterr(err, errlen, "version %" PRIu64 " is beyond 2^63 - 1",
+		       version);
+		return -EOVERFLOW;
+	}
+	if (job->narrays < 1 || job->narrays > 3)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->fd = -1;
+	c->job = *job;
+	c->job.log = NULL;
+	c->fd = c->dfd = -1;
 	c->table = calloc(nchunks ? nchunks : 1, sizeof(*c->table));
 	c->done = calloc(nchunks ? nchunks : 1, sizeof(*c->done));
 	if (!c->table || !c->done) {
 		ret = -ENOMEM;
 		goto fail;
 	}
-	snprintf(c->dir, sizeof(c->dir), "%s", dir);
-	ret = file_name(c->name, sizeof(c->name), dir, rank, version, "");
-	if (!ret)
-		ret = file_name(c->tmp, sizeof(c->tmp), dir, rank, version,
-				".tmp");
-	if (ret)
-		goto fail;
+	file_name(c->name, job->rank, version, "");
+	file_name(c->tmp, job->rank, version, ".tmp");
 	memcpy(c->head.magic, MAGIC, sizeof(MAGIC));
 	c->head.format = KN__CKPT_FORMAT;
-	c->head.rank = rank;
-	c->head.nservers = nservers;
+	c->head.rank = job->rank;
+	c->head.nservers = job->nservers;
 	c->head.nchunks = nchunks;
 	c->head.version = version;
-	c->head.narrays = narrays;
+	c->head.narrays = job->narrays;
+	c->head.state = job->state;
 	off = sizeof(c->head) + (uint64_t)nchunks * sizeof(*c->table);
 	for (uint32_t i = 0; i < nchunks; i++) {
-		c->table[i].idx = chunks[i].idx;
-		c->table[i].count = chunks[i].count;
+		c->table[i].idx = job->chunks[i].idx;
+		c->table[i].count = job->chunks[i].count;
 		c->table[i].offset = off;
-		c->table[i].bytes =
-			(uint64_t)chunks[i].count * sizeof(float) * narrays;
+		c->table[i].bytes = (uint64_t)job->chunks[i].count *
+				    sizeof(float) * job->narrays;
 		off += c->table[i].bytes;
 	}
-	c->fd = open(c->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	c->dfd = dir_open(job->dir, err, errlen);
+	if (c->dfd < 0) {
+		ret = c->dfd;
+		goto fail;
+	}
+	c->fd = create_file(c->dfd, c->tmp);
 	if (c->fd < 0) {
-		ret = -errno;
-		seterr(err, errlen, "%s: %s", c->tmp, strerror(errno));
+		ret = c->fd;
+		seterr(err, errlen, "%s/%s: %s", job->dir, c->tmp,
+		       strerror(-ret));
 		goto fail;
 	}
 	*out = c;
@@ -229,7 +586,6 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	struct ckpt_entry *e;
 	EVP_MD_CTX *ctx;
 	float *arr[3];
-	uint32_t n = arrays_of(chunk, c->head.narrays, arr);
 	uint64_t off;
 	size_t bytes;
 	double t0;
@@ -238,6 +594,7 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	if (i >= c->head.nchunks || c->done[i] ||
 	    chunk->count != c->table[i].count)
 		return -EINVAL;
+	arrays_of(chunk, arr);
 	e = &c->table[i];
 	off = e->offset;
 	bytes = (size_t)e->count * sizeof(float);
@@ -245,7 +602,7 @@ int kn__ckpt_put(struct kn__ckpt *c, uint32_t i,
 	ctx = EVP_MD_CTX_new();
 	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
 		ret = -ENOMEM;
-	for (uint32_t a = 0; !ret && a < n; a++, off += bytes) {
+	for (uint32_t a = 0; !ret && a < c->head.narrays; a++, off += bytes) {
 		if (!arr[a]) {
 			ret = -EINVAL;
 			break;
@@ -291,8 +648,11 @@ void kn__ckpt_abort(struct kn__ckpt *c)
 		return;
 	if (c->fd >= 0) {
 		close(c->fd);
-		unlink(c->tmp);
+		unlinkat(c->dfd, c->tmp, 0);
 	}
+	if (c->dfd >= 0)
+		close(c->dfd);
+	job_fini(&c->job);
 	free(c->table);
 	free(c->done);
 	free(c);
@@ -305,21 +665,24 @@ static int cmp_desc(const void *a, const void *b)
 	return (x < y) - (x > y);
 }
 
-/* The versions of @rank's files in @dir (any state), newest first; a
- * malloc'ed array in @out.  Their number, or a negative errno. */
-static int scan(const char *dir, uint32_t rank, uint64_t **out)
+/* The versions named by @rank's file names in @dfd (any state), newest
+ * first; a malloc'ed array in @out.  Their number, or a negative errno. */
+static int scan(int dfd, uint32_t rank, uint64_t **out)
 {
 	char prefix[32];
 	size_t plen, cap = 16, n = 0;
 	uint64_t *v = malloc(cap * sizeof(*v));
 	struct dirent *d;
-	DIR *dp = opendir(dir);
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
 
 	if (!dp || !v) {
-		int ret = dp ? -ENOMEM : -errno;
+		int ret = !v ? -ENOMEM : -errno;
 
 		if (dp)
 			closedir(dp);
+		else if (fd >= 0)
+			close(fd);
 		free(v);
 		return ret;
 	}
@@ -354,159 +717,90 @@ static int scan(const char *dir, uint32_t rank, uint64_t **out)
 	return (int)n;
 }
 
-/* Remove every file of @rank but the newest KN__CKPT_KEEP. */
-static void prune(const char *dir, uint32_t rank)
+/* Whether @version's file in @dfd is @job's (all but its records). */
+static bool is_ours(const struct kn__ckpt_job *job, int dfd, uint64_t version)
 {
-	char path[PATH_MAX];
-	uint64_t *v;
-	int n = scan(dir, rank, &v);
+	struct ckpt_head h;
+	struct ckpt_entry *t;
+	int fd = open_checked(job, dfd, version, &h, &t, NULL, 0);
 
-	for (int i = KN__CKPT_KEEP; i < n; i++)
-		if (!file_name(path, sizeof(path), dir, rank, v[i], ""))
-			unlink(path);
+	if (fd < 0)
+		return false;
+	close(fd);
+	free(t);
+	return true;
+}
+
+/* Remove @job's files but the newest KN__CKPT_KEEP; others' stay. */
+static void prune(const struct kn__ckpt_job *job, int dfd)
+{
+	char name[NAME_LEN];
+	uint64_t *v;
+	int n = scan(dfd, job->rank, &v), kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (!is_ours(job, dfd, v[i]) || kept++ < KN__CKPT_KEEP)
+			continue;
+		file_name(name, job->rank, v[i], "");
+		unlinkat(dfd, name, 0);
+	}
 	if (n >= 0)
 		free(v);
 }
 
-void kn__ckpt_remove_newer(const char *dir, uint32_t rank, uint64_t version)
+void kn__ckpt_remove_newer(const struct kn__ckpt_job *job, uint64_t version)
 {
-	char path[PATH_MAX];
+	char name[NAME_LEN];
 	uint64_t *v;
-	int n = scan(dir, rank, &v);
+	int dfd = dir_open(job->dir, NULL, 0), n;
 
-	for (int i = 0; i < n && v[i] > version; i++)
-		if (!file_name(path, sizeof(path), dir, rank, v[i], ""))
-			unlink(path);
+	if (dfd < 0)
+		return;
+	n = scan(dfd, job->rank, &v);
+	for (int i = 0; i < n && v[i] > version; i++) {
+		if (!is_ours(job, dfd, v[i]))
+			continue;
+		file_name(name, job->rank, v[i], "");
+		unlinkat(dfd, name, 0);
+	}
 	if (n >= 0)
 		free(v);
+	close(dfd);
 }
 
 int kn__ckpt_close(struct kn__ckpt *c, char *err, size_t errlen)
 {
 	const size_t tbytes = (size_t)c->head.nchunks * sizeof(*c->table);
-	int ret = 0, dfd;
+	int ret = 0;
 
 	if (c->put != c->head.nchunks) {
-		seterr(err, errlen, "%s: %u of %u chunks written", c->tmp,
-		       c->put, c->head.nchunks);
+		seterr(err, errlen, "%s/%s: %u of %u chunks written",
+		       c->job.dir, c->tmp, c->put, c->head.nchunks);
 		kn__ckpt_abort(c);
 		return -EINVAL;
 	}
-	head_digest(&c->head, c->table, c->head.digest);
-	ret = pwrite_all(c->fd, c->table, tbytes, sizeof(c->head));
+	ret = head_seal(&c->head, c->table, c->job.key, c->head.seal);
+	if (!ret)
+		ret = pwrite_all(c->fd, c->table, tbytes, sizeof(c->head));
 	if (!ret)
 		ret = pwrite_all(c->fd, &c->head, sizeof(c->head), 0);
 	if (!ret && fsync(c->fd))
 		ret = -errno;
-	if (!ret && rename(c->tmp, c->name))
+	if (!ret && renameat(c->dfd, c->tmp, c->dfd, c->name))
 		ret = -errno;
 	if (ret) {
-		seterr(err, errlen, "%s: %s", c->tmp, strerror(-ret));
+		seterr(err, errlen, "%s/%s: %s", c->job.dir, c->tmp,
+		       strerror(-ret));
 		kn__ckpt_abort(c);
 		return ret;
 	}
 	close(c->fd);
 	c->fd = -1;
 	/* the rename itself is durable once the folder is */
-	dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	prune(c->dir, c->head.rank);
+	fsync(c->dfd);
+	prune(&c->job, c->dfd);
 	kn__ckpt_abort(c);
 	return 0;
-}
-
-/*
- * Open @rank's file of @version and check its head and table: the fd and
- * the table (malloc'ed) on success, or a negative errno with the reason.
- */
-static int open_checked(const char *dir, uint32_t rank, uint32_t nservers,
-			uint64_t version, struct ckpt_head *h,
-			struct ckpt_entry **table, char *err, size_t errlen)
-{
-	char path[PATH_MAX];
-	uint8_t digest[DIGEST];
-	struct ckpt_entry *t = NULL;
-	uint64_t off;
-	size_t esize;
-	off_t size;
-	int fd, ret = file_name(path, sizeof(path), dir, rank, version, "");
-
-	if (ret)
-		return ret;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		seterr(err, errlen, "%s: %s", path, strerror(errno));
-		return -errno;
-	}
-	size = lseek(fd, 0, SEEK_END);
-	ret = pread_all(fd, h, sizeof(*h), 0);
-	if (ret || memcmp(h->magic, MAGIC, sizeof(MAGIC)) ||
-	    h->format < 1 || h->format > KN__CKPT_FORMAT ||
-	    h->version != version) {
-		seterr(err, errlen,
-		       "%s: not a Kanel checkpoint of format 1 to %d", path,
-		       KN__CKPT_FORMAT);
-		ret = -EBADMSG;
-		goto fail;
-	}
-	esize = entry_size(h->format);
-	if (h->rank != rank || h->nservers != nservers || h->narrays < 1 ||
-	    h->narrays > 3 || h->nchunks > (uint64_t)size / esize) {
-		seterr(err, errlen,
-		       "%s: written by server %u of %u, with %u chunks: not "
-		       "this job's server %u of %u",
-		       path, h->rank, h->nservers, h->nchunks, rank, nservers);
-		ret = -EINVAL;
-		goto fail;
-	}
-	t = malloc((h->nchunks ? h->nchunks : 1) * sizeof(*t));
-	if (!t) {
-		ret = -ENOMEM;
-		goto fail;
-	}
-	ret = pread_all(fd, t, (size_t)h->nchunks * esize, sizeof(*h));
-	head_digest(h, t, digest);
-	if (ret || memcmp(digest, h->digest, DIGEST)) {
-		seterr(err, errlen, "%s: its head or table fails its checksum",
-		       path);
-		ret = -EBADMSG;
-		goto fail;
-	}
-	/* format 1's entries, packed: spread from the last, no round */
-	for (uint32_t i = h->nchunks; esize != sizeof(*t) && i-- > 0;) {
-		memmove(&t[i], (char *)t + i * esize, esize);
-		t[i].round_w = 0;
-		t[i].round_full = 0;
-	}
-	off = sizeof(*h) + (uint64_t)h->nchunks * esize;
-	for (uint32_t i = 0; i < h->nchunks; i++) {
-		if (t[i].offset != off ||
-		    t[i].bytes !=
-			    (uint64_t)t[i].count * sizeof(float) * h->narrays) {
-			seterr(err, errlen, "%s: chunk %u's record is out of "
-					    "place",
-			       path, t[i].idx);
-			ret = -EBADMSG;
-			goto fail;
-		}
-		off += t[i].bytes;
-	}
-	if ((uint64_t)size != off) {
-		seterr(err, errlen, "%s: %lld bytes where %" PRIu64
-				    " are due",
-		       path, (long long)size, off);
-		ret = -EBADMSG;
-		goto fail;
-	}
-	*table = t;
-	return fd;
-fail:
-	free(t);
-	close(fd);
-	return ret;
 }
 
 /*
@@ -554,32 +848,38 @@ static int read_record(int fd, const struct ckpt_entry *e, uint32_t narrays,
 	return ret;
 }
 
-int kn__ckpt_list(const char *dir, uint32_t rank, uint32_t nservers,
-		  uint64_t *versions, uint32_t max, uint32_t *n,
-		  void (*log)(void *arg, const char *line), void *arg)
+int kn__ckpt_list(const struct kn__ckpt_job *job, uint64_t *versions,
+		  uint32_t max, uint32_t *n)
 {
+	char err[PATH_MAX + 256] = "";
+	uint32_t k = 0, refused = 0;
 	uint64_t *v;
-	uint32_t k = 0;
-	int found = scan(dir, rank, &v);
+	int dfd = dir_open(job->dir, err, sizeof(err)), found;
 
-	if (found < 0)
+	if (dfd < 0) {
+		if (job->log)
+			job->log(job->arg, err);
+		return dfd;
+	}
+	found = scan(dfd, job->rank, &v);
+	if (found < 0) {
+		close(dfd);
 		return found;
+	}
 	for (int i = 0; i < found && k < max; i++) {
 		float *none[3] = { NULL, NULL, NULL };
 		struct ckpt_head h;
 		struct ckpt_entry *t;
-		char err[PATH_MAX + 128] = "";
-		int fd = open_checked(dir, rank, nservers, v[i], &h, &t, err,
-				      sizeof(err));
+		int fd = open_checked(job, dfd, v[i], &h, &t, err, sizeof(err));
 		int ret = fd < 0 ? fd : 0;
 
 		for (uint32_t c = 0; !ret && c < h.nchunks; c++) {
 			ret = read_record(fd, &t[c], h.narrays, none);
 			if (ret == -EBADMSG)
 				snprintf(err, sizeof(err),
-					 "version %" PRIu64 ": chunk %u's "
-					 "record fails its checksum",
-					 v[i], t[c].idx);
+					 "%s/server-%u.v%020" PRIu64 ".ckpt: "
+					 "chunk %u's record fails its checksum",
+					 job->dir, job->rank, v[i], t[c].idx);
 		}
 		if (fd >= 0) {
 			close(fd);
@@ -587,31 +887,34 @@ int kn__ckpt_list(const char *dir, uint32_t rank, uint32_t nservers,
 		}
 		if (!ret)
 			versions[k++] = v[i];
-		else if (log)
-			log(arg, err);
+		else if (++refused <= KN__CKPT_LOG_MAX && job->log)
+			job->log(job->arg, err);
+	}
+	if (refused > KN__CKPT_LOG_MAX && job->log) {
+		snprintf(err, sizeof(err),
+			 "%u more files of server %u in %s skipped (not named "
+			 "one by one)",
+			 refused - KN__CKPT_LOG_MAX, job->rank, job->dir);
+		job->log(job->arg, err);
 	}
 	free(v);
+	close(dfd);
 	*n = k;
 	return 0;
 }
 
-int kn__ckpt_load(const char *dir, uint32_t rank, uint32_t nservers,
-		  uint64_t version, struct kn__ckpt_chunk *chunks,
-		  uint32_t nchunks, char *err, size_t errlen)
+int kn__ckpt_load(const struct kn__ckpt_job *job, uint64_t version,
+		  struct kn__ckpt_chunk *chunks, char *err, size_t errlen)
 {
 	struct ckpt_head h;
-	struct ckpt_entry *t;
-	int fd = open_checked(dir, rank, nservers, version, &h, &t, err,
-			      errlen);
-	int ret = fd < 0 ? fd : 0;
+	struct ckpt_entry *t = NULL;
+	int dfd = dir_open(job->dir, err, errlen), fd, ret;
 
-	if (!ret && h.nchunks != nchunks) {
-		seterr(err, errlen, "version %" PRIu64 " holds %u chunks, this "
-				    "server %u",
-		       version, h.nchunks, nchunks);
-		ret = -EINVAL;
-	}
-	for (uint32_t i = 0; !ret && i < nchunks; i++) {
+	if (dfd < 0)
+		return dfd;
+	fd = open_checked(job, dfd, version, &h, &t, err, errlen);
+	ret = fd < 0 ? fd : 0;
+	for (uint32_t i = 0; !ret && i < job->nchunks; i++) {
 		struct kn__ckpt_chunk *c = &chunks[i];
 		float *dst[3];
 		size_t bytes = (size_t)c->count * sizeof(float);
@@ -625,7 +928,7 @@ int kn__ckpt_load(const char *dir, uint32_t rank, uint32_t nservers,
 			ret = -EINVAL;
 			break;
 		}
-		arrays_of(c, 3, dst);
+		arrays_of(c, dst);
 		for (uint32_t a = h.narrays; a < 3; a++)
 			if (dst[a])
 				memset(dst[a], 0, bytes);
@@ -651,5 +954,6 @@ int kn__ckpt_load(const char *dir, uint32_t rank, uint32_t nservers,
 		close(fd);
 		free(t);
 	}
+	close(dfd);
 	return ret;
 }

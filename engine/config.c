@@ -656,6 +656,13 @@ static int opt_resume(struct parse *p, const char *src, const char *val)
 	return ret;
 }
 
+static int opt_restore_secret_file(struct parse *p, const char *src,
+				   const char *val)
+{
+	return parse_path(p, src, val, p->cfg.restore_secret_file,
+			  sizeof(p->cfg.restore_secret_file));
+}
+
 /*
  * How an option's field is written back as its variable's value
  * (kn__config_export): each as its parser reads it.
@@ -717,6 +724,7 @@ enum opt_id {
 	O_CHECKPOINT_EVERY,
 	O_RESTORE,
 	O_RESUME,
+	O_RESTORE_SECRET_FILE,
 	O_VERBOSE,
 	O_HELP,
 	O_COUNT
@@ -950,6 +958,14 @@ static const struct opt opts[O_COUNT] = {
 			       "(--checkpoint-dir DIR --restore)",
 		       .parse = opt_resume,
 		       .group = KN__CONFIG_OPT_CHECKPOINT },
+	[O_RESTORE_SECRET_FILE] = { "--restore-secret-file",
+				    "KANEL_RESTORE_SECRET_FILE", "PATH",
+				    .none = "the job's own",
+				    .help = "servers: also restore checkpoints "
+					    "sealed with the secret in PATH",
+				    .parse = opt_restore_secret_file,
+				    .group = KN__CONFIG_OPT_CHECKPOINT,
+				    FIELD(F_PATH, restore_secret_file) },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
 			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON,
@@ -1169,6 +1185,8 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 	static const struct kn__config_scope any = {
 		.command = "kanel", .options = KN__CONFIG_OPT_ALL
 	};
+	static const int needs_dir[] = { O_CHECKPOINT_EVERY,
+					 O_RESTORE_SECRET_FILE };
 	struct parse p = { .err = err, .errlen = errlen };
 	const char *val[O_COUNT] = { NULL }, *src[O_COUNT] = { NULL };
 	bool set[O_COUNT] = { false };
@@ -1220,6 +1238,17 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 			return ret;
 		set[i] = true;
 	}
+	/* given on the command line, each names the checkpoint folder's
+	 * business; without a folder it would do nothing, silently (a
+	 * launcher's children read every value back, so the variables
+	 * alone are not held against them) */
+	for (size_t k = 0; k < ARRAY_SIZE(needs_dir); k++)
+		if (val[needs_dir[k]] && !p.cfg.checkpoint_dir[0])
+			return bad(&p,
+				   "%s without a checkpoint folder: pass "
+				   "--checkpoint-dir DIR (or "
+				   "KANEL_CHECKPOINT_DIR) or --resume DIR",
+				   opts[needs_dir[k]].flag);
 
 	if (scope->role) {
 		p.cfg.role = scope->role;

@@ -118,6 +118,9 @@ struct kn__config {
 	char checkpoint_dir[KN_CONFIG_PATH_MAX];
 	uint32_t checkpoint_every;
 	bool restore;
+	/* servers: the secret whose files a restore accepts beside the
+	 * job's own ("": only the job's) */
+	char restore_secret_file[KN_CONFIG_PATH_MAX];
 	bool verbose;
 	/* --help was given: nothing else was checked; print the usage. */
 	bool help;

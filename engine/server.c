@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "checkpoint.h"
 #include "node.h"
 #include "roles.h"
@@ -153,10 +154,11 @@ struct server {
 	bool barrier_sent;
 	struct sockaddr_storage advertised; /* where workers reach us */
 	/* --checkpoint-dir: each owned chunk's index and size, the files
-	 * being filled (oldest first), how many arrays a chunk keeps */
+	 * being filled (oldest first), what our files must match and the
+	 * key that seals them */
 	struct kn__ckpt_chunk *ckpt_desc;
 	struct kn__ckpt *ckpt[CKPT_OPEN];
-	uint32_t ckpt_arrays;
+	struct kn__ckpt_job ckjob;
 	/* the version restored from (--restore): the rules count from 0,
 	 * the checkpoints' versions go on from it */
 	uint64_t base;
@@ -198,8 +200,61 @@ static uint32_t state_arrays(const struct kn__msg *job)
 	}
 }
 
+/* What that state is: a file of another optimizer is not ours to load. */
+static uint32_t state_kind(const struct kn__msg *job)
+{
+	if (kn__job_deltas(job->u.job.protocol, job->u.job.optimizer))
+		return job->u.job.proto.outer_momentum > 0
+			       ? KN__CKPT_OUTER_MOMENTUM
+			       : KN__CKPT_PLAIN;
+	switch (job->u.job.optimizer) {
+	case KN__CONFIG_MOMENTUM:
+		return KN__CKPT_MOMENTUM;
+	case KN__CONFIG_ADAM:
+		return KN__CKPT_ADAM;
+	default:
+		return KN__CKPT_PLAIN;
+	}
+}
+
+static void log_line(void *arg, const char *line)
+{
+	kn__log(arg, "%s", line);
+}
+
+/*
+ * --restore-secret-file: the key of the secret that sealed the files to
+ * restore, accepted beside our own (a job restored under a new secret).
+ */
+static int load_old_key(struct server *s)
+{
+	uint8_t secret[KN_AUTH_SECRET_MAX];
+	char err[512];
+	size_t len;
+	int ret;
+
+	if (!s->cfg->restore_secret_file[0])
+		return 0;
+	ret = kn__auth_load_secret(s->cfg->restore_secret_file, NULL, secret,
+				   sizeof(secret), &len, err, sizeof(err));
+	if (!ret)
+		ret = kn__ckpt_key(secret, len, s->ckjob.old_key);
+	kn__auth_wipe(secret, sizeof(secret));
+	if (ret) {
+		kn__log(&s->node, "--restore-secret-file: %s",
+			err[0] ? err : strerror(-ret));
+		return ret;
+	}
+	s->ckjob.has_old_key = true;
+	return 0;
+}
+
 static int setup_checkpoints(struct server *s)
 {
+	struct kn__ckpt_job *j = &s->ckjob;
+	char err[512];
+	int ret;
+
 	if (!s->cfg->checkpoint_dir[0])
 		return 0;
 	if (kn__job_sums(s->job.u.job.protocol, s->job.u.job.optimizer)) {
@@ -208,17 +263,17 @@ static int setup_checkpoints(struct server *s)
 				  "update (--optimizer sum): no checkpoints");
 		return 0;
 	}
-	/* made if missing (its parent is not), and checked writable now,
-	 * not at the first checkpoint */
+	/* made if missing (its parent is not), and checked now, not at the
+	 * first checkpoint: a directory we own, that only we can write */
 	if (mkdir(s->cfg->checkpoint_dir, 0700) && errno != EEXIST) {
 		kn__log(&s->node, "--checkpoint-dir %s: %s",
 			s->cfg->checkpoint_dir, strerror(errno));
 		return -errno;
 	}
-	if (access(s->cfg->checkpoint_dir, W_OK | X_OK)) {
-		kn__log(&s->node, "--checkpoint-dir %s: %s",
-			s->cfg->checkpoint_dir, strerror(errno));
-		return -errno;
+	ret = kn__ckpt_dir_check(s->cfg->checkpoint_dir, err, sizeof(err));
+	if (ret) {
+		kn__log(&s->node, "--checkpoint-dir: %s", err);
+		return ret;
 	}
 	s->ckpt_desc = calloc(s->nchunks + 1, sizeof(*s->ckpt_desc));
 	if (!s->ckpt_desc)
@@ -227,8 +282,19 @@ static int setup_checkpoints(struct server *s)
 		s->ckpt_desc[i].idx = s->chunks[i].idx;
 		s->ckpt_desc[i].count = (uint32_t)s->chunks[i].c->count;
 	}
-	s->ckpt_arrays = state_arrays(&s->job);
-	return 0;
+	j->dir = s->cfg->checkpoint_dir;
+	j->rank = s->cfg->rank;
+	j->nservers = s->job.u.job.servers;
+	j->state = state_kind(&s->job);
+	j->narrays = state_arrays(&s->job);
+	j->chunks = s->ckpt_desc;
+	j->nchunks = s->nchunks;
+	j->log = log_line;
+	j->arg = &s->node;
+	ret = kn__ckpt_key(s->node.secret, s->node.secret_len, j->key);
+	if (!ret)
+		ret = load_old_key(s);
+	return ret;
 }
 
 /* Chunk @k's state as it is now, for a file or from one. */
@@ -303,9 +369,7 @@ static struct kn__ckpt **ckpt_file(struct server *s, uint64_t version)
 		slot = &s->ckpt[CKPT_OPEN - 1];
 		*slot = NULL;
 	}
-	ret = kn__ckpt_open(s->cfg->checkpoint_dir, s->cfg->rank,
-			    s->job.u.job.servers, version, s->ckpt_arrays,
-			    s->ckpt_desc, s->nchunks, slot, err, sizeof(err));
+	ret = kn__ckpt_open(&s->ckjob, version, slot, err, sizeof(err));
 	if (ret) {
 		kn__log(&s->node, "checkpoint of version %llu: %s",
 			(unsigned long long)version, err);
@@ -366,11 +430,6 @@ static void checkpoint(struct server *s, struct srv_chunk *ch, uint64_t version)
 		}
 }
 
-static void log_line(void *arg, const char *line)
-{
-	kn__log(arg, "%s", line);
-}
-
 /* The job restores: tell the coordinator which versions we can load. */
 static int offer_checkpoints(struct server *s)
 {
@@ -391,14 +450,10 @@ static int offer_checkpoints(struct server *s)
 		kn__chan_send(s->coord, &m);
 		return 0;
 	}
-	ret = kn__ckpt_list(s->cfg->checkpoint_dir, s->cfg->rank,
-			    s->job.u.job.servers, m.u.checkpoints.versions,
-			    KN__MSG_CKPT_MAX, &n, log_line, &s->node);
-	if (ret) {
-		kn__log(&s->node, "--checkpoint-dir %s: %s",
-			s->cfg->checkpoint_dir, strerror(-ret));
-		return ret;
-	}
+	ret = kn__ckpt_list(&s->ckjob, m.u.checkpoints.versions,
+			    KN__MSG_CKPT_MAX, &n);
+	if (ret)
+		return ret; /* the folder's line is logged */
 	kn__log(&s->node, "%u intact checkpoint%s in %s%s", n,
 		n == 1 ? "" : "s", s->cfg->checkpoint_dir,
 		n ? "" : ": nothing to restore");
@@ -427,10 +482,9 @@ static void on_restore(struct server *s, uint64_t version)
 	}
 	for (uint32_t k = 0; k < s->nchunks; k++)
 		st[k] = ckpt_state(s, k);
-	ret = !s->nchunks ? 0
-			  : kn__ckpt_load(s->cfg->checkpoint_dir, s->cfg->rank,
-					  s->job.u.job.servers, version, st,
-					  s->nchunks, err, sizeof(err));
+	ret = !s->nchunks
+		      ? 0
+		      : kn__ckpt_load(&s->ckjob, version, st, err, sizeof(err));
 	for (uint32_t k = 0; !ret && k < s->nchunks; k++) {
 		s->chunks[k].step = st[k].step;
 		s->chunks[k].round_w = st[k].round_w;
@@ -444,7 +498,7 @@ static void on_restore(struct server *s, uint64_t version)
 		return;
 	}
 	kn__log(&s->node, "restored version %llu", (unsigned long long)version);
-	kn__ckpt_remove_newer(s->cfg->checkpoint_dir, s->cfg->rank, version);
+	kn__ckpt_remove_newer(&s->ckjob, version);
 	s->base = version;
 	s->restoring = false;
 	s->restored = true;
@@ -1485,6 +1539,8 @@ static void server_free(struct server *s)
 	for (int i = 0; i < CKPT_OPEN; i++)
 		kn__ckpt_abort(s->ckpt[i]); /* unsealed: never a checkpoint */
 	free(s->ckpt_desc);
+	kn__auth_wipe(s->ckjob.key, sizeof(s->ckjob.key));
+	kn__auth_wipe(s->ckjob.old_key, sizeof(s->ckjob.old_key));
 	free(s->workers);
 	free(s->chunks);
 	free(s->writes);

@@ -161,6 +161,39 @@ static int make_secret(char *path, size_t cap)
 	return 0;
 }
 
+/*
+ * The secret of a job that keeps checkpoints in @dir and was given none:
+ * DIR/secret (0600, 32 random bytes), made with the folder if missing and
+ * kept after the job, so that a later --resume DIR can check the seals
+ * of the files this job writes.  An existing one is used as it is (the
+ * processes that read it refuse one that is not a regular file or that
+ * group or others may read).  Its path in @path.
+ */
+static int folder_secret(const char *dir, char *path, size_t cap)
+{
+	uint8_t key[32];
+	int fd, n, ok;
+
+	n = snprintf(path, cap, "%s/secret", dir);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return -errno;
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  0600);
+	if (fd < 0)
+		return errno == EEXIST ? 0 : -errno;
+	ok = getentropy(key, sizeof(key)) == 0 &&
+	     write(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
+	explicit_bzero(key, sizeof(key));
+	close(fd);
+	if (!ok) {
+		unlink(path);
+		return -EIO;
+	}
+	return 0;
+}
+
 static void setenv_u(const char *name, unsigned int v, const char *suffix)
 {
 	char num[32];
@@ -215,7 +248,18 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	ckpt_dir = getenv("KANEL_CHECKPOINT_DIR");
 	job->restart_servers = ckpt_dir && *ckpt_dir;
 	secret_file = getenv("KANEL_SECRET_FILE");
-	if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET")) {
+	if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET") &&
+	    job->restart_servers) {
+		char path[4096];
+		int ret = folder_secret(ckpt_dir, path, sizeof(path));
+
+		if (ret) {
+			kn__tool_log("%s: cannot keep a job secret in %s: %s\n",
+				     command, ckpt_dir, strerror(-ret));
+			return ret;
+		}
+		setenv("KANEL_SECRET_FILE", path, 1);
+	} else if ((!secret_file || !*secret_file) && !getenv("KANEL_SECRET")) {
 		if (make_secret(job->secret_path, sizeof(job->secret_path))) {
 			kn__tool_log("%s: cannot make a job secret\n", command);
 			return -EIO;

@@ -900,3 +900,101 @@ Test(kanel, synthetic_worker_pauses_before_each_step)
 		  "%s", err);
 	free(err);
 }
+
+/* --checkpoint-every without a folder would do nothing: refused. */
+Test(kanel, checkpoint_every_without_a_folder_is_refused)
+{
+	expect_refusal(ARGS("launch", "--workers", "1", "--checkpoint-every",
+			    "5", "--", kanel(), "worker", "--steps", "1"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "--checkpoint-every without a checkpoint folder");
+}
+
+/*
+ * --checkpoint-dir naming a regular file, executable or not, ends the
+ * job at its start as "Not a directory", whether launch keeps the job's
+ * secret there or the servers check the folder (a secret given).
+ */
+Test(kanel, a_file_as_checkpoint_folder_is_not_a_directory)
+{
+	char *const with_secret[] = { "KANEL_SECRET=s", NULL };
+	char *err;
+	int fd, rc;
+
+	fd = open(in_dir("tool"), O_WRONLY | O_CREAT | O_TRUNC, 0755);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "#!/bin/sh\n", 10), 10);
+	close(fd);
+	for (int i = 0; i < 2; i++) {
+		rc = run(ARGS("launch", "--workers", "1", "--checkpoint-dir",
+			      (char *)in_dir("tool"), "--startup-timeout", "10",
+			      "--", kanel(), "worker", "--steps", "2"),
+			 i ? with_secret : NULL);
+		err = slurp("stderr");
+		cr_expect_neq(rc, 0, "%s", err);
+		cr_expect(strstr(err, "Not a directory"), "%s", err);
+		cr_expect_not(strstr(err, "Permission denied"), "%s", err);
+		free(err);
+	}
+	unlink(in_dir("tool"));
+}
+
+/* A secret file at @name in the test's directory, mode 0600. */
+static void make_secret(const char *name, const char *text)
+{
+	int fd = open(in_dir(name), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+/*
+ * Checkpoints written under one secret: a job under another finds none
+ * of them (their seals do not check) and does not start; named with
+ * --restore-secret-file, the old secret lets the same job restore them.
+ */
+Test(kanel, a_new_secret_restores_only_with_the_old_one_named)
+{
+	/* copies: in_dir's buffers turn over within one run() */
+	char *a = strdup(in_dir("a.secret")), *b = strdup(in_dir("b.secret"));
+	char *ck = strdup(in_dir("ck")), *err;
+
+	cr_assert(a && b && ck);
+	make_secret("a.secret", "the first job's secret");
+	make_secret("b.secret", "the second job's secret");
+	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--secret-file", a,
+			      "--checkpoint-dir", ck, "--checkpoint-every", "2",
+			      "--optimizer", "momentum", "--", kanel(),
+			      "worker", "--steps", "5"),
+			 NULL),
+		     0);
+	cr_expect_neq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
+			       "--resume", ck, "--optimizer", "momentum",
+			       "--startup-timeout", "10", "--", kanel(),
+			       "worker", "--steps", "2"),
+			  NULL),
+		      0);
+	err = slurp("stderr");
+	cr_expect(strstr(err, "its seal does not check under this job's "
+			      "secret"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
+			      "--resume", ck, "--restore-secret-file", a,
+			      "--optimizer", "momentum", "--", kanel(),
+			      "worker", "--steps", "2"),
+			 NULL),
+		     0);
+	err = slurp("stderr");
+	cr_expect(strstr(err, "restoring the job from its checkpoints of "
+			      "version 4"),
+		  "%s", err);
+	free(err);
+	unlink(a);
+	unlink(b);
+	remove_tree(ck);
+	free(a);
+	free(b);
+	free(ck);
+}

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "checkpoint.h"
 #include "kanel.h"
 #include "job_util.h"
@@ -65,7 +66,77 @@ static unsigned int files_in_dir(void)
 /* ---- the file module ---- */
 
 #define NCH 3
+#define SECRET "the job's secret" /* job_util's, for the jobs below */
 static const uint32_t counts[NCH] = { 1000, 7, 4096 };
+
+/* Lines a listing logged, for the tests that read them. */
+static struct {
+	unsigned int n;
+	char text[16][600];
+} logged;
+
+static void log_to(void *arg, const char *line)
+{
+	(void)arg;
+	if (logged.n < 16)
+		snprintf(logged.text[logged.n], sizeof(logged.text[0]), "%s",
+			 line);
+	logged.n++;
+}
+
+/* Whether a logged line holds both @a and @b. */
+static bool logged_with(const char *a, const char *b)
+{
+	for (unsigned int i = 0; i < logged.n && i < 16; i++)
+		if (strstr(logged.text[i], a) && strstr(logged.text[i], b))
+			return true;
+	return false;
+}
+
+/* The layout of server 1 of 2 for a model whose chunk 1 has @mid
+ * values: chunks 2, 5 and 9. */
+static struct kn__ckpt_chunk layout_a[NCH], layout_b[NCH];
+
+static const struct kn__ckpt_chunk *layout_of(uint32_t mid)
+{
+	struct kn__ckpt_chunk *l = mid == counts[1] ? layout_a : layout_b;
+
+	for (uint32_t i = 0; i < NCH; i++) {
+		l[i].idx = 2 + 3 * i + (i > 1);
+		l[i].count = i == 1 ? mid : counts[i];
+	}
+	return l;
+}
+
+/*
+ * Server 1 of 2 of a job with @narrays arrays a chunk (SGD, momentum,
+ * Adam: the kinds are numbered so), chunk 1 of @mid values, sealed
+ * with @secret.
+ */
+static struct kn__ckpt_job job_as(uint32_t narrays, uint32_t mid,
+				  const char *secret)
+{
+	struct kn__ckpt_job j = {
+		.dir = dir,
+		.rank = 1,
+		.nservers = 2,
+		.state = narrays,
+		.narrays = narrays,
+		.chunks = layout_of(mid),
+		.nchunks = NCH,
+		.log = log_to,
+	};
+
+	cr_assert_eq(
+		kn__ckpt_key((const uint8_t *)secret, strlen(secret), j.key),
+		0);
+	return j;
+}
+
+static struct kn__ckpt_job job_of(uint32_t narrays)
+{
+	return job_as(narrays, counts[1], SECRET);
+}
 
 /* Server 1's chunks 2, 5 and 9 at @version, values from @seed. */
 static void fill(struct kn__ckpt_chunk *c, float *mem, uint32_t seed)
@@ -98,18 +169,19 @@ static size_t total(void)
 	return n;
 }
 
-static void write_version(uint64_t version, uint32_t narrays)
+/* Write @version as @job, chunk 1 of job->chunks[1].count values. */
+static void write_as(const struct kn__ckpt_job *job, uint64_t version)
 {
 	struct kn__ckpt_chunk c[NCH];
-	float *mem = malloc(total() * sizeof(float));
+	float *mem = malloc((total() + 4096) * sizeof(float));
 	struct kn__ckpt *f;
 	char err[512];
 
 	cr_assert_not_null(mem);
 	fill(c, mem, (uint32_t)version);
-	cr_assert_eq(kn__ckpt_open(dir, 1, 2, version, narrays, c, NCH, &f,
-				   err, sizeof(err)),
-		     0, "%s", err);
+	c[1].count = job->chunks[1].count;
+	cr_assert_eq(kn__ckpt_open(job, version, &f, err, sizeof(err)), 0, "%s",
+		     err);
 	/* chunks come in any order, as they reach the version */
 	for (int i = NCH - 1; i >= 0; i--) {
 		cr_assert_not(kn__ckpt_whole(f));
@@ -120,10 +192,17 @@ static void write_version(uint64_t version, uint32_t narrays)
 	free(mem);
 }
 
-/* Load @version and compare it with what write_version wrote; @round:
- * whether the file holds the round position (format 2 does). */
-static void check_loaded(uint64_t version, uint32_t narrays, bool round)
+static void write_version(uint64_t version, uint32_t narrays)
 {
+	struct kn__ckpt_job j = job_of(narrays);
+
+	write_as(&j, version);
+}
+
+/* Load @version and compare it with what write_version wrote. */
+static void check_version(uint64_t version, uint32_t narrays)
+{
+	struct kn__ckpt_job j = job_of(narrays);
 	struct kn__ckpt_chunk want[NCH], got[NCH];
 	float *a = malloc(total() * sizeof(float));
 	float *b = calloc(total(), sizeof(float));
@@ -134,16 +213,13 @@ static void check_loaded(uint64_t version, uint32_t narrays, bool round)
 	fill(got, b, 0);
 	for (uint32_t i = 0; i < NCH; i++)
 		got[i].step = 0;
-	cr_assert_eq(kn__ckpt_load(dir, 1, 2, version, got, NCH, err,
-				   sizeof(err)),
-		     0, "%s", err);
+	cr_assert_eq(kn__ckpt_load(&j, version, got, err, sizeof(err)), 0, "%s",
+		     err);
 	for (uint32_t i = 0; i < NCH; i++) {
 		cr_expect_eq(got[i].step, want[i].step);
-		cr_expect_eq(got[i].round_w, round ? want[i].round_w : 0,
-			     "chunk %u's round: %g", i,
-			     (double)got[i].round_w);
-		cr_expect_eq(got[i].round_full,
-			     round ? want[i].round_full : false,
+		cr_expect_eq(got[i].round_w, want[i].round_w,
+			     "chunk %u's round: %g", i, (double)got[i].round_w);
+		cr_expect_eq(got[i].round_full, want[i].round_full,
 			     "chunk %u's round_full", i);
 		cr_expect_eq(memcmp(got[i].master, want[i].master,
 				    counts[i] * sizeof(float)),
@@ -161,14 +237,17 @@ static void check_loaded(uint64_t version, uint32_t narrays, bool round)
 	free(b);
 }
 
-static void check_version(uint64_t version, uint32_t narrays)
+static void list_as(const struct kn__ckpt_job *job, uint64_t *v, uint32_t *n)
 {
-	check_loaded(version, narrays, true);
+	logged.n = 0;
+	cr_assert_eq(kn__ckpt_list(job, v, 8, n), 0);
 }
 
-static void list(uint64_t *v, uint32_t *n)
+static void list(uint64_t *v, uint32_t *n, uint32_t narrays)
 {
-	cr_assert_eq(kn__ckpt_list(dir, 1, 2, v, 8, n, NULL, NULL), 0);
+	struct kn__ckpt_job j = job_of(narrays);
+
+	list_as(&j, v, n);
 }
 
 static char *file_of(uint64_t version)
@@ -197,6 +276,67 @@ static void corrupt(uint64_t version, long off)
 	close(fd);
 }
 
+/* The whole of @path, malloc'ed, its size in @len. */
+static char *read_all(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+	char *buf;
+
+	cr_assert_geq(fd, 0, "%s", path);
+	cr_assert_eq(fstat(fd, &st), 0);
+	buf = malloc((size_t)st.st_size + 1);
+	cr_assert_not_null(buf);
+	cr_assert_eq(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
+	buf[st.st_size] = '\0';
+	close(fd);
+	*len = (size_t)st.st_size;
+	return buf;
+}
+
+static void write_all(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	cr_assert_geq(fd, 0, "%s", path);
+	cr_assert_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+/*
+ * Seal @buf (a whole file of format 3, @len bytes) again as one would
+ * who knows the format: each record's SHA-256 into the table, then the
+ * head's seal, an HMAC under @key (NULL: the head's plain SHA-256, as
+ * formats 1 and 2 had it).
+ */
+static void reseal(char *buf, const uint8_t *key)
+{
+	uint32_t nchunks;
+	unsigned int len;
+	size_t head = 72, ent = 72;
+
+	memcpy(&nchunks, buf + 20, 4);
+	for (uint32_t i = 0; i < nchunks; i++) {
+		char *e = buf + head + i * ent;
+		uint64_t off, bytes;
+
+		memcpy(&off, e + 16, 8);
+		memcpy(&bytes, e + 24, 8);
+		cr_assert(EVP_Digest(buf + off, bytes, (unsigned char *)e + 32,
+				     &len, EVP_sha256(), NULL));
+	}
+	memset(buf + 40, 0, 32);
+	if (key)
+		cr_assert_eq(kn__auth_hmac(key, KN__CKPT_KEY_LEN, buf,
+					   head + nchunks * ent,
+					   (uint8_t *)buf + 40),
+			     0);
+	else
+		cr_assert(EVP_Digest(buf, head + nchunks * ent,
+				     (unsigned char *)buf + 40, &len,
+				     EVP_sha256(), NULL));
+}
+
 Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
      .fini = remove_dir)
 {
@@ -207,81 +347,61 @@ Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
 		write_version(10 * narrays, narrays);
 		check_version(10 * narrays, narrays);
 	}
-	list(v, &n);
-	/* the newest two are kept */
+	write_version(40, 3);
+	write_version(50, 3);
+	list(v, &n, 3);
+	/* the newest two of this job are kept; the SGD and momentum
+	 * jobs' files are another job's, and stay */
 	cr_assert_eq(n, 2);
-	cr_expect_eq(v[0], 30);
-	cr_expect_eq(v[1], 20);
-	cr_expect_eq(files_in_dir(), 2);
+	cr_expect_eq(v[0], 50);
+	cr_expect_eq(v[1], 40);
+	cr_expect_eq(files_in_dir(), 4);
+	cr_expect_eq(access(file_of(30), F_OK), -1);
+	cr_expect_eq(access(file_of(10), F_OK), 0);
+	cr_expect_eq(access(file_of(20), F_OK), 0);
+	/* written for us alone */
+	struct stat st;
+
+	cr_assert_eq(stat(file_of(50), &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
 }
 
 /*
- * @version's file rewritten as format 1 wrote it: 64-byte table entries
- * (format 2's without the round position), the records 8 bytes per
- * chunk nearer, the head's digest made anew.
+ * A file sealed as formats 1 and 2 sealed theirs, with a digest anyone
+ * can recompute, is refused with its reason, whatever it holds.
  */
-static void make_format_1(uint64_t version)
-{
-	int fd = open(file_of(version), O_RDWR);
-	struct stat st;
-	char *buf, *out;
-	uint32_t nchunks;
-	size_t head = 72, e1 = 64, e2 = 72, tab, rest;
-	unsigned int len;
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(fstat(fd, &st), 0);
-	buf = malloc((size_t)st.st_size);
-	out = malloc((size_t)st.st_size);
-	cr_assert(buf && out);
-	cr_assert_eq(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
-	memcpy(&nchunks, buf + 20, 4);
-	tab = nchunks * e1;
-	rest = (size_t)st.st_size - head - nchunks * e2;
-	memcpy(out, buf, head);
-	memcpy(out + 8, &(uint32_t){ 1 }, 4); /* format */
-	for (uint32_t i = 0; i < nchunks; i++) {
-		char *e = out + head + i * e1;
-		uint64_t off;
-
-		memcpy(e, buf + head + i * e2, e1);
-		memcpy(&off, e + 16, 8);
-		off -= nchunks * (e2 - e1);
-		memcpy(e + 16, &off, 8);
-	}
-	memcpy(out + head + tab, buf + head + nchunks * e2, rest);
-	/* the digest of the head (its digest zeroed) and the table */
-	memset(out + 40, 0, 32);
-	cr_assert(EVP_Digest(out, head + tab, (unsigned char *)buf, &len,
-			     EVP_sha256(), NULL));
-	memcpy(out + 40, buf, 32);
-	cr_assert_eq(ftruncate(fd, 0), 0);
-	cr_assert_eq(pwrite(fd, out, head + tab + rest, 0),
-		     (ssize_t)(head + tab + rest));
-	close(fd);
-	free(buf);
-	free(out);
-}
-
-/* A file of format 1 (written before the round position was kept) is
- * still listed and loaded, with a round starting afresh. */
-Test(checkpoint, a_format_1_file_loads_without_the_round, .init = make_dir,
+Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
      .fini = remove_dir)
 {
+	struct kn__ckpt_job j = job_of(2);
+	struct kn__ckpt_chunk c[NCH];
+	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
-	uint32_t n;
+	uint32_t n, format = 2;
+	size_t len;
+	char *buf, err[512] = "";
 
 	write_version(7, 2);
-	make_format_1(7);
-	list(v, &n);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 7);
-	check_loaded(7, 2, false);
+	buf = read_all(file_of(7), &len);
+	memcpy(buf + 8, &format, 4);
+	reseal(buf, NULL);
+	write_all(file_of(7), buf, len);
+	list_as(&j, v, &n);
+	cr_expect_eq(n, 0);
+	cr_expect(logged_with(file_of(7), "format 2, sealed without the job "
+					  "secret"),
+		  "%s", logged.text[0]);
+	fill(c, mem, 0);
+	cr_expect_eq(kn__ckpt_load(&j, 7, c, err, sizeof(err)), -EBADMSG);
+	cr_expect(strstr(err, "not trusted"), "%s", err);
+	free(buf);
+	free(mem);
 }
 
 Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
      .fini = remove_dir)
 {
+	struct kn__ckpt_job j = job_of(3);
 	uint64_t v[8];
 	uint32_t n;
 	struct kn__ckpt_chunk c[NCH];
@@ -290,11 +410,13 @@ Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
 	write_version(4, 3);
 	write_version(8, 3);
 	corrupt(8, -5); /* inside the last chunk's record */
-	list(v, &n);
+	list(v, &n, 3);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
+	cr_expect(logged_with(file_of(8), "record fails its checksum"), "%s",
+		  logged.text[0]);
 	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(dir, 1, 2, 8, c, NCH, NULL, 0), -EBADMSG);
+	cr_expect_eq(kn__ckpt_load(&j, 8, c, NULL, 0), -EBADMSG);
 	check_version(4, 3);
 	free(mem);
 }
@@ -310,17 +432,18 @@ Test(checkpoint, a_torn_file_or_header_is_passed_over, .init = make_dir,
 	write_version(8, 2);
 	cr_assert_eq(stat(file_of(8), &st), 0);
 	cr_assert_eq(truncate(file_of(8), st.st_size - 100), 0);
-	list(v, &n);
+	list(v, &n, 2);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
 	corrupt(4, 20); /* the head */
-	list(v, &n);
+	list(v, &n, 2);
 	cr_expect_eq(n, 0);
 }
 
 Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
      .fini = remove_dir)
 {
+	struct kn__ckpt_job j = job_of(1);
 	struct kn__ckpt_chunk c[NCH];
 	float *mem = calloc(total(), sizeof(float));
 	struct kn__ckpt *f;
@@ -328,25 +451,26 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
 	uint32_t n;
 
 	fill(c, mem, 3);
-	cr_assert_eq(kn__ckpt_open(dir, 1, 2, 3, 1, c, NCH, &f, NULL, 0), 0);
+	cr_assert_eq(kn__ckpt_open(&j, 3, &f, NULL, 0), 0);
 	cr_assert_eq(kn__ckpt_put(f, 0, &c[0]), 0);
 	cr_expect_eq(kn__ckpt_put(f, 0, &c[0]), -EINVAL); /* twice */
 	cr_expect_eq(kn__ckpt_put(f, NCH, &c[0]), -EINVAL);
-	list(v, &n);
+	list(v, &n, 1);
 	cr_expect_eq(n, 0); /* only NAME.tmp so far */
 	/* closing with a chunk missing fails and leaves nothing */
 	cr_expect_eq(kn__ckpt_close(f, NULL, 0), -EINVAL);
 	cr_expect_eq(files_in_dir(), 0);
-	cr_assert_eq(kn__ckpt_open(dir, 1, 2, 3, 1, c, NCH, &f, NULL, 0), 0);
+	cr_assert_eq(kn__ckpt_open(&j, 3, &f, NULL, 0), 0);
 	kn__ckpt_abort(f);
 	cr_expect_eq(files_in_dir(), 0);
 	kn__ckpt_abort(NULL);
 	free(mem);
 }
 
-Test(checkpoint, another_layout_is_refused, .init = make_dir,
+Test(checkpoint, another_server_count_is_refused, .init = make_dir,
      .fini = remove_dir)
 {
+	struct kn__ckpt_job j = job_of(1);
 	struct kn__ckpt_chunk c[NCH];
 	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
@@ -355,20 +479,372 @@ Test(checkpoint, another_layout_is_refused, .init = make_dir,
 
 	write_version(5, 1);
 	fill(c, mem, 0);
-	c[1].count = 8;
-	cr_expect_eq(kn__ckpt_load(dir, 1, 2, 5, c, NCH, err, sizeof(err)),
-		     -EINVAL);
-	cr_expect(strstr(err, "chunk 5"), "%s", err);
-	c[1].count = counts[1];
-	/* another job's server count */
-	cr_expect_eq(kn__ckpt_load(dir, 1, 3, 5, c, NCH, err, sizeof(err)),
-		     -EINVAL, "%s", err);
-	cr_expect_eq(kn__ckpt_list(dir, 1, 3, v, 8, &n, NULL, NULL), 0);
+	j.nservers = 3;
+	cr_expect_eq(kn__ckpt_load(&j, 5, c, err, sizeof(err)), -EINVAL, "%s",
+		     err);
+	cr_expect(strstr(err, "server 1 of 2"), "%s", err);
+	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), 0);
 	cr_expect_eq(n, 0);
-	cr_expect_eq(kn__ckpt_list("/nonexistent/kanel", 1, 2, v, 8, &n, NULL,
-				   NULL),
-		     -ENOENT);
+	j.dir = "/nonexistent/kanel";
+	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), -ENOENT);
 	free(mem);
+}
+
+/*
+ * Another model's files in the folder, of higher versions: the listing
+ * names each and offers this job's previous version, whose file loads;
+ * a load of the foreign one is refused with the chunk that differs.
+ */
+Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
+     .fini = remove_dir)
+{
+	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
+	struct kn__ckpt_chunk c[NCH];
+	float *mem = calloc(total(), sizeof(float));
+	uint64_t v[8];
+	uint32_t n;
+	char err[512] = "";
+
+	write_version(4, 2);
+	write_as(&theirs, 8);
+	list_as(&ours, v, &n);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	cr_expect(logged_with(file_of(8), "another model: chunk 5 of 8 "
+					  "values"),
+		  "%u lines: %s", logged.n, logged.text[0]);
+	fill(c, mem, 0);
+	cr_expect_eq(kn__ckpt_load(&ours, 8, c, err, sizeof(err)), -EINVAL);
+	cr_expect(strstr(err, "chunk 5"), "%s", err);
+	check_version(4, 2);
+	free(mem);
+}
+
+/*
+ * Pruning keeps this job's two newest files and touches nobody else's:
+ * another model's higher versions in the same folder are left as they
+ * were, and so are this job's newest two (by name, they are the
+ * folder's lowest).
+ */
+Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
+     .fini = remove_dir)
+{
+	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
+	uint64_t v[8];
+	uint32_t n;
+	size_t len200, len300, len;
+	char *f200, *f300, *now;
+
+	write_as(&theirs, 200);
+	write_as(&theirs, 300);
+	f200 = read_all(file_of(200), &len200);
+	f300 = read_all(file_of(300), &len300);
+	for (uint64_t ver = 2; ver <= 6; ver += 2)
+		write_version(ver, 2);
+	list_as(&ours, v, &n);
+	cr_assert_eq(n, 2);
+	cr_expect_eq(v[0], 6);
+	cr_expect_eq(v[1], 4);
+	cr_expect_eq(access(file_of(2), F_OK), -1, "version 2 was kept");
+	now = read_all(file_of(200), &len);
+	cr_expect(len == len200 && !memcmp(now, f200, len));
+	free(now);
+	now = read_all(file_of(300), &len);
+	cr_expect(len == len300 && !memcmp(now, f300, len));
+	free(now);
+	list_as(&theirs, v, &n);
+	cr_expect_eq(n, 2);
+	cr_expect_eq(files_in_dir(), 4);
+	free(f200);
+	free(f300);
+}
+
+/*
+ * A momentum job's checkpoint in an Adam job's folder: not offered (its
+ * velocity is no first moment), and refused at a load, with both
+ * optimizers named.
+ */
+Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
+     .fini = remove_dir)
+{
+	struct kn__ckpt_job adam = job_of(3);
+	struct kn__ckpt_chunk c[NCH];
+	float *mem = calloc(total(), sizeof(float));
+	uint64_t v[8];
+	uint32_t n;
+	char err[512] = "";
+
+	write_version(6, 2);
+	list_as(&adam, v, &n);
+	cr_expect_eq(n, 0);
+	cr_expect(logged_with(file_of(6), "optimizer momentum"), "%s",
+		  logged.text[0]);
+	fill(c, mem, 0);
+	cr_expect_eq(kn__ckpt_load(&adam, 6, c, err, sizeof(err)), -EINVAL);
+	cr_expect(strstr(err, "this job's is Adam"), "%s", err);
+	free(mem);
+}
+
+/*
+ * A link planted at the name of the next temporary file: the writer
+ * removes the link, writes its file, and the link's target, outside the
+ * folder, keeps its bytes.
+ */
+Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed,
+     .init = make_dir, .fini = remove_dir)
+{
+	char target[128], link[300], *now;
+	uint64_t v[8];
+	uint32_t n;
+	size_t len;
+
+	snprintf(target, sizeof(target), "%s-target", dir);
+	write_all(target, "precious", 8);
+	snprintf(link, sizeof(link), "%s.tmp", file_of(7));
+	cr_assert_eq(symlink(target, link), 0);
+	write_version(7, 2);
+	now = read_all(target, &len);
+	unlink(target);
+	cr_expect(len == 8 && !memcmp(now, "precious", 8),
+		  "the target now holds %zu bytes", len);
+	free(now);
+	list(v, &n, 2);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 7);
+	check_version(7, 2);
+	cr_expect_eq(files_in_dir(), 1);
+}
+
+/* A link at a checkpoint's name is not read. */
+Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read, .init = make_dir,
+     .fini = remove_dir)
+{
+	char other[300];
+	uint64_t v[8];
+	uint32_t n;
+
+	write_version(4, 2);
+	snprintf(other, sizeof(other), "%s", file_of(9));
+	cr_assert_eq(symlink(file_of(4), other), 0);
+	list(v, &n, 2);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	cr_expect(logged_with(other, "symbolic link"), "%s", logged.text[0]);
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	_exit(3); /* a listing blocked on the FIFO */
+}
+
+/*
+ * A FIFO named like the newest checkpoint: skipped at once with a line
+ * naming it, and the version before is offered.
+ */
+Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
+     .init = make_dir, .fini = remove_dir, .exit_code = 0)
+{
+	struct timespec t0, t1;
+	uint64_t v[8];
+	uint32_t n;
+
+	write_version(4, 2);
+	cr_assert_eq(mkfifo(file_of(8), 0600), 0);
+	signal(SIGALRM, on_alarm);
+	alarm(5);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	list(v, &n, 2);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	alarm(0);
+	cr_expect_lt((double)(t1.tv_sec - t0.tv_sec) +
+			     (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+		     1.0);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	cr_expect(logged_with(file_of(8), "a FIFO"), "%s", logged.text[0]);
+}
+
+/*
+ * A file sealed by this job's key at a version near 2^64: a job going on
+ * from it would wrap its counter.  It is not offered, pruning neither
+ * counts nor removes it, and the writer refuses such a version.
+ */
+Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
+     .fini = remove_dir)
+{
+	struct kn__ckpt_job j = job_of(2);
+	const uint64_t huge = UINT64_MAX - 1;
+	struct kn__ckpt *f;
+	uint64_t v[8];
+	uint32_t n;
+	size_t len;
+	char *buf, err[512] = "";
+
+	write_version(4, 2);
+	buf = read_all(file_of(4), &len);
+	memcpy(buf + 24, &huge, 8);
+	reseal(buf, j.key);
+	write_all(file_of(huge), buf, len);
+	free(buf);
+	write_version(6, 2);
+	write_version(8, 2);
+	list_as(&j, v, &n);
+	cr_assert_eq(n, 2);
+	cr_expect_eq(v[0], 8);
+	cr_expect_eq(v[1], 6);
+	cr_expect(logged_with(file_of(huge), "wrap"), "%s", logged.text[0]);
+	cr_expect_eq(access(file_of(huge), F_OK), 0);
+	cr_expect_eq(kn__ckpt_open(&j, KN__CKPT_VERSION_MAX + 1, &f, err,
+				   sizeof(err)),
+		     -EOVERFLOW);
+}
+
+/* --checkpoint-dir naming a file, executable or not: ENOTDIR. */
+Test(checkpoint, a_file_is_no_folder, .init = make_dir, .fini = remove_dir)
+{
+	char path[128], err[512] = "";
+
+	snprintf(path, sizeof(path), "%s/tool", dir);
+	write_all(path, "#!/bin/sh\n", 10);
+	cr_assert_eq(chmod(path, 0755), 0);
+	cr_expect_eq(kn__ckpt_dir_check(path, err, sizeof(err)), -ENOTDIR, "%s",
+		     err);
+	cr_expect(strstr(err, "Not a directory"), "%s", err);
+	cr_assert_eq(chmod(path, 0600), 0);
+	cr_expect_eq(kn__ckpt_dir_check(path, err, sizeof(err)), -ENOTDIR, "%s",
+		     err);
+	cr_expect_eq(kn__ckpt_dir_check(dir, err, sizeof(err)), 0, "%s", err);
+}
+
+/*
+ * A folder group or others may write is refused with the chmod that
+ * fixes it, for writing and for reading; a file they may write is
+ * skipped with its reason.
+ */
+Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
+     .fini = remove_dir)
+{
+	struct kn__ckpt_job j = job_of(2);
+	struct kn__ckpt *f;
+	uint64_t v[8];
+	uint32_t n;
+	char err[512] = "", want[256];
+
+	write_version(4, 2);
+	write_version(6, 2);
+	cr_assert_eq(chmod(dir, 0770), 0);
+	snprintf(want, sizeof(want),
+		 "checkpoint folder %s is group-writable; "
+		 "chmod g-w %s",
+		 dir, dir);
+	cr_expect_eq(kn__ckpt_dir_check(dir, err, sizeof(err)), -EPERM);
+	cr_expect_str_eq(err, want);
+	cr_expect_eq(kn__ckpt_open(&j, 8, &f, err, sizeof(err)), -EPERM);
+	logged.n = 0;
+	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), -EPERM);
+	cr_expect(logged_with(dir, "group-writable"), "%s", logged.text[0]);
+	cr_assert_eq(chmod(dir, 0702), 0);
+	cr_expect_eq(kn__ckpt_dir_check(dir, err, sizeof(err)), -EPERM);
+	cr_expect(strstr(err, "world-writable; chmod o-w"), "%s", err);
+	cr_assert_eq(chmod(dir, 0700), 0);
+	cr_assert_eq(chmod(file_of(6), 0620), 0);
+	list_as(&j, v, &n);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	cr_expect(logged_with(file_of(6), "group- or world-writable"), "%s",
+		  logged.text[0]);
+}
+
+/*
+ * A file altered (a NaN in its master copy) and sealed again by one who
+ * knows the format but not the secret: every digest in it is right, and
+ * it is refused for its seal; the version before is offered.
+ */
+Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
+     .init = make_dir, .fini = remove_dir)
+{
+	struct kn__ckpt_job j = job_of(2),
+			    thief = job_as(2, counts[1], "guess");
+	struct kn__ckpt_chunk c[NCH];
+	float *mem = calloc(total(), sizeof(float));
+	const float nan = NAN;
+	uint64_t v[8], off;
+	uint32_t n;
+	size_t len;
+	char *buf, err[512] = "";
+
+	write_version(4, 2);
+	write_version(8, 2);
+	buf = read_all(file_of(8), &len);
+	memcpy(&off, buf + 72 + 16, 8); /* chunk 0's record */
+	memcpy(buf + off, &nan, 4);
+	reseal(buf, thief.key);
+	write_all(file_of(8), buf, len);
+	free(buf);
+	list_as(&j, v, &n);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	cr_expect(logged_with(file_of(8), "seal does not check"), "%s",
+		  logged.text[0]);
+	fill(c, mem, 0);
+	cr_expect_eq(kn__ckpt_load(&j, 8, c, err, sizeof(err)), -EBADMSG);
+	cr_expect(strstr(err, "seal"), "%s", err);
+	free(mem);
+}
+
+/*
+ * A job under a new secret restores the old job's files only when told
+ * the old secret; what it writes then is sealed with its own.
+ */
+Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
+     .fini = remove_dir)
+{
+	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
+	struct kn__ckpt_chunk c[NCH];
+	float *mem = calloc(total(), sizeof(float));
+	uint64_t v[8];
+	uint32_t n;
+	char err[512] = "";
+
+	write_version(4, 2);
+	list_as(&now, v, &n);
+	cr_expect_eq(n, 0);
+	now.has_old_key = true;
+	memcpy(now.old_key, old.key, sizeof(now.old_key));
+	list_as(&now, v, &n);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	fill(c, mem, 0);
+	cr_expect_eq(kn__ckpt_load(&now, 4, c, err, sizeof(err)), 0, "%s", err);
+	write_as(&now, 6);
+	list_as(&old, v, &n); /* the old secret alone: 6 is not its */
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 4);
+	free(mem);
+}
+
+/*
+ * 2,000 junk files named like checkpoints: the listing offers the one
+ * good version and logs a few lines, not 2,000.
+ */
+Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .init = make_dir,
+     .fini = remove_dir, .timeout = 60)
+{
+	uint64_t v[8];
+	uint32_t n;
+	char want[64];
+
+	write_version(1, 2);
+	for (uint64_t i = 0; i < 2000; i++)
+		write_all(file_of(100 + i), "junk", 4);
+	list(v, &n, 2);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(v[0], 1);
+	cr_expect_eq(logged.n, KN__CKPT_LOG_MAX + 1, "%u lines", logged.n);
+	snprintf(want, sizeof(want), "%d more files", 2000 - KN__CKPT_LOG_MAX);
+	cr_expect(strstr(logged.text[KN__CKPT_LOG_MAX], want), "%s",
+		  logged.text[KN__CKPT_LOG_MAX]);
 }
 
 /* ---- whole jobs: written, then restored ---- */
@@ -380,6 +856,7 @@ Test(checkpoint, another_layout_is_refused, .init = make_dir,
 static unsigned int first_round, rounds;
 static bool restoring;
 static const char *run_sync = "bsp"; /* run()'s protocol... */
+static const char *run_opt = "momentum"; /* ... its optimizer ... */
 static unsigned int run_workers = 2; /* ... and workers */
 
 static float grad_value(unsigned int rank, unsigned int round, size_t i)
@@ -444,7 +921,7 @@ static void run(const char *ckdir, bool restore, unsigned int first,
 	first_round = first;
 	rounds = n;
 	restoring = restore;
-	job_env(&j, run_workers, 2, run_sync, "momentum", "0.5");
+	job_env(&j, run_workers, 2, run_sync, run_opt, "0.5");
 	setenv("KANEL_MOMENTUM", "0.5", 1);
 	if (ckdir) {
 		setenv("KANEL_CHECKPOINT_DIR", ckdir, 1);
@@ -545,6 +1022,25 @@ Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
 	run(dir, true, 2, 2, resumed, true);
 	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
 	expect_same(whole, resumed);
+}
+
+/*
+ * A momentum job's checkpoints resumed by an Adam job: the velocity is
+ * no first moment, so no version is offered and the start fails, where
+ * it used to load the velocity as Adam's state and go on.
+ */
+Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
+     .init = make_dir, .fini = remove_dir, .timeout = 240)
+{
+	run(dir, false, 0, 4, NULL, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	cr_assert_eq(files_in_dir(), 4);
+	run_opt = "adam";
+	run(dir, true, 4, 1, NULL, false);
+	for (unsigned int w = 0; w < 2; w++)
+		cr_expect_neq(sh->status[w], 0, "worker %u started", w);
+	/* the momentum job's files are not this job's to prune */
+	cr_expect_eq(files_in_dir(), 4);
 }
 
 /* Nothing to restore from: the workers' start fails, nobody hangs. */

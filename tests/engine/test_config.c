@@ -922,6 +922,8 @@ Test(config, usage_lists_every_option_variable_and_default)
 		"--secret-file PATH",
 		"KANEL_SECRET_FILE",
 		"KANEL_SECRET",
+		"--restore-secret-file PATH",
+		"KANEL_RESTORE_SECRET_FILE, the job's own]",
 		"--verbose",
 		"KANEL_VERBOSE",
 		"--help",
@@ -1208,4 +1210,35 @@ Test(config, export_writes_the_groups_asked_for)
 	cr_assert_null(getenv("KANEL_COORDINATOR"));
 	cr_assert_null(getenv("KANEL_ROLE"));
 	cr_assert_eq(kn__config_export(NULL, KN__CONFIG_OPT_ALL), -EINVAL);
+}
+
+/*
+ * --checkpoint-every or --restore-secret-file without a folder would do
+ * nothing: refused, naming the flag.  With the folder (by flag, variable
+ * or --resume) both are taken; the variables alone are not held against
+ * a process (a launcher exports every value to its children).
+ */
+Test(config, checkpoint_options_need_a_folder)
+{
+	struct kn__config c;
+
+	cr_assert_eq(parse(ARGV(BASE, "--checkpoint-every", "5"), NULL, &c),
+		     -EINVAL);
+	cr_expect(strstr(err, "--checkpoint-every without a checkpoint "
+			      "folder"),
+		  "%s", err);
+	cr_assert_eq(parse(ARGV(BASE, "--restore-secret-file", "/x"), NULL, &c),
+		     -EINVAL);
+	cr_expect(strstr(err, "--restore-secret-file without"), "%s", err);
+	parse_ok(
+		ARGV(BASE, "--checkpoint-every", "5", "--checkpoint-dir", "/d"),
+		NULL, &c);
+	cr_expect_eq(c.checkpoint_every, 5);
+	parse_ok(ARGV(BASE, "--checkpoint-every", "5"),
+		 ENV("KANEL_CHECKPOINT_DIR=/d"), &c);
+	parse_ok(ARGV(BASE, "--restore-secret-file", "/old", "--resume", "/d"),
+		 NULL, &c);
+	cr_expect_str_eq(c.restore_secret_file, "/old");
+	cr_expect(c.restore);
+	parse_ok(ARGV(BASE), ENV("KANEL_CHECKPOINT_EVERY=5"), &c);
 }
