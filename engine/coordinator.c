@@ -40,6 +40,12 @@
 #include "sync.h"
 #include "roles.h"
 
+/* A gap in the loop longer than this (and than a quarter of the heartbeat
+ * timeout) is a pause of the coordinator's own */
+#define PAUSE_MIN_S 0.5
+/* steps of reading what is queued before a worker is called silent */
+#define DRAIN_STEPS 16
+
 struct crd_server {
 	struct kn__chan *ch;
 	struct sockaddr_storage addr;
@@ -88,6 +94,9 @@ struct coordinator {
 	uint32_t expected, held;
 	uint32_t let_go; /* workers let go at the loss: expected back */
 	double t0;
+	/* the loop's last look at the clock: a longer gap than PAUSE_S is
+	 * a pause of our own (SIGSTOP, a VM stopped), not the peers' */
+	double last_tick;
 	int status;
 	/* the planner of the job's protocol (PSP's, CGP's plans; none for
 	 * most) */
@@ -1113,9 +1122,61 @@ static void log_missing(struct coordinator *c)
 		len ? buf : " (all connected, start-up did not finish)");
 }
 
+/*
+ * Whether any worker looks silent at @t: the heartbeat sweep's test.
+ */
+static bool any_silent(const struct coordinator *c, double t)
+{
+	for (uint32_t w = 0; w < c->cfg->workers; w++) {
+		const struct crd_worker *cw = &c->workers[w];
+
+		if (cw->ch && !cw->done && cw->table_ok &&
+		    t - cw->last_seen > c->cfg->heartbeat_timeout_ms / 1000.0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Liveness is judged by what arrived, not by when we last looked.  A gap
+ * in our own loop longer than a quarter of the heartbeat timeout (the
+ * loop wakes every 100 ms) is a pause of ours: the peers' heartbeats of
+ * that time wait in our sockets, and their deadlines start again from
+ * now.  Before anyone is called silent, what is queued is read, so that
+ * a late look does not count as a late heartbeat.
+ */
+static void judge_after_pause(struct coordinator *c, double t)
+{
+	double gap = c->last_tick ? t - c->last_tick : 0;
+
+	c->last_tick = t;
+	if (gap > PAUSE_MIN_S &&
+	    gap > c->cfg->heartbeat_timeout_ms / 4000.0) {
+		kn__log(&c->node,
+			"this process did not run for %.1f s (stopped or "
+			"descheduled): every worker's heartbeat deadline "
+			"starts again from now",
+			gap);
+		for (uint32_t w = 0; w < c->cfg->workers; w++)
+			if (c->workers[w].last_seen < t)
+				c->workers[w].last_seen = t;
+		/* nor are the deadlines of start-up and recovery */
+		c->t0 += gap;
+		c->recover_t0 += gap;
+		c->hold_t0 += gap;
+	}
+	for (int i = 0; i < DRAIN_STEPS && !c->done && any_silent(c, t); i++)
+		if (kn__node_step(&c->node, 0, -1) <= 0)
+			break;
+}
+
 static void tick(struct coordinator *c)
 {
 	double t = kn__now();
+
+	judge_after_pause(c, t);
+	if (c->done)
+		return;
 
 	if (!c->started && t - c->t0 > c->cfg->startup_timeout_ms / 1000.0) {
 		log_missing(c);

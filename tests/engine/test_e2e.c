@@ -490,6 +490,62 @@ Test(e2e, killed_worker_is_removed_and_the_rest_go_on, .timeout = 120)
 	}
 }
 
+/*
+ * The coordinator stopped (SIGSTOP) for twice the heartbeat timeout
+ * while every worker trains on: the workers' heartbeats wait in its
+ * sockets, and the pause is its own, not theirs.  Once it runs again it
+ * must remove nobody, and every worker ends its steps.  A coordinator
+ * that judged by the clock alone removed all of them at once ("sent no
+ * heartbeat in time"), and their next step failed.
+ */
+#define PAUSED_STEPS 40
+
+static int paced_worker(unsigned int rank)
+{
+	float p[64] = { 0 }, g[64];
+	struct kn_worker *w = join(rank);
+	int ret = w ? 0 : -ENOTCONN;
+
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret)
+		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+	for (unsigned int r = 0; !ret && r < PAUSED_STEPS; r++) {
+		for (size_t i = 0; i < 64; i++)
+			g[i] = 1;
+		ret = kn_worker_step(w, NULL);
+		usleep(100000);
+	}
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, a_paused_coordinator_removes_no_worker, .timeout = 120)
+{
+	struct job j = { 0 };
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	job_env(&j, 3, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 3 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 3, "the workers did not start");
+	usleep(300000);
+	/* twice the heartbeat timeout (1 s, job_env) */
+	cr_assert_eq(kill(j.coord, SIGSTOP), 0);
+	usleep(2000000);
+	cr_assert_eq(kill(j.coord, SIGCONT), 0);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 3; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
 /* A process with the wrong secret is refused; the job is unharmed. */
 static int intruder(unsigned int rank)
 {
