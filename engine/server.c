@@ -130,6 +130,7 @@ struct server {
 	struct kn__chan *coord;
 	double reconnect_at; /* refused as connected already: again then */
 	struct kn__msg job;
+	bool joined; /* the JOB came: until then no job of ours */
 	struct kn__tensor_desc *table;
 	uint32_t ntable;
 	struct kn__layout *layout;
@@ -1297,6 +1298,7 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 	switch (m->type) {
 	case KN__MSG_JOB:
 		s->job = *m;
+		s->joined = true;
 		s->release_info = m->u.job.protocol == KN__CONFIG_ESP ||
 				  m->u.job.protocol == KN__CONFIG_PREDICTED;
 		if (m->u.job.workers == 0 ||
@@ -1431,10 +1433,27 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 {
 	struct server *s = srv_of(n);
 
-	(void)status;
 	if (ch == s->coord) {
-		if (!s->done)
+		/*
+		 * Never joined (unreachable for the whole start-up timeout,
+		 * or closed before the JOB): a server that never served is a
+		 * failure, as a worker that never joined is, so that srun or
+		 * mpirun does not report it as a success.
+		 */
+		if (!s->done && !s->joined) {
+			kn__log(n,
+				"never joined a job: the coordinator at %s:%u "
+				"%s%s: exiting with failure",
+				s->cfg->coordinator.host,
+				s->cfg->coordinator.port,
+				status ? "was not reached within the start-up "
+					 "timeout: "
+				       : "closed the connection before the job",
+				status ? strerror(-status) : "");
+			s->status = status ? status : -ECONNRESET;
+		} else if (!s->done) {
 			kn__log(n, "the coordinator went away: exiting");
+		}
 		s->coord = NULL;
 		s->done = true;
 		return;

@@ -399,6 +399,27 @@ Test(kanel, a_bad_address_is_named)
 		       "the coordinator's address no-such-host.invalid:7000: ");
 }
 
+/*
+ * A role that never joined a job failed: under srun or mpirun a server
+ * that never served must not look like a success.  Here the coordinator
+ * is unreachable for the whole start-up timeout; both roles exit 1 and
+ * say why (a server exited 0 before).
+ */
+Test(kanel, a_role_that_never_joined_exits_non_zero)
+{
+	char coord[64];
+	char **env =
+		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
+		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
+		     "KANEL_STARTUP_TIMEOUT=1s");
+
+	expect_refusal(ARGS("server"), env, 1,
+		       "server 0: never joined a job: the coordinator at "
+		       "127.0.0.1:");
+	expect_refusal(ARGS("server"), env, 1, "Connection refused");
+	expect_refusal(ARGS("worker"), env, 1, "worker 0: timed out");
+}
+
 /* --- kanel launch ---------------------------------------------------- */
 
 Test(kanel, launch_fails_at_once_when_its_command_cannot_run)
