@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -78,16 +79,65 @@ void kn__tool_log(const char *fmt, ...)
 		;
 }
 
+/*
+ * Whether this process may append to @path, found without making or
+ * changing anything: an existing file must open for writing (never
+ * blocking: a FIFO without a reader is refused), a new one needs a
+ * folder it may write in.  0 or a negative errno.
+ */
+static int writable(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	int fd;
+
+	fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY |
+				O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == path)
+		strcpy(dir, "/");
+	else if ((size_t)(slash - path) < sizeof(dir))
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	else
+		return -ENAMETOOLONG;
+	if (stat(dir, &st))
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	return access(dir, W_OK | X_OK) ? -errno : 0;
+}
+
 int kn__tool_parse(int argc, char **argv, const struct kn_config_scope *scope,
 		   struct kn_config **cfg)
 {
 	char err[512];
 	int ret = kn_config_parse(scope, argc, argv, err, sizeof(err), cfg);
+	const char *metrics;
 
-	if (ret)
+	if (ret) {
 		kn__tool_log("kanel: %s\n",
 			     ret == -ENOMEM ? strerror(ENOMEM) : err);
-	return ret;
+		return ret;
+	}
+	/* the figures are written at the end: a path that cannot take
+	 * them is refused now, not found out after the job */
+	metrics = kn_config_help(*cfg) ? NULL : kn_config_metrics(*cfg);
+	if (metrics && (ret = writable(metrics))) {
+		kn__tool_log("kanel: --metrics %s: %s\n", metrics,
+			     strerror(-ret));
+		kn_config_destroy(*cfg);
+		*cfg = NULL;
+		return -EINVAL;
+	}
+	return 0;
 }
 
 void kn__tool_usage(FILE *out, const char *head, unsigned int options)

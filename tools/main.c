@@ -433,6 +433,12 @@ static int run_launch(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	const char *role = getenv("KANEL_ROLE");
+
+	/* KANEL_ROLE names the role of a bare `kanel`: run it, or name
+	 * the bad value, rather than print the usage */
+	if (argc < 2 && role && *role)
+		return run_any(argc, argv);
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
 	    strcmp(argv[1], "-h") == 0) {
 		usage(argc < 2 ? stderr : stdout);

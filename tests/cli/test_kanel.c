@@ -420,6 +420,40 @@ Test(kanel, a_role_that_never_joined_exits_non_zero)
 	expect_refusal(ARGS("worker"), env, 1, "worker 0: timed out");
 }
 
+/*
+ * A bad value is named, and refused before anything runs: a role
+ * variable of a bare `kanel` (the whole usage came, naming nothing), a
+ * --metrics path that cannot take the figures (accepted, and the job
+ * ran to exit 0), a simulated model past 1 PiB (accepted).
+ */
+Test(kanel, bad_values_are_named_at_the_start)
+{
+	char path[160], *err;
+	int rc;
+
+	rc = run((char *[]){ NULL }, ARGS("KANEL_ROLE=king", "KANEL_SECRET=s"));
+	err = slurp("stderr");
+	cr_expect_eq(rc, 2, "exit %d: %s", rc, err);
+	cr_expect_not_null(strstr(err, "KANEL_ROLE='king'"), "%s", err);
+	cr_expect_null(strstr(err, "usage:"), "%s", err);
+	free(err);
+	expect_refusal(ARGS("train", "--metrics", "/nonexistent/m.json",
+			    "--data", "/nonexistent"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "--metrics /nonexistent/m.json: No such file or "
+		       "directory");
+	/* the test's folder: a directory cannot take the lines */
+	expect_refusal(ARGS("launch", "--workers", "1", "--metrics", dir),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       FMT(path, "--metrics %s: Is a directory", dir));
+	expect_refusal(ARGS("server", "--workers", "1", "--coordinator",
+			    "127.0.0.1:1", "--metrics", "/nonexistent/m"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "--metrics /nonexistent/m: No such file");
+	expect_refusal(ARGS("sim", "--model-bytes", "1e30"), NULL, 2,
+		       "--model-bytes 1e30: a number from 0 to");
+}
+
 /* --- kanel launch ---------------------------------------------------- */
 
 Test(kanel, launch_fails_at_once_when_its_command_cannot_run)
