@@ -129,6 +129,7 @@ struct server {
 	const struct kn__config *cfg;
 	struct kn__chan *coord;
 	double reconnect_at; /* refused as connected already: again then */
+	double last_beat;    /* the last HEARTBEAT to the coordinator */
 	struct kn__msg job;
 	bool joined; /* the JOB came: until then no job of ours */
 	struct kn__tensor_desc *table;
@@ -1583,6 +1584,24 @@ static void write_metrics(const struct server *s)
 		close(fd);
 }
 
+/*
+ * A heartbeat to the coordinator every quarter of the heartbeat timeout,
+ * from the progress loop: a server that stops (SIGSTOP, a hang) stops
+ * beating, and the coordinator names it instead of the job waiting on
+ * it in silence.
+ */
+static void heartbeat(struct server *s)
+{
+	struct kn__msg m = { .type = KN__MSG_HEARTBEAT };
+	double t = kn__now();
+
+	if (!s->joined || !s->coord || !kn__chan_open(s->coord) ||
+	    t - s->last_beat < s->cfg->heartbeat_timeout_ms / 4000.0)
+		return;
+	s->last_beat = t;
+	kn__chan_send(s->coord, &m);
+}
+
 int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		   size_t secret_len)
 {
@@ -1644,7 +1663,8 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 			}
 		}
 		flush_pending(&s);
-		ret = kn__node_step(&s.node, 200, -1);
+		heartbeat(&s);
+		ret = kn__node_step(&s.node, 100, -1);
 		if (ret < 0) {
 			s.status = ret;
 			break;

@@ -959,7 +959,10 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 		return;
 	}
 	if (m->type == KN__MSG_SHUTDOWN) {
-		if (w->state != WK_RUNNING || w->first_undone < w->next_id)
+		/* a worker that failed said why already: its reason stays
+		 * the last word (kn_last_message) */
+		if (w->state != WK_FAILED &&
+		    (w->state != WK_RUNNING || w->first_undone < w->next_id))
 			kn__log(n, "the job ended");
 		fail(w, -ESHUTDOWN);
 		return;

@@ -518,6 +518,8 @@ static int paced_worker(unsigned int rank)
 		ret = kn_worker_step(w, NULL);
 		usleep(100000);
 	}
+	if (ret)
+		kn_last_message(sh->text[rank], sizeof(sh->text[rank]));
 	kn_worker_destroy(w);
 	return ret;
 }
@@ -544,6 +546,59 @@ Test(e2e, a_paused_coordinator_removes_no_worker, .timeout = 120)
 	for (unsigned int w = 0; w < 3; w++)
 		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
 			     strerror(-sh->status[w]));
+}
+
+/*
+ * A server stopped (SIGSTOP) while the workers train: its connections
+ * stay up and say nothing.  The coordinator names it within three
+ * heartbeat timeouts, every worker's step fails with that reason, and
+ * the job ends; before, the workers waited out their start-up timeout
+ * and the coordinator ended without a word about the server.
+ */
+Test(e2e, a_hung_server_is_named, .timeout = 120)
+{
+	struct job j = { 0 };
+	char log[64], *text = NULL;
+	double deadline = (double)time(NULL) + WAIT_S;
+	size_t cap = 0;
+	int st[2];
+	FILE *f;
+
+	snprintf(log, sizeof(log), "/tmp/kanel-test-%d.coord", getpid());
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job_logged(&j, log, NULL, NULL);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	cr_assert_eq(kill(j.servers[0], SIGSTOP), 0);
+	/* named within 3 heartbeat timeouts (1 s): not the start-up
+	 * timeout's 20 s */
+	for (unsigned int w = 0; w < 2; w++)
+		st[w] = reap(j.workers[w], (double)time(NULL) + 8);
+	kill(j.servers[0], SIGCONT); /* before any assertion: never left
+					stopped */
+	for (unsigned int w = 0; w < 2; w++) {
+		j.workers[w] = 0;
+		cr_assert_eq(st[w], 0, "worker %u did not end in time", w);
+		cr_assert_neq(sh->status[w], 0, "worker %u finished", w);
+		cr_assert_not_null(strstr(sh->text[w], "server 0 sent nothing "
+						       "for"),
+				   "worker %u: %s", w, sh->text[w]);
+	}
+	end_job(&j, false);
+	f = fopen(log, "r");
+	cr_assert_not_null(f);
+	cr_assert_gt(getdelim(&text, &cap, '\0', f), 0);
+	fclose(f);
+	unlink(log);
+	cr_assert_not_null(strstr(text, "coordinator: server 0 sent nothing "
+					"for"),
+			   "%s", text);
+	cr_assert_not_null(strstr(text, "treating it as hung"), "%s", text);
+	free(text);
 }
 
 /* A process with the wrong secret is refused; the job is unharmed. */
