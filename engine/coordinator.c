@@ -244,7 +244,10 @@ static void shutdown_job(struct coordinator *c, int status)
 	for (uint32_t w = 0; w < c->cfg->workers; w++)
 		if (c->workers[w].ch)
 			kn__chan_send(c->workers[w].ch, &m);
-	c->status = status;
+	/* the first reason stays: the workers that leave after a lost
+	 * server end the job again, with 0 */
+	if (!c->status)
+		c->status = status;
 	c->done = true;
 }
 

@@ -410,14 +410,6 @@ static int run_launch(int argc, char **argv)
 	} else {
 		kn__job_wait(&job, 5);
 	}
-	if (job.failed && !ret)
-		kn__tool_log("kanel launch: %u of %u process%s failed\n",
-			     job.failed, job.total, job.total == 1 ? "" : "es");
-	else if (job.lost && !ret)
-		kn__tool_log(
-			"kanel launch: %u worker%s failed after the start; "
-			"the others finished the job\n",
-			job.lost, job.lost == 1 ? "" : "s");
 	if (job.restarted && !ret)
 		kn__tool_log("kanel launch: %u worker restart%s\n",
 			     job.restarted, job.restarted == 1 ? "" : "s");
@@ -426,6 +418,9 @@ static int run_launch(int argc, char **argv)
 			     "checkpoints\n",
 			     job.server_restarts,
 			     job.server_restarts == 1 ? "" : "s");
+	/* the last line: what happened, by role and rank */
+	if (!ret)
+		kn__job_log_end(&job);
 	ret = ret ? 2 : job.status;
 	kn__job_fini(&job);
 	return ret;

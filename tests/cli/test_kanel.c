@@ -18,6 +18,7 @@
  * the suite's timeout turns into a failure; nothing here measures time.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -927,6 +928,100 @@ Test(kanel, launch_ends_its_job_on_sigterm)
 	err = slurp("stderr");
 	cr_expect(strstr(err, "kanel launch: Terminated: ending the job"), "%s",
 		  err);
+	free(err);
+}
+
+/* The child of @parent whose second argument is @arg ("server"), or -1. */
+static pid_t child_running(pid_t parent, const char *arg)
+{
+	char path[64], cmd[512];
+	DIR *proc = opendir("/proc");
+	struct dirent *d;
+	pid_t found = -1;
+
+	cr_assert_not_null(proc);
+	while (found < 0 && (d = readdir(proc))) {
+		pid_t pid = (pid_t)atoi(d->d_name);
+		FILE *f;
+		int ppid = -1;
+		size_t n;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
+			ppid = -1;
+		fclose(f);
+		if (ppid != parent)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		n = fread(cmd, 1, sizeof(cmd) - 1, f);
+		fclose(f);
+		cmd[n] = '\0';
+		if (strlen(cmd) + 1 < n && !strcmp(cmd + strlen(cmd) + 1, arg))
+			found = pid;
+	}
+	closedir(proc);
+	return found;
+}
+
+/*
+ * A server stopped (SIGSTOP) in a running job: the coordinator and the
+ * workers name it, and launch's last line says the job failed and what
+ * each process did (the server hung, nothing finished).  Before, the
+ * coordinator ended the job with status 0 and no word about the server,
+ * and launch waited for the stopped server for ever.
+ */
+Test(kanel, launch_names_a_hung_server_in_its_last_line)
+{
+	pid_t pid = start(ARGS("launch", "--workers", "2",
+			       "--heartbeat-timeout", "1s", "--", kanel(),
+			       "worker", "--steps", "100000", "--pause-ms",
+			       "20"),
+			  NULL, -1);
+	pid_t server = -1;
+	char *err, *last;
+	int st = -1;
+
+	for (int i = 0; i < 100 && server < 0; i++) {
+		usleep(50000);
+		server = child_running(pid, "server");
+	}
+	cr_assert_gt(server, 0, "no server");
+	sleep(2); /* the job runs */
+	cr_assert_eq(kill(server, SIGSTOP), 0);
+	for (int i = 0; i < 600 && st < 0; i++) {
+		if (waitpid(pid, &st, WNOHANG) != pid)
+			st = -1;
+		usleep(50000);
+	}
+	if (st < 0) {
+		kill(-pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	err = slurp("stderr");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		  "launch did not end with status 1: %s", err);
+	cr_expect_not_null(strstr(err, "coordinator: server 0 sent nothing "
+				       "for 3.0 s: treating it as hung"),
+			   "%s", err);
+	cr_expect_not_null(strstr(err, "worker 0: coordinator: server 0 sent "
+				       "nothing for"),
+			   "%s", err);
+	/* the last line */
+	err[strlen(err) - 1] = '\0';
+	last = strrchr(err, '\n');
+	last = last ? last + 1 : err;
+	cr_expect_not_null(strstr(last, "kanel launch: "), "%s", last);
+	cr_expect_not_null(strstr(last, "the job failed"), "%s", last);
+	cr_expect_not_null(strstr(last, "killed): server 0;"), "%s", last);
+	cr_expect_not_null(strstr(last, "finished: none"), "%s", last);
 	free(err);
 }
 
