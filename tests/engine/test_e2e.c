@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -598,6 +599,92 @@ Test(e2e, a_hung_server_is_named, .timeout = 120)
 					"for"),
 			   "%s", text);
 	cr_assert_not_null(strstr(text, "treating it as hung"), "%s", text);
+	free(text);
+}
+
+/*
+ * A worker that finished (kn_worker_finish) and lives on, as kanel
+ * train's worker 0 does while it evaluates, sees a server go away: the
+ * job's orderly end, where the server's reset overtakes the SHUTDOWN
+ * (about one normal end in ten).  Here the server is killed after worker
+ * 0 finished, so that the reset comes first every time.  Worker 0 logs
+ * no loss ("lost server 0: Connection reset by peer", then "the job
+ * ended" came before).
+ */
+static char finished_log[64];
+
+static int finishing_worker(unsigned int rank)
+{
+	float p[64] = { 0 }, g[64] = { 0 };
+	struct kn_worker *w;
+	int fd, ret;
+
+	if (rank == 0) {
+		fd = open(finished_log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0 || dup2(fd, 2) < 0)
+			return -errno;
+		close(fd);
+	}
+	w = join(rank);
+	ret = w ? 0 : -ENOTCONN;
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && rank == 0 && r < 3; r++)
+		ret = kn_worker_step(w, NULL);
+	if (!ret && rank == 0) {
+		ret = kn_worker_finish(w);
+		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+		/* lives on until the test has killed the server */
+		for (int i = 0; i < 200 && __atomic_load_n(&sh->arrived,
+							   __ATOMIC_SEQ_CST) < 2;
+		     i++)
+			usleep(20000);
+	}
+	/* worker 1 steps alone until the server is gone */
+	while (!ret && rank == 1) {
+		ret = kn_worker_step(w, NULL);
+		usleep(20000);
+	}
+	kn_worker_destroy(w);
+	return rank == 1 ? 0 : ret;
+}
+
+Test(e2e, a_finished_worker_logs_no_loss_when_a_server_goes, .timeout = 120)
+{
+	struct job j = { 0 };
+	double deadline = (double)time(NULL) + WAIT_S;
+	char *text = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	snprintf(finished_log, sizeof(finished_log), "/tmp/kanel-test-%d.w0",
+		 getpid());
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, finishing_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 1 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 1, "worker 0 did not finish");
+	cr_assert_eq(kill(j.servers[0], SIGKILL), 0);
+	usleep(500000); /* its reset reaches worker 0 */
+	__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+	end_job(&j, false);
+	cr_assert_eq(sh->status[0], 0, "worker 0: %s",
+		     strerror(-sh->status[0]));
+	f = fopen(finished_log, "r");
+	cr_assert_not_null(f);
+	if (getdelim(&text, &cap, '\0', f) < 0) {
+		free(text);
+		text = strdup("");
+	}
+	fclose(f);
+	unlink(finished_log);
+	cr_assert_null(strstr(text, "lost"), "%s", text);
+	cr_assert_null(strstr(text, "the job ended"), "%s", text);
 	free(text);
 }
 
