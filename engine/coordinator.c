@@ -1157,8 +1157,7 @@ static bool server_silent(const struct coordinator *c, uint32_t s, double t)
 	const struct crd_server *cs = &c->servers[s];
 
 	return c->started && !c->restoring && !c->recovering && !c->holding &&
-	       cs->ch && cs->hello &&
-	       t - cs->last_seen > server_silence_s(c);
+	       cs->ch && cs->hello && t - cs->last_seen > server_silence_s(c);
 }
 
 /*
@@ -1221,8 +1220,7 @@ static void judge_after_pause(struct coordinator *c, double t)
 	double gap = c->last_tick ? t - c->last_tick : 0;
 
 	c->last_tick = t;
-	if (gap > PAUSE_MIN_S &&
-	    gap > c->cfg->heartbeat_timeout_ms / 4000.0) {
+	if (gap > PAUSE_MIN_S && gap > c->cfg->heartbeat_timeout_ms / 4000.0) {
 		kn__log(&c->node,
 			"this process did not run for %.1f s (stopped or "
 			"descheduled): every worker's heartbeat deadline "

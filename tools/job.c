@@ -92,8 +92,8 @@ static int writable(const char *path)
 	struct stat st;
 	int fd;
 
-	fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY |
-				O_CLOEXEC);
+	fd = open(path,
+		  O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd >= 0) {
 		close(fd);
 		return 0;
@@ -648,8 +648,8 @@ static void list_ended(const struct kn__job *job, enum kn__job_end how,
 	/* a kind no process ended as is left out, but for "finished" */
 	if (*len >= cap || (!any && how != KN__JOB_FINISHED))
 		return;
-	*len += (size_t)snprintf(buf + *len, cap - *len, "%s%s: ",
-				 *len ? "; " : "", label);
+	*len += (size_t)snprintf(buf + *len, cap - *len,
+				 "%s%s: ", *len ? "; " : "", label);
 	if (job->ended[0] == how && *len < cap) {
 		*len += (size_t)snprintf(buf + *len, cap - *len,
 					 "the coordinator");

@@ -980,11 +980,11 @@ static pid_t child_running(pid_t parent, const char *arg)
  */
 Test(kanel, launch_names_a_hung_server_in_its_last_line)
 {
-	pid_t pid = start(ARGS("launch", "--workers", "2",
-			       "--heartbeat-timeout", "1s", "--", kanel(),
-			       "worker", "--steps", "100000", "--pause-ms",
-			       "20"),
-			  NULL, -1);
+	pid_t pid =
+		start(ARGS("launch", "--workers", "2", "--heartbeat-timeout",
+			   "1s", "--", kanel(), "worker", "--steps", "100000",
+			   "--pause-ms", "20"),
+		      NULL, -1);
 	pid_t server = -1;
 	char *err, *last;
 	int st = -1;

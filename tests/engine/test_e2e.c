@@ -637,8 +637,9 @@ static int finishing_worker(unsigned int rank)
 		ret = kn_worker_finish(w);
 		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
 		/* lives on until the test has killed the server */
-		for (int i = 0; i < 200 && __atomic_load_n(&sh->arrived,
-							   __ATOMIC_SEQ_CST) < 2;
+		for (int i = 0;
+		     i < 200 &&
+		     __atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2;
 		     i++)
 			usleep(20000);
 	}
