@@ -501,6 +501,12 @@ Test(e2e, killed_worker_is_removed_and_the_rest_go_on, .timeout = 120)
  */
 #define PAUSED_STEPS 40
 
+/* The heartbeat timeout job_env sets, in seconds. */
+static double heartbeat_s(void)
+{
+	return getenv("KANEL_IN_RXE_VM") ? 4.0 : 1.0;
+}
+
 static int paced_worker(unsigned int rank)
 {
 	float p[64] = { 0 }, g[64];
@@ -539,9 +545,9 @@ Test(e2e, a_paused_coordinator_removes_no_worker, .timeout = 120)
 		usleep(20000);
 	cr_assert_eq(sh->arrived, 3, "the workers did not start");
 	usleep(300000);
-	/* twice the heartbeat timeout (1 s, job_env) */
+	/* twice the heartbeat timeout */
 	cr_assert_eq(kill(j.coord, SIGSTOP), 0);
-	usleep(2000000);
+	usleep((useconds_t)(2 * heartbeat_s() * 1e6));
 	cr_assert_eq(kill(j.coord, SIGCONT), 0);
 	end_job(&j, true);
 	for (unsigned int w = 0; w < 3; w++)
@@ -575,10 +581,11 @@ Test(e2e, a_hung_server_is_named, .timeout = 120)
 		usleep(20000);
 	cr_assert_eq(sh->arrived, 2, "the workers did not start");
 	cr_assert_eq(kill(j.servers[0], SIGSTOP), 0);
-	/* named within 3 heartbeat timeouts (1 s): not the start-up
-	 * timeout's 20 s */
+	/* named within 3 heartbeat timeouts (and a margin): not the
+	 * start-up timeout's 20 s */
 	for (unsigned int w = 0; w < 2; w++)
-		st[w] = reap(j.workers[w], (double)time(NULL) + 8);
+		st[w] = reap(j.workers[w],
+			     (double)time(NULL) + 3 * heartbeat_s() + 5);
 	kill(j.servers[0], SIGCONT); /* before any assertion: never left
 					stopped */
 	for (unsigned int w = 0; w < 2; w++) {
