@@ -1453,7 +1453,16 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 				status ? strerror(-status) : "");
 			s->status = status ? status : -ECONNRESET;
 		} else if (!s->done) {
-			kn__log(n, "the coordinator went away: exiting");
+			/*
+			 * Before the SHUTDOWN (which comes first on a normal
+			 * end, on this same connection): the job did not end
+			 * well.  Exiting non-zero also lets a supervisor start
+			 * again a server that the coordinator took for hung
+			 * (kanel train, kanel launch with --checkpoint-dir).
+			 */
+			kn__log(n, "the coordinator went away before the "
+				   "job's end: exiting with failure");
+			s->status = status ? status : -ECONNRESET;
 		}
 		s->coord = NULL;
 		s->done = true;

@@ -696,6 +696,35 @@ Test(e2e, a_finished_worker_logs_no_loss_when_a_server_goes, .timeout = 120)
 	free(text);
 }
 
+/*
+ * The coordinator killed while the job runs: the servers exit non-zero
+ * (the job did not end well, and a supervisor may start one again),
+ * where they exited 0 as at a normal end.
+ */
+Test(e2e, a_server_whose_coordinator_dies_exits_non_zero, .timeout = 120)
+{
+	struct job j = { 0 };
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	cr_assert_eq(kill(j.coord, SIGKILL), 0);
+	cr_assert_eq(reap(j.servers[0], (double)time(NULL) + WAIT_S), 1,
+		     "the server's exit status");
+	j.servers[0] = 0;
+	j.nservers = 0;
+	for (unsigned int w = 0; w < 2; w++)
+		reap(j.workers[w], (double)time(NULL) + WAIT_S);
+	j.nworkers = 0;
+	end_job(&j, false);
+}
+
 /* A process with the wrong secret is refused; the job is unharmed. */
 static int intruder(unsigned int rank)
 {
