@@ -43,7 +43,7 @@
 /* A gap in the loop longer than this (and than a quarter of the heartbeat
  * timeout) is a pause of the coordinator's own */
 #define PAUSE_MIN_S 0.5
-/* steps of reading what is queued before a worker is called silent */
+/* steps of reading what is queued before a peer is called silent */
 #define DRAIN_STEPS 16
 
 struct crd_server {
@@ -95,8 +95,8 @@ struct coordinator {
 	uint32_t expected, held;
 	uint32_t let_go; /* workers let go at the loss: expected back */
 	double t0;
-	/* the loop's last look at the clock: a longer gap than PAUSE_S is
-	 * a pause of our own (SIGSTOP, a VM stopped), not the peers' */
+	/* the loop's last look at the clock: a longer gap than PAUSE_MIN_S
+	 * is a pause of our own (SIGSTOP, a VM stopped), not the peers' */
 	double last_tick;
 	int status;
 	/* the planner of the job's protocol (PSP's, CGP's plans; none for
@@ -1188,15 +1188,12 @@ static void hung_server(struct coordinator *c, uint32_t s, double t)
 	kn__chan_close(ch); /* lose_server, through on_closed */
 }
 
-/*
- * Whether any worker looks silent at @t: the heartbeat sweep's test.
- */
+/* Whether any worker or server looks silent at @t: the sweep's test. */
 static bool any_silent(const struct coordinator *c, double t)
 {
-	for (uint32_t k = 0; k < c->cfg->servers; k++) {
+	for (uint32_t k = 0; k < c->cfg->servers; k++)
 		if (server_silent(c, k, t))
 			return true;
-	}
 	for (uint32_t w = 0; w < c->cfg->workers; w++) {
 		const struct crd_worker *cw = &c->workers[w];
 
@@ -1223,7 +1220,7 @@ static void judge_after_pause(struct coordinator *c, double t)
 	if (gap > PAUSE_MIN_S && gap > c->cfg->heartbeat_timeout_ms / 4000.0) {
 		kn__log(&c->node,
 			"this process did not run for %.1f s (stopped or "
-			"descheduled): every worker's heartbeat deadline "
+			"descheduled): every peer's heartbeat deadline "
 			"starts again from now",
 			gap);
 		for (uint32_t w = 0; w < c->cfg->workers; w++)
@@ -1268,10 +1265,9 @@ static void tick(struct coordinator *c)
 	if (c->holding &&
 	    t - c->hold_t0 > c->cfg->heartbeat_timeout_ms / 1000.0)
 		release_held(c);
-	for (uint32_t k = 0; k < c->cfg->servers && !c->done; k++) {
+	for (uint32_t k = 0; k < c->cfg->servers && !c->done; k++)
 		if (server_silent(c, k, t))
 			hung_server(c, k, t);
-	}
 	for (uint32_t w = 0; w < c->cfg->workers && !c->done; w++) {
 		struct crd_worker *cw = &c->workers[w];
 
