@@ -210,12 +210,12 @@ void kn__job_kill(struct kn__job *job, int sig);
 void kn__job_kill_hung(struct kn__job *job);
 
 /*
- * The job's last line: whether it failed, and which processes failed,
- * were stopped and finished, by role and rank ("the job failed: failed:
- * the coordinator, workers 0-1; hung ...: server 0; stopped: none;
- * finished: none"; "hung": deaf to SIGTERM and killed), in
- * @buf of @cap bytes.  A job whose every process finished gets "every
- * process finished".
+ * How each process of the job ended, by role and rank, into @buf (@cap
+ * bytes, NUL-terminated, cut short if it must): "failed: the
+ * coordinator, workers 0-1; hung (deaf to SIGTERM, killed): server 0;
+ * finished: none".  A kind no process ended as is left out, but for
+ * "finished"; a job whose every process finished gets "every process
+ * finished".
  */
 void kn__job_outcome(const struct kn__job *job, char *buf, size_t cap);
 
