@@ -40,6 +40,12 @@
 #include "sync.h"
 #include "roles.h"
 
+/* A gap in the loop longer than this (and than a quarter of the heartbeat
+ * timeout) is a pause of the coordinator's own */
+#define PAUSE_MIN_S 0.5
+/* steps of reading what is queued before a peer is called silent */
+#define DRAIN_STEPS 16
+
 struct crd_server {
 	struct kn__chan *ch;
 	struct sockaddr_storage addr;
@@ -49,6 +55,7 @@ struct crd_server {
 	bool listed, any;
 	uint32_t nckpt;
 	uint64_t ckpt[KN__MSG_CKPT_MAX];
+	double last_seen; /* its last message (a heartbeat at least) */
 };
 
 struct crd_worker {
@@ -88,6 +95,9 @@ struct coordinator {
 	uint32_t expected, held;
 	uint32_t let_go; /* workers let go at the loss: expected back */
 	double t0;
+	/* the loop's last look at the clock: a longer gap than PAUSE_MIN_S
+	 * is a pause of our own (SIGSTOP, a VM stopped), not the peers' */
+	double last_tick;
 	int status;
 	/* the planner of the job's protocol (PSP's, CGP's plans; none for
 	 * most) */
@@ -234,7 +244,10 @@ static void shutdown_job(struct coordinator *c, int status)
 	for (uint32_t w = 0; w < c->cfg->workers; w++)
 		if (c->workers[w].ch)
 			kn__chan_send(c->workers[w].ch, &m);
-	c->status = status;
+	/* the first reason stays: the workers that leave after a lost
+	 * server end the job again, with 0 */
+	if (!c->status)
+		c->status = status;
 	c->done = true;
 }
 
@@ -259,6 +272,9 @@ static void plan_event(struct coordinator *c, uint32_t type, uint32_t w,
 static void release_held(struct coordinator *c)
 {
 	c->holding = false;
+	/* the servers are judged again from now (server_silent) */
+	for (uint32_t k = 0; k < c->cfg->servers; k++)
+		c->servers[k].last_seen = kn__now();
 	kn__log(&c->node, "%u worker%s back: the job goes on", c->held,
 		c->held == 1 ? "" : "s");
 	for (uint32_t w = 0; w < c->cfg->workers; w++) {
@@ -716,6 +732,9 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 		if (++c->ready < c->cfg->workers)
 			return;
 		c->started = true;
+		/* the servers are judged from now (server_silent) */
+		for (uint32_t k = 0; k < c->cfg->servers; k++)
+			c->servers[k].last_seen = kn__now();
 		tell_launcher();
 		if (c->cfg->verbose)
 			kn__log(&c->node,
@@ -943,6 +962,9 @@ static void on_server_msg(struct coordinator *c, uint32_t s,
 {
 	struct crd_server *cs = &c->servers[s];
 
+	cs->last_seen = kn__now();
+	if (m->type == KN__MSG_HEARTBEAT)
+		return;
 	if (m->type == KN__MSG_HELLO && !cs->hello &&
 	    m->u.hello.role == KN__ROLE_SERVER && m->u.hello.rank == s) {
 		cs->hello = true;
@@ -1010,6 +1032,7 @@ static void on_open(struct kn__node *n, struct kn__chan *ch)
 	if (ch->peer_role == KN__ROLE_SERVER && r < c->cfg->servers &&
 	    !c->servers[r].ch) {
 		c->servers[r].ch = ch;
+		c->servers[r].last_seen = kn__now();
 		return;
 	}
 	if (ch->peer_role == KN__ROLE_WORKER && r < c->cfg->workers &&
@@ -1113,9 +1136,116 @@ static void log_missing(struct coordinator *c)
 		len ? buf : " (all connected, start-up did not finish)");
 }
 
+/*
+ * A server beats every quarter of the heartbeat timeout from its progress
+ * loop, which also applies updates and writes checkpoints: it is given
+ * three timeouts before it is taken for hung, so that a long write is
+ * not.
+ */
+static double server_silence_s(const struct coordinator *c)
+{
+	return 3 * (c->cfg->heartbeat_timeout_ms / 1000.0);
+}
+
+/*
+ * Servers are judged once the job runs and no checkpoint is being
+ * loaded (a load blocks a server's loop; start-up and recovery have
+ * their own deadline).
+ */
+static bool server_silent(const struct coordinator *c, uint32_t s, double t)
+{
+	const struct crd_server *cs = &c->servers[s];
+
+	return c->started && !c->restoring && !c->recovering && !c->holding &&
+	       cs->ch && cs->hello && t - cs->last_seen > server_silence_s(c);
+}
+
+/*
+ * A server that sent nothing for server_silence_s (stopped, hung, cut
+ * off: its connection is up and says nothing) is named, and the workers
+ * are told why, before it is treated as lost: the job ends, or with
+ * checkpoints waits for it to be started again.
+ */
+static void hung_server(struct coordinator *c, uint32_t s, double t)
+{
+	struct crd_server *cs = &c->servers[s];
+	struct kn__msg e = { .type = KN__MSG_ERROR };
+	struct kn__chan *ch = cs->ch;
+
+	snprintf(e.u.error.text, sizeof(e.u.error.text),
+		 "server %u sent nothing for %.1f s: treating it as hung", s,
+		 t - cs->last_seen);
+	kn__log(&c->node, "%s", e.u.error.text);
+	e.u.error.code = -ETIMEDOUT;
+	if (!c->cfg->checkpoint_dir[0]) {
+		/* the job ends: every worker hears why first */
+		for (uint32_t w = 0; w < c->cfg->workers; w++)
+			if (c->workers[w].ch && !c->workers[w].done)
+				kn__chan_send(c->workers[w].ch, &e);
+		if (!c->status)
+			c->status = -ETIMEDOUT;
+	}
+	kn__chan_close(ch); /* lose_server, through on_closed */
+}
+
+/* Whether any worker or server looks silent at @t: the sweep's test. */
+static bool any_silent(const struct coordinator *c, double t)
+{
+	for (uint32_t k = 0; k < c->cfg->servers; k++)
+		if (server_silent(c, k, t))
+			return true;
+	for (uint32_t w = 0; w < c->cfg->workers; w++) {
+		const struct crd_worker *cw = &c->workers[w];
+
+		if (cw->ch && !cw->done && cw->table_ok &&
+		    t - cw->last_seen > c->cfg->heartbeat_timeout_ms / 1000.0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Liveness is judged by what arrived, not by when we last looked.  A gap
+ * in our own loop longer than a quarter of the heartbeat timeout (the
+ * loop wakes every 100 ms) is a pause of ours: the peers' heartbeats of
+ * that time wait in our sockets, and their deadlines start again from
+ * now.  Before anyone is called silent, what is queued is read, so that
+ * a late look does not count as a late heartbeat.
+ */
+static void judge_after_pause(struct coordinator *c, double t)
+{
+	double gap = c->last_tick ? t - c->last_tick : 0;
+
+	c->last_tick = t;
+	if (gap > PAUSE_MIN_S && gap > c->cfg->heartbeat_timeout_ms / 4000.0) {
+		kn__log(&c->node,
+			"this process did not run for %.1f s (stopped or "
+			"descheduled): every peer's heartbeat deadline "
+			"starts again from now",
+			gap);
+		for (uint32_t w = 0; w < c->cfg->workers; w++)
+			if (c->workers[w].last_seen < t)
+				c->workers[w].last_seen = t;
+		for (uint32_t k = 0; k < c->cfg->servers; k++)
+			if (c->servers[k].last_seen < t)
+				c->servers[k].last_seen = t;
+		/* nor are the deadlines of start-up and recovery */
+		c->t0 += gap;
+		c->recover_t0 += gap;
+		c->hold_t0 += gap;
+	}
+	for (int i = 0; i < DRAIN_STEPS && !c->done && any_silent(c, t); i++)
+		if (kn__node_step(&c->node, 0, -1) <= 0)
+			break;
+}
+
 static void tick(struct coordinator *c)
 {
 	double t = kn__now();
+
+	judge_after_pause(c, t);
+	if (c->done)
+		return;
 
 	if (!c->started && t - c->t0 > c->cfg->startup_timeout_ms / 1000.0) {
 		log_missing(c);
@@ -1135,7 +1265,10 @@ static void tick(struct coordinator *c)
 	if (c->holding &&
 	    t - c->hold_t0 > c->cfg->heartbeat_timeout_ms / 1000.0)
 		release_held(c);
-	for (uint32_t w = 0; w < c->cfg->workers; w++) {
+	for (uint32_t k = 0; k < c->cfg->servers && !c->done; k++)
+		if (server_silent(c, k, t))
+			hung_server(c, k, t);
+	for (uint32_t w = 0; w < c->cfg->workers && !c->done; w++) {
 		struct crd_worker *cw = &c->workers[w];
 
 		if (cw->ch && !cw->done && cw->table_ok &&

@@ -37,7 +37,7 @@ enum kn__msg_type {
 	KN__MSG_BUFFERS,     /* worker -> server: its buffers for a tensor */
 	KN__MSG_SLOTS,	     /* server -> worker: its slot area */
 	KN__MSG_READY,	     /* a step of start-up is done (enum kn__ready) */
-	KN__MSG_HEARTBEAT,   /* worker -> coordinator */
+	KN__MSG_HEARTBEAT,   /* worker, server -> coordinator */
 	KN__MSG_MEMBER,	     /* coordinator -> servers: a worker left/joined */
 	KN__MSG_DONE,	     /* worker -> coordinator: it has finished */
 	KN__MSG_SHUTDOWN,    /* coordinator -> all: the job ends */

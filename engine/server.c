@@ -130,7 +130,9 @@ struct server {
 	const struct kn__config *cfg;
 	struct kn__chan *coord;
 	double reconnect_at; /* refused as connected already: again then */
+	double last_beat;    /* the last HEARTBEAT to the coordinator */
 	struct kn__msg job;
+	bool joined; /* the JOB came: until then no job of ours */
 	struct kn__tensor_desc *table;
 	uint32_t ntable;
 	struct kn__layout *layout;
@@ -1351,6 +1353,7 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 	switch (m->type) {
 	case KN__MSG_JOB:
 		s->job = *m;
+		s->joined = true;
 		s->release_info = m->u.job.protocol == KN__CONFIG_ESP ||
 				  m->u.job.protocol == KN__CONFIG_PREDICTED;
 		if (m->u.job.workers == 0 ||
@@ -1485,10 +1488,36 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 {
 	struct server *s = srv_of(n);
 
-	(void)status;
 	if (ch == s->coord) {
-		if (!s->done)
-			kn__log(n, "the coordinator went away: exiting");
+		/*
+		 * Never joined (unreachable for the whole start-up timeout,
+		 * or closed before the JOB): a server that never served is a
+		 * failure, as a worker that never joined is, so that srun or
+		 * mpirun does not report it as a success.
+		 */
+		if (!s->done && !s->joined) {
+			kn__log(n,
+				"never joined a job: the coordinator at %s:%u "
+				"%s%s: exiting with failure",
+				s->cfg->coordinator.host,
+				s->cfg->coordinator.port,
+				status ? "was not reached within the start-up "
+					 "timeout: "
+				       : "closed the connection before the job",
+				status ? strerror(-status) : "");
+			s->status = status ? status : -ECONNRESET;
+		} else if (!s->done) {
+			/*
+			 * Before the SHUTDOWN (which comes first on a normal
+			 * end, on this same connection): the job did not end
+			 * well.  Exiting non-zero also lets a supervisor start
+			 * again a server that the coordinator took for hung
+			 * (kanel train, kanel launch with --checkpoint-dir).
+			 */
+			kn__log(n, "the coordinator went away before the "
+				   "job's end: exiting with failure");
+			s->status = status ? status : -ECONNRESET;
+		}
 		s->coord = NULL;
 		s->done = true;
 		return;
@@ -1620,6 +1649,24 @@ static void write_metrics(const struct server *s)
 		close(fd);
 }
 
+/*
+ * A heartbeat to the coordinator every quarter of the heartbeat timeout,
+ * from the progress loop: a server that stops (SIGSTOP, a hang) stops
+ * beating, and the coordinator names it instead of the job waiting on
+ * it in silence.
+ */
+static void heartbeat(struct server *s)
+{
+	struct kn__msg m = { .type = KN__MSG_HEARTBEAT };
+	double t = kn__now();
+
+	if (!s->joined || !s->coord || !kn__chan_open(s->coord) ||
+	    t - s->last_beat < s->cfg->heartbeat_timeout_ms / 4000.0)
+		return;
+	s->last_beat = t;
+	kn__chan_send(s->coord, &m);
+}
+
 int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		   size_t secret_len)
 {
@@ -1681,7 +1728,8 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 			}
 		}
 		flush_pending(&s);
-		ret = kn__node_step(&s.node, 200, -1);
+		heartbeat(&s);
+		ret = kn__node_step(&s.node, 100, -1);
 		if (ret < 0) {
 			s.status = ret;
 			break;

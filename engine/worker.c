@@ -959,7 +959,10 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 		return;
 	}
 	if (m->type == KN__MSG_SHUTDOWN) {
-		if (w->state != WK_RUNNING || w->first_undone < w->next_id)
+		/* a worker that failed said why already: its reason stays
+		 * the last word (kn_last_message) */
+		if (w->state != WK_FAILED &&
+		    (w->state != WK_RUNNING || w->first_undone < w->next_id))
 			kn__log(n, "the job ended");
 		fail(w, -ESHUTDOWN);
 		return;
@@ -1057,6 +1060,15 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 		w->coord = NULL;
 	else if (ch->user)
 		((struct wk_server *)ch->user)->ch = NULL;
+	/*
+	 * Done (kn_worker_finish sent DONE): no step comes after, and the
+	 * job may end at any moment.  The servers exit at the coordinator's
+	 * SHUTDOWN, and a server's reset can reach us before the SHUTDOWN
+	 * does (another socket): that is the job's orderly end, not a
+	 * loss, and it is neither logged nor a failure.
+	 */
+	if (w->done_sent && w->state == WK_RUNNING)
+		return;
 	if (w->state != WK_FAILED && !w->stop) {
 		kn__log(n, "lost %s%s%s", ch->name, status ? ": " : "",
 			status ? strerror(-status) : "");

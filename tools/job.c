@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -78,16 +79,65 @@ void kn__tool_log(const char *fmt, ...)
 		;
 }
 
+/*
+ * Whether this process may append to @path, found without making or
+ * changing anything: an existing file must open for writing (never
+ * blocking: a FIFO without a reader is refused), a new one needs a
+ * folder it may write in.  0 or a negative errno.
+ */
+static int writable(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	int fd;
+
+	fd = open(path,
+		  O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == path)
+		strcpy(dir, "/");
+	else if ((size_t)(slash - path) < sizeof(dir))
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	else
+		return -ENAMETOOLONG;
+	if (stat(dir, &st))
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	return access(dir, W_OK | X_OK) ? -errno : 0;
+}
+
 int kn__tool_parse(int argc, char **argv, const struct kn_config_scope *scope,
 		   struct kn_config **cfg)
 {
 	char err[512];
 	int ret = kn_config_parse(scope, argc, argv, err, sizeof(err), cfg);
+	const char *metrics;
 
-	if (ret)
+	if (ret) {
 		kn__tool_log("kanel: %s\n",
 			     ret == -ENOMEM ? strerror(ENOMEM) : err);
-	return ret;
+		return ret;
+	}
+	/* the figures are written at the end: a path that cannot take
+	 * them is refused now, not found out after the job */
+	metrics = kn_config_help(*cfg) ? NULL : kn_config_metrics(*cfg);
+	if (metrics && (ret = writable(metrics))) {
+		kn__tool_log("kanel: --metrics %s: %s\n", metrics,
+			     strerror(-ret));
+		kn_config_destroy(*cfg);
+		*cfg = NULL;
+		return -EINVAL;
+	}
+	return 0;
 }
 
 void kn__tool_usage(FILE *out, const char *head, unsigned int options)
@@ -274,7 +324,10 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	job->pids = calloc(job->total, sizeof(*job->pids));
 	job->names = calloc(job->total, sizeof(*job->names));
 	job->started_at = calloc(job->total, sizeof(*job->started_at));
-	return job->pids && job->names && job->started_at ? 0 : -ENOMEM;
+	job->ended = calloc(job->total, sizeof(*job->ended));
+	return job->pids && job->names && job->started_at && job->ended
+		       ? 0
+		       : -ENOMEM;
 }
 
 /* Process @idx of @job as messages name it: "worker 3". */
@@ -352,6 +405,7 @@ static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
 	}
 	job->pids[idx] = pid;
 	job->started_at[idx] = now_s();
+	job->ended[idx] = KN__JOB_RUNNING;
 	job->running++;
 	return 0;
 }
@@ -446,13 +500,19 @@ static unsigned int reap(struct kn__job *job, bool block, bool one)
 				continue;
 			job->pids[i] = 0;
 			job->running--;
-			if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+				job->ended[i] = KN__JOB_FINISHED;
 				break;
+			}
 			/* those we stopped need no word */
 			if (job->ending) {
+				if (job->ended[i] != KN__JOB_HUNG)
+					job->ended[i] = KN__JOB_STOPPED;
 				job->stopped++;
 				break;
 			}
+			/* a restart below sets it back to running */
+			job->ended[i] = KN__JOB_FAILED;
 			describe(job, i, who, sizeof(who));
 			if (started(job) &&
 			    restarting_server(job, i, now_s() - job->started_at[i])) {
@@ -547,6 +607,14 @@ void kn__job_kill(struct kn__job *job, int sig)
 			kill(job->pids[i], sig);
 }
 
+void kn__job_kill_hung(struct kn__job *job)
+{
+	for (unsigned int i = 0; i < job->total; i++)
+		if (job->pids[i] > 0)
+			job->ended[i] = KN__JOB_HUNG;
+	kn__job_kill(job, SIGKILL);
+}
+
 void kn__job_wait(struct kn__job *job, double grace_s)
 {
 	const struct timespec tick = { .tv_nsec = 20 * 1000 * 1000 };
@@ -571,8 +639,125 @@ void kn__job_wait(struct kn__job *job, double grace_s)
 	while (kn__job_reap(job, false) && now_s() < until)
 		nanosleep(&tick, NULL);
 	if (job->running)
-		kn__job_kill(job, SIGKILL);
+		kn__job_kill_hung(job);
 	kn__job_reap(job, true);
+}
+
+/*
+ * Append to @buf (@cap bytes, @len used) the processes of role @first ..
+ * @last - 1 that ended as @how, ranks in runs ("workers 0-2, 5"); how
+ * many there were.
+ */
+static unsigned int list_role(const struct kn__job *job, unsigned int first,
+			      unsigned int last, enum kn__job_end how,
+			      const char *one, const char *many, char *buf,
+			      size_t cap, size_t *len)
+{
+	unsigned int n = 0, i, end;
+
+	for (i = first; i < last; i++)
+		n += job->ended[i] == how;
+	if (!n)
+		return 0;
+	*len += (size_t)snprintf(buf + *len, cap - *len, "%s%s",
+				 *len && buf[*len - 1] != ' ' ? ", " : "",
+				 n == 1 ? one : many);
+	for (i = first; i < last && *len < cap; i = end) {
+		if (job->ended[i] != how) {
+			end = i + 1;
+			continue;
+		}
+		for (end = i + 1; end < last && job->ended[end] == how; end++)
+			;
+		*len += (size_t)snprintf(buf + *len, cap - *len, "%s%u",
+					 buf[*len - 1] == ' ' ? "" : ", ",
+					 i - first);
+		if (end - i > 1 && *len < cap)
+			*len += (size_t)snprintf(buf + *len, cap - *len, "-%u",
+						 end - 1 - first);
+	}
+	return n;
+}
+
+/* Every process that ended as @how, by role; "none" if none did. */
+static void list_ended(const struct kn__job *job, enum kn__job_end how,
+		       const char *label, char *buf, size_t cap, size_t *len)
+{
+	unsigned int s = job->info.servers, n = 0;
+
+	bool any = false;
+
+	for (unsigned int i = 0; i < job->total; i++)
+		any = any || job->ended[i] == how;
+	/* a kind no process ended as is left out, but for "finished" */
+	if (*len >= cap || (!any && how != KN__JOB_FINISHED))
+		return;
+	*len += (size_t)snprintf(buf + *len, cap - *len,
+				 "%s%s: ", *len ? "; " : "", label);
+	if (job->ended[0] == how && *len < cap) {
+		*len += (size_t)snprintf(buf + *len, cap - *len,
+					 "the coordinator");
+		n++;
+	}
+	if (*len < cap)
+		n += list_role(job, 1, 1 + s, how, "server ", "servers ", buf,
+			       cap, len);
+	if (*len < cap)
+		n += list_role(job, 1 + s, job->total, how, "worker ",
+			       "workers ", buf, cap, len);
+	if (!n && *len < cap)
+		*len += (size_t)snprintf(buf + *len, cap - *len, "none");
+}
+
+void kn__job_outcome(const struct kn__job *job, char *buf, size_t cap)
+{
+	bool all = true;
+	size_t len = 0;
+
+	if (!cap)
+		return;
+	buf[0] = '\0';
+	for (unsigned int i = 0; i < job->total; i++)
+		all = all && job->ended[i] == KN__JOB_FINISHED;
+	if (all) {
+		snprintf(buf, cap, "every process finished");
+		return;
+	}
+	list_ended(job, KN__JOB_FAILED, "failed", buf, cap, &len);
+	list_ended(job, KN__JOB_HUNG, "hung (deaf to SIGTERM, killed)", buf,
+		   cap, &len);
+	list_ended(job, KN__JOB_STOPPED, "stopped", buf, cap, &len);
+	list_ended(job, KN__JOB_FINISHED, "finished", buf, cap, &len);
+}
+
+void kn__job_log_end(const struct kn__job *job)
+{
+	unsigned int finished = 0, bad = 0;
+	char out[1024];
+
+	if (!job->failed && !job->lost)
+		return;
+	for (unsigned int i = 1 + job->info.servers; i < job->total; i++)
+		finished += job->ended[i] == KN__JOB_FINISHED;
+	for (unsigned int i = 0; i < job->total; i++)
+		bad += job->ended[i] == KN__JOB_FAILED ||
+		       job->ended[i] == KN__JOB_HUNG;
+	kn__job_outcome(job, out, sizeof(out));
+	if (job->failed)
+		kn__tool_log("%s: %u of %u process%s failed: the job failed "
+			     "(%s)\n",
+			     job->command, bad, job->total,
+			     job->total == 1 ? "" : "es", out);
+	else if (finished)
+		kn__tool_log("%s: %u worker%s failed after the start; the "
+			     "others finished the job (%s)\n",
+			     job->command, job->lost, job->lost == 1 ? "" : "s",
+			     out);
+	else
+		kn__tool_log("%s: %u worker%s failed after the start and none "
+			     "finished: the job failed (%s)\n",
+			     job->command, job->lost, job->lost == 1 ? "" : "s",
+			     out);
 }
 
 void kn__job_fini(struct kn__job *job)
@@ -586,6 +771,8 @@ void kn__job_fini(struct kn__job *job)
 	job->names = NULL;
 	free(job->started_at);
 	job->started_at = NULL;
+	free(job->ended);
+	job->ended = NULL;
 	if (job->start_fd >= 0)
 		close(job->start_fd);
 	job->start_fd = -1;

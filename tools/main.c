@@ -410,14 +410,6 @@ static int run_launch(int argc, char **argv)
 	} else {
 		kn__job_wait(&job, 5);
 	}
-	if (job.failed && !ret)
-		kn__tool_log("kanel launch: %u of %u process%s failed\n",
-			     job.failed, job.total, job.total == 1 ? "" : "es");
-	else if (job.lost && !ret)
-		kn__tool_log(
-			"kanel launch: %u worker%s failed after the start; "
-			"the others finished the job\n",
-			job.lost, job.lost == 1 ? "" : "s");
 	if (job.restarted && !ret)
 		kn__tool_log("kanel launch: %u worker restart%s\n",
 			     job.restarted, job.restarted == 1 ? "" : "s");
@@ -426,6 +418,9 @@ static int run_launch(int argc, char **argv)
 			     "checkpoints\n",
 			     job.server_restarts,
 			     job.server_restarts == 1 ? "" : "s");
+	/* the last line: what happened, by role and rank */
+	if (!ret)
+		kn__job_log_end(&job);
 	ret = ret ? 2 : job.status;
 	kn__job_fini(&job);
 	return ret;
@@ -433,6 +428,12 @@ static int run_launch(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	const char *role = getenv("KANEL_ROLE");
+
+	/* KANEL_ROLE names the role of a bare `kanel`: run it, or name
+	 * the bad value, rather than print the usage */
+	if (argc < 2 && role && *role)
+		return run_any(argc, argv);
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
 	    strcmp(argv[1], "-h") == 0) {
 		usage(argc < 2 ? stderr : stdout);

@@ -147,6 +147,16 @@ struct kn__job {
 	unsigned int server_restarts;
 	double t0;	    /* when the roles were started (CLOCK_MONOTONIC) */
 	double *started_at; /* per process: its last start, the same clock */
+	unsigned char *ended; /* per process: enum kn__job_end, its last */
+};
+
+/* How a process of the job ended, for the job's last line. */
+enum kn__job_end {
+	KN__JOB_RUNNING,  /* not ended (or never started) */
+	KN__JOB_FINISHED, /* exit status 0 */
+	KN__JOB_FAILED,	  /* ended badly on its own */
+	KN__JOB_STOPPED,  /* ended once the job was being stopped */
+	KN__JOB_HUNG,	  /* did not end on SIGTERM: killed (SIGKILL) */
 };
 
 /*
@@ -195,6 +205,26 @@ void kn__job_catch_term(void);
 
 /* Send @sig to every child still running. */
 void kn__job_kill(struct kn__job *job, int sig);
+/* SIGKILL to every child still running after a SIGTERM: each is
+ * reported as hung (stopped, or deaf to the signal) in the last line. */
+void kn__job_kill_hung(struct kn__job *job);
+
+/*
+ * How each process of the job ended, by role and rank, into @buf (@cap
+ * bytes, NUL-terminated, cut short if it must): "failed: the
+ * coordinator, workers 0-1; hung (deaf to SIGTERM, killed): server 0;
+ * finished: none".  A kind no process ended as is left out, but for
+ * "finished"; a job whose every process finished gets "every process
+ * finished".
+ */
+void kn__job_outcome(const struct kn__job *job, char *buf, size_t cap);
+
+/*
+ * Print the job's last line where a process failed: how many failed and,
+ * by kn__job_outcome, which failed, were stopped and finished; "the
+ * others finished the job" only where some worker did.
+ */
+void kn__job_log_end(const struct kn__job *job);
 
 /* Remove the secret made for the job and free it (children not waited). */
 void kn__job_fini(struct kn__job *job);

@@ -1172,7 +1172,7 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 		/* a worker waiting to rejoin a job that is gone does not
 		 * see SIGTERM until its wait ends */
 		if (terminated && now_s() - failed_at > 10) {
-			kn__job_kill(&job, SIGKILL);
+			kn__job_kill_hung(&job);
 			failed_at = 1e300;
 		}
 	}
@@ -1186,18 +1186,13 @@ static int run_local(int nargs, char **args, struct kn__train_opts *o)
 	if (o->summary_json &&
 	    kn__results_write_json(&r, o, &job.info, o->summary_json))
 		ret = ret ? ret : -EIO;
-	if (job.failed)
-		kn__tool_log("kanel train: %u of %u processes failed\n",
-			     job.failed, job.total);
-	else if (job.lost)
-		kn__tool_log("kanel train: %u worker%s failed after the start; "
-			     "the others finished the job\n",
-			     job.lost, job.lost == 1 ? "" : "s");
 	if (job.server_restarts)
 		kn__tool_log("kanel train: %u server restart%s from the "
 			     "checkpoints\n",
 			     job.server_restarts,
 			     job.server_restarts == 1 ? "" : "s");
+	/* the last line: what happened, by role and rank */
+	kn__job_log_end(&job);
 out:
 	if (fds[0] >= 0)
 		close(fds[0]);

@@ -24,6 +24,10 @@
 #include "kanel_sim.h"
 #include "sim.h"
 
+/* The largest --model-bytes, 1 PiB: past it the figures would only be
+ * nonsense (1e30 bytes ran, and printed times of 1e20 s) */
+#define SIM_MODEL_MAX 1125899906842624.0
+
 struct cli {
 	struct kn__sim_config cfg;
 	const char *json, *curve;
@@ -83,8 +87,8 @@ static const struct opt opts[] = {
 	  "one-way latency of a message" },
 	{ "--bandwidth", "BYTES/S", O_F64, C(cfg.bandwidth), 1e-12, 1e300,
 	  "1.25e9", "bandwidth of every link" },
-	{ "--model-bytes", "BYTES", O_BYTES, C(cfg.model_bytes), 0, 1e300,
-	  "4MiB", "simulated size of the model" },
+	{ "--model-bytes", "BYTES", O_BYTES, C(cfg.model_bytes), 0,
+	  SIM_MODEL_MAX, "4MiB", "simulated size of the model" },
 	{ "--server-rate", "BYTES/S", O_F64, C(cfg.server_rate), 1e-12, 1e300,
 	  "10e9", "bytes a server aggregates per second" },
 	{ "--cpu-time", "SEC", O_SECONDS, C(cfg.cpu_time), 0, 1e6, "0",

@@ -18,6 +18,7 @@
  * the suite's timeout turns into a failure; nothing here measures time.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -397,6 +398,61 @@ Test(kanel, a_bad_address_is_named)
 			    "no-such-host.invalid:7000"),
 		       ARGS("KANEL_SECRET=s"), 2,
 		       "the coordinator's address no-such-host.invalid:7000: ");
+}
+
+/*
+ * A role that never joined a job failed: under srun or mpirun a server
+ * that never served must not look like a success.  Here the coordinator
+ * is unreachable for the whole start-up timeout; both roles exit 1 and
+ * say why (a server exited 0 before).
+ */
+Test(kanel, a_role_that_never_joined_exits_non_zero)
+{
+	char coord[64];
+	char **env =
+		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
+		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
+		     "KANEL_STARTUP_TIMEOUT=1s");
+
+	expect_refusal(ARGS("server"), env, 1,
+		       "server 0: never joined a job: the coordinator at "
+		       "127.0.0.1:");
+	expect_refusal(ARGS("server"), env, 1, "Connection refused");
+	expect_refusal(ARGS("worker"), env, 1, "worker 0: timed out");
+}
+
+/*
+ * A bad value is named, and refused before anything runs: a role
+ * variable of a bare `kanel` (the whole usage came, naming nothing), a
+ * --metrics path that cannot take the figures (accepted, and the job
+ * ran to exit 0), a simulated model past 1 PiB (accepted).
+ */
+Test(kanel, bad_values_are_named_at_the_start)
+{
+	char path[160], *err;
+	int rc;
+
+	rc = run((char *[]){ NULL }, ARGS("KANEL_ROLE=king", "KANEL_SECRET=s"));
+	err = slurp("stderr");
+	cr_expect_eq(rc, 2, "exit %d: %s", rc, err);
+	cr_expect_not_null(strstr(err, "KANEL_ROLE='king'"), "%s", err);
+	cr_expect_null(strstr(err, "usage:"), "%s", err);
+	free(err);
+	expect_refusal(ARGS("train", "--metrics", "/nonexistent/m.json",
+			    "--data", "/nonexistent"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "--metrics /nonexistent/m.json: No such file or "
+		       "directory");
+	/* the test's folder: a directory cannot take the lines */
+	expect_refusal(ARGS("launch", "--workers", "1", "--metrics", dir),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       FMT(path, "--metrics %s: Is a directory", dir));
+	expect_refusal(ARGS("server", "--workers", "1", "--coordinator",
+			    "127.0.0.1:1", "--metrics", "/nonexistent/m"),
+		       ARGS("KANEL_SECRET=s"), 2,
+		       "--metrics /nonexistent/m: No such file");
+	expect_refusal(ARGS("sim", "--model-bytes", "1e30"), NULL, 2,
+		       "--model-bytes 1e30: a number from 0 to");
 }
 
 /* --- kanel launch ---------------------------------------------------- */
@@ -872,6 +928,100 @@ Test(kanel, launch_ends_its_job_on_sigterm)
 	err = slurp("stderr");
 	cr_expect(strstr(err, "kanel launch: Terminated: ending the job"), "%s",
 		  err);
+	free(err);
+}
+
+/* The child of @parent whose second argument is @arg ("server"), or -1. */
+static pid_t child_running(pid_t parent, const char *arg)
+{
+	char path[64], cmd[512];
+	DIR *proc = opendir("/proc");
+	struct dirent *d;
+	pid_t found = -1;
+
+	cr_assert_not_null(proc);
+	while (found < 0 && (d = readdir(proc))) {
+		pid_t pid = (pid_t)atoi(d->d_name);
+		FILE *f;
+		int ppid = -1;
+		size_t n;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
+			ppid = -1;
+		fclose(f);
+		if (ppid != parent)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		n = fread(cmd, 1, sizeof(cmd) - 1, f);
+		fclose(f);
+		cmd[n] = '\0';
+		if (strlen(cmd) + 1 < n && !strcmp(cmd + strlen(cmd) + 1, arg))
+			found = pid;
+	}
+	closedir(proc);
+	return found;
+}
+
+/*
+ * A server stopped (SIGSTOP) in a running job: the coordinator and the
+ * workers name it, and launch's last line says the job failed and what
+ * each process did (the server hung, nothing finished).  Before, the
+ * coordinator ended the job with status 0 and no word about the server,
+ * and launch waited for the stopped server for ever.
+ */
+Test(kanel, launch_names_a_hung_server_in_its_last_line)
+{
+	pid_t pid =
+		start(ARGS("launch", "--workers", "2", "--heartbeat-timeout",
+			   "1s", "--", kanel(), "worker", "--steps", "100000",
+			   "--pause-ms", "20"),
+		      NULL, -1);
+	pid_t server = -1;
+	char *err, *last;
+	int st = -1;
+
+	for (int i = 0; i < 100 && server < 0; i++) {
+		usleep(50000);
+		server = child_running(pid, "server");
+	}
+	cr_assert_gt(server, 0, "no server");
+	sleep(2); /* the job runs */
+	cr_assert_eq(kill(server, SIGSTOP), 0);
+	for (int i = 0; i < 600 && st < 0; i++) {
+		if (waitpid(pid, &st, WNOHANG) != pid)
+			st = -1;
+		usleep(50000);
+	}
+	if (st < 0) {
+		kill(-pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	err = slurp("stderr");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		  "launch did not end with status 1: %s", err);
+	cr_expect_not_null(strstr(err, "coordinator: server 0 sent nothing "
+				       "for 3.0 s: treating it as hung"),
+			   "%s", err);
+	cr_expect_not_null(strstr(err, "worker 0: coordinator: server 0 sent "
+				       "nothing for"),
+			   "%s", err);
+	/* the last line */
+	err[strlen(err) - 1] = '\0';
+	last = strrchr(err, '\n');
+	last = last ? last + 1 : err;
+	cr_expect_not_null(strstr(last, "kanel launch: "), "%s", last);
+	cr_expect_not_null(strstr(last, "the job failed"), "%s", last);
+	cr_expect_not_null(strstr(last, "killed): server 0;"), "%s", last);
+	cr_expect_not_null(strstr(last, "finished: none"), "%s", last);
 	free(err);
 }
 

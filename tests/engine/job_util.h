@@ -32,6 +32,7 @@ struct shared {
 	float values[MAXW][64];
 	int arrived; /* a barrier's count, for tests whose workers need one */
 	uint64_t hash[MAXW]; /* of a worker's final model, where a test wants */
+	char text[MAXW][256]; /* kn_last_message after a failure, where kept */
 };
 
 /* Shared with the workers (MAP_SHARED), made by start_job(). */

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -488,6 +489,240 @@ Test(e2e, killed_worker_is_removed_and_the_rest_go_on, .timeout = 120)
 		cr_assert_lt(sh->seconds[w], 15.0, "worker %u: %.1f s", w,
 			     sh->seconds[w]);
 	}
+}
+
+/*
+ * The coordinator stopped (SIGSTOP) for twice the heartbeat timeout
+ * while every worker trains on: the workers' heartbeats wait in its
+ * sockets, and the pause is its own, not theirs.  Once it runs again it
+ * must remove nobody, and every worker ends its steps.  A coordinator
+ * that judged by the clock alone removed all of them at once ("sent no
+ * heartbeat in time"), and their next step failed.
+ */
+#define PAUSED_STEPS 40
+
+/* The heartbeat timeout job_env sets, in seconds. */
+static double heartbeat_s(void)
+{
+	return getenv("KANEL_IN_RXE_VM") ? 4.0 : 1.0;
+}
+
+static int paced_worker(unsigned int rank)
+{
+	float p[64] = { 0 }, g[64];
+	struct kn_worker *w = join(rank);
+	int ret = w ? 0 : -ENOTCONN;
+
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret)
+		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+	for (unsigned int r = 0; !ret && r < PAUSED_STEPS; r++) {
+		for (size_t i = 0; i < 64; i++)
+			g[i] = 1;
+		ret = kn_worker_step(w, NULL);
+		usleep(100000);
+	}
+	if (ret)
+		kn_last_message(sh->text[rank], sizeof(sh->text[rank]));
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, a_paused_coordinator_removes_no_worker, .timeout = 120)
+{
+	struct job j = { 0 };
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	job_env(&j, 3, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(&j, w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 3 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 3, "the workers did not start");
+	usleep(300000);
+	/* twice the heartbeat timeout */
+	cr_assert_eq(kill(j.coord, SIGSTOP), 0);
+	usleep((useconds_t)(2 * heartbeat_s() * 1e6));
+	cr_assert_eq(kill(j.coord, SIGCONT), 0);
+	end_job(&j, true);
+	for (unsigned int w = 0; w < 3; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+/*
+ * A server stopped (SIGSTOP) while the workers train: its connections
+ * stay up and say nothing.  The coordinator names it within three
+ * heartbeat timeouts, every worker's step fails with that reason, and
+ * the job ends; before, the workers waited out their start-up timeout
+ * and the coordinator ended without a word about the server.
+ */
+Test(e2e, a_hung_server_is_named, .timeout = 120)
+{
+	struct job j = { 0 };
+	char log[64], *text = NULL;
+	double deadline = (double)time(NULL) + WAIT_S;
+	size_t cap = 0;
+	int st[2];
+	FILE *f;
+
+	snprintf(log, sizeof(log), "/tmp/kanel-test-%d.coord", getpid());
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job_logged(&j, log, NULL, NULL);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	cr_assert_eq(kill(j.servers[0], SIGSTOP), 0);
+	/* named within 3 heartbeat timeouts (and a margin): not the
+	 * start-up timeout's 20 s */
+	for (unsigned int w = 0; w < 2; w++)
+		st[w] = reap(j.workers[w],
+			     (double)time(NULL) + 3 * heartbeat_s() + 5);
+	kill(j.servers[0], SIGCONT); /* before any assertion: never left
+					stopped */
+	for (unsigned int w = 0; w < 2; w++) {
+		j.workers[w] = 0;
+		cr_assert_eq(st[w], 0, "worker %u did not end in time", w);
+		cr_assert_neq(sh->status[w], 0, "worker %u finished", w);
+		cr_assert_not_null(strstr(sh->text[w], "server 0 sent nothing "
+						       "for"),
+				   "worker %u: %s", w, sh->text[w]);
+	}
+	end_job(&j, false);
+	f = fopen(log, "r");
+	cr_assert_not_null(f);
+	cr_assert_gt(getdelim(&text, &cap, '\0', f), 0);
+	fclose(f);
+	unlink(log);
+	cr_assert_not_null(strstr(text, "coordinator: server 0 sent nothing "
+					"for"),
+			   "%s", text);
+	cr_assert_not_null(strstr(text, "treating it as hung"), "%s", text);
+	free(text);
+}
+
+/*
+ * A worker that finished (kn_worker_finish) and lives on, as kanel
+ * train's worker 0 does while it evaluates, sees a server go away: the
+ * job's orderly end, where the server's reset overtakes the SHUTDOWN
+ * (about one normal end in ten).  Here the server is killed after worker
+ * 0 finished, so that the reset comes first every time.  Worker 0 logs
+ * no loss ("lost server 0: Connection reset by peer", then "the job
+ * ended" came before).
+ */
+static char finished_log[64];
+
+static int finishing_worker(unsigned int rank)
+{
+	float p[64] = { 0 }, g[64] = { 0 };
+	struct kn_worker *w;
+	int fd, ret;
+
+	if (rank == 0) {
+		fd = open(finished_log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0 || dup2(fd, 2) < 0)
+			return -errno;
+		close(fd);
+	}
+	w = join(rank);
+	ret = w ? 0 : -ENOTCONN;
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	for (unsigned int r = 0; !ret && rank == 0 && r < 3; r++)
+		ret = kn_worker_step(w, NULL);
+	if (!ret && rank == 0) {
+		ret = kn_worker_finish(w);
+		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+		/* lives on until the test has killed the server */
+		for (int i = 0;
+		     i < 200 &&
+		     __atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2;
+		     i++)
+			usleep(20000);
+	}
+	/* worker 1 steps alone until the server is gone */
+	while (!ret && rank == 1) {
+		ret = kn_worker_step(w, NULL);
+		usleep(20000);
+	}
+	kn_worker_destroy(w);
+	return rank == 1 ? 0 : ret;
+}
+
+Test(e2e, a_finished_worker_logs_no_loss_when_a_server_goes, .timeout = 120)
+{
+	struct job j = { 0 };
+	double deadline = (double)time(NULL) + WAIT_S;
+	char *text = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	snprintf(finished_log, sizeof(finished_log), "/tmp/kanel-test-%d.w0",
+		 getpid());
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, finishing_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 1 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 1, "worker 0 did not finish");
+	cr_assert_eq(kill(j.servers[0], SIGKILL), 0);
+	usleep(500000); /* its reset reaches worker 0 */
+	__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
+	end_job(&j, false);
+	cr_assert_eq(sh->status[0], 0, "worker 0: %s",
+		     strerror(-sh->status[0]));
+	f = fopen(finished_log, "r");
+	cr_assert_not_null(f);
+	if (getdelim(&text, &cap, '\0', f) < 0) {
+		free(text);
+		text = strdup("");
+	}
+	fclose(f);
+	unlink(finished_log);
+	cr_assert_null(strstr(text, "lost"), "%s", text);
+	cr_assert_null(strstr(text, "the job ended"), "%s", text);
+	free(text);
+}
+
+/*
+ * The coordinator killed while the job runs: the servers exit non-zero
+ * (the job did not end well, and a supervisor may start one again),
+ * where they exited 0 as at a normal end.
+ */
+Test(e2e, a_server_whose_coordinator_dies_exits_non_zero, .timeout = 120)
+{
+	struct job j = { 0 };
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	for (unsigned int w = 0; w < 2; w++)
+		spawn_worker(&j, w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	cr_assert_eq(kill(j.coord, SIGKILL), 0);
+	cr_assert_eq(reap(j.servers[0], (double)time(NULL) + WAIT_S), 1,
+		     "the server's exit status");
+	j.servers[0] = 0;
+	j.nservers = 0;
+	for (unsigned int w = 0; w < 2; w++)
+		reap(j.workers[w], (double)time(NULL) + WAIT_S);
+	j.nworkers = 0;
+	end_job(&j, false);
 }
 
 /* A process with the wrong secret is refused; the job is unharmed. */
