@@ -429,6 +429,16 @@ class _Exchange:
                 self._from_host("data")
         return result
 
+    def finish(self):
+        """The worker's end: under ESP and PSP the engine merges a model
+        still on its way into the parameters (staged: the host's copy,
+        which then goes to the device)."""
+        self.start()
+        self.worker.finish()
+        if self.stage is not None and self.mode == DELTA:
+            with torch.no_grad():
+                self._from_host("data")
+
     def timings(self):
         """Seconds so far: waiting for the exchange ("exchange") and,
         staged, copying to the host ("d2h") and back ("h2d")."""
@@ -609,7 +619,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Under ESP and PSP, wait for a global model on its way and
         merge it; then the job stops counting this worker (call once
         after the last step)."""
-        self.worker.finish()
+        self._x.finish()
 
     def global_state(self):
         """The last global model, name -> a new tensor on the
@@ -731,7 +741,7 @@ class DistributedDataParallel(torch.nn.Module):
         if x.mode == DELTA and self._stepped:
             x.local_step_done()
             self._stepped = False
-        self.worker.finish()
+        x.finish()
 
     def global_state(self):
         return self._x.global_state()

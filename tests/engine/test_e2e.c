@@ -1466,3 +1466,64 @@ Test(e2e, more_chunks_than_the_transport_queue, .timeout = 120)
 		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
 			     strerror(-sh->status[w]));
 }
+
+/* ---- a wait the caller limited ---- */
+
+/*
+ * Worker 0 pushes and polls its pull with 10 ms waits while worker 1
+ * holds the round back 300 ms: every wait but the last ends with
+ * -ETIMEDOUT, which is the caller's to handle, so the engine logs no line
+ * for any of them (a polling program would get one per slice).
+ */
+static int polling_worker(unsigned int rank)
+{
+	float p[64] = { 0 }, g[64];
+	struct kn_worker *w = join(rank);
+	int ret = w ? 0 : -ENOTCONN, timeouts = 0;
+	uint64_t h = 0;
+
+	for (size_t i = 0; i < 64; i++)
+		g[i] = 1;
+	if (!ret)
+		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
+	if (!ret)
+		ret = kn_worker_start(w);
+	if (!ret && rank == 1)
+		usleep(300000);
+	if (!ret)
+		ret = kn_worker_push(w, NULL, &h);
+	if (!ret)
+		ret = kn_worker_wait(w, h, -1);
+	if (!ret)
+		ret = kn_worker_pull(w, NULL, &h);
+	while (!ret && rank == 0) {
+		ret = kn_worker_wait(w, h, 10);
+		if (ret != -ETIMEDOUT)
+			break;
+		timeouts++;
+		ret = 0;
+	}
+	if (!ret && rank == 1)
+		ret = kn_worker_wait(w, h, -1);
+	if (!ret && rank == 0) {
+		kn_last_message(sh->text[0], sizeof(sh->text[0]));
+		if (timeouts < 5)
+			ret = -EAGAIN; /* the round was not held back */
+	}
+	kn_worker_destroy(w);
+	return ret;
+}
+
+Test(e2e, a_wait_the_caller_limited_logs_nothing, .timeout = 60)
+{
+	struct job j = { 0 };
+
+	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	start_job(&j);
+	spawn_worker(&j, 0, polling_worker);
+	spawn_worker(&j, 1, polling_worker);
+	end_job(&j, true);
+	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	cr_assert_eq(sh->status[1], 0, "%s", strerror(-sh->status[1]));
+	cr_assert_str_empty(sh->text[0], "worker 0 logged: %s", sh->text[0]);
+}

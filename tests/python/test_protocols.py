@@ -54,3 +54,24 @@ def test_mismatched_optimizer_is_named():
                  options=["--optimizer", "sgd", "--lr", "0.01"])
     assert res.returncode == 0, explain(res)
     assert "the wrapped SGD does not step" in res.stderr
+
+
+def test_the_example_ends_quietly():
+    # the PyTorch example as a user starts it, by hand (it runs kanel
+    # launch itself): a normal end prints its table and no loss line
+    import os
+    import subprocess
+    from conftest import HERE, PYTHON
+    example = os.path.join(HERE, "..", "..", "examples",
+                           "torch_fashion_mnist.py")
+    if not os.path.exists("/usr/share/datasets/fashion-mnist"):
+        pytest.fail("the dataset is missing (dataset-fashion-mnist)")
+    res = subprocess.run([PYTHON, example, "--workers", "2", "--epochs",
+                          "0.02", "--protocol", "bsp,asp", "--eval-every",
+                          "100"], capture_output=True, text=True,
+                         timeout=180)
+    assert res.returncode == 0, explain(res)
+    assert "| bsp |" in res.stdout and "| asp |" in res.stdout, \
+        explain(res)
+    assert "lost" not in res.stderr, explain(res)
+    assert "the job ended" not in res.stderr, explain(res)

@@ -99,9 +99,12 @@ def test_overlap_is_bit_identical(tmp_path):
     ("esp", 1), ("predicted", 1)])
 def test_scheduled_rate_reaches_the_update(sync, workers, tmp_path):
     out = tmp_path / "lr.pt"
+    # CGP with 2: one group throughout (no regroup check in 20 steps),
+    # so that no delta of a step before the change lands after it
+    opts = {"bsp": ["--optimizer", "sum"],
+            "cgp": ["--cgp-period", "1000"]}.get(sync, [])
     res = launch("script_opt.py", "sgd", STEPS, out, "lrzero",
-                 workers=workers, sync=sync,
-                 options=["--optimizer", "sum"] if sync == "bsp" else [])
+                 workers=workers, sync=sync, options=opts)
     assert res.returncode == 0, explain(res)
     d = torch.load(out)
     init = script_opt.model().state_dict()

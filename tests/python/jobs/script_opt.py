@@ -115,20 +115,20 @@ def worker(kind, steps, out, way):
         import kanel.torch as kt
         net = kt.DistributedDataParallel(m, staging=staged or None)
         n, r = net.worker.size, net.worker.rank
-        ender, x = net, net._x
+        ender, xch = net, net._x
     else:
         import kanel.torch as kt
         opt = kt.DistributedOptimizer(opt, m.named_parameters(),
                                       overlap=way != "noverlap",
                                       staging=staged or None)
-        x = opt._x
+        xch = opt._x
         kt.broadcast_parameters(m.state_dict(), opt)
         sched = schedule(opt)  # on the wrapper, as Horovod's users do
         net, ender = m, opt
         n, r = opt.worker.size, opt.worker.rank
     # bucket pushes: under BSP with the overlap (otherwise step_done
     # pushes, after every copy is done)
-    checked = check_pushes(x) if staged and x.overlap else None
+    checked = check_pushes(xch) if staged and xch.overlap else None
     x, y = batches(steps)
     if kind == "bf16":
         x = x.to(torch.bfloat16)
@@ -150,11 +150,18 @@ def worker(kind, steps, out, way):
     if checked is not None and len(checked) < steps * len(list(
             m.parameters())):
         raise AssertionError(f"{len(checked)} pushes checked")
-    if staged:  # the model to evaluate is the one trained
+    if staged and not xch.job.local_steps:
+        # the model to evaluate is the one trained
         g = ender.global_state()
         for k, v in m.state_dict().items():
             if not torch.equal(g[k], v):
                 raise AssertionError(f"global_state()[{k!r}] is stale")
+    elif staged:
+        # ESP, PSP: finish() merged the last global model into the
+        # host's copy, and the device has it
+        for i, (k, p, _) in enumerate(xch._params):
+            if not torch.equal(xch.stage.data[i], p.data):
+                raise AssertionError(f"{k}: the merge did not reach it")
     if r == 0:
         state = {k: v.clone() for k, v in m.state_dict().items()}
         torch.save({"half": half, "end": state} if way == "lrzero"
