@@ -320,11 +320,10 @@ static struct vctx *ep_ctx(const struct vep *ep)
 	return (struct vctx *)ep->base.ctx;
 }
 
-
-static struct vop *op_new(struct vep *ep, uint32_t kind, int *err);
-static int op_post(struct vep *ep, struct vop *op, void *user);
-static void grants_drop(struct vctx *c, const struct vep *ep,
-			const struct reg *reg);
+static struct vop *kn__verbs_op_new(struct vep *ep, uint32_t kind, int *err);
+static int kn__verbs_op_post(struct vep *ep, struct vop *op, void *user);
+static void kn__verbs_grants_drop(struct vctx *c, const struct vep *ep,
+				  const struct reg *reg);
 
 static struct vep *ep_of_id(const struct rdma_cm_id *id)
 {
@@ -441,7 +440,7 @@ static int wc_errno(enum ibv_wc_status s)
 /* ---- endpoint failure and release ---- */
 
 /* Make the context's fd readable: there is something to report. */
-static void kick(struct vctx *c)
+static void kn__verbs_kick(struct vctx *c)
 {
 	uint64_t one = 1;
 
@@ -450,8 +449,8 @@ static void kick(struct vctx *c)
 }
 
 /*
- * Queue @ep for ep_release.  Outside kn__tp_poll (a post that completes
- * at once, a close), wake a thread sleeping on the fd.
+ * Queue @ep for kn__verbs_ep_release.  Outside kn__tp_poll (a post that
+ * completes at once, a close), wake a thread sleeping on the fd.
  */
 static void ready(struct vep *ep)
 {
@@ -463,7 +462,7 @@ static void ready(struct vep *ep)
 	ep->next_ready = c->ready;
 	c->ready = ep;
 	if (!c->in_poll)
-		kick(c);
+		kn__verbs_kick(c);
 }
 
 /* True once the QP has nothing of ours left: every issued WR retired. */
@@ -477,10 +476,10 @@ static bool drained(const struct vep *ep)
  * fail the operations not yet issued; the issued ones fail as their
  * flush completions come back, the oldest pending one with @err.
  */
-static void ep_fail(struct vep *ep, int err, const char *why, ...)
+static void kn__verbs_ep_fail(struct vep *ep, int err, const char *why, ...)
 	__attribute__((format(printf, 3, 4)));
 
-static void ep_fail(struct vep *ep, int err, const char *why, ...)
+static void kn__verbs_ep_fail(struct vep *ep, int err, const char *why, ...)
 {
 	char msg[256];
 	bool first = true;
@@ -529,9 +528,9 @@ static void ep_fail(struct vep *ep, int err, const char *why, ...)
 	ready(ep);
 }
 
-static void bounce_repost(struct vctx *c, uint32_t idx);
+static void kn__verbs_bounce_repost(struct vctx *c, uint32_t idx);
 
-static void ep_free(struct vep *ep);
+static void kn__verbs_ep_free(struct vep *ep);
 
 /*
  * Copy held control messages into the oldest posted recvs, in order,
@@ -551,7 +550,8 @@ static bool release_held(struct vep *ep)
 						  .bytes = h.len };
 
 		if (h.len > r->len) {
-			ep_fail(ep, -EMSGSIZE,
+			kn__verbs_ep_fail(
+				ep, -EMSGSIZE,
 				"a %u-byte control message for a %llu-byte "
 				"recv buffer",
 				h.len, (unsigned long long)r->len);
@@ -563,7 +563,7 @@ static bool release_held(struct vep *ep)
 		       h.len);
 		ep->rv_head++;
 		ep->held_head++;
-		bounce_repost(c, h.idx);
+		kn__verbs_bounce_repost(c, h.idx);
 	}
 	return true;
 }
@@ -574,7 +574,7 @@ static bool release_held(struct vep *ep)
  * failed and drained, the cancelled recvs and DISCONNECT last.  What
  * finds no room waits for the next poll.
  */
-static void ep_release(struct vep *ep)
+static void kn__verbs_ep_release(struct vep *ep)
 {
 	struct vctx *c = ep_ctx(ep);
 	struct kn__tp_ep *self = ep->zombie ? NULL : &ep->base;
@@ -637,7 +637,7 @@ static void ep_release(struct vep *ep)
 	}
 	ep->report_disc = false;
 	if (ep->zombie)
-		ep_free(ep);
+		kn__verbs_ep_free(ep);
 	return;
 full:
 	ready(ep); /* the rest at the next poll */
@@ -645,7 +645,7 @@ full:
 
 /* ---- bounce buffers ---- */
 
-static void bounce_repost(struct vctx *c, uint32_t idx)
+static void kn__verbs_bounce_repost(struct vctx *c, uint32_t idx)
 {
 	struct ibv_sge sge = {
 		.addr = (uintptr_t)(c->bounce + (size_t)idx * c->base.max_msg),
@@ -676,7 +676,7 @@ static uint64_t wr_id(const struct vep *ep, uint64_t seq)
  * Turn the waiting operations of @ep into WRs while the send queue has
  * room, a batch per ibv_post_send, each batch's last WR signaled.
  */
-static void ep_issue(struct vep *ep)
+static void kn__verbs_ep_issue(struct vep *ep)
 {
 	struct vctx *c = ep_ctx(ep);
 	uint32_t max_piece = c->port_max_msg;
@@ -804,7 +804,8 @@ chain:
 		if (ret) {
 			/* the WRs from @bad on were not taken */
 			ep->next_seq -= (uint64_t)(&wrs[n] - bad);
-			ep_fail(ep, -ret, "ibv_post_send: %s", strerror(ret));
+			kn__verbs_ep_fail(ep, -ret, "ibv_post_send: %s",
+					  strerror(ret));
 			return;
 		}
 		if (stall)
@@ -830,16 +831,17 @@ static void on_send_wc(struct vctx *c, const struct ibv_wc *wc)
 	    ep->state != EP_ERROR) {
 		int err = wc_errno(wc->status);
 
-		ep_fail(ep, err, "work request failed: %s (vendor error %#x)",
+		kn__verbs_ep_fail(
+			ep, err, "work request failed: %s (vendor error %#x)",
 			ibv_wc_status_str(wc->status), wc->vendor_err);
 	}
 	if (seq > ep->acked)
 		ep->acked = seq;
 	ready(ep);
-	ep_issue(ep);
+	kn__verbs_ep_issue(ep);
 }
 
-static void ep_established(struct vep *ep);
+static void kn__verbs_ep_established(struct vep *ep);
 
 /* The peer's INFO: where its mailbox for us is; split writes may go. */
 static void on_info(struct vep *ep, const void *data, uint32_t len,
@@ -848,7 +850,8 @@ static void on_info(struct vep *ep, const void *data, uint32_t len,
 	struct info in;
 
 	if (imm != INFO_IMM || len != sizeof(in) || ep->peer_inbox_ok) {
-		ep_fail(ep, -EPROTO,
+		kn__verbs_ep_fail(
+			ep, -EPROTO,
 			"an immediate with a message (%u bytes, %#x), or a "
 			"second INFO",
 			len, imm);
@@ -858,7 +861,7 @@ static void on_info(struct vep *ep, const void *data, uint32_t len,
 	ep->peer_inbox_addr = be64toh(in.inbox_addr);
 	ep->peer_inbox_rkey = ntohl(in.inbox_rkey);
 	ep->peer_inbox_ok = true;
-	ep_issue(ep);
+	kn__verbs_ep_issue(ep);
 }
 
 static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
@@ -869,23 +872,24 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (ep && ep->state != EP_ERROR &&
 		    wc->status != IBV_WC_WR_FLUSH_ERR)
-			ep_fail(ep, wc_errno(wc->status),
+			kn__verbs_ep_fail(
+				ep, wc_errno(wc->status),
 				"receive failed: %s (vendor error %#x)",
 				ibv_wc_status_str(wc->status), wc->vendor_err);
-		bounce_repost(c, idx);
+		kn__verbs_bounce_repost(c, idx);
 		return;
 	}
 	/* data can beat the ESTABLISHED event: it proves the connection */
 	if (ep && ep->state == EP_ACCEPTING)
-		ep_established(ep);
+		kn__verbs_ep_established(ep);
 	if (!ep || ep->zombie || ep->state != EP_OPEN) {
-		bounce_repost(c, idx);
+		kn__verbs_bounce_repost(c, idx);
 		return;
 	}
 	if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM)) {
 		on_info(ep, c->bounce + (size_t)idx * c->base.max_msg,
 			wc->byte_len, ntohl(wc->imm_data));
-		bounce_repost(c, idx);
+		kn__verbs_bounce_repost(c, idx);
 		return;
 	}
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -901,7 +905,7 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 			.bytes = rec->tag == no + 1 ? rec->len : wc->byte_len,
 		};
 
-		bounce_repost(c, idx);
+		kn__verbs_bounce_repost(c, idx);
 		kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
 		return;
 	}
@@ -918,9 +922,9 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 
 /*
  * Poll the hardware queue while the ring has room for what comes out;
- * the send queues' retirements are reported later by ep_release.
+ * the send queues' retirements are reported later by kn__verbs_ep_release.
  */
-static void drain_cq(struct vctx *c)
+static void kn__verbs_drain_cq(struct vctx *c)
 {
 	for (;;) {
 		struct ibv_wc wc[BATCH];
@@ -995,9 +999,10 @@ static struct rdma_cm_id *ep_unlink(struct vep *ep)
 	if (ep->state == EP_RESOLVING)
 		c->resolving--;
 	while (ep->held_head != ep->held_tail)
-		bounce_repost(c, ep->held[ep->held_head++ % SRQ_DEPTH].idx);
+		kn__verbs_bounce_repost(
+			c, ep->held[ep->held_head++ % SRQ_DEPTH].idx);
 	/* windows first: one bound to a QP holds the QP (rxe waits on it) */
-	grants_drop(c, ep, NULL);
+	kn__verbs_grants_drop(c, ep, NULL);
 	if (id && id->qp) {
 		qpn_del(c, id->qp->qp_num);
 		rdma_destroy_qp(id);
@@ -1008,7 +1013,7 @@ static struct rdma_cm_id *ep_unlink(struct vep *ep)
 	return id;
 }
 
-static void ep_free(struct vep *ep)
+static void kn__verbs_ep_free(struct vep *ep)
 {
 	struct rdma_cm_id *id = ep_unlink(ep);
 
@@ -1127,8 +1132,8 @@ static void grant_free(struct vgrant *g)
 }
 
 /* Free the grants of @ep (NULL: any) on @reg (NULL: any). */
-static void grants_drop(struct vctx *c, const struct vep *ep,
-			const struct reg *reg)
+static void kn__verbs_grants_drop(struct vctx *c, const struct vep *ep,
+				  const struct reg *reg)
 {
 	for (struct vgrant **p = &c->grants; *p;) {
 		struct vgrant *g = *p;
@@ -1148,8 +1153,9 @@ static void grants_drop(struct vctx *c, const struct vep *ep,
  * pair (its BIND_MW goes before anything posted after it), or without
  * windows a registration of the range.  The rkey in *@rkey.
  */
-static int grant_new(struct vep *ep, struct reg *reg, struct ibv_mr *mr,
-		     char *addr, uint64_t len, int access, uint32_t *rkey)
+static int kn__verbs_grant_new(struct vep *ep, struct reg *reg,
+			       struct ibv_mr *mr, char *addr, uint64_t len,
+			       int access, uint32_t *rkey)
 {
 	struct vctx *c = ep_ctx(ep);
 	struct vgrant *g = calloc(1, sizeof(*g));
@@ -1171,7 +1177,7 @@ static int grant_new(struct vep *ep, struct reg *reg, struct ibv_mr *mr,
 		*rkey = g->mr->rkey;
 		goto done;
 	}
-	op = op_new(ep, VOP_BIND, &err);
+	op = kn__verbs_op_new(ep, VOP_BIND, &err);
 	if (!op)
 		goto fail;
 	if (addr != (char *)mr->addr || len != mr->length) {
@@ -1207,7 +1213,7 @@ static int grant_new(struct vep *ep, struct reg *reg, struct ibv_mr *mr,
 	op->len = len;
 	op->mw_access = (uint32_t)access;
 	*rkey = op->rkey;
-	op_post(ep, op, NULL);
+	kn__verbs_op_post(ep, op, NULL);
 done:
 	g->next = c->grants;
 	c->grants = g;
@@ -1234,26 +1240,27 @@ static int send_info(struct vep *ep)
 	if (!c->mw2 || ep->info_sent)
 		return 0;
 	ep->info_sent = true;
-	err = grant_new(ep, NULL, c->inbox_mr, (char *)box,
-			MAILBOX * sizeof(*box), IBV_ACCESS_REMOTE_WRITE, &rkey);
+	err = kn__verbs_grant_new(ep, NULL, c->inbox_mr, (char *)box,
+				  MAILBOX * sizeof(*box),
+				  IBV_ACCESS_REMOTE_WRITE, &rkey);
 	if (err)
 		return err;
 	*in = (struct info){ .inbox_addr = htobe64((uintptr_t)box),
 			     .inbox_rkey = htonl(rkey) };
-	op = op_new(ep, VOP_INFO, &err);
+	op = kn__verbs_op_new(ep, VOP_INFO, &err);
 	if (!op)
 		return err;
 	op->laddr = (char *)in;
 	op->lkey = c->infos_mr->lkey;
 	op->len = sizeof(*in);
-	return op_post(ep, op, NULL);
+	return kn__verbs_op_post(ep, op, NULL);
 }
 
 /*
  * The connection is up: report it at once (before anything it carries)
  * and issue what was posted while it came up.
  */
-static void ep_established(struct vep *ep)
+static void kn__verbs_ep_established(struct vep *ep)
 {
 	struct vctx *c = ep_ctx(ep);
 	struct kn__tp_completion comp = { .ep = &ep->base };
@@ -1273,9 +1280,10 @@ static void ep_established(struct vep *ep)
 	kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
 	ret = send_info(ep);
 	if (ret)
-		ep_fail(ep, ret, "opening the mailbox to the peer: %s",
-			strerror(-ret));
-	ep_issue(ep);
+		kn__verbs_ep_fail(ep, ret,
+				  "opening the mailbox to the peer: %s",
+				  strerror(-ret));
+	kn__verbs_ep_issue(ep);
 }
 
 /* ---- rdma_cm events ---- */
@@ -1372,7 +1380,8 @@ static void on_ep_event(struct vctx *c, struct vep *ep,
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (ep->id->verbs != c->verbs) {
-			ep_fail(ep, -ENODEV,
+			kn__verbs_ep_fail(
+				ep, -ENODEV,
 				"the address is on device %s, this context "
 				"uses %s (set KANEL_RDMA_DEVICE)",
 				ibv_get_device_name(ep->id->verbs->device),
@@ -1381,46 +1390,47 @@ static void on_ep_event(struct vctx *c, struct vep *ep,
 		}
 		ret = ep_create_qp(ep);
 		if (ret)
-			ep_fail(ep, ret, "creating the queue pair");
+			kn__verbs_ep_fail(ep, ret, "creating the queue pair");
 		else if (rdma_resolve_route(ep->id, RESOLVE_MS))
-			ep_fail(ep, -errno, "rdma_resolve_route");
+			kn__verbs_ep_fail(ep, -errno, "rdma_resolve_route");
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		hello_fill(ep, &h, 0);
 		conn_param(c, &h, &p);
 		if (rdma_connect(ep->id, &p))
-			ep_fail(ep, -errno, "rdma_connect");
+			kn__verbs_ep_fail(ep, -errno, "rdma_connect");
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (ep->state == EP_RESOLVING) {
 			ret = hello_take(ep, ev->param.conn.private_data,
 					 ev->param.conn.private_data_len);
 			if (ret) {
-				ep_fail(ep, ret, "the peer is no Kanel");
+				kn__verbs_ep_fail(ep, ret,
+						  "the peer is no Kanel");
 				break;
 			}
 		}
 		if (ep->state != EP_OPEN)
-			ep_established(ep);
+			kn__verbs_ep_established(ep);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
-		ep_fail(ep, ev->status ? ev->status : -EHOSTUNREACH,
-			"address resolution failed");
+		kn__verbs_ep_fail(ep, ev->status ? ev->status : -EHOSTUNREACH,
+				  "address resolution failed");
 		break;
 	case RDMA_CM_EVENT_ROUTE_ERROR:
-		ep_fail(ep, ev->status ? ev->status : -ENETUNREACH,
-			"route resolution failed");
+		kn__verbs_ep_fail(ep, ev->status ? ev->status : -ENETUNREACH,
+				  "route resolution failed");
 		break;
 	case RDMA_CM_EVENT_UNREACHABLE:
-		ep_fail(ep, -EHOSTUNREACH, "unreachable (status %d)",
-			ev->status);
+		kn__verbs_ep_fail(ep, -EHOSTUNREACH, "unreachable (status %d)",
+				  ev->status);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		ep_fail(ep, reject_errno(ev), "connection rejected");
+		kn__verbs_ep_fail(ep, reject_errno(ev), "connection rejected");
 		break;
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-		ep_fail(ep, -ECONNABORTED, "connection error (status %d)",
-			ev->status);
+		kn__verbs_ep_fail(ep, -ECONNABORTED,
+				  "connection error (status %d)", ev->status);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		/*
@@ -1428,11 +1438,11 @@ static void on_ep_event(struct vctx *c, struct vep *ep,
 		 * (its sends completed before it disconnected): deliver it
 		 * before the endpoint fails.
 		 */
-		drain_cq(c);
-		ep_fail(ep, -ECONNRESET, "the peer disconnected");
+		kn__verbs_drain_cq(c);
+		kn__verbs_ep_fail(ep, -ECONNRESET, "the peer disconnected");
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		ep_fail(ep, -ENODEV, "the device was removed");
+		kn__verbs_ep_fail(ep, -ENODEV, "the device was removed");
 		break;
 	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
 		break;
@@ -1442,10 +1452,11 @@ static void on_ep_event(struct vctx *c, struct vep *ep,
 		break;
 	}
 	if (accepting && ep->state == EP_ERROR)
-		ep_free(ep); /* failed before the application saw it */
+		kn__verbs_ep_free(
+			ep); /* failed before the application saw it */
 }
 
-static void drain_cm(struct vctx *c)
+static void kn__verbs_drain_cm(struct vctx *c)
 {
 	struct rdma_cm_event *ev;
 
@@ -1497,13 +1508,14 @@ static void fail_all(struct vctx *c, int err, const char *why)
 		struct vep *ep = c->slots[s];
 
 		if (ep && ep->state == EP_ACCEPTING)
-			ep_free(ep); /* the application never saw it */
+			kn__verbs_ep_free(
+				ep); /* the application never saw it */
 		else if (ep && !ep->zombie)
-			ep_fail(ep, err, "%s", why);
+			kn__verbs_ep_fail(ep, err, "%s", why);
 	}
 }
 
-static void drain_async(struct vctx *c)
+static void kn__verbs_drain_async(struct vctx *c)
 {
 	struct ibv_async_event ev;
 
@@ -1517,7 +1529,8 @@ static void drain_async(struct vctx *c)
 		case IBV_EVENT_QP_ACCESS_ERR:
 			ep = qpn_find(c, ev.element.qp->qp_num);
 			if (ep)
-				ep_fail(ep, -EIO, "async event: %s",
+				kn__verbs_ep_fail(
+					ep, -EIO, "async event: %s",
 					ibv_event_type_str(ev.event_type));
 			else
 				vlog("async event %s on QP %u of another "
@@ -1544,7 +1557,7 @@ static void drain_async(struct vctx *c)
 }
 
 /* A port or device failure read by any context fails our endpoints. */
-static void check_alarm(struct vctx *c)
+static void kn__verbs_check_alarm(struct vctx *c)
 {
 	unsigned int gen;
 
@@ -1557,7 +1570,7 @@ static void check_alarm(struct vctx *c)
 	}
 }
 
-static void check_deadlines(struct vctx *c)
+static void kn__verbs_check_deadlines(struct vctx *c)
 {
 	double t = now_s();
 
@@ -1565,8 +1578,8 @@ static void check_deadlines(struct vctx *c)
 		struct vep *ep = c->slots[s];
 
 		if (ep && ep->state == EP_RESOLVING && t > ep->deadline)
-			ep_fail(ep, -ETIMEDOUT, "no connection in %d s",
-				CONNECT_S);
+			kn__verbs_ep_fail(ep, -ETIMEDOUT,
+					  "no connection in %d s", CONNECT_S);
 	}
 }
 
@@ -1605,7 +1618,7 @@ static const char memlock_advice[] =
  * the process may lock any amount; say so here, with the fix, rather than
  * let ibv_reg_mr fail with a bare ENOMEM.
  */
-static int memlock_check(size_t len)
+static int kn__verbs_memlock_check(size_t len)
 {
 	struct rlimit rl;
 
@@ -1621,7 +1634,7 @@ static int memlock_check(size_t len)
 	return -ENOMEM;
 }
 
-static void memlock_warn_once(void)
+static void kn__verbs_memlock_warn_once(void)
 {
 	static bool warned;
 	struct rlimit rl;
@@ -1656,8 +1669,8 @@ static int add_fd(struct vctx *c, int fd)
 	return 0;
 }
 
-static struct ibv_mr *reg_private(struct vctx *c, void *p, size_t len,
-				  int access)
+static struct ibv_mr *kn__verbs_reg_private(struct vctx *c, void *p, size_t len,
+					    int access)
 {
 	struct ibv_mr *mr = ibv_reg_mr(c->pd, p, len, access);
 
@@ -1666,7 +1679,7 @@ static struct ibv_mr *reg_private(struct vctx *c, void *p, size_t len,
 	return mr;
 }
 
-static void dereg_private(struct ibv_mr *mr)
+static void kn__verbs_dereg_private(struct ibv_mr *mr)
 {
 	if (mr) {
 		atomic_fetch_sub(&locked_bytes, mr->length);
@@ -1675,7 +1688,7 @@ static void dereg_private(struct ibv_mr *mr)
 }
 
 static void verbs_ctx_destroy(struct kn__tp_ctx *ctx);
-static void verbs_listener_close(struct kn__tp_listener *listener);
+static void kn__verbs_listener_close(struct kn__tp_listener *listener);
 
 /* Device queues, buffers and fds; a negative errno with a log line. */
 static int ctx_setup(struct vctx *c)
@@ -1731,7 +1744,8 @@ static int ctx_setup(struct vctx *c)
 		return ret ? ret : -ENOMEM;
 	}
 	c->cq_size = c->cq->cqe;
-	ret = memlock_check((size_t)SRQ_DEPTH * c->base.max_msg + 2 * mbox);
+	ret = kn__verbs_memlock_check((size_t)SRQ_DEPTH * c->base.max_msg +
+				      2 * mbox);
 	if (ret)
 		return ret;
 	c->bounce = aligned_alloc(4096, (size_t)SRQ_DEPTH * c->base.max_msg);
@@ -1741,22 +1755,23 @@ static int ctx_setup(struct vctx *c)
 	if (!c->bounce || !c->inbox || !c->outbox || !c->infos)
 		return -ENOMEM;
 	memset(c->inbox, 0, mbox);
-	c->bounce_mr =
-		reg_private(c, c->bounce, (size_t)SRQ_DEPTH * c->base.max_msg,
-			    IBV_ACCESS_LOCAL_WRITE);
-	c->inbox_mr = reg_private(c, c->inbox, mbox,
-				  IBV_ACCESS_LOCAL_WRITE |
-					  (c->mw2 ? IBV_ACCESS_MW_BIND
-						  : IBV_ACCESS_REMOTE_WRITE));
-	c->outbox_mr = reg_private(c, c->outbox, mbox, 0);
-	c->infos_mr = reg_private(c, c->infos, MAX_EPS * sizeof(*c->infos), 0);
+	c->bounce_mr = kn__verbs_reg_private(
+		c, c->bounce, (size_t)SRQ_DEPTH * c->base.max_msg,
+		IBV_ACCESS_LOCAL_WRITE);
+	c->inbox_mr = kn__verbs_reg_private(
+		c, c->inbox, mbox,
+		IBV_ACCESS_LOCAL_WRITE | (c->mw2 ? IBV_ACCESS_MW_BIND
+						 : IBV_ACCESS_REMOTE_WRITE));
+	c->outbox_mr = kn__verbs_reg_private(c, c->outbox, mbox, 0);
+	c->infos_mr = kn__verbs_reg_private(c, c->infos,
+					    MAX_EPS * sizeof(*c->infos), 0);
 	if (!c->bounce_mr || !c->inbox_mr || !c->outbox_mr || !c->infos_mr) {
 		ret = -errno;
 		vlog("registering the context's buffers: %s", strerror(errno));
 		return ret ? ret : -ENOMEM;
 	}
 	for (uint32_t i = 0; i < SRQ_DEPTH; i++)
-		bounce_repost(c, i);
+		kn__verbs_bounce_repost(c, i);
 	c->cm = rdma_create_event_channel();
 	c->epfd = epoll_create1(EPOLL_CLOEXEC);
 	c->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1817,7 +1832,7 @@ static int verbs_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->alarm = alarm_of(c->verbs);
 	if (c->alarm)
 		c->alarm_seen = atomic_load(&c->alarm->gen);
-	memlock_warn_once();
+	kn__verbs_memlock_warn_once();
 	ret = ctx_setup(c);
 	if (ret)
 		goto fail;
@@ -1834,10 +1849,10 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 
 	for (uint32_t s = 0; s < MAX_EPS; s++)
 		if (c->slots[s])
-			ep_free(c->slots[s]);
+			kn__verbs_ep_free(c->slots[s]);
 	while (c->listeners)
-		verbs_listener_close(&c->listeners->base);
-	grants_drop(c, NULL, NULL);
+		kn__verbs_listener_close(&c->listeners->base);
+	kn__verbs_grants_drop(c, NULL, NULL);
 	while (c->mrs) {
 		struct vmr *m = c->mrs;
 
@@ -1848,7 +1863,7 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 		struct reg *r = c->regs;
 
 		c->regs = r->next;
-		dereg_private(r->mr);
+		kn__verbs_dereg_private(r->mr);
 		free(r);
 	}
 	if (c->srq)
@@ -1860,10 +1875,10 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 	}
 	if (c->chan)
 		ibv_destroy_comp_channel(c->chan);
-	dereg_private(c->bounce_mr);
-	dereg_private(c->inbox_mr);
-	dereg_private(c->outbox_mr);
-	dereg_private(c->infos_mr);
+	kn__verbs_dereg_private(c->bounce_mr);
+	kn__verbs_dereg_private(c->inbox_mr);
+	kn__verbs_dereg_private(c->outbox_mr);
+	kn__verbs_dereg_private(c->infos_mr);
 	if (c->pd)
 		ibv_dealloc_pd(c->pd);
 	if (c->cm)
@@ -1922,8 +1937,8 @@ static struct reg *reg_find(struct vctx *c, char *addr, size_t len,
 	return NULL;
 }
 
-static int verbs_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
-			uint32_t access, struct kn__tp_mr **out)
+static int kn__verbs_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
+			    uint32_t access, struct kn__tp_mr **out)
 {
 	struct vctx *c = vctx_of(ctx);
 	struct reg *r = reg_find(c, addr, len, access);
@@ -1942,10 +1957,10 @@ static int verbs_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 		r->len = len;
 		r->access = access;
 		if (len) {
-			ret = memlock_check(len);
+			ret = kn__verbs_memlock_check(len);
 			if (!ret) {
-				r->mr = reg_private(c, addr, len,
-						    ibv_access(c, access));
+				r->mr = kn__verbs_reg_private(
+					c, addr, len, ibv_access(c, access));
 				if (!r->mr) {
 					ret = errno ? -errno : -ENOMEM;
 					vlog("ibv_reg_mr of %zu bytes: %s", len,
@@ -1975,7 +1990,7 @@ static int verbs_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 	return 0;
 }
 
-static void verbs_mr_dereg(struct kn__tp_mr *mr)
+static void kn__verbs_mr_dereg(struct kn__tp_mr *mr)
 {
 	struct vmr *m = (struct vmr *)mr;
 	struct vctx *c = vctx_of(mr->ctx);
@@ -1995,14 +2010,14 @@ static void verbs_mr_dereg(struct kn__tp_mr *mr)
 			*p = r->next;
 			break;
 		}
-	grants_drop(c, NULL, r); /* windows over it go first */
-	dereg_private(r->mr);
+	kn__verbs_grants_drop(c, NULL, r); /* windows over it go first */
+	kn__verbs_dereg_private(r->mr);
 	free(r);
 }
 
-static int verbs_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-			  uint64_t off, uint64_t len, uint32_t access,
-			  struct kn__tp_rdesc *rdesc)
+static int kn__verbs_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			      uint64_t off, uint64_t len, uint32_t access,
+			      struct kn__tp_rdesc *rdesc)
 {
 	struct vep *ep = vep_of(e);
 	struct reg *r = ((struct vmr *)mr)->reg;
@@ -2012,8 +2027,8 @@ static int verbs_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 	if (ep->state == EP_ERROR)
 		return -ENOTCONN;
 	if (len) {
-		ret = grant_new(ep, r, r->mr, mr->addr + off, len,
-				ibv_remote(access), &rkey);
+		ret = kn__verbs_grant_new(ep, r, r->mr, mr->addr + off, len,
+					  ibv_remote(access), &rkey);
 		if (ret)
 			return ret;
 	}
@@ -2024,8 +2039,8 @@ static int verbs_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 	return 0;
 }
 
-static int verbs_ep_peer(const struct kn__tp_ep *e,
-			 struct sockaddr_storage *ss)
+static int kn__verbs_ep_peer(const struct kn__tp_ep *e,
+			     struct sockaddr_storage *ss)
 {
 	const struct vep *ep = (const struct vep *)e;
 	const struct sockaddr *sa = ep->id ? rdma_get_peer_addr(ep->id) : NULL;
@@ -2048,9 +2063,9 @@ static uint32_t lkey_of(const struct kn__tp_mr *mr)
 
 /* ---- listeners and connections ---- */
 
-static int verbs_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
-			socklen_t addrlen, void *user,
-			struct kn__tp_listener **out)
+static int kn__verbs_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
+			    socklen_t addrlen, void *user,
+			    struct kn__tp_listener **out)
 {
 	struct vctx *c = vctx_of(ctx);
 	struct vlistener *l;
@@ -2094,8 +2109,8 @@ fail:
 	return ret;
 }
 
-static int verbs_listener_addr(const struct kn__tp_listener *listener,
-			       struct sockaddr_storage *addr)
+static int kn__verbs_listener_addr(const struct kn__tp_listener *listener,
+				   struct sockaddr_storage *addr)
 {
 	const struct vlistener *l = (const struct vlistener *)listener;
 	struct sockaddr *sa = rdma_get_local_addr(l->id);
@@ -2107,7 +2122,7 @@ static int verbs_listener_addr(const struct kn__tp_listener *listener,
 	return 0;
 }
 
-static void verbs_listener_close(struct kn__tp_listener *listener)
+static void kn__verbs_listener_close(struct kn__tp_listener *listener)
 {
 	struct vlistener *l = (struct vlistener *)listener;
 	struct vctx *c = vctx_of(listener->ctx);
@@ -2117,7 +2132,7 @@ static void verbs_listener_close(struct kn__tp_listener *listener)
 		struct vep *ep = c->slots[s];
 
 		if (ep && ep->listener == listener)
-			ep_free(ep);
+			kn__verbs_ep_free(ep);
 	}
 	for (struct vlistener **p = &c->listeners; *p; p = &(*p)->next)
 		if (*p == l) {
@@ -2128,8 +2143,9 @@ static void verbs_listener_close(struct kn__tp_listener *listener)
 	free(l);
 }
 
-static int verbs_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
-			 socklen_t addrlen, void *user, struct kn__tp_ep **out)
+static int kn__verbs_connect(struct kn__tp_ctx *ctx,
+			     const struct sockaddr *addr, socklen_t addrlen,
+			     void *user, struct kn__tp_ep **out)
 {
 	struct vctx *c = vctx_of(ctx);
 	struct rdma_cm_id *id;
@@ -2150,30 +2166,30 @@ static int verbs_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	c->resolving++;
 	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)addr, RESOLVE_MS)) {
 		ret = -errno;
-		ep_free(ep);
+		kn__verbs_ep_free(ep);
 		return ret;
 	}
 	*out = &ep->base;
 	return 0;
 }
 
-static void verbs_ep_close(struct kn__tp_ep *e)
+static void kn__verbs_ep_close(struct kn__tp_ep *e)
 {
 	struct vep *ep = vep_of(e);
 
 	ep->zombie = true;
 	ep->report_connect = false;
 	if (ep->state != EP_ERROR)
-		ep_fail(ep, -ECANCELED, "closed");
+		kn__verbs_ep_fail(ep, -ECANCELED, "closed");
 	ep->report_disc = false;
 	/* what is issued flushes; cancellations leave as it does */
-	kick(ep_ctx(ep));
-	ep_release(ep);
+	kn__verbs_kick(ep_ctx(ep));
+	kn__verbs_ep_release(ep);
 }
 
 /* ---- posts ---- */
 
-static struct vop *op_new(struct vep *ep, uint32_t kind, int *err)
+static struct vop *kn__verbs_op_new(struct vep *ep, uint32_t kind, int *err)
 {
 	struct vop *op;
 
@@ -2191,22 +2207,22 @@ static struct vop *op_new(struct vep *ep, uint32_t kind, int *err)
 	return op;
 }
 
-static int op_post(struct vep *ep, struct vop *op, void *user)
+static int kn__verbs_op_post(struct vep *ep, struct vop *op, void *user)
 {
 	op->user = user;
 	ep->op_tail++;
-	ep_issue(ep);
+	kn__verbs_ep_issue(ep);
 	return 0;
 }
 
-static int verbs_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-				size_t off, size_t len,
-				const struct kn__tp_rdesc *dst,
-				uint64_t dst_off, uint32_t imm, void *user)
+static int kn__verbs_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+				    size_t off, size_t len,
+				    const struct kn__tp_rdesc *dst,
+				    uint64_t dst_off, uint32_t imm, void *user)
 {
 	struct vep *ep = vep_of(e);
 	int err;
-	struct vop *op = op_new(ep, KN_TP_OP_WRITE_IMM, &err);
+	struct vop *op = kn__verbs_op_new(ep, KN_TP_OP_WRITE_IMM, &err);
 
 	if (!op)
 		return err;
@@ -2217,17 +2233,17 @@ static int verbs_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 	op->rkey = dst->key;
 	op->imm = imm;
 	op->msg_no = ep->tx_msgs++;
-	return op_post(ep, op, user);
+	return kn__verbs_op_post(ep, op, user);
 }
 
-static int verbs_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-			   size_t off, size_t len,
-			   const struct kn__tp_rdesc *src, uint64_t src_off,
-			   void *user)
+static int kn__verbs_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			       size_t off, size_t len,
+			       const struct kn__tp_rdesc *src, uint64_t src_off,
+			       void *user)
 {
 	struct vep *ep = vep_of(e);
 	int err;
-	struct vop *op = op_new(ep, KN_TP_OP_READ, &err);
+	struct vop *op = kn__verbs_op_new(ep, KN_TP_OP_READ, &err);
 
 	if (!op)
 		return err;
@@ -2236,11 +2252,11 @@ static int verbs_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 	op->len = len;
 	op->raddr = src->addr + src_off;
 	op->rkey = src->key;
-	return op_post(ep, op, user);
+	return kn__verbs_op_post(ep, op, user);
 }
 
-static int verbs_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-			   size_t off, size_t len, void *user)
+static int kn__verbs_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			       size_t off, size_t len, void *user)
 {
 	struct vep *ep = vep_of(e);
 	int err;
@@ -2249,17 +2265,17 @@ static int verbs_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 	/* the peer's bounce buffers are its max_msg (known once open) */
 	if (ep->state == EP_OPEN && len > ep->peer_max_msg)
 		return -EMSGSIZE;
-	op = op_new(ep, KN_TP_OP_SEND, &err);
+	op = kn__verbs_op_new(ep, KN_TP_OP_SEND, &err);
 	if (!op)
 		return err;
 	op->laddr = mr->addr + off;
 	op->lkey = lkey_of(mr);
 	op->len = len;
-	return op_post(ep, op, user);
+	return kn__verbs_op_post(ep, op, user);
 }
 
-static int verbs_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-			   size_t off, size_t len, void *user)
+static int kn__verbs_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr,
+			       size_t off, size_t len, void *user)
 {
 	struct vep *ep = vep_of(e);
 	struct vrecv *r;
@@ -2279,7 +2295,7 @@ static int verbs_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 
 /* ---- progress ---- */
 
-static void release_ready(struct vctx *c)
+static void kn__verbs_release_ready(struct vctx *c)
 {
 	struct vep *list = c->ready;
 
@@ -2289,7 +2305,8 @@ static void release_ready(struct vctx *c)
 
 		list = ep->next_ready;
 		ep->queued = false;
-		ep_release(ep); /* may free a zombie, or queue it again */
+		kn__verbs_ep_release(
+			ep); /* may free a zombie, or queue it again */
 	}
 }
 
@@ -2318,14 +2335,14 @@ static int verbs_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 
 	c->in_poll = true;
 	wake_events(c);
-	drain_cm(c);
-	drain_async(c);
-	check_alarm(c);
+	kn__verbs_drain_cm(c);
+	kn__verbs_drain_async(c);
+	kn__verbs_check_alarm(c);
 	if (c->resolving)
-		check_deadlines(c);
+		kn__verbs_check_deadlines(c);
 	for (int round = 0; round < 2; round++) {
-		drain_cq(c);
-		release_ready(c);
+		kn__verbs_drain_cq(c);
+		kn__verbs_release_ready(c);
 		n += kn__tp_cq_take(&c->cq_ring, out + n, max - n);
 		if (n || c->armed)
 			break;
@@ -2334,7 +2351,7 @@ static int verbs_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 			c->armed = true;
 	}
 	if (c->cq_ring.head != c->cq_ring.tail || c->ready)
-		kick(c); /* more to report: keep the fd readable */
+		kn__verbs_kick(c); /* more to report: keep the fd readable */
 	c->in_poll = false;
 	return n;
 }
@@ -2351,20 +2368,20 @@ const struct kn__tp_ops kn__tp_verbs_ops = {
 	.max_len = 1u << 31,
 	.ctx_create = verbs_ctx_create,
 	.ctx_destroy = verbs_ctx_destroy,
-	.mr_reg = verbs_mr_reg,
-	.mr_dereg = verbs_mr_dereg,
-	.ep_grant = verbs_ep_grant,
-	.ep_peer = verbs_ep_peer,
-	.listen = verbs_listen,
-	.listener_addr = verbs_listener_addr,
-	.listener_close = verbs_listener_close,
-	.connect = verbs_connect,
+	.mr_reg = kn__verbs_mr_reg,
+	.mr_dereg = kn__verbs_mr_dereg,
+	.ep_grant = kn__verbs_ep_grant,
+	.ep_peer = kn__verbs_ep_peer,
+	.listen = kn__verbs_listen,
+	.listener_addr = kn__verbs_listener_addr,
+	.listener_close = kn__verbs_listener_close,
+	.connect = kn__verbs_connect,
 	.adopt = NULL,
-	.ep_close = verbs_ep_close,
-	.post_write_imm = verbs_post_write_imm,
-	.post_read = verbs_post_read,
-	.post_send = verbs_post_send,
-	.post_recv = verbs_post_recv,
+	.ep_close = kn__verbs_ep_close,
+	.post_write_imm = kn__verbs_post_write_imm,
+	.post_read = kn__verbs_post_read,
+	.post_send = kn__verbs_post_send,
+	.post_recv = kn__verbs_post_recv,
 	.poll = verbs_poll,
 	.fd = verbs_fd,
 };
