@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * main.c - perf/sim/sim, the simulator as a benchmark program of its
- * own: the same code as `kanel sim` (sim_cli.c), without the rest of
- * the kanel command.
+ * main.c - sim/sim, the simulator as a program of its own: the same
+ * code as `kanel sim` (sim_cli.c), without the rest of the kanel
+ * command.
  */
 #include "kanel_sim.h"
 
