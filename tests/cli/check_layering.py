@@ -5,10 +5,11 @@
 a layer gets) must fail to build because that header is not found.  The
 probes after `--layer tools/` hold tools/ to kanel.h (and kanel_sim.h),
 those after `--layer sim/` hold the simulator to sync/: no header of
-engine/, transport/ or kernels/.  And the public-only sources of perf/
+engine/, transport/ or kernels/; those after `--layer launch/` hold the
+job launcher to libc.  And the public-only sources of perf/
 (--public-only SOURCE, e.g. bench_engine.c), checked by reading them:
-they include kanel.h, bench_util.h (read the same way) and system
-headers only.
+they include kanel.h, bench_util.h (read the same way), launch.h (the
+job launcher, libc only) and system headers only.
 Usage: check_layering.py BUILD_DIR [--public-only SOURCE]...
 [--layer NAME HEADER=TARGET_PATH...]..."""
 import os
@@ -16,7 +17,7 @@ import re
 import subprocess
 import sys
 
-PUBLIC = ('kanel.h', 'bench_util.h')
+PUBLIC = ('kanel.h', 'bench_util.h', 'launch.h')
 INCLUDE = re.compile(r'\s*#\s*include\b\s*(.*)')
 
 

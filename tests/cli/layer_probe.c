@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * layer_probe.c - a file compiled as the files of tools/ (tools_deps)
- * or of sim/ (sim_build_deps) are, that includes the header of a layer
- * they may not use, KN_PROBE_HEADER: it must fail to compile, which
+ * layer_probe.c - a file compiled as the files of tools/ (tools_deps),
+ * sim/ (sim_build_deps) or launch/ are, that includes the header of a
+ * layer they may not use, KN_PROBE_HEADER: it must fail to compile, which
  * check_layering.py asserts.  Never built by default.
  */
 #include KN_PROBE_HEADER
