@@ -17,7 +17,10 @@
  * are the callers' to write: nothing here prints, and errors are 0 or a
  * negative errno.  Functions that start, wait for or reap children act
  * on process-wide state (the children of this process, its environment
- * in the child): call them from one thread.
+ * in the child): call them from one thread.  A child sets its
+ * environment and opens its log between fork and exec, which is safe
+ * when no other thread of the parent runs then (the job's parent in the
+ * kanel command, bench_engine between its jobs, a test's main thread).
  */
 #ifndef KN_LAUNCH_H
 #define KN_LAUNCH_H
