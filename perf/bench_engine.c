@@ -7,7 +7,9 @@
  * For every (workers, servers, size) it starts a fresh job: a 32-byte
  * random secret in a 0600 file, a free port on 127.0.0.1, and a
  * coordinator and the servers as child processes of the `kanel` binary
- * (their output goes to a log file, shown when one of them dies).  The
+ * (their output goes to a log file, shown when one of them dies), all
+ * started, waited for and killed through launch/ (launch.h), as `kanel
+ * launch` does.  The
  * workers are threads of this process, each with its own kn_worker, all
  * registering one fp32 tensor of the size under the same key.  A sample
  * is R rounds of kn_worker_step() by every worker at once (BSP keeps them
@@ -44,7 +46,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -59,6 +60,7 @@
 
 #include "bench_util.h"
 #include "kanel.h"
+#include "launch.h"
 
 #define MAX_REPS     5
 #define WAIT_S	     30 /* deadline of every wait */
@@ -151,14 +153,12 @@ static char tmpdir[256], secret_path[300];
 static void cleanup(void)
 {
 	if (tp_proc.pid > 0) {
-		kill(tp_proc.pid, SIGKILL);
-		waitpid(tp_proc.pid, NULL, 0);
+		kn__launch_kill(tp_proc.pid);
 		tp_proc.pid = 0;
 	}
 	for (unsigned int i = 0; i < nchildren; i++)
 		if (children[i].pid > 0) {
-			kill(children[i].pid, SIGKILL);
-			waitpid(children[i].pid, NULL, 0);
+			kn__launch_kill(children[i].pid);
 			children[i].pid = 0;
 		}
 	for (unsigned int i = 0; i < nchildren; i++)
@@ -195,16 +195,10 @@ static void show_log(const struct child *c)
 
 static void __attribute__((noreturn)) child_died(struct child *c, int st)
 {
-	if (WIFEXITED(st))
-		fprintf(stderr,
-			"bench_engine: %s (pid %d) exited with status %d\n",
-			c->name, (int)c->pid, WEXITSTATUS(st));
-	else
-		fprintf(stderr,
-			"bench_engine: %s (pid %d) was killed by signal "
-			"%d (%s)\n",
-			c->name, (int)c->pid, WTERMSIG(st),
-			strsignal(WTERMSIG(st)));
+	char how[64];
+
+	fprintf(stderr, "bench_engine: %s (pid %d) %s\n", c->name, (int)c->pid,
+		kn__launch_strstatus(st, how, sizeof(how)));
 	c->pid = 0;
 	show_log(c);
 	exit(1);
@@ -217,7 +211,7 @@ static void children_check(void)
 		struct child *c = &children[i];
 		int st;
 
-		if (c->pid > 0 && waitpid(c->pid, &st, WNOHANG) == c->pid)
+		if (c->pid > 0 && kn__launch_wait(c->pid, 0, &st) == 0)
 			child_died(c, st);
 	}
 }
@@ -248,16 +242,10 @@ static void make_secret(void)
 /* A free TCP port on 127.0.0.1 (the coordinator binds it right after). */
 static int free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int port = kn__launch_free_port();
 
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-	    getsockname(fd, (struct sockaddr *)&a, &len))
-		check(-errno, "finding a free port");
-	close(fd);
-	return ntohs(a.sin_port);
+	check(port, "finding a free port");
+	return port;
 }
 
 /*
@@ -304,70 +292,41 @@ static void wait_listening(int port)
 	}
 }
 
-extern char **environ;
-
 /*
- * Children start with SIGPIPE's default action, which ours is not (main()
- * ignores it, for the co-process's pipe).
+ * In a child, before its exec: SIGPIPE's default action, which ours is
+ * not (main() ignores it, for the co-process's pipe).
  */
-static void spawnattr_init(posix_spawnattr_t *at)
+static int sigpipe_default(void *arg)
 {
-	sigset_t def;
-
-	sigemptyset(&def);
-	sigaddset(&def, SIGPIPE);
-	check(-posix_spawnattr_init(at), "posix_spawnattr_init");
-	check(-posix_spawnattr_setsigdefault(at, &def),
-	      "posix_spawnattr_setsigdefault");
-	check(-posix_spawnattr_setflags(at, POSIX_SPAWN_SETSIGDEF),
-	      "posix_spawnattr_setflags");
+	(void)arg;
+	signal(SIGPIPE, SIG_DFL);
+	return 0;
 }
 
 /* Start `kanel ROLE` with KANEL_ROLE and KANEL_RANK, output to its log. */
 static void spawn(const char *role, unsigned int rank)
 {
 	struct child *c = &children[nchildren];
-	char env_role[64], env_rank[32], *argv[3], **envp;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	size_t n = 0, k = 0;
+	char *argv[3] = { cfg.kanel, (char *)role, NULL };
+	const struct kn__launch_child lc = {
+		.argv = argv,
+		.setup = sigpipe_default,
+		.role = role,
+		.rank = rank,
+		.log = c->log,
+		.log_stdout = true,
+	};
 	int ret;
 
-	while (environ[n])
-		n++;
-	envp = calloc(n + 3, sizeof(*envp));
-	if (!envp)
-		check(-ENOMEM, "calloc");
-	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "KANEL_ROLE=", 11) &&
-		    strncmp(environ[i], "KANEL_RANK=", 11))
-			envp[k++] = environ[i];
-	snprintf(env_role, sizeof(env_role), "KANEL_ROLE=%s", role);
-	snprintf(env_rank, sizeof(env_rank), "KANEL_RANK=%u", rank);
-	envp[k++] = env_role;
-	envp[k++] = env_rank;
 	if (strcmp(role, "server") == 0)
 		snprintf(c->name, sizeof(c->name), "server %u", rank);
 	else
 		snprintf(c->name, sizeof(c->name), "%s", role);
 	snprintf(c->log, sizeof(c->log), "%s/%s%u.log", tmpdir, role, rank);
-	argv[0] = cfg.kanel;
-	argv[1] = (char *)role;
-	argv[2] = NULL;
-	check(-posix_spawn_file_actions_init(&fa), "posix_spawn_file_actions");
-	check(-posix_spawn_file_actions_addopen(
-		      &fa, 1, c->log, O_WRONLY | O_CREAT | O_TRUNC, 0600),
-	      "posix_spawn_file_actions_addopen");
-	check(-posix_spawn_file_actions_adddup2(&fa, 1, 2),
-	      "posix_spawn_file_actions_adddup2");
-	spawnattr_init(&at);
-	ret = posix_spawn(&c->pid, cfg.kanel, &fa, &at, argv, envp);
-	posix_spawnattr_destroy(&at);
-	posix_spawn_file_actions_destroy(&fa);
-	free(envp);
+	ret = kn__launch_spawn(&lc, &c->pid, NULL);
 	if (ret) {
 		fprintf(stderr, "bench_engine: cannot start %s %s: %s\n",
-			cfg.kanel, role, strerror(ret));
+			cfg.kanel, role, strerror(-ret));
 		exit(1);
 	}
 	nchildren++;
@@ -380,37 +339,23 @@ static void spawn(const char *role, unsigned int rank)
  */
 static void children_stop(void)
 {
-	double deadline = now_ns() + 5e9;
+	double deadline = kn__launch_now() + 5;
 
 	for (unsigned int i = 0; i < nchildren; i++)
 		if (children[i].pid > 0)
 			kill(children[i].pid, SIGTERM);
-	for (unsigned int alive = nchildren; alive;) {
-		alive = 0;
-		for (unsigned int i = 0; i < nchildren; i++)
-			if (children[i].pid > 0 &&
-			    waitpid(children[i].pid, NULL, WNOHANG) ==
-				    children[i].pid)
-				children[i].pid = 0;
-			else if (children[i].pid > 0)
-				alive++;
-		if (alive && now_ns() > deadline) {
-			for (unsigned int i = 0; i < nchildren; i++)
-				if (children[i].pid > 0) {
-					fprintf(stderr,
-						"bench_engine: %s (pid %d) "
-						"ignored SIGTERM for 5 s: "
-						"killed\n",
-						children[i].name,
-						(int)children[i].pid);
-					kill(children[i].pid, SIGKILL);
-					waitpid(children[i].pid, NULL, 0);
-					children[i].pid = 0;
-				}
-			break;
+	for (unsigned int i = 0; i < nchildren; i++) {
+		struct child *c = &children[i];
+
+		if (c->pid > 0 &&
+		    kn__launch_wait(c->pid, deadline, NULL) == -ETIMEDOUT) {
+			fprintf(stderr,
+				"bench_engine: %s (pid %d) ignored SIGTERM for "
+				"5 s: killed\n",
+				c->name, (int)c->pid);
+			kn__launch_kill(c->pid);
 		}
-		if (alive)
-			usleep(1000);
+		c->pid = 0;
 	}
 	for (unsigned int i = 0; i < nchildren; i++)
 		unlink(children[i].log);
@@ -436,16 +381,12 @@ static char tp_name[64]; /* the transport provider it measures */
  */
 static void __attribute__((noreturn)) tp_gone(const char *what)
 {
-	double deadline = now_ns() + 5e9;
 	int st;
 
 	fprintf(stderr, "bench_engine: %s closed its output before %s\n",
 		tp_proc.name, what);
-	while (now_ns() < deadline) {
-		if (waitpid(tp_proc.pid, &st, WNOHANG) == tp_proc.pid)
-			child_died(&tp_proc, st);
-		usleep(1000);
-	}
+	if (kn__launch_wait(tp_proc.pid, kn__launch_now() + 5, &st) == 0)
+		child_died(&tp_proc, st);
 	fprintf(stderr, "bench_engine: %s (pid %d) is still running: killed\n",
 		tp_proc.name, (int)tp_proc.pid);
 	exit(1); /* cleanup() kills it */
@@ -502,15 +443,32 @@ static void tp_read(char *line, size_t cap, const char *what)
 }
 
 /*
+ * In its child, before the exec: the pipes' ends @arg (int[2]) become
+ * its stdin and stdout (without close-on-exec), SIGPIPE as by default.
+ */
+static int tp_child_setup(void *arg)
+{
+	const int *fds = arg;
+
+	if (dup2(fds[0], STDIN_FILENO) < 0 || dup2(fds[1], STDOUT_FILENO) < 0)
+		return -errno;
+	return sigpipe_default(NULL);
+}
+
+/*
  * Start it, regions sized for every size of the run, and wait for its
  * "ready PROVIDER": the two sides are connected then.
  */
 static void tp_start(void)
 {
 	char sizes[BENCH_MAX_LIST * 24] = "", line[256], *argv[5];
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
 	int in[2], out[2], ret, used = 0;
+	int fds[2]; /* its stdin and stdout, for tp_child_setup */
+	const struct kn__launch_child lc = {
+		.argv = argv,
+		.setup = tp_child_setup,
+		.arg = fds,
+	};
 	size_t len = 0;
 
 	for (unsigned int i = 0; i < cfg.nsizes; i++)
@@ -524,15 +482,9 @@ static void tp_start(void)
 	/* our ends stay out of every other child */
 	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
 		check(-errno, "pipe2");
-	check(-posix_spawn_file_actions_init(&fa), "posix_spawn_file_actions");
-	check(-posix_spawn_file_actions_adddup2(&fa, in[0], 0),
-	      "posix_spawn_file_actions_adddup2");
-	check(-posix_spawn_file_actions_adddup2(&fa, out[1], 1),
-	      "posix_spawn_file_actions_adddup2");
-	spawnattr_init(&at);
-	ret = posix_spawn(&tp_proc.pid, cfg.transport, &fa, &at, argv, environ);
-	posix_spawnattr_destroy(&at);
-	posix_spawn_file_actions_destroy(&fa);
+	fds[0] = in[0];
+	fds[1] = out[1];
+	ret = kn__launch_spawn(&lc, &tp_proc.pid, NULL);
 	close(in[0]);
 	close(out[1]);
 	if (ret) {
@@ -540,7 +492,7 @@ static void tp_start(void)
 		fprintf(stderr,
 			"bench_engine: cannot start %s --serve-stream: "
 			"%s\n",
-			cfg.transport, strerror(ret));
+			cfg.transport, strerror(-ret));
 		exit(1);
 	}
 	tp_in = in[1];
@@ -627,20 +579,16 @@ static double stream_sample(size_t bytes)
  */
 static void tp_stop(void)
 {
-	double deadline = now_ns() + WAIT_S * 1e9;
 	int st;
 
 	close(tp_in);
 	tp_in = -1;
-	while (waitpid(tp_proc.pid, &st, WNOHANG) != tp_proc.pid) {
-		if (now_ns() > deadline) {
-			fprintf(stderr,
-				"bench_engine: %s (pid %d) did not end %d s "
-				"after EOF on its input: killed\n",
-				tp_proc.name, (int)tp_proc.pid, WAIT_S);
-			exit(1); /* cleanup() kills it */
-		}
-		usleep(1000);
+	if (kn__launch_wait(tp_proc.pid, kn__launch_now() + WAIT_S, &st)) {
+		fprintf(stderr,
+			"bench_engine: %s (pid %d) did not end %d s after EOF "
+			"on its input: killed\n",
+			tp_proc.name, (int)tp_proc.pid, WAIT_S);
+		exit(1); /* cleanup() kills it */
 	}
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		child_died(&tp_proc, st);

@@ -6,6 +6,11 @@
  * discrete-event simulator adds the same base * factor to simulated
  * time, so both run this code and see the same stragglers.
  *
+ * It lives in sync/, not with the simulator (sim/), because both sides
+ * use it: the engine wraps it as the public kn_imbalance_* of kanel.h
+ * (the trainer's and the Python package's models), and the engine may
+ * not depend on the simulator; both may depend on sync/.
+ *
  * Like the rest of sync/ this is pure: no I/O, no clock reads, no global
  * state, no allocation.  Time comes in as an argument, randomness from a
  * seed, and a worker's whole state lives in a struct kn__imb_worker in

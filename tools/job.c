@@ -4,23 +4,25 @@
  * port, M servers and N workers as child processes, the job's options
  * and a fresh secret handed to them through the environment (each
  * option's KANEL_* variable, docs/configuration.md).  `kanel launch`
- * runs a command in every worker; `kanel train` runs the trainer.
+ * runs a command in every worker; `kanel train` runs the trainer.  The
+ * processes are started, reaped and killed through launch/ (launch.h);
+ * what is the kanel command's own is here: the job's options and
+ * secret, restarts, and the messages.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "launch.h"
 #include "tool.h"
 
 /* A worker that fails sooner than this after its start is not restarted
@@ -46,14 +48,6 @@ void kn__job_catch_term(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 void kn__tool_log(const char *fmt, ...)
@@ -172,22 +166,6 @@ int kn__tool_run_role(const struct kn_config *cfg)
 	return ret ? 1 : 0;
 }
 
-/* A free TCP port on 127.0.0.1 (the coordinator binds it right after). */
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
 /* A fresh random secret in a 0600 file; its path in @path. */
 static int make_secret(char *path, size_t cap)
 {
@@ -278,7 +256,7 @@ int kn__job_init(struct kn__job *job, const char *command, int argc,
 	if (kn_config_help(job->cfg))
 		return 0;
 	kn_config_job(job->cfg, &job->info);
-	port = free_port();
+	port = kn__launch_free_port();
 	if (port < 0) {
 		kn__tool_log("%s: no free port on 127.0.0.1\n", command);
 		return -EADDRNOTAVAIL;
@@ -343,68 +321,54 @@ static void describe(const struct kn__job *job, unsigned int idx, char *buf,
 }
 
 /*
- * Fork and exec @argv with the role in the environment.  The exec's
- * failure comes back through a close-on-exec pipe: a successful exec
- * closes it empty, a failed one writes its errno first, so the parent
- * knows at once, without waiting for a start-up that cannot happen.
+ * In the coordinator's child, before its exec: its way to say the job
+ * started, a copy of the start pipe's write end in KANEL_START_FD.
+ */
+static int pass_start_fd(void *arg)
+{
+	const struct kn__job *job = arg;
+	int fd = dup(job->start_w); /* without CLOEXEC */
+
+	if (fd >= 0)
+		setenv_u("KANEL_START_FD", (unsigned int)fd, "");
+	return 0;
+}
+
+/*
+ * Start process @idx of @job: @argv with the role in the environment.
+ * An exec that fails is known at once (kn__launch_spawn), without
+ * waiting for a start-up that cannot happen.
  */
 static int spawn(struct kn__job *job, unsigned int idx, char *const *argv,
 		 const char *role, unsigned int rank)
 {
+	const struct kn__launch_child c = {
+		.argv = argv,
+		.setup = idx == 0 && job->start_w >= 0 ? pass_start_fd : NULL,
+		.arg = job,
+		.role = role,
+		.rank = rank,
+	};
+	bool forked;
 	char who[32];
-	int fds[2], err = 0;
-	ssize_t n;
 	pid_t pid;
+	int ret;
 
 	describe(job, idx, who, sizeof(who));
-	if (pipe2(fds, O_CLOEXEC)) {
-		err = errno;
+	ret = kn__launch_spawn(&c, &pid, &forked);
+	if (ret && !forked) {
 		kn__tool_log("%s: %s: cannot start: %s\n", job->command, who,
-			     strerror(err));
-		return -err;
+			     strerror(-ret));
+		return ret;
 	}
-	pid = fork();
-	if (pid < 0) {
-		err = errno;
-		close(fds[0]);
-		close(fds[1]);
-		kn__tool_log("%s: %s: cannot start: %s\n", job->command, who,
-			     strerror(err));
-		return -err;
-	}
-	if (pid == 0) {
-		close(fds[0]);
-		if (idx == 0 && job->start_w >= 0) {
-			/* the coordinator's way to say the job started */
-			int fd = dup(job->start_w); /* without CLOEXEC */
-
-			if (fd >= 0)
-				setenv_u("KANEL_START_FD", (unsigned int)fd,
-					 "");
-		}
-		setenv("KANEL_ROLE", role, 1);
-		setenv_u("KANEL_RANK", rank, "");
-		execvp(argv[0], argv);
-		err = errno;
-		while (write(fds[1], &err, sizeof(err)) < 0 && errno == EINTR)
-			;
-		_exit(127);
-	}
-	close(fds[1]);
-	do
-		n = read(fds[0], &err, sizeof(err));
-	while (n < 0 && errno == EINTR);
-	close(fds[0]);
 	job->names[idx] = argv[0];
-	if (n == (ssize_t)sizeof(err)) {
+	if (ret) {
 		kn__tool_log("%s: %s: cannot run '%s': %s\n", job->command, who,
-			     argv[0], strerror(err));
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		return -err;
+			     argv[0], strerror(-ret));
+		return ret;
 	}
 	job->pids[idx] = pid;
-	job->started_at[idx] = now_s();
+	job->started_at[idx] = kn__launch_now();
 	job->ended[idx] = KN__JOB_RUNNING;
 	job->running++;
 	return 0;
@@ -415,7 +379,7 @@ int kn__job_start_roles(struct kn__job *job)
 	char *argv[3] = { job->self, "coordinator", NULL };
 	int fds[2], ret;
 
-	job->t0 = now_s();
+	job->t0 = kn__launch_now();
 	job->start_w = -1;
 	if (pipe2(fds, O_CLOEXEC) == 0) {
 		fcntl(fds[0], F_SETFL, O_NONBLOCK);
@@ -478,118 +442,103 @@ static bool started(struct kn__job *job)
 	return job->started;
 }
 
+/*
+ * Process @i of @job, which was @pid, ended with wait status @st: its
+ * account, a restart, or the message that says how it failed.
+ */
+static void ended(struct kn__job *job, unsigned int i, pid_t pid, int st)
+{
+	char who[32], how[64];
+
+	job->pids[i] = 0;
+	job->running--;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		job->ended[i] = KN__JOB_FINISHED;
+		return;
+	}
+	/* those we stopped need no word */
+	if (job->ending) {
+		if (job->ended[i] != KN__JOB_HUNG)
+			job->ended[i] = KN__JOB_STOPPED;
+		job->stopped++;
+		return;
+	}
+	/* a restart below sets it back to running */
+	job->ended[i] = KN__JOB_FAILED;
+	describe(job, i, who, sizeof(who));
+	if (started(job) &&
+	    restarting_server(job, i, kn__launch_now() - job->started_at[i])) {
+		char *argv[3] = { job->self, "server", NULL };
+
+		kn__tool_log("%s: %s (pid %d) ended badly %.1f s "
+			     "after the start (%s %d): "
+			     "restarting it; the job goes on "
+			     "from the last checkpoint\n",
+			     job->command, who, (int)pid,
+			     kn__launch_now() - job->t0,
+			     WIFEXITED(st) ? "status" : "signal",
+			     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+		if (spawn(job, i, argv, "server", i - 1) == 0) {
+			job->server_restarts++;
+			return;
+		}
+	}
+	if (job->workers_may_fail && i > job->info.servers && started(job)) {
+		double t = kn__launch_now();
+		bool again = restarting(job, i, t - job->started_at[i]);
+
+		kn__tool_log("%s: %s (%s, pid %d) ended badly "
+			     "%.1f s after the start (%s %d): "
+			     "%s\n",
+			     job->command, who, job->names[i], (int)pid,
+			     t - job->t0, WIFEXITED(st) ? "status" : "signal",
+			     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
+			     again ? "restarting it, with its "
+				     "rank"
+				   : "the job goes on without "
+				     "it");
+		if (again && spawn(job, i, job->worker_argv, "worker",
+				   i - 1 - job->info.servers) == 0) {
+			job->restarted++;
+			return;
+		}
+		if (job->restart_workers && !again)
+			kn__tool_log("%s: %s is not restarted: %s\n",
+				     job->command, who,
+				     job->pids[0] ? "it failed within 2 s "
+						    "of its start"
+						  : "the coordinator is "
+						    "gone");
+		job->lost++;
+		if (!job->status)
+			job->status = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+		return;
+	}
+	if (!job->status)
+		job->status = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	job->failed++;
+	kn__tool_log("%s: %s (%s, pid %d) %s\n", job->command, who,
+		     job->names[i], (int)pid,
+		     kn__launch_strstatus(st, how, sizeof(how)));
+}
+
 /* Reap what has ended (@block: wait for all; @one: for one at most). */
 static unsigned int reap(struct kn__job *job, bool block, bool one)
 {
 	while (job->running) {
-		int st;
-		pid_t pid = waitpid(-1, &st, block ? 0 : WNOHANG);
+		unsigned int i;
+		int st, ret = kn__launch_reap_any(job->pids, job->total, block,
+						  &i, &st);
 
-		if (pid == 0 || (pid < 0 && errno != EINTR))
-			break;
-		if (pid < 0 && term_signal)
+		if (ret == -EINTR && term_signal)
 			break; /* kn__job_wait ends the job */
-		if (pid < 0)
+		if (ret == -EINTR)
 			continue;
+		if (ret)
+			break;
 		if (one)
 			block = false;
-		for (unsigned int i = 0; i < job->total; i++) {
-			char who[32];
-
-			if (job->pids[i] != pid)
-				continue;
-			job->pids[i] = 0;
-			job->running--;
-			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-				job->ended[i] = KN__JOB_FINISHED;
-				break;
-			}
-			/* those we stopped need no word */
-			if (job->ending) {
-				if (job->ended[i] != KN__JOB_HUNG)
-					job->ended[i] = KN__JOB_STOPPED;
-				job->stopped++;
-				break;
-			}
-			/* a restart below sets it back to running */
-			job->ended[i] = KN__JOB_FAILED;
-			describe(job, i, who, sizeof(who));
-			if (started(job) &&
-			    restarting_server(job, i, now_s() - job->started_at[i])) {
-				char *argv[3] = { job->self, "server", NULL };
-
-				kn__tool_log("%s: %s (pid %d) ended badly %.1f s "
-					     "after the start (%s %d): "
-					     "restarting it; the job goes on "
-					     "from the last checkpoint\n",
-					     job->command, who, (int)pid,
-					     now_s() - job->t0,
-					     WIFEXITED(st) ? "status" : "signal",
-					     WIFEXITED(st) ? WEXITSTATUS(st)
-							   : WTERMSIG(st));
-				if (spawn(job, i, argv, "server", i - 1) == 0) {
-					job->server_restarts++;
-					break;
-				}
-			}
-			if (job->workers_may_fail && i > job->info.servers &&
-			    started(job)) {
-				double t = now_s();
-				bool again = restarting(job, i,
-							t - job->started_at[i]);
-
-				kn__tool_log("%s: %s (%s, pid %d) ended badly "
-					     "%.1f s after the start (%s %d): "
-					     "%s\n",
-					     job->command, who, job->names[i],
-					     (int)pid, t - job->t0,
-					     WIFEXITED(st) ? "status"
-							   : "signal",
-					     WIFEXITED(st) ? WEXITSTATUS(st)
-							   : WTERMSIG(st),
-					     again ? "restarting it, with its "
-						     "rank"
-						   : "the job goes on without "
-						     "it");
-				if (again &&
-				    spawn(job, i, job->worker_argv, "worker",
-					  i - 1 - job->info.servers) == 0) {
-					job->restarted++;
-					break;
-				}
-				if (job->restart_workers && !again)
-					kn__tool_log(
-						"%s: %s is not restarted: %s\n",
-						job->command, who,
-						job->pids[0]
-							? "it failed within 2 s "
-							  "of its start"
-							: "the coordinator is "
-							  "gone");
-				job->lost++;
-				if (!job->status)
-					job->status = WIFEXITED(st)
-							      ? WEXITSTATUS(st)
-							      : 1;
-				break;
-			}
-			if (!job->status)
-				job->status =
-					WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-			job->failed++;
-			if (WIFEXITED(st))
-				kn__tool_log("%s: %s (%s, pid %d) exited with "
-					     "status %d\n",
-					     job->command, who, job->names[i],
-					     (int)pid, WEXITSTATUS(st));
-			else
-				kn__tool_log("%s: %s (%s, pid %d) was killed "
-					     "by signal %d (%s)\n",
-					     job->command, who, job->names[i],
-					     (int)pid, WTERMSIG(st),
-					     strsignal(WTERMSIG(st)));
-			break;
-		}
+		ended(job, i, job->pids[i], st);
 	}
 	return job->running;
 }
@@ -635,8 +584,8 @@ void kn__job_wait(struct kn__job *job, double grace_s)
 	kn__tool_log("%s: ending the job: %u process%s stopped\n", job->command,
 		     job->running, job->running == 1 ? "" : "es");
 	kn__job_kill(job, SIGTERM);
-	until = now_s() + grace_s;
-	while (kn__job_reap(job, false) && now_s() < until)
+	until = kn__launch_now() + grace_s;
+	while (kn__job_reap(job, false) && kn__launch_now() < until)
 		nanosleep(&tick, NULL);
 	if (job->running)
 		kn__job_kill_hung(job);

@@ -24,7 +24,7 @@
  * its environment, and a fresh job secret unless one is given.  `train`
  * trains a model on Fashion-MNIST through a job (tools/train.c);
  * `compare` runs `train` under several protocols and imbalances; `sim`
- * is the discrete-event simulator (perf/sim/, docs/simulator.md).
+ * is the discrete-event simulator (sim/, docs/simulator.md).
  */
 #include <errno.h>
 #include <signal.h>

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The layering of tools/, checked by the compiler: each probe target
-(tests/cli/layer_probe.c with one layer's header, compiled with the
-dependencies tools/ gets) must fail to build because that header is not
-found.  And the public-only sources of perf/ (--public-only SOURCE, e.g.
-bench_engine.c), checked by reading them: they include kanel.h,
-bench_util.h (read the same way) and system headers only.
+"""The layering, checked by the compiler: each probe target
+(tests/cli/layer_probe.c with one header, compiled with the dependencies
+a layer gets) must fail to build because that header is not found.  The
+probes after `--layer tools/` hold tools/ to kanel.h (and kanel_sim.h),
+those after `--layer sim/` hold the simulator to sync/: no header of
+engine/, transport/ or kernels/; those after `--layer launch/` hold the
+job launcher to libc.  And the public-only sources of perf/
+(--public-only SOURCE, e.g. bench_engine.c), checked by reading them:
+they include kanel.h, bench_util.h (read the same way), launch.h (the
+job launcher, libc only) and system headers only.
 Usage: check_layering.py BUILD_DIR [--public-only SOURCE]...
-HEADER=TARGET_PATH..."""
+[--layer NAME HEADER=TARGET_PATH...]..."""
 import os
 import re
 import subprocess
 import sys
 
-PUBLIC = ('kanel.h', 'bench_util.h')
+PUBLIC = ('kanel.h', 'bench_util.h', 'launch.h')
 INCLUDE = re.compile(r'\s*#\s*include\b\s*(.*)')
 
 
@@ -50,16 +54,24 @@ def main():
     while len(args) >= 2 and args[0] == '--public-only':
         sources.append(args[1])
         args = args[2:]
-    probes = [arg.split('=', 1) for arg in args]
+    probes = []
+    layer = 'tools/'
+    while args:
+        if args[0] == '--layer' and len(args) >= 2:
+            layer = args[1]
+            args = args[2:]
+            continue
+        probes.append([layer] + args[0].split('=', 1))
+        args = args[1:]
     failures = 0
-    for header, target in probes:
+    for layer, header, target in probes:
         target = os.path.relpath(target, build)
         run = subprocess.run(['ninja', '-C', build, target],
                              stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
         out = run.stdout
         if run.returncode == 0:
-            print(f'FAIL: tools/ can include {header}: a dependency '
+            print(f'FAIL: {layer} can include {header}: a dependency '
                   'passes an internal include folder on')
             failures += 1
         elif header not in out or 'No such file' not in out:
@@ -67,9 +79,9 @@ def main():
                   + out)
             failures += 1
         else:
-            print(f'ok: {header} is not visible to tools/')
+            print(f'ok: {header} is not visible to {layer}')
     for source in sources:
-        bad = public_only(source, {header for header, _ in probes})
+        bad = public_only(source, {header for _, header, _ in probes})
         for why in bad:
             print(f'FAIL: {why}: perf/ outside the layer benchmarks '
                   'sees kanel.h alone')

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * layer_probe.c - a file compiled as tools/ files are (tools_deps) that
- * includes one layer's header, KN_PROBE_HEADER: it must fail to compile,
- * which check_layering.py asserts.  Never built by default.
+ * layer_probe.c - a file compiled as the files of tools/ (tools_deps),
+ * sim/ (sim_build_deps) or launch/ are, that includes the header of a
+ * layer they may not use, KN_PROBE_HEADER: it must fail to compile, which
+ * check_layering.py asserts.  Never built by default.
  */
 #include KN_PROBE_HEADER
 

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* job_util.c - whole jobs for the engine's tests (job_util.h). */
-#include <arpa/inet.h>
+/*
+ * job_util.c - whole jobs for the engine's tests (job_util.h).  The
+ * processes are started, waited for and killed through launch/
+ * (launch.h), as `kanel launch` starts its own; the roles run their
+ * entry points in the forked child instead of an exec.
+ */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -19,6 +21,7 @@
 
 #include "config.h"
 #include "job_util.h"
+#include "launch.h"
 #include "roles.h"
 
 struct shared *sh;
@@ -66,15 +69,9 @@ static void enter_worker_netns(unsigned int rank)
 
 int free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+	int port = kn__launch_free_port();
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	port = ntohs(a.sin_port);
-	close(fd);
+	cr_assert_gt(port, 0, "no free port: %s", strerror(-port));
 	return port;
 }
 
@@ -132,42 +129,64 @@ pid_t spawn_role(const char *role, unsigned int rank)
 	return spawn_role_logged(role, rank, NULL, NULL);
 }
 
+/* What a role's child is given (in the child's copy of our stack). */
+struct role_arg {
+	const char *role, *listen;
+	unsigned int rank;
+};
+
+static int role_setup(void *arg)
+{
+	const struct role_arg *a = arg;
+
+	if (a->listen)
+		setenv("KANEL_LISTEN", a->listen, 1);
+	return 0;
+}
+
+/* A coordinator or server: its entry point, its exit status. */
+static int role_main(void *arg)
+{
+	const struct role_arg *a = arg;
+	char r[16], err[256];
+	char *argv[] = {
+		"kanel", "--role", (char *)a->role, "--rank", r, NULL
+	};
+	struct kn__config cfg;
+	uint8_t secret[64];
+	size_t len;
+	int ret;
+
+	snprintf(r, sizeof(r), "%u", a->rank);
+	if (kn__config_parse(5, argv, NULL, &cfg, err, sizeof(err))) {
+		fprintf(stderr, "test: %s\n", err);
+		return 2;
+	}
+	memcpy(secret, "the job's secret", 16);
+	len = 16;
+	ret = strcmp(a->role, "coordinator") == 0
+		      ? kn__coordinator_run(&cfg, secret, len)
+		      : kn__server_run(&cfg, secret, len);
+	return ret ? 1 : 0;
+}
+
 pid_t spawn_role_logged(const char *role, unsigned int rank, const char *log,
 			const char *listen)
 {
-	pid_t pid = fork();
+	struct role_arg a = { .role = role, .listen = listen, .rank = rank };
+	const struct kn__launch_child c = {
+		.body = role_main,
+		.setup = role_setup,
+		.arg = &a,
+		.role = role,
+		.rank = rank,
+		.log = log,
+	};
+	pid_t pid;
+	int ret = kn__launch_spawn(&c, &pid, NULL);
 
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		char r[16], err[256];
-		char *argv[] = { "kanel",  "--role", (char *)role,
-				 "--rank", r,	     NULL };
-		struct kn__config cfg;
-		uint8_t secret[64];
-		size_t len;
-		int ret;
-
-		snprintf(r, sizeof(r), "%u", rank);
-		if (log) {
-			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-			if (fd < 0 || dup2(fd, 2) < 0)
-				_exit(3);
-			close(fd);
-		}
-		if (listen)
-			setenv("KANEL_LISTEN", listen, 1);
-		if (kn__config_parse(5, argv, NULL, &cfg, err, sizeof(err))) {
-			fprintf(stderr, "test: %s\n", err);
-			_exit(2);
-		}
-		memcpy(secret, "the job's secret", 16);
-		len = 16;
-		ret = strcmp(role, "coordinator") == 0
-			      ? kn__coordinator_run(&cfg, secret, len)
-			      : kn__server_run(&cfg, secret, len);
-		_exit(ret ? 1 : 0);
-	}
+	cr_assert_eq(ret, 0, "%s %u: cannot start: %s", role, rank,
+		     strerror(-ret));
 	return pid;
 }
 
@@ -191,41 +210,50 @@ void start_job_logged(struct job *j, const char *coord_log,
 						  server_listen);
 }
 
+struct worker_arg {
+	worker_fn *fn;
+	unsigned int rank;
+};
+
+/* A worker: @fn's result and time into the shared page; exits 0. */
+static int worker_main(void *arg)
+{
+	const struct worker_arg *a = arg;
+	unsigned int rank = a->rank;
+	struct timespec t0, t1;
+	int ret;
+
+	enter_worker_netns(rank);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ret = a->fn(rank);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	sh->seconds[rank] = (double)(t1.tv_sec - t0.tv_sec) +
+			    (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	sh->status[rank] = ret;
+	return 0;
+}
+
 void spawn_worker(struct job *j, unsigned int rank, worker_fn *fn)
 {
-	pid_t pid = fork();
+	struct worker_arg a = { .fn = fn, .rank = rank };
+	const struct kn__launch_child c = { .body = worker_main, .arg = &a };
+	pid_t pid;
+	int ret = kn__launch_spawn(&c, &pid, NULL);
 
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		struct timespec t0, t1;
-		int ret;
-
-		enter_worker_netns(rank);
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		ret = fn(rank);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		sh->seconds[rank] = (double)(t1.tv_sec - t0.tv_sec) +
-				    (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-		sh->status[rank] = ret;
-		_exit(0);
-	}
+	cr_assert_eq(ret, 0, "worker %u: cannot start: %s", rank,
+		     strerror(-ret));
 	j->workers[rank] = pid;
 }
 
 /* Wait for @pid up to the deadline; its exit status, or -1. */
 int reap(pid_t pid, double deadline)
 {
+	double left = deadline - (double)time(NULL);
 	int st;
 
-	while (time(NULL) < deadline) {
-		pid_t got = waitpid(pid, &st, WNOHANG);
-
-		if (got == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-		usleep(20000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	if (kn__launch_wait(pid, kn__launch_now() + left, &st) == 0)
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	kn__launch_kill(pid);
 	return -1;
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_sim.c - the discrete-event simulator (perf/sim/sim.h,
+ * test_sim.c - the discrete-event simulator (sim/sim.h,
  * docs/simulator.md) on small jobs: that BSP converges without
  * staleness, that ASP is stale and outruns BSP behind a straggler, that
  * without noise the model follows the closed-form SGD trajectory (which

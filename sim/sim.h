@@ -158,6 +158,6 @@ int kn__sim_time_to_loss(const struct kn__sim_sample *curve, size_t n,
 /* Why the last kn__sim_run() failed; "" when it did not. */
 const char *kn__sim_strerror(const struct kn__sim *sim);
 
-/* `kanel sim` and perf/sim/sim: kn_sim_main() of kanel_sim.h. */
+/* `kanel sim` and sim/sim: kn_sim_main() of kanel_sim.h. */
 
 #endif /* KN_SIM_H */

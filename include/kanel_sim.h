@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kanel_sim.h - the discrete-event simulator's one entry point, for
- * programs that run it as a command (`kanel sim`, perf/sim/sim).
+ * programs that run it as a command (`kanel sim`, sim/sim).
  *
- * It has a header of its own, not a place in kanel.h: the simulator is
- * not part of libkanel but a library of perf/ (sim_lib) that drives
- * sync/ directly, so a declaration in kanel.h would promise libkanel's
- * users a symbol they cannot link.  This folder holds nothing else, so
- * a program given it sees the entry point and none of the simulator's
- * internals (sim.h).
+ * The simulator (sim/) is a layer of libkanel on top of sync/, and this
+ * is all of it that libkanel exports.  It has a header of its own, not a
+ * place in kanel.h: it is a whole command line, not part of the API a
+ * training program uses, and a program given this header sees none of
+ * the simulator's internals (sim/sim.h).
  */
 #ifndef KANEL_SIM_H
 #define KANEL_SIM_H
+
+#include "kanel.h" /* KN_EXPORT */
 
 /*
  * Parse the options in @argv (docs/simulator.md; @argv[0] names the
@@ -21,6 +22,6 @@
  * Keeps no global state, so it may be called again in one process; not
  * thread-safe (the progress line goes to stderr).
  */
-int kn_sim_main(int argc, char **argv);
+KN_EXPORT int kn_sim_main(int argc, char **argv);
 
 #endif /* KANEL_SIM_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_cli.c - the simulator's command line (`kanel sim`, perf/sim/sim):
+ * sim_cli.c - the simulator's command line (`kanel sim`, sim/sim):
  * options into a struct kn__sim_config, a run, a short summary on
  * stdout, and on request the JSON summary and the loss curve as CSV
  * (docs/simulator.md lists every option and key).
