@@ -106,7 +106,8 @@ static void on_table_end(struct server *s, uint32_t count)
 	int ret;
 
 	if (count != s->ntable) {
-		kn__srv_fatal(s, -EPROTO, "the coordinator's tensor table is torn");
+		kn__srv_fatal(s, -EPROTO,
+			      "the coordinator's tensor table is torn");
 		return;
 	}
 	ret = kn__layout_build(s->table, s->ntable, s->job.u.job.servers,
@@ -332,7 +333,8 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 		s->done = true;
 		return;
 	default:
-		kn__srv_fatal(s, -EPROTO, "an unexpected message from the coordinator");
+		kn__srv_fatal(s, -EPROTO,
+			      "an unexpected message from the coordinator");
 	}
 }
 

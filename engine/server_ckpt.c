@@ -218,7 +218,8 @@ static struct kn__ckpt **ckpt_file(struct server *s, uint64_t version)
  * chunk of ours has reached the version.  Synchronous file I/O, a
  * chunk's bytes at a time; an error costs that checkpoint only.
  */
-void kn__srv_checkpoint(struct server *s, struct srv_chunk *ch, uint64_t version)
+void kn__srv_checkpoint(struct server *s, struct srv_chunk *ch,
+			uint64_t version)
 {
 	const uint32_t k = (uint32_t)(ch - s->chunks);
 	struct kn__ckpt **f;
@@ -345,7 +346,8 @@ void kn__srv_on_restore(struct server *s, uint64_t version)
 		struct srv_chunk *ch = &s->chunks[k];
 
 		if (ch->initialized && restart_chunk(s, ch)) {
-			kn__srv_fatal(s, -ENOMEM, "out of memory for a chunk rule");
+			kn__srv_fatal(s, -ENOMEM,
+				      "out of memory for a chunk rule");
 			return;
 		}
 		/* the file's values, version 0 of the chunk's new rule, to

@@ -260,7 +260,8 @@ int kn_worker_register(struct kn_worker *w, const char *key,
 			t->grads = grads;
 			t->priority = w->next_priority++;
 			if (w->local)
-				ret = kn__wk_local_buffers(t, w->job.u.job.optimizer);
+				ret = kn__wk_local_buffers(
+					t, w->job.u.job.optimizer);
 			if (ret)
 				w->ntensors--;
 		}

@@ -231,8 +231,8 @@ void kn__wk_delivered(struct kn_worker *w, uint32_t c)
 			 w->state == WK_SERVERS && --w->skipping == 0)
 			kn__wk_ready_to_start(w);
 	}
-	if (t->nmembers)
-		kn__wk_post_group(w, w->layout->chunks[c].tensor); /* a slot is free */
+	if (t->nmembers) /* a slot is free */
+		kn__wk_post_group(w, w->layout->chunks[c].tensor);
 	check_ops(w);
 	kn__wk_advance(w);
 }
@@ -282,7 +282,8 @@ void kn__wk_on_written(struct kn__node *n, void *user, int status)
 			if (--op->writes == 0)
 				op->t_sent = kn__now();
 		}
-		kn__wk_advance(w); /* the window has room, a group may take more */
+		/* the window has room, a group may take more */
+		kn__wk_advance(w);
 		return;
 	}
 	check_ops(w);
