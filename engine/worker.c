@@ -41,9 +41,16 @@ void kn__wk_wake(struct kn_worker *w)
 	atomic_store(&w->news, 1);
 	if (!atomic_load(&w->node.sleeping))
 		return;
-	atomic_store(&w->kicked, true);
+	/*
+	 * The count before kicked: a post wakes without the lock, and the
+	 * thread reads the eventfd only once it saw kicked (its exchange
+	 * under the lock pairs with this store), so it never sees kicked
+	 * before the count is there to read, which would leave a count
+	 * behind that no kick clears.
+	 */
 	if (write(w->wake, &one, sizeof(one)) < 0)
 		kn__log(&w->node, "eventfd: %s", strerror(errno));
+	atomic_store(&w->kicked, true);
 }
 
 /* Wait under the lock until @cond(w, arg) or failure or the deadline. */
@@ -342,6 +349,73 @@ static void sum_start(struct kn_worker *w)
 	}
 }
 
+/* FNV-1a: the key table's hash. */
+static uint32_t key_hash(const char *key)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *key; key++)
+		h = (h ^ (uint8_t)*key) * 16777619u;
+	return h;
+}
+
+/* The program's key of tensor_index()'s answer @idx. */
+static const char *index_key(const struct kn_worker *w, uint32_t idx)
+{
+	return idx & MEMBER_BIT ? w->members[idx & ~MEMBER_BIT].d.key
+				: w->tensors[idx].d.key;
+}
+
+/*
+ * kn_worker_start, under the lock, once the table is final (sorted,
+ * fused): the key table, published for the look-ups without the lock.
+ */
+static int keys_build(struct kn_worker *w)
+{
+	uint32_t size = 16;
+	struct wk_keys *k;
+
+	while (size < 2 * (w->ntensors + w->nmembers))
+		size *= 2;
+	k = malloc(sizeof(*k) + size * sizeof(k->slot[0]));
+	if (!k)
+		return -ENOMEM;
+	k->mask = size - 1;
+	memset(k->slot, 0xff, size * sizeof(k->slot[0]));
+	for (uint32_t i = 0; i < w->ntensors + w->nmembers; i++) {
+		uint32_t idx = i < w->ntensors ? i
+					       : MEMBER_BIT | (i - w->ntensors);
+		uint32_t s;
+
+		if (i < w->ntensors && w->tensors[i].nmembers)
+			continue; /* a group: the program names its members */
+		for (s = key_hash(index_key(w, idx)) & k->mask;
+		     k->slot[s] != UINT32_MAX; s = (s + 1) & k->mask)
+			;
+		k->slot[s] = idx;
+	}
+	/* pairs with the acquire loads of keys_find's callers */
+	atomic_store_explicit(&w->keys, k, memory_order_release);
+	return 0;
+}
+
+/* @key's tensor_index() answer from the key table @k: no lock needed. */
+static int keys_find(const struct kn_worker *w, const struct wk_keys *k,
+		     const char *key, uint32_t *idx)
+{
+	if (!key) {
+		*idx = UINT32_MAX;
+		return 0;
+	}
+	for (uint32_t s = key_hash(key) & k->mask; k->slot[s] != UINT32_MAX;
+	     s = (s + 1) & k->mask)
+		if (strcmp(index_key(w, k->slot[s]), key) == 0) {
+			*idx = k->slot[s];
+			return 0;
+		}
+	return -ENOENT;
+}
+
 int kn_worker_start(struct kn_worker *w)
 {
 	int ret = 0;
@@ -356,6 +430,8 @@ int kn_worker_start(struct kn_worker *w)
 	/* local-step jobs push whole-model deltas of their own buffers */
 	if (!w->local && w->job.u.job.fuse_bytes && !w->members)
 		ret = kn__wk_fuse(w);
+	if (!ret && !w->keys)
+		ret = keys_build(w);
 	if (ret) {
 		pthread_mutex_unlock(&w->lock);
 		return ret;
@@ -396,6 +472,11 @@ static int refuse_local(struct kn_worker *w)
 
 static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
 {
+	const struct wk_keys *k =
+		atomic_load_explicit(&w->keys, memory_order_acquire);
+
+	if (k)
+		return keys_find(w, k, key, idx);
 	if (!key) {
 		*idx = UINT32_MAX;
 		return 0;
@@ -414,15 +495,27 @@ static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
 	return -ENOENT;
 }
 
+/*
+ * Post an operation.  From the start on the key is looked up in the key
+ * table without the lock; the lock covers the operation's slot alone,
+ * and the thread is woken after it is released, so that the thread,
+ * woken, does not wait for the lock.
+ */
 int kn__wk_post_op(struct kn_worker *w, const char *key, bool push, bool pull,
 		   uint64_t *handle)
 {
+	const struct wk_keys *k =
+		atomic_load_explicit(&w->keys, memory_order_acquire);
 	struct wk_op *op;
 	uint32_t idx = UINT32_MAX;
+	double t = kn__now();
+	int found = k ? keys_find(w, k, key, &idx) : 0;
 	int ret;
 
 	pthread_mutex_lock(&w->lock);
-	ret = w->state == WK_RUNNING  ? tensor_index(w, key, &idx)
+	if (!k && w->state == WK_RUNNING)
+		found = tensor_index(w, key, &idx);
+	ret = w->state == WK_RUNNING  ? found
 	      : w->state == WK_FAILED ? w->error
 				      : -EBUSY;
 	if (!ret && w->next_id - w->first_undone >= MAX_OPS)
@@ -438,12 +531,12 @@ int kn__wk_post_op(struct kn_worker *w, const char *key, bool push, bool pull,
 			      .pull = pull,
 			      .targets = op->targets,
 			      .ntargets = op->ntargets,
-			      .t_post = kn__now() };
+			      .t_post = t };
 	*handle = w->next_id++;
 	if (push && !key)
 		w->clock++;
-	kn__wk_wake(w);
 	pthread_mutex_unlock(&w->lock);
+	kn__wk_wake(w);
 	return 0;
 }
 
@@ -694,6 +787,7 @@ void kn_worker_destroy(struct kn_worker *w)
 		kn__wk_fused_free(&w->tensors[i]);
 	}
 	kn__sync_worker_destroy(w->rule);
+	free(w->keys);
 	free(w->tensors);
 	free(w->members);
 	free(w->servers);

@@ -22,10 +22,15 @@
  *
  * Threading: everything in struct kn_worker is under w->lock, except
  * what is marked as the application's own (kn_worker_step_done's state,
- * taken without the lock by the one application thread that calls in).
- * The progress thread holds the lock while it runs the role and drops
- * it only to sleep; kn__wk_* functions of the thread's files run with it
- * held.
+ * taken without the lock by the one application thread that calls in)
+ * and the key table.  The progress thread holds the lock while it runs
+ * the role and drops it only to sleep; kn__wk_* functions of the
+ * thread's files run with it held.  The tensor table is final once
+ * kn_worker_start has sorted and fused it: it then builds the key table
+ * (keys to tensor indices) and publishes it, and from then on a post
+ * finds its tensor there without the lock and without a search, takes
+ * the lock only to fill its operation's slot, and wakes the thread after
+ * releasing it (kn__wk_wake may run without the lock).
  *
  * Start-up (kn_worker_create, kn_worker_start): coordinator first (JOB,
  * the servers' HELLOs), then our tensor table to it, then, once it says
@@ -167,6 +172,16 @@ struct wk_stages {
 	struct kn__hist round;	 /* posted -> the wait returns */
 };
 
+/*
+ * The program's keys to their tensor_index() answers (a wire tensor's
+ * index, or MEMBER_BIT | a member's): open addressing, mask + 1 slots (a
+ * power of two, at least twice the keys), UINT32_MAX where empty.
+ */
+struct wk_keys {
+	uint32_t mask;
+	uint32_t slot[];
+};
+
 struct kn_worker {
 	bool own_optimizer; /* kn_worker_options.own_optimizer */
 	struct kn__node node;
@@ -198,6 +213,13 @@ struct kn_worker {
 	uint32_t ntensors;
 	struct wk_member *members; /* the fused tensors, group by group */
 	uint32_t nmembers;
+	/*
+	 * Built by kn_worker_start under the lock once the table above is
+	 * final, and read-only from then on (the table too): a post looks
+	 * its key up here without the lock (acquire, paired with the
+	 * release that publishes it).  NULL before.
+	 */
+	struct wk_keys *_Atomic keys;
 	struct kn__layout *layout;
 	struct wk_chunk *chunks;
 	/*
@@ -291,7 +313,7 @@ void *kn__wk_zalloc64(size_t bytes);
 
 /* ---- worker.c: the application's side ---- */
 
-/* Under the lock: tell the thread there is news. */
+/* Tell the thread there is news (with the lock or without). */
 void kn__wk_wake(struct kn_worker *w);
 /* Post an operation on @key (NULL: every tensor); takes the lock. */
 int kn__wk_post_op(struct kn_worker *w, const char *key, bool push,
