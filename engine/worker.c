@@ -349,73 +349,6 @@ static void sum_start(struct kn_worker *w)
 	}
 }
 
-/* FNV-1a: the key table's hash. */
-static uint32_t key_hash(const char *key)
-{
-	uint32_t h = 2166136261u;
-
-	for (; *key; key++)
-		h = (h ^ (uint8_t)*key) * 16777619u;
-	return h;
-}
-
-/* The program's key of tensor_index()'s answer @idx. */
-static const char *index_key(const struct kn_worker *w, uint32_t idx)
-{
-	return idx & MEMBER_BIT ? w->members[idx & ~MEMBER_BIT].d.key
-				: w->tensors[idx].d.key;
-}
-
-/*
- * kn_worker_start, under the lock, once the table is final (sorted,
- * fused): the key table, published for the look-ups without the lock.
- */
-static int keys_build(struct kn_worker *w)
-{
-	uint32_t size = 16;
-	struct wk_keys *k;
-
-	while (size < 2 * (w->ntensors + w->nmembers))
-		size *= 2;
-	k = malloc(sizeof(*k) + size * sizeof(k->slot[0]));
-	if (!k)
-		return -ENOMEM;
-	k->mask = size - 1;
-	memset(k->slot, 0xff, size * sizeof(k->slot[0]));
-	for (uint32_t i = 0; i < w->ntensors + w->nmembers; i++) {
-		uint32_t idx = i < w->ntensors ? i
-					       : MEMBER_BIT | (i - w->ntensors);
-		uint32_t s;
-
-		if (i < w->ntensors && w->tensors[i].nmembers)
-			continue; /* a group: the program names its members */
-		for (s = key_hash(index_key(w, idx)) & k->mask;
-		     k->slot[s] != UINT32_MAX; s = (s + 1) & k->mask)
-			;
-		k->slot[s] = idx;
-	}
-	/* pairs with the acquire loads of keys_find's callers */
-	atomic_store_explicit(&w->keys, k, memory_order_release);
-	return 0;
-}
-
-/* @key's tensor_index() answer from the key table @k: no lock needed. */
-static int keys_find(const struct kn_worker *w, const struct wk_keys *k,
-		     const char *key, uint32_t *idx)
-{
-	if (!key) {
-		*idx = UINT32_MAX;
-		return 0;
-	}
-	for (uint32_t s = key_hash(key) & k->mask; k->slot[s] != UINT32_MAX;
-	     s = (s + 1) & k->mask)
-		if (strcmp(index_key(w, k->slot[s]), key) == 0) {
-			*idx = k->slot[s];
-			return 0;
-		}
-	return -ENOENT;
-}
-
 int kn_worker_start(struct kn_worker *w)
 {
 	int ret = 0;
@@ -431,7 +364,7 @@ int kn_worker_start(struct kn_worker *w)
 	if (!w->local && w->job.u.job.fuse_bytes && !w->members)
 		ret = kn__wk_fuse(w);
 	if (!ret && !w->keys)
-		ret = keys_build(w);
+		ret = kn__wk_keys_build(w);
 	if (ret) {
 		pthread_mutex_unlock(&w->lock);
 		return ret;
@@ -470,31 +403,6 @@ static int refuse_local(struct kn_worker *w)
 	return -EPROTO;
 }
 
-static int tensor_index(struct kn_worker *w, const char *key, uint32_t *idx)
-{
-	const struct wk_keys *k =
-		atomic_load_explicit(&w->keys, memory_order_acquire);
-
-	if (k)
-		return keys_find(w, k, key, idx);
-	if (!key) {
-		*idx = UINT32_MAX;
-		return 0;
-	}
-	for (uint32_t i = 0; i < w->ntensors; i++)
-		if (!w->tensors[i].nmembers &&
-		    strcmp(w->tensors[i].d.key, key) == 0) {
-			*idx = i;
-			return 0;
-		}
-	for (uint32_t i = 0; i < w->nmembers; i++)
-		if (strcmp(w->members[i].d.key, key) == 0) {
-			*idx = MEMBER_BIT | i;
-			return 0;
-		}
-	return -ENOENT;
-}
-
 /*
  * Post an operation.  From the start on the key is looked up in the key
  * table without the lock; the lock covers the operation's slot alone,
@@ -509,12 +417,12 @@ int kn__wk_post_op(struct kn_worker *w, const char *key, bool push, bool pull,
 	struct wk_op *op;
 	uint32_t idx = UINT32_MAX;
 	double t = kn__now();
-	int found = k ? keys_find(w, k, key, &idx) : 0;
+	int found = k ? kn__wk_keys_find(w, k, key, &idx) : 0;
 	int ret;
 
 	pthread_mutex_lock(&w->lock);
 	if (!k && w->state == WK_RUNNING)
-		found = tensor_index(w, key, &idx);
+		found = kn__wk_tensor_index(w, key, &idx);
 	ret = w->state == WK_RUNNING  ? found
 	      : w->state == WK_FAILED ? w->error
 				      : -EBUSY;
@@ -708,7 +616,7 @@ int kn_worker_global_model(struct kn_worker *w, const char *key, void *dst)
 
 	if (!w || !key || !dst)
 		return -EINVAL;
-	if (tensor_index(w, key, &i))
+	if (kn__wk_tensor_index(w, key, &i))
 		return -ENOENT;
 	if (i & MEMBER_BIT) {
 		const struct wk_member *m = &w->members[i & ~MEMBER_BIT];

@@ -17,6 +17,7 @@
  *                  writes posted by priority within the window, their
  *                  completions and the answers (PULL writes);
  *   worker_fuse.c  fused groups of small tensors;
+ *   worker_keys.c  the program's keys to the tensors: the key table;
  *   worker_rule.c  kn_worker_step_done: the local-step protocols' worker
  *                  rule, on the program's thread.
  *
@@ -173,7 +174,7 @@ struct wk_stages {
 };
 
 /*
- * The program's keys to their tensor_index() answers (a wire tensor's
+ * The program's keys to their kn__wk_tensor_index() answers (a wire tensor's
  * index, or MEMBER_BIT | a member's): open addressing, mask + 1 slots (a
  * power of two, at least twice the keys), UINT32_MAX where empty.
  */
@@ -320,6 +321,21 @@ int kn__wk_post_op(struct kn_worker *w, const char *key, bool push,
 		   bool pull, uint64_t *handle);
 /* qsort's order of struct wk_tensor: by key. */
 int kn__wk_by_key(const void *a, const void *b);
+
+/* ---- worker_keys.c: keys to tensors ---- */
+
+/*
+ * @key's tensor: a wire tensor's index, MEMBER_BIT | a member's, or
+ * UINT32_MAX for NULL (every tensor); -ENOENT for a key not registered.
+ * kn__wk_tensor_index takes the key table if it is built (no lock
+ * needed), else searches the table (under the lock before the start);
+ * kn__wk_keys_find takes the key table @k, loaded by the caller.
+ */
+int kn__wk_tensor_index(struct kn_worker *w, const char *key, uint32_t *idx);
+int kn__wk_keys_find(const struct kn_worker *w, const struct wk_keys *k,
+		     const char *key, uint32_t *idx);
+/* kn_worker_start, under the lock, once the table is final. */
+int kn__wk_keys_build(struct kn_worker *w);
 
 /* ---- worker_rule.c: the local-step rule, on the program's thread ---- */
 
