@@ -28,7 +28,7 @@ struct kn__sync_params;
 
 /*
  * The sync/ parameters of the job @job (a JOB message) for a machine of
- * @members members out of its workers (coordinator.c).
+ * @members members out of its workers (job.c).
  */
 void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 			 struct kn__sync_params *out);

@@ -78,7 +78,7 @@ typedef void kn__convert_fn(void *dst, const void *src, size_t count);
 
 /*
  * The local-step protocols' passes over a worker's fp32 model, each
- * reading and writing every array once (engine/worker.c):
+ * reading and writing every array once (engine/worker_rule.c):
  *   dist:  out[0] += sum (x - a)^2, out[1] += sum a^2 (ESP's delta
  *          ratio; in fp32 vectors per block of KN__DIST_BLOCK elements,
  *          the blocks added in double: the paths agree to rounding, not

@@ -435,7 +435,7 @@ static int apply(struct kn__sim *s, uint32_t sv,
 		src = s->slots + ws * s->d;
 		for (uint32_t j = srv->lo; j < srv->hi; j++)
 			sum[j] += wt * src[j];
-		/* as engine/server.c counts it: 0 for a fresh contribution */
+		/* engine/server_apply.c's count: 0 for a fresh contribution */
 		read = s->slot_ver[ws * s->m + sv];
 		tau = a->version > read + 1 ? a->version - read - 1 : 0;
 		s->stale_sum += (double)tau;
@@ -446,7 +446,7 @@ static int apply(struct kn__sim *s, uint32_t sv,
 					      : KN__SIM_STALE_BUCKETS - 1]++;
 	}
 	/*
-	 * As engine/server.c applies it: the job's optimizer on gradients
+	 * As engine/server_apply.c applies it: the job's optimizer on gradients
 	 * (momentum m = mu m + g, x -= lr m); on the deltas of ESP and PSP
 	 * the outer update, at outer_lr with Nesterov outer momentum; under
 	 * ASP, SSP and CGP each apply a share of a round, the velocity
