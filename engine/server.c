@@ -951,7 +951,7 @@ static int apply(struct server *s, struct srv_chunk *ch,
 		if (kn__job_deltas(job->u.job.protocol, job->u.job.optimizer))
 			outer_update(&job->u.job.proto, a->lr_scale, &p);
 		if (job->u.job.optimizer == KN__CONFIG_MOMENTUM &&
-		    kn__sync_round_momentum(job->u.job.protocol))
+		    a->share)
 			ret = apply_share(s, ch, a, src, weights, w);
 		else
 			ret = update(&p, ch, src, weights, a->ncontrib);
@@ -1295,7 +1295,8 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 		leave(s, w);
 		return;
 	case KN__MSG_TIMING:
-		if (s->job.u.job.protocol != KN__CONFIG_ESP)
+		if (kn__sync_traits(s->job.u.job.protocol)->timing !=
+		    KN__SYNC_TIMING_RULES)
 			break;
 		timing(s, w, m->u.timing.seconds);
 		return;
@@ -1354,8 +1355,8 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 	case KN__MSG_JOB:
 		s->job = *m;
 		s->joined = true;
-		s->release_info = m->u.job.protocol == KN__CONFIG_ESP ||
-				  m->u.job.protocol == KN__CONFIG_PREDICTED;
+		s->release_info =
+			kn__sync_traits(m->u.job.protocol)->release_info;
 		if (m->u.job.workers == 0 ||
 		    m->u.job.workers > KN_CONFIG_MAX_COUNT)
 			fatal(s, -EPROTO, "a job without workers");

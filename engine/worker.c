@@ -786,7 +786,7 @@ static void first_model_in(struct kn_worker *w)
 	const struct kn__layout *l = w->layout;
 	uint64_t newest = 0;
 
-	if (w->job.u.job.protocol != KN__CONFIG_BSP) {
+	if (!kn__sync_traits(w->job.u.job.protocol)->skips) {
 		ready_to_start(w);
 		return;
 	}
@@ -819,7 +819,8 @@ static void first_model_in(struct kn_worker *w)
 static void send_timing(struct kn_worker *w)
 {
 	struct kn__msg m = { .type = KN__MSG_TIMING };
-	bool esp = w->job.u.job.protocol == KN__CONFIG_ESP;
+	bool esp = kn__sync_traits(w->job.u.job.protocol)->timing ==
+		   KN__SYNC_TIMING_RULES;
 
 	if (!w->timing_count || (esp ? w->state != WK_RUNNING : !w->coord))
 		return;
@@ -978,7 +979,7 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 								 ? KN__CONFIG_SUM
 								 : KN__CONFIG_SGD;
 			w->release_info =
-				kn__sync_local_steps(m->u.job.protocol);
+				kn__sync_traits(m->u.job.protocol)->release_info;
 			w->servers =
 				calloc(m->u.job.servers, sizeof(*w->servers));
 			if (!w->servers || m->u.job.rank != w->cfg.rank)
@@ -2034,7 +2035,10 @@ int kn_worker_step(struct kn_worker *w, const char *key)
 
 	/* CGP groups workers by their compute time: the time since the
 	 * last step returned, as kn_worker_step_done takes it */
-	if (!ret && w->job.u.job.protocol == KN__CONFIG_CGP && !key &&
+	if (!ret &&
+	    kn__sync_traits(w->job.u.job.protocol)->timing ==
+		    KN__SYNC_TIMING_PLANNER &&
+	    !key &&
 	    w->step_return > 0)
 		ret = report_timing(w, t - w->step_return);
 	if (!ret)
@@ -2234,8 +2238,9 @@ static int local_step(struct kn_worker *w, double seconds, unsigned int flags,
 	w->round_steps++;
 	ev.t = kn__now();
 	ev.seconds = seconds;
-	ev.delta_ratio =
-		w->job.u.job.protocol == KN__CONFIG_ESP ? delta_ratio(w) : 0;
+	ev.delta_ratio = kn__sync_traits(w->job.u.job.protocol)->delta_ratio
+				 ? delta_ratio(w)
+				 : 0;
 	ret = kn__sync_worker_event(w->rule, &ev, &next);
 	if (ret)
 		return ret;
@@ -2287,8 +2292,8 @@ int kn_worker_step_done(struct kn_worker *w, double seconds, unsigned int flags,
 		uint64_t h;
 
 		ret = post_op(w, NULL, true, true, &h);
-		if (!ret && (w->job.u.job.protocol == KN__CONFIG_CGP ||
-			     w->job.u.job.protocol == KN__CONFIG_PREDICTED))
+		if (!ret && kn__sync_traits(w->job.u.job.protocol)->timing ==
+				    KN__SYNC_TIMING_PLANNER)
 			ret = report_timing(w, seconds);
 		if (!ret)
 			ret = kn_worker_wait(w, h, -1);

@@ -172,7 +172,8 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 * delta older than a round is damped by the rounds it missed.
 	 */
 	rounds = (float)tau / (float)rule->nmembers;
-	kn__sync_apply(rule, 1, rounds > 1 ? 1.0f / rounds : 1.0f, &out[0]);
+	kn__sync_apply(rule, 1, rounds > 1 ? 1.0f / rounds : 1.0f, false,
+		       &out[0]);
 	/* held beyond the bound, or released with the others it frees */
 	now = kn__sync_bound_push(rule, ev->worker);
 	return 1 + releases(rule, now ? ev->worker : NONE, ev->t, out + 1);
@@ -324,6 +325,12 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 
 const struct kn__sync_ops kn__sync_esp_ops = {
 	.name = "esp",
+	.traits = {
+		.local_steps = true,
+		.release_info = true,
+		.delta_ratio = true,
+		.timing = KN__SYNC_TIMING_RULES,
+	},
 	.max_actions = esp_max_actions,
 	.push = esp_push,
 	.join = esp_join,

@@ -109,14 +109,3 @@ void kn__sync_params_unpack(struct kn__sync_params *p,
 	p->outer_lr = float_of(w[14]);
 	p->outer_momentum = float_of(w[15]);
 }
-
-bool kn__sync_local_steps(uint32_t protocol)
-{
-	return protocol == KN__SYNC_ESP || protocol == KN__SYNC_PREDICTED;
-}
-
-bool kn__sync_round_momentum(uint32_t protocol)
-{
-	return protocol == KN__SYNC_ASP || protocol == KN__SYNC_SSP ||
-	       protocol == KN__SYNC_CGP;
-}

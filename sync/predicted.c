@@ -575,6 +575,12 @@ static uint32_t psp_max_actions(const struct kn__sync_params *params)
 
 const struct kn__sync_ops kn__sync_predicted_ops = {
 	.name = "predicted",
+	.traits = {
+		.local_steps = true,
+		.release_info = true,
+		.timing = KN__SYNC_TIMING_PLANNER,
+		.plans = KN__SYNC_PLANS_STEPS,
+	},
 	.max_actions = psp_max_actions,
 	.push = psp_push,
 	.join = psp_join,

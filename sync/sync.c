@@ -40,6 +40,14 @@ const char *kn__sync_protocol_name(uint32_t protocol)
 	return ops ? ops->name : NULL;
 }
 
+const struct kn__sync_traits *kn__sync_traits(uint32_t protocol)
+{
+	static const struct kn__sync_traits none;
+	const struct kn__sync_ops *ops = ops_of(protocol);
+
+	return ops ? &ops->traits : &none;
+}
+
 int kn__sync_protocol_parse(const char *name)
 {
 	if (!name)
@@ -277,7 +285,7 @@ uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
 		w->pushed = false;
 	}
 	rule->npushed = 0;
-	kn__sync_apply(rule, n, 1.0f, &out[0]);
+	kn__sync_apply(rule, n, 1.0f, false, &out[0]);
 	return n;
 }
 

@@ -94,18 +94,51 @@ void kn__sync_params_unpack(struct kn__sync_params *params,
 			    const uint32_t words[KN__SYNC_PARAMS_WORDS]);
 
 /*
- * True for the protocols whose workers take local steps and push model
- * deltas (ESP, PSP); the others push one gradient per step.
+ * What a protocol asks of whoever runs it (the engine, the simulator),
+ * declared by the protocol itself (its ops table, sync_priv.h): the
+ * engine and the simulator read these and never compare a protocol id.
  */
-bool kn__sync_local_steps(uint32_t protocol);
+enum kn__sync_timing_to {
+	KN__SYNC_TIMING_NONE = 0, /* nobody reads TIMING events */
+	KN__SYNC_TIMING_RULES,	  /* the chunk rules: every server (ESP) */
+	KN__SYNC_TIMING_PLANNER,  /* the planner, on the coordinator */
+};
+
+enum kn__sync_plans {
+	KN__SYNC_PLANS_NONE = 0, /* no planner: no REGROUP ever comes */
+	KN__SYNC_PLANS_STEPS,	 /* a REGROUP's plan is each worker's k_i */
+	KN__SYNC_PLANS_GROUPS,	 /* ... KN__SYNC_CGP_PLAN(group, rounds) */
+};
+
+struct kn__sync_traits {
+	/* the workers take local steps and push model deltas (ESP, PSP);
+	 * the others push one gradient per step */
+	bool local_steps;
+	/* every APPLY is the mean of a round that every member pushed
+	 * once to, all from one version (BSP): under the workers' own
+	 * optimizer (sum) the servers publish the mean of their models
+	 * instead of adding model deltas */
+	bool mean_model;
+	/* a rejoined worker whose chunks are a round apart sits that
+	 * round out in the others with a SKIP (BSP) */
+	bool skips;
+	/* a RELEASE carries the worker rule's steps, epoch and hint, so
+	 * the servers send every release to the worker (ESP, PSP) */
+	bool release_info;
+	/* the worker rule reads a STEP's delta_ratio (ESP) */
+	bool delta_ratio;
+	/* the planner's cost model needs the bytes a worker pushes a
+	 * round (kn__sync_planner_set_bytes, CGP) */
+	bool model_bytes;
+	uint32_t timing; /* enum kn__sync_timing_to: where TIMING goes */
+	uint32_t plans;	 /* enum kn__sync_plans: what a REGROUP's plan is */
+};
 
 /*
- * True for the protocols whose applies are shares of a round (ASP and
- * SSP each push, CGP each group): under momentum the servers turn the
- * velocity once per round's worth of shares, not at every apply
- * (docs/protocols.md, "Momentum once per round").
+ * The traits of @protocol; never NULL: an unknown protocol has none
+ * (every field 0), which is what a caller that checked nothing expects.
  */
-bool kn__sync_round_momentum(uint32_t protocol);
+const struct kn__sync_traits *kn__sync_traits(uint32_t protocol);
 
 /*
  * Replace the zero fields of @params by their defaults: 0, or -EINVAL
@@ -166,6 +199,11 @@ struct kn__sync_action {
 	float lr_scale;	   /* APPLY: factor on the optimizer's rate */
 	uint32_t ncontrib; /* APPLY */
 	const struct kn__sync_contrib *contrib; /* APPLY */
+	/* APPLY: one share of a round (an ASP or SSP push, a CGP group),
+	 * not a whole one: under momentum the servers turn the velocity
+	 * once per round's worth of shares (docs/protocols.md, "Momentum
+	 * once per round") */
+	bool share;
 	float hint;	   /* RELEASE: ESP's predicted wait, seconds */
 	/* REGROUP: per worker id (max_workers entries); PSP: its k_i;
 	 * CGP: KN__SYNC_CGP_PLAN(group, rounds), 0 for none */

@@ -137,12 +137,15 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
+ * @traits says what the protocol asks of the engine and the simulator
+ * (sync.h, struct kn__sync_traits), which is all they know of it.
  * @rule_init and @planner_init, where set, make the protocol's own state
  * once the machine is otherwise complete (0 or -ENOMEM); @rule_fini and
  * @planner_fini free it, and take a machine whose init failed.
  */
 struct kn__sync_ops {
 	const char *name;
+	struct kn__sync_traits traits;
 	kn__sync_max_actions_fn *max_actions;
 	kn__sync_rule_event_fn *push;
 	kn__sync_rule_event_fn *skip;
@@ -229,10 +232,12 @@ uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
 /*
  * A new version from rule->contrib[0 .. @n) (weights set by the caller,
  * before or after): the version goes up and @act is its APPLY, at the
- * optimizer's rate times @lr_scale.
+ * optimizer's rate times @lr_scale; @share: it is one share of a round
+ * (the action's @share).
  */
 static inline void kn__sync_apply(struct kn__sync_rule *rule, uint32_t n,
-				  float lr_scale, struct kn__sync_action *act)
+				  float lr_scale, bool share,
+				  struct kn__sync_action *act)
 {
 	rule->version++;
 	*act = (struct kn__sync_action){
@@ -241,6 +246,7 @@ static inline void kn__sync_apply(struct kn__sync_rule *rule, uint32_t n,
 		.lr_scale = lr_scale,
 		.ncontrib = n,
 		.contrib = rule->contrib,
+		.share = share,
 	};
 }
 

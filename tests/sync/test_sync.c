@@ -105,6 +105,71 @@ Test(rules, protocol_names_round_trip)
 	cr_assert_eq(kn__sync_protocol_parse(NULL), -EINVAL);
 }
 
+/* What the engine reads instead of comparing ids: one row per protocol. */
+Test(rules, traits_say_what_each_protocol_asks)
+{
+	static const struct {
+		uint32_t protocol;
+		bool local_steps, mean_model, skips, release_info;
+		uint32_t timing, plans;
+	} want[] = {
+		{ KN__SYNC_BSP, false, true, true, false, KN__SYNC_TIMING_NONE,
+		  KN__SYNC_PLANS_NONE },
+		{ KN__SYNC_ASP, false, false, false, false,
+		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
+		{ KN__SYNC_SSP, false, false, false, false,
+		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
+		{ KN__SYNC_ESP, true, false, false, true,
+		  KN__SYNC_TIMING_RULES, KN__SYNC_PLANS_NONE },
+		{ KN__SYNC_PREDICTED, true, false, false, true,
+		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_STEPS },
+		{ KN__SYNC_CGP, false, false, false, false,
+		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_GROUPS },
+	};
+	const struct kn__sync_traits *none = kn__sync_traits(99);
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		const struct kn__sync_traits *t =
+			kn__sync_traits(want[i].protocol);
+
+		cr_assert_eq(t->local_steps, want[i].local_steps);
+		cr_assert_eq(t->mean_model, want[i].mean_model);
+		cr_assert_eq(t->skips, want[i].skips);
+		cr_assert_eq(t->release_info, want[i].release_info);
+		cr_assert_eq(t->delta_ratio,
+			     want[i].protocol == KN__SYNC_ESP);
+		cr_assert_eq(t->model_bytes,
+			     want[i].protocol == KN__SYNC_CGP);
+		cr_assert_eq(t->timing, want[i].timing);
+		cr_assert_eq(t->plans, want[i].plans);
+	}
+	/* an unknown protocol asks for nothing, and is no crash */
+	cr_assert_not_null(none);
+	cr_assert(!none->local_steps && !none->mean_model && !none->skips &&
+		  !none->release_info && !none->delta_ratio &&
+		  !none->model_bytes);
+	cr_assert_eq(none->timing, KN__SYNC_TIMING_NONE);
+	cr_assert_eq(none->plans, KN__SYNC_PLANS_NONE);
+}
+
+/* ASP's push is one share of a round; BSP's round is a whole one. */
+Test(rules, an_apply_says_whether_it_is_a_share_of_a_round)
+{
+	struct kn__sync_action out[MAXACT];
+	struct kn__sync_rule *bsp = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *asp = rule_new(KN__SYNC_ASP, MAXW, 2);
+
+	cr_assert_eq(push(asp, 0, 0, 0, 0, out), 2);
+	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert(out[0].share);
+	cr_assert_eq(push(bsp, 0, 0, 0, 0, out), 0);
+	cr_assert_eq(push(bsp, 1, 0, 0, 0, out), 3);
+	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert(!out[0].share);
+	kn__sync_rule_destroy(bsp);
+	kn__sync_rule_destroy(asp);
+}
+
 Test(rules, max_actions_per_protocol)
 {
 	struct kn__sync_params p = { KN__SYNC_BSP, 8, 8 };
