@@ -50,23 +50,6 @@ static const struct name_val transport_names[] = {
 	{ "dpdk", KN__CONFIG_DPDK },
 };
 
-/* A new protocol is one line here and one in enum kn__config_sync. */
-static const struct name_val sync_names[] = {
-	{ "bsp", KN__CONFIG_BSP },
-	{ "asp", KN__CONFIG_ASP },
-	{ "ssp", KN__CONFIG_SSP },
-	{ "esp", KN__CONFIG_ESP },
-	{ "predicted", KN__CONFIG_PREDICTED },
-	{ "psp", KN__CONFIG_PREDICTED }, /* the theses' name; never printed */
-	{ "cgp", KN__CONFIG_CGP },
-};
-
-static const struct name_val cgp_solver_names[] = {
-	{ "aga", KN__CONFIG_CGP_AGA },
-	{ "pls", KN__CONFIG_CGP_PLS },
-	{ "auto", KN__CONFIG_CGP_AUTO },
-};
-
 static const struct name_val optimizer_names[] = {
 	{ "sgd", KN__CONFIG_SGD },
 	{ "momentum", KN__CONFIG_MOMENTUM },
@@ -75,37 +58,52 @@ static const struct name_val optimizer_names[] = {
 	{ "auto", KN__CONFIG_AUTO },
 };
 
-static const char *name_of(const struct name_val *t, size_t n, int val)
+/*
+ * A choice's names: the @i-th, from 0, and its value in @val; NULL past
+ * the last.  The protocols and CGP's solvers are sync/'s, listed the same
+ * way (kn__sync_protocol_name_at, kn__sync_cgp_solver_name_at); the
+ * tables above get theirs from NAMES_AT.
+ */
+typedef const char *names_fn(uint32_t i, uint32_t *val);
+
+#define NAMES_AT(table)                                          \
+	static const char *table##_at(uint32_t i, uint32_t *val) \
+	{                                                        \
+		if (i >= ARRAY_SIZE(table))                      \
+			return NULL;                             \
+		*val = (uint32_t)table[i].val;                   \
+		return table[i].name;                            \
+	}
+
+NAMES_AT(role_names)
+NAMES_AT(transport_names)
+NAMES_AT(optimizer_names)
+
+/* The first name of @val, the one printed; NULL for none. */
+static const char *name_of(names_fn *names, uint32_t val)
 {
-	for (size_t i = 0; i < n; i++)
-		if (t[i].val == val)
-			return t[i].name;
+	const char *name;
+	uint32_t v;
+
+	for (uint32_t i = 0; (name = names(i, &v)); i++)
+		if (v == val)
+			return name;
 	return NULL;
 }
 
 const char *kn__role_name(enum kn__role role)
 {
-	return name_of(role_names, ARRAY_SIZE(role_names), (int)role);
+	return name_of(role_names_at, (uint32_t)role);
 }
 
 const char *kn__config_transport_name(enum kn__config_transport t)
 {
-	return name_of(transport_names, ARRAY_SIZE(transport_names), (int)t);
-}
-
-const char *kn__config_sync_name(enum kn__config_sync s)
-{
-	return name_of(sync_names, ARRAY_SIZE(sync_names), (int)s);
+	return name_of(transport_names_at, (uint32_t)t);
 }
 
 const char *kn__config_optimizer_name(enum kn__config_optimizer o)
 {
-	return name_of(optimizer_names, ARRAY_SIZE(optimizer_names), (int)o);
-}
-
-const char *kn__config_cgp_solver_name(enum kn__config_cgp_solver s)
-{
-	return name_of(cgp_solver_names, ARRAY_SIZE(cgp_solver_names), (int)s);
+	return name_of(optimizer_names_at, (uint32_t)o);
 }
 
 /* One parse: the configuration being built and where errors go. */
@@ -162,21 +160,23 @@ static const char *not_u32(const char *s)
 }
 
 static int parse_name(struct parse *p, const char *src, const char *val,
-		      const struct name_val *t, size_t n, int *out)
+		      names_fn *names, int *out)
 {
 	char list[128] = "";
+	const char *name;
+	uint32_t v;
 
 	/* written on every path, so that no caller reads it unset */
 	*out = -1;
-	for (size_t i = 0; i < n; i++) {
-		if (!strcmp(val, t[i].name)) {
-			*out = t[i].val;
+	for (uint32_t i = 0; (name = names(i, &v)); i++) {
+		if (!strcmp(val, name)) {
+			*out = (int)v;
 			return 0;
 		}
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; (name = names(i, &v)); i++) {
 		strncat(list, i ? ", " : "", sizeof(list) - strlen(list) - 1);
-		strncat(list, t[i].name, sizeof(list) - strlen(list) - 1);
+		strncat(list, name, sizeof(list) - strlen(list) - 1);
 	}
 	return bad(p, "%s='%s': unknown value (one of %s)", src, val, list);
 }
@@ -334,8 +334,7 @@ static int parse_float(struct parse *p, const char *src, const char *val,
 static int opt_role(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret =
-		parse_name(p, src, val, role_names, ARRAY_SIZE(role_names), &v);
+	int ret = parse_name(p, src, val, role_names_at, &v);
 
 	if (!ret)
 		p->cfg.role = (enum kn__role)v;
@@ -372,8 +371,7 @@ static int opt_listen(struct parse *p, const char *src, const char *val)
 static int opt_transport(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret = parse_name(p, src, val, transport_names,
-			     ARRAY_SIZE(transport_names), &v);
+	int ret = parse_name(p, src, val, transport_names_at, &v);
 
 	if (!ret)
 		p->cfg.transport = (enum kn__config_transport)v;
@@ -383,19 +381,17 @@ static int opt_transport(struct parse *p, const char *src, const char *val)
 static int opt_sync(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret =
-		parse_name(p, src, val, sync_names, ARRAY_SIZE(sync_names), &v);
+	int ret = parse_name(p, src, val, kn__sync_protocol_name_at, &v);
 
 	if (!ret)
-		p->cfg.sync = (enum kn__config_sync)v;
+		p->cfg.sync = (uint32_t)v;
 	return ret;
 }
 
 static int opt_optimizer(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret = parse_name(p, src, val, optimizer_names,
-			     ARRAY_SIZE(optimizer_names), &v);
+	int ret = parse_name(p, src, val, optimizer_names_at, &v);
 
 	if (!ret)
 		p->cfg.optimizer = (enum kn__config_optimizer)v;
@@ -520,8 +516,7 @@ static int opt_miss(struct parse *p, const char *src, const char *val)
 static int opt_cgp_solver(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret = parse_name(p, src, val, cgp_solver_names,
-			     ARRAY_SIZE(cgp_solver_names), &v);
+	int ret = parse_name(p, src, val, kn__sync_cgp_solver_name_at, &v);
 
 	if (!ret)
 		p->cfg.proto.solver = (uint32_t)v;
@@ -535,7 +530,7 @@ static int opt_cgp_bound(struct parse *p, const char *src, const char *val)
 
 static int opt_cgp_epoch(struct parse *p, const char *src, const char *val)
 {
-	return parse_range(p, src, val, 1, KN_CONFIG_CGP_MAX_ROUNDS,
+	return parse_range(p, src, val, 1, KN__SYNC_CGP_MAX_ROUNDS,
 			   &p->cfg.proto.epoch_rounds);
 }
 
@@ -681,7 +676,6 @@ enum field_kind {
 /* F_NAME reads an enum field as a uint32_t. */
 _Static_assert(sizeof(enum kn__role) == sizeof(uint32_t) &&
 		       sizeof(enum kn__config_transport) == sizeof(uint32_t) &&
-		       sizeof(enum kn__config_sync) == sizeof(uint32_t) &&
 		       sizeof(enum kn__config_optimizer) == sizeof(uint32_t),
 	       "enum fields are read as uint32_t");
 
@@ -734,8 +728,7 @@ struct opt {
 	const char *flag; /* with its "--" */
 	const char *env;  /* NULL: a flag only */
 	const char *arg;  /* the value's name for usage; NULL: a switch */
-	const struct name_val *names; /* the values, for a choice */
-	size_t nnames;
+	names_fn *names;  /* the values, for a choice */
 	const char *deflt; /* parsed before flags and variables */
 	const char *none;  /* usage: what happens when not given */
 	const char *help;
@@ -746,11 +739,11 @@ struct opt {
 	size_t off;
 };
 
-#define CHOICE(t)	 .names = t, .nnames = ARRAY_SIZE(t)
+#define CHOICE(f)	 .names = f
 #define FIELD(k, member) .kind = k, .off = offsetof(struct kn__config, member)
 
 static const struct opt opts[O_COUNT] = {
-	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names),
+	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names_at),
 		     .none = "default from the launcher",
 		     .help = "what this process is", .parse = opt_role,
 		     .group = KN__CONFIG_OPT_ROLE, FIELD(F_NAME, role) },
@@ -779,16 +772,17 @@ static const struct opt opts[O_COUNT] = {
 		       .parse = opt_listen, .group = KN__CONFIG_OPT_LISTEN,
 		       FIELD(F_ADDR, listen) },
 	[O_TRANSPORT] = { "--transport", "KANEL_TRANSPORT",
-			  CHOICE(transport_names), .deflt = "tcp",
+			  CHOICE(transport_names_at), .deflt = "tcp",
 			  .help = "tcp (io_uring) or verbs (RDMA)",
 			  .parse = opt_transport,
 			  .group = KN__CONFIG_OPT_COMMON,
 			  FIELD(F_NAME, transport) },
-	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(sync_names), .deflt = "bsp",
-		     .help = "synchronization protocol", .parse = opt_sync,
-		     .group = KN__CONFIG_OPT_JOB, FIELD(F_NAME, sync) },
+	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(kn__sync_protocol_name_at),
+		     .deflt = "bsp", .help = "synchronization protocol",
+		     .parse = opt_sync, .group = KN__CONFIG_OPT_JOB,
+		     FIELD(F_NAME, sync) },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
-			  CHOICE(optimizer_names), .deflt = "auto",
+			  CHOICE(optimizer_names_at), .deflt = "auto",
 			  .help = "the optimizer; sum: the workers' own; "
 				  "auto: sum for kanel.torch, else sgd",
 			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB,
@@ -842,7 +836,7 @@ static const struct opt opts[O_COUNT] = {
 		     .parse = opt_miss, .group = KN__CONFIG_OPT_JOB,
 		     FIELD(F_FLOAT, proto.miss) },
 	[O_CGP_SOLVER] = { "--cgp-solver", "KANEL_CGP_SOLVER",
-			   CHOICE(cgp_solver_names), .deflt = "auto",
+			   CHOICE(kn__sync_cgp_solver_name_at), .deflt = "auto",
 			   .help = "cgp: how workers are grouped; auto: aga "
 				   "up to 128 workers, pls above",
 			   .parse = opt_cgp_solver, .group = KN__CONFIG_OPT_JOB,
@@ -1296,9 +1290,11 @@ void kn__config_usage_of(FILE *out, unsigned int options)
 			continue;
 		fprintf(out, "  %s", o->flag);
 		if (o->names) {
-			for (size_t k = 0; k < o->nnames; k++)
-				fprintf(out, "%s%s", k ? "|" : " ",
-					o->names[k].name);
+			const char *name;
+			uint32_t v;
+
+			for (uint32_t k = 0; (name = o->names(k, &v)); k++)
+				fprintf(out, "%s%s", k ? "|" : " ", name);
 		} else if (o->arg) {
 			fprintf(out, " %s", o->arg);
 		}
@@ -1324,7 +1320,7 @@ static bool format_value(const struct opt *o, const struct kn__config *cfg,
 	switch (o->kind) {
 	case F_NAME:
 		memcpy(&u, field, sizeof(u));
-		name = name_of(o->names, o->nnames, (int)u);
+		name = name_of(o->names, u);
 		if (!name)
 			return false;
 		snprintf(buf, cap, "%s", name);

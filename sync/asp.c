@@ -46,7 +46,6 @@ static uint32_t asp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_asp_ops = {
-	.name = "asp",
 	/* no traits: gradients, no plans, no timings */
 	.max_actions = asp_max_actions,
 	.push = asp_push,

@@ -825,7 +825,6 @@ static uint32_t cgp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_cgp_ops = {
-	.name = "cgp",
 	.traits = {
 		.model_bytes = true,
 		.timing = KN__SYNC_TIMING_PLANNER,

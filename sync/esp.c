@@ -324,7 +324,6 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 }
 
 const struct kn__sync_ops kn__sync_esp_ops = {
-	.name = "esp",
 	.traits = {
 		.local_steps = true,
 		.release_info = true,

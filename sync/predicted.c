@@ -574,7 +574,6 @@ static uint32_t psp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_predicted_ops = {
-	.name = "predicted",
 	.traits = {
 		.local_steps = true,
 		.release_info = true,

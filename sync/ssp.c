@@ -64,7 +64,6 @@ static uint32_t ssp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_ssp_ops = {
-	.name = "ssp",
 	/* no traits: gradients, no plans, no timings */
 	.max_actions = ssp_max_actions,
 	.push = ssp_push,

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sync.c - the generic half of the protocols: protocol names, creation
- * of the three kinds of machine, and the checks every event goes
- * through before the protocol's own hook (sync_priv.h) sees it.
+ * sync.c - the generic half of the protocols: creation of the three
+ * kinds of machine, and the checks every event goes through before the
+ * protocol's own hook (sync_priv.h) sees it.  The list of protocols is
+ * registry.c's.
  *
  * Keeping the checks and the membership here means that every protocol
  * refuses the same bad events in the same way, and that a protocol file
@@ -15,50 +16,6 @@
 #include <string.h>
 
 #include "sync_priv.h"
-
-/* Indexed by enum kn__sync_protocol. */
-static const struct kn__sync_ops *const protocols[] = {
-	[KN__SYNC_BSP] = &kn__sync_bsp_ops,
-	[KN__SYNC_ASP] = &kn__sync_asp_ops,
-	[KN__SYNC_SSP] = &kn__sync_ssp_ops,
-	[KN__SYNC_ESP] = &kn__sync_esp_ops,
-	[KN__SYNC_PREDICTED] = &kn__sync_predicted_ops,
-	[KN__SYNC_CGP] = &kn__sync_cgp_ops,
-};
-
-#define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
-
-static const struct kn__sync_ops *ops_of(uint32_t protocol)
-{
-	return protocol < NPROTOCOLS ? protocols[protocol] : NULL;
-}
-
-const char *kn__sync_protocol_name(uint32_t protocol)
-{
-	const struct kn__sync_ops *ops = ops_of(protocol);
-
-	return ops ? ops->name : NULL;
-}
-
-const struct kn__sync_traits *kn__sync_traits(uint32_t protocol)
-{
-	static const struct kn__sync_traits none;
-	const struct kn__sync_ops *ops = ops_of(protocol);
-
-	return ops ? &ops->traits : &none;
-}
-
-int kn__sync_protocol_parse(const char *name)
-{
-	if (!name)
-		return -EINVAL;
-	if (strcmp(name, "psp") == 0) /* the theses' name for it */
-		name = "predicted";
-	for (uint32_t p = 0; p < NPROTOCOLS; p++)
-		if (protocols[p] && strcmp(protocols[p]->name, name) == 0)
-			return (int)p;
-	return -EINVAL;
-}
 
 /*
  * The protocol's ops if @params describe a machine we can build, with
@@ -75,7 +32,7 @@ check_params(const struct kn__sync_params *params,
 	*out = *params;
 	if (kn__sync_params_resolve(out))
 		return NULL;
-	return ops_of(params->protocol);
+	return kn__sync_ops_of(params->protocol);
 }
 
 uint32_t kn__sync_max_actions(const struct kn__sync_params *params)

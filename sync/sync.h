@@ -29,7 +29,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The protocols; the numbers are kn_sync values in kanel.h. */
+/*
+ * The protocols.  The numbers are the public enum kn_sync of kanel.h
+ * (its values are ABI: a worker reports them in struct kn_job_info, and
+ * the JOB message carries them), which sync.c's registry asserts, once;
+ * this enum is kept rather than kanel.h included here so that the layer
+ * and the simulator build against sync.h alone.  Every other layer
+ * names a protocol by this number or by its name (kn__sync_protocol_*),
+ * and asks for what it needs through kn__sync_traits(): the registry in
+ * sync.c is the one list of protocols.
+ */
 enum kn__sync_protocol {
 	KN__SYNC_BSP = 0,
 	KN__SYNC_ASP = 1,
@@ -37,6 +46,7 @@ enum kn__sync_protocol {
 	KN__SYNC_ESP = 3,
 	KN__SYNC_PREDICTED = 4, /* PSP: Predicted Synchronization Parallel */
 	KN__SYNC_CGP = 5,	/* Cooperative Grouping Parallel */
+	KN__SYNC_DEFAULT = KN__SYNC_BSP, /* what a job runs unless told */
 };
 
 /* CGP: how the planner solves CGPP (sync/cgpp.h). */
@@ -259,8 +269,20 @@ uint32_t kn__sync_max_actions(const struct kn__sync_params *params);
 
 /* "bsp", "asp", ...; NULL for an unknown protocol. */
 const char *kn__sync_protocol_name(uint32_t protocol);
-/* The protocol named @name, or -EINVAL. */
+/* The protocol named @name (its name or another it goes by, as "psp"),
+ * or -EINVAL. */
 int kn__sync_protocol_parse(const char *name);
+/*
+ * The @i-th of the names kn__sync_protocol_parse takes, from 0, in the
+ * order a usage line lists them (each protocol's name, then the others
+ * it goes by), with its protocol in @protocol; NULL past the last.
+ */
+const char *kn__sync_protocol_name_at(uint32_t i, uint32_t *protocol);
+
+/* CGP's solvers, the same way: "auto", "aga", "pls"; NULL, -EINVAL. */
+const char *kn__sync_cgp_solver_name(uint32_t solver);
+int kn__sync_cgp_solver_parse(const char *name);
+const char *kn__sync_cgp_solver_name_at(uint32_t i, uint32_t *solver);
 
 /* The largest max_workers any machine accepts; above it is -EINVAL. */
 #define KN__SYNC_MAX_WORKERS (1u << 20)

@@ -8,7 +8,8 @@
  * protocol's hook, so a hook sees events that are valid for every
  * protocol and adds only its own checks.  A hook that returns a negative
  * errno must have changed nothing.  Each protocol is one file (bsp.c,
- * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table.
+ * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table, which
+ * registry.c lists with its number and name.
  */
 #ifndef KN_SYNC_PRIV_H
 #define KN_SYNC_PRIV_H
@@ -144,7 +145,6 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * @planner_fini free it, and take a machine whose init failed.
  */
 struct kn__sync_ops {
-	const char *name;
 	struct kn__sync_traits traits;
 	kn__sync_max_actions_fn *max_actions;
 	kn__sync_rule_event_fn *push;
@@ -161,6 +161,9 @@ struct kn__sync_ops {
 	kn__sync_planner_init_fn *planner_init;
 	kn__sync_planner_fini_fn *planner_fini;
 };
+
+/* registry.c: @protocol's table, NULL for an unknown one. */
+const struct kn__sync_ops *kn__sync_ops_of(uint32_t protocol);
 
 extern const struct kn__sync_ops kn__sync_bsp_ops;
 extern const struct kn__sync_ops kn__sync_asp_ops;

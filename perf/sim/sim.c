@@ -1088,7 +1088,7 @@ void kn__sim_config_init(struct kn__sim_config *cfg)
 		.sigma = 0.5,
 		.lr = 0.1,
 		.loss_every = 0,
-		.sync = { .protocol = KN__SYNC_BSP },
+		.sync = { .protocol = KN__SYNC_DEFAULT },
 	};
 }
 

@@ -50,7 +50,7 @@ enum opt_kind {
 	O_BYTES,    /* double: bytes, or with a suffix KiB, MiB, GiB */
 	O_STR,	    /* const char * */
 	O_PROTOCOL, /* uint32_t: kn__sync_protocol_parse */
-	O_SOLVER,   /* uint32_t: enum kn__sync_cgp_solver by name */
+	O_SOLVER,   /* uint32_t: kn__sync_cgp_solver_parse */
 	O_FLAG,	    /* bool, takes no value */
 };
 
@@ -148,15 +148,6 @@ static const struct opt opts[] = {
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
-
-/* By enum kn__sync_cgp_solver. */
-static const char *const solver_names[] = {
-	[KN__SYNC_CGP_AUTO] = "auto",
-	[KN__SYNC_CGP_AGA] = "aga",
-	[KN__SYNC_CGP_PLS] = "pls",
-};
-
-#define NSOLVERS (int)(sizeof(solver_names) / sizeof(solver_names[0]))
 
 /* "bsp, asp, ...": the protocols sync/ knows now. */
 static void protocol_list(char *buf, size_t cap)
@@ -305,10 +296,8 @@ static int set_option(struct cli *c, const struct opt *o, const char *val)
 		*(uint32_t *)field = (uint32_t)p;
 		return 0;
 	case O_SOLVER:
-		for (p = 0; p < NSOLVERS; p++)
-			if (strcmp(val, solver_names[p]) == 0)
-				break;
-		if (p == NSOLVERS)
+		p = kn__sync_cgp_solver_parse(val);
+		if (p < 0)
 			return bad_value(c, o->name, val, "aga, pls or auto");
 		*(uint32_t *)field = (uint32_t)p;
 		return 0;

@@ -105,6 +105,33 @@ Test(rules, protocol_names_round_trip)
 	cr_assert_eq(kn__sync_protocol_parse(NULL), -EINVAL);
 }
 
+/* The registry's names, in the order a usage line lists them. */
+Test(rules, every_name_a_protocol_goes_by_is_listed_once)
+{
+	static const char *const want[] = { "bsp",	 "asp", "ssp", "esp",
+					    "predicted", "psp", "cgp" };
+	const char *name;
+	uint32_t i, p;
+
+	for (i = 0; (name = kn__sync_protocol_name_at(i, &p)); i++) {
+		cr_assert_lt(i, sizeof(want) / sizeof(want[0]));
+		cr_assert_str_eq(name, want[i]);
+		cr_assert_eq(kn__sync_protocol_parse(name), (int)p);
+	}
+	cr_assert_eq(i, sizeof(want) / sizeof(want[0]));
+	/* the printed name is the first */
+	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_PREDICTED),
+			 "predicted");
+	cr_assert_str_eq(kn__sync_cgp_solver_name(KN__SYNC_CGP_AUTO), "auto");
+	cr_assert_eq(kn__sync_cgp_solver_parse("pls"), KN__SYNC_CGP_PLS);
+	cr_assert_eq(kn__sync_cgp_solver_parse("PLS"), -EINVAL);
+	cr_assert_eq(kn__sync_cgp_solver_parse(NULL), -EINVAL);
+	cr_assert_null(kn__sync_cgp_solver_name(3));
+	for (i = 0; (name = kn__sync_cgp_solver_name_at(i, &p)); i++)
+		cr_assert_eq(kn__sync_cgp_solver_parse(name), (int)p);
+	cr_assert_eq(i, 3);
+}
+
 /* What the engine reads instead of comparing ids: one row per protocol. */
 Test(rules, traits_say_what_each_protocol_asks)
 {
@@ -119,8 +146,8 @@ Test(rules, traits_say_what_each_protocol_asks)
 		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
 		{ KN__SYNC_SSP, false, false, false, false,
 		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_ESP, true, false, false, true,
-		  KN__SYNC_TIMING_RULES, KN__SYNC_PLANS_NONE },
+		{ KN__SYNC_ESP, true, false, false, true, KN__SYNC_TIMING_RULES,
+		  KN__SYNC_PLANS_NONE },
 		{ KN__SYNC_PREDICTED, true, false, false, true,
 		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_STEPS },
 		{ KN__SYNC_CGP, false, false, false, false,
@@ -136,10 +163,8 @@ Test(rules, traits_say_what_each_protocol_asks)
 		cr_assert_eq(t->mean_model, want[i].mean_model);
 		cr_assert_eq(t->skips, want[i].skips);
 		cr_assert_eq(t->release_info, want[i].release_info);
-		cr_assert_eq(t->delta_ratio,
-			     want[i].protocol == KN__SYNC_ESP);
-		cr_assert_eq(t->model_bytes,
-			     want[i].protocol == KN__SYNC_CGP);
+		cr_assert_eq(t->delta_ratio, want[i].protocol == KN__SYNC_ESP);
+		cr_assert_eq(t->model_bytes, want[i].protocol == KN__SYNC_CGP);
 		cr_assert_eq(t->timing, want[i].timing);
 		cr_assert_eq(t->plans, want[i].plans);
 	}
