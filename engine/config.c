@@ -5,7 +5,9 @@
  *
  * One table describes every option: its flag, its variable, its default
  * (a string that goes through the option's own parser, so the default is
- * written once) and its help line, which kn__config_usage prints.  Values
+ * written once) and its help line, which kn__config_usage prints.  The
+ * protocols' parameters are sync/'s table (kn__sync_param_table), read
+ * as options of the job in the same places (opt_at).  Values
  * are parsed one option at a time, flag before variable; what depends on
  * several options (role, rank and counts, the launcher's mapping) is
  * settled afterwards, once every value is known.
@@ -471,98 +473,6 @@ static int parse_range(struct parse *p, const char *src, const char *val,
 	return 0;
 }
 
-static int opt_staleness(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.staleness);
-}
-
-static int opt_max_skip(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.max_skip);
-}
-
-static int opt_max_steps(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1024, &p->cfg.proto.max_steps);
-}
-
-static int opt_warmup(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.warmup);
-}
-
-static int opt_gamma(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.gamma);
-}
-
-static int opt_theta(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.theta);
-}
-
-/* (0, 1]: the float range is half-open, so the top is just above 1 */
-static int opt_alpha(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, 1.0000001,
-			   &p->cfg.proto.alpha);
-}
-
-static int opt_miss(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.proto.miss);
-}
-
-static int opt_cgp_solver(struct parse *p, const char *src, const char *val)
-{
-	int v;
-	int ret = parse_name(p, src, val, kn__sync_cgp_solver_name_at, &v);
-
-	if (!ret)
-		p->cfg.proto.solver = (uint32_t)v;
-	return ret;
-}
-
-static int opt_cgp_bound(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.bound);
-}
-
-static int opt_cgp_epoch(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, KN__SYNC_CGP_MAX_ROUNDS,
-			   &p->cfg.proto.epoch_rounds);
-}
-
-static int opt_cgp_period(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, UINT32_MAX, &p->cfg.proto.period);
-}
-
-static int opt_cgp_latency(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY,
-			   &p->cfg.proto.latency);
-}
-
-static int opt_cgp_bandwidth(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY,
-			   &p->cfg.proto.bandwidth);
-}
-
-static int opt_outer_lr(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY,
-			   &p->cfg.proto.outer_lr);
-}
-
-static int opt_outer_momentum(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, false, 1,
-			   &p->cfg.proto.outer_momentum);
-}
-
 static int opt_momentum(struct parse *p, const char *src, const char *val)
 {
 	return parse_float(p, src, val, 0, false, 1, &p->cfg.momentum);
@@ -691,23 +601,9 @@ enum opt_id {
 	O_OPTIMIZER,
 	O_LR,
 	O_MOMENTUM,
-	O_STALENESS,
-	O_MAX_SKIP,
-	O_GAMMA,
-	O_THETA,
-	O_MAX_STEPS,
-	O_WARMUP,
-	O_ALPHA,
-	O_MISS,
-	O_CGP_SOLVER,
-	O_CGP_BOUND,
-	O_CGP_EPOCH,
-	O_CGP_PERIOD,
-	O_CGP_LATENCY,
-	O_CGP_BANDWIDTH,
-	O_OUTER_LR,
-	O_OUTER_MOMENTUM,
-	O_CHUNK,
+	/* sync/'s parameters: O_PARAM + i is kn__sync_param_table[i] */
+	O_PARAM,
+	O_CHUNK = O_PARAM + KN__SYNC_PARAMS_WORDS,
 	O_FUSE,
 	O_WINDOW,
 	O_HEARTBEAT,
@@ -733,6 +629,8 @@ struct opt {
 	const char *none;  /* usage: what happens when not given */
 	const char *help;
 	int (*parse)(struct parse *p, const char *src, const char *val);
+	/* or sync/'s parameter, which opt_param parses (opt_at) */
+	const struct kn__sync_param *param;
 	unsigned int group; /* KN__CONFIG_OPT_*; 0: every command's */
 	/* the field it sets, for kn__config_export to write back */
 	enum field_kind kind;
@@ -794,95 +692,6 @@ static const struct opt opts[O_COUNT] = {
 			 .help = "momentum, in [0, 1)", .parse = opt_momentum,
 			 .group = KN__CONFIG_OPT_JOB,
 			 FIELD(F_FLOAT, momentum) },
-	[O_STALENESS] = { "--staleness", "KANEL_STALENESS", "S", .deflt = "3",
-			  .help = "SSP, ESP: pushes a worker may run ahead "
-				  "of the slowest",
-			  .parse = opt_staleness, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_U32, proto.staleness) },
-	[O_MAX_SKIP] = { "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "H",
-			 .deflt = "8",
-			 .help = "ESP: local steps after which a push is due",
-			 .parse = opt_max_skip, .group = KN__CONFIG_OPT_JOB,
-			 FIELD(F_U32, proto.max_skip) },
-	[O_GAMMA] = { "--esp-gamma", "KANEL_ESP_GAMMA", "G", .deflt = "1",
-		      .help = "ESP: push when the expected cost is at most "
-			      "G local steps",
-		      .parse = opt_gamma, .group = KN__CONFIG_OPT_JOB,
-		      FIELD(F_FLOAT, proto.gamma) },
-	[O_THETA] = { "--esp-theta", "KANEL_ESP_THETA", "T", .deflt = "0.01",
-		      .help = "ESP: or when the model moved by T relative to "
-			      "its last version",
-		      .parse = opt_theta, .group = KN__CONFIG_OPT_JOB,
-		      FIELD(F_FLOAT, proto.theta) },
-	[O_MAX_STEPS] = { "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "R",
-			  .deflt = "15",
-			  .help = "predicted: most local steps a plan gives, "
-				  "1 to 1024",
-			  .parse = opt_max_steps, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_U32, proto.max_steps) },
-	[O_WARMUP] = { "--psp-warmup", "KANEL_PSP_WARMUP", "B", .deflt = "3",
-		       .help = "predicted, cgp: barriers under BSP before "
-			       "the first plan",
-		       .parse = opt_warmup, .group = KN__CONFIG_OPT_JOB,
-		       FIELD(F_U32, proto.warmup) },
-	[O_ALPHA] = { "--psp-alpha", "KANEL_PSP_ALPHA", "A", .deflt = "0.5",
-		      .help = "predicted, cgp: weight of the newest timing, "
-			      "(0, 1]",
-		      .parse = opt_alpha, .group = KN__CONFIG_OPT_JOB,
-		      FIELD(F_FLOAT, proto.alpha) },
-	[O_MISS] = { "--psp-miss", "KANEL_PSP_MISS", "M", .deflt = "0.25",
-		     .help = "predicted: re-plan when a prediction misses by "
-			     "more, (0, 1]",
-		     .parse = opt_miss, .group = KN__CONFIG_OPT_JOB,
-		     FIELD(F_FLOAT, proto.miss) },
-	[O_CGP_SOLVER] = { "--cgp-solver", "KANEL_CGP_SOLVER",
-			   CHOICE(kn__sync_cgp_solver_name_at), .deflt = "auto",
-			   .help = "cgp: how workers are grouped; auto: aga "
-				   "up to 128 workers, pls above",
-			   .parse = opt_cgp_solver, .group = KN__CONFIG_OPT_JOB,
-			   FIELD(F_NAME, proto.solver) },
-	[O_CGP_BOUND] = { "--cgp-bound", "KANEL_CGP_BOUND", "S", .deflt = "4",
-			  .help = "cgp: most staleness the groups may cause, "
-				  "above 0",
-			  .parse = opt_cgp_bound, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_FLOAT, proto.bound) },
-	[O_CGP_EPOCH] = { "--cgp-epoch", "KANEL_CGP_EPOCH", "R", .deflt = "20",
-			  .help = "cgp: rounds the fastest group runs between "
-				  "two barriers, 1 to 4095",
-			  .parse = opt_cgp_epoch, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_U32, proto.epoch_rounds) },
-	[O_CGP_PERIOD] = { "--cgp-period", "KANEL_CGP_PERIOD", "T",
-			   .deflt = "100",
-			   .help = "cgp: iterations between regroup checks, "
-				   "1 or more",
-			   .parse = opt_cgp_period, .group = KN__CONFIG_OPT_JOB,
-			   FIELD(F_U32, proto.period) },
-	[O_CGP_LATENCY] = { "--cgp-latency", "KANEL_CGP_LATENCY", "SECONDS",
-			    .deflt = "100e-6",
-			    .help = "cgp: fixed seconds of a sync in its cost "
-				    "model, above 0",
-			    .parse = opt_cgp_latency,
-			    .group = KN__CONFIG_OPT_JOB,
-			    FIELD(F_FLOAT, proto.latency) },
-	[O_CGP_BANDWIDTH] = { "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH",
-			      "BYTES_PER_S", .deflt = "1e9",
-			      .help = "cgp: bytes per second the servers take "
-				      "in, in its cost model",
-			      .parse = opt_cgp_bandwidth,
-			      .group = KN__CONFIG_OPT_JOB,
-			      FIELD(F_FLOAT, proto.bandwidth) },
-	[O_OUTER_LR] = { "--outer-lr", "KANEL_OUTER_LR", "RATE", .deflt = "1",
-			 .help = "esp, predicted: the servers' rate on the "
-				 "mean model delta, above 0",
-			 .parse = opt_outer_lr, .group = KN__CONFIG_OPT_JOB,
-			 FIELD(F_FLOAT, proto.outer_lr) },
-	[O_OUTER_MOMENTUM] = { "--outer-momentum", "KANEL_OUTER_MOMENTUM", "MU",
-			       .deflt = "0",
-			       .help = "esp, predicted: Nesterov momentum of "
-				       "the servers' update, in [0, 1)",
-			       .parse = opt_outer_momentum,
-			       .group = KN__CONFIG_OPT_JOB,
-			       FIELD(F_FLOAT, proto.outer_momentum) },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "512K",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "
@@ -967,6 +776,79 @@ static const struct opt opts[O_COUNT] = {
 	[O_HELP] = { "--help", NULL, NULL, .help = "print this and exit" },
 };
 
+/*
+ * Option @i: ours, or (O_PARAM + k) sync/'s parameter k as an option of
+ * the job, written into @tmp.
+ */
+static const struct opt *opt_at(int i, struct opt *tmp)
+{
+	const struct kn__sync_param *t;
+
+	if (i < O_PARAM || i >= O_CHUNK)
+		return &opts[i];
+	t = &kn__sync_param_table[i - O_PARAM];
+	*tmp = (struct opt){
+		.flag = t->flag,
+		.env = t->env,
+		.deflt = t->deflt,
+		.help = t->help,
+		.param = t,
+		.group = KN__CONFIG_OPT_JOB,
+		.off = offsetof(struct kn__config, proto) + t->off,
+	};
+	switch (t->type) {
+	case KN__SYNC_PARAM_U32:
+		tmp->arg = t->arg;
+		tmp->kind = F_U32;
+		break;
+	case KN__SYNC_PARAM_FLOAT:
+		tmp->arg = t->arg;
+		tmp->kind = F_FLOAT;
+		break;
+	default: /* KN__SYNC_PARAM_SOLVER */
+		tmp->names = kn__sync_cgp_solver_name_at;
+		tmp->kind = F_NAME;
+		break;
+	}
+	return tmp;
+}
+
+/* sync/'s parameter @o->param, in the range its table gives. */
+static int opt_param(struct parse *p, const struct opt *o, const char *src,
+		     const char *val)
+{
+	const struct kn__sync_param *t = o->param;
+	char *field = (char *)&p->cfg + o->off;
+	uint32_t u = 0;
+	float f;
+	int v, ret;
+
+	switch (t->type) {
+	case KN__SYNC_PARAM_U32:
+		ret = parse_range(p, src, val, (uint32_t)t->lo, (uint32_t)t->hi,
+				  &u);
+		break;
+	case KN__SYNC_PARAM_FLOAT:
+		ret = parse_float(p, src, val, t->lo, !t->lo_closed, t->hi, &f);
+		if (!ret)
+			memcpy(field, &f, sizeof(f));
+		return ret;
+	default: /* KN__SYNC_PARAM_SOLVER */
+		ret = parse_name(p, src, val, o->names, &v);
+		u = (uint32_t)v;
+		break;
+	}
+	if (!ret)
+		memcpy(field, &u, sizeof(u));
+	return ret;
+}
+
+static int parse_opt(struct parse *p, const struct opt *o, const char *src,
+		     const char *val)
+{
+	return o->param ? opt_param(p, o, src, val) : o->parse(p, src, val);
+}
+
 static bool is_switch(const struct opt *o)
 {
 	return !o->arg && !o->names;
@@ -990,16 +872,19 @@ static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
 		      int argc, char **argv, const char *val[O_COUNT])
 {
 	struct option lo[O_COUNT + 1];
+	struct opt tmp;
 	int saved_opterr = opterr, c, ret = 0;
 
 	if (argc <= 1 || !argv)
 		return 0;
-	for (int i = 0; i < O_COUNT; i++)
-		lo[i] = (struct option){ opts[i].flag + 2,
-					 is_switch(&opts[i])
-						 ? no_argument
-						 : required_argument,
+	for (int i = 0; i < O_COUNT; i++) {
+		const struct opt *o = opt_at(i, &tmp);
+
+		lo[i] = (struct option){ o->flag + 2,
+					 is_switch(o) ? no_argument
+						      : required_argument,
 					 NULL, 256 + i };
+	}
 	lo[O_COUNT] = (struct option){ 0 };
 
 	/* 0, not 1: glibc then forgets a previous scan's state too */
@@ -1010,7 +895,7 @@ static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
 		const char *arg = argv[optind - 1];
 
 		if (c >= 256 && c < 256 + O_COUNT) {
-			const struct opt *o = &opts[c - 256];
+			const struct opt *o = opt_at(c - 256, &tmp);
 
 			if (o->group && !(scope->options & o->group)) {
 				ret = bad(p,
@@ -1035,12 +920,12 @@ static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
 		}
 		if (c == ':' && optopt >= 256 && optopt < 256 + O_COUNT)
 			ret = bad(p, "%s needs a value",
-				  opts[optopt - 256].flag);
+				  opt_at(optopt - 256, &tmp)->flag);
 		else if (c == ':')
 			ret = bad(p, "%s needs a value", arg);
 		else if (optopt >= 256 && optopt < 256 + O_COUNT)
 			ret = bad(p, "%s takes no value",
-				  opts[optopt - 256].flag);
+				  opt_at(optopt - 256, &tmp)->flag);
 		else if (optopt)
 			ret = bad(p, "unknown option '-%c' (see --help)",
 				  optopt);
@@ -1184,6 +1069,7 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 	struct parse p = { .err = err, .errlen = errlen };
 	const char *val[O_COUNT] = { NULL }, *src[O_COUNT] = { NULL };
 	bool set[O_COUNT] = { false };
+	struct opt tmp;
 	int ret;
 
 	if (err && errlen)
@@ -1193,8 +1079,10 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 	if (!envp)
 		envp = environ;
 	for (int i = 0; i < O_COUNT; i++) {
-		if (opts[i].deflt) {
-			ret = opts[i].parse(&p, "default", opts[i].deflt);
+		const struct opt *o = opt_at(i, &tmp);
+
+		if (o->deflt) {
+			ret = parse_opt(&p, o, "default", o->deflt);
 			if (ret)
 				return ret;
 		}
@@ -1210,24 +1098,25 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 		return 0;
 	}
 	for (int i = 0; i < O_COUNT; i++) {
+		const struct opt *o = opt_at(i, &tmp);
 		const char *v = val[i];
 
-		src[i] = opts[i].flag;
+		src[i] = o->flag;
 		/* the command's own role; a variable outside the command's
 		 * options is not its business (a job shares one environment) */
 		if ((i == O_ROLE && scope->role) ||
-		    (opts[i].group && !(scope->options & opts[i].group)))
+		    (o->group && !(scope->options & o->group)))
 			continue;
-		if (!v && opts[i].env) {
-			v = env_lookup(envp, opts[i].env);
-			src[i] = opts[i].env;
+		if (!v && o->env) {
+			v = env_lookup(envp, o->env);
+			src[i] = o->env;
 			/* an empty variable counts as unset */
 			if (v && !*v)
 				v = NULL;
 		}
-		if (!v || !opts[i].parse)
+		if (!v || (!o->parse && !o->param))
 			continue;
-		ret = opts[i].parse(&p, src[i], v);
+		ret = parse_opt(&p, o, src[i], v);
 		if (ret)
 			return ret;
 		set[i] = true;
@@ -1284,7 +1173,8 @@ void kn__config_usage_of(FILE *out, unsigned int options)
 		"The job secret is read from --secret-file, else "
 		"KANEL_SECRET.\n\n");
 	for (int i = 0; i < O_COUNT; i++) {
-		const struct opt *o = &opts[i];
+		struct opt tmp;
+		const struct opt *o = opt_at(i, &tmp);
 
 		if (o->group && !(options & o->group))
 			continue;
@@ -1364,7 +1254,8 @@ int kn__config_export(const struct kn__config *cfg, unsigned int options)
 	if (!cfg)
 		return -EINVAL;
 	for (int i = 0; i < O_COUNT; i++) {
-		const struct opt *o = &opts[i];
+		struct opt tmp;
+		const struct opt *o = opt_at(i, &tmp);
 
 		if (!o->env || !o->group || !(options & o->group) ||
 		    !format_value(o, cfg, v, sizeof(v)))

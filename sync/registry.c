@@ -2,11 +2,11 @@
 /*
  * registry.c - the one list of protocols: each one's number, name (and
  * the other names it goes by) and ops table, and through the table its
- * traits; also the names of CGP's solvers.  The engine's options, the
- * simulator's and every log line take their names from here, and the
- * engine and the simulator learn what a protocol asks of them from its
- * traits (kn__sync_traits), so a new protocol is its own file, one row
- * here and one number in sync.h's enum (and kanel.h's, which is ABI).
+ * traits.  The engine's options, the simulator's and every log line take
+ * their names from here, and the engine and the simulator learn what a
+ * protocol asks of them from its traits (kn__sync_traits), so a new
+ * protocol is its own file, one row here and one number in sync.h's enum
+ * (and kanel.h's, which is ABI).
  *
  * The numbers are kanel.h's public enum kn_sync: the asserts below are
  * the only place that ties the two.
@@ -80,40 +80,4 @@ const char *kn__sync_protocol_name_at(uint32_t i, uint32_t *protocol)
 		i -= registry[p].alias ? 2 : 1;
 	}
 	return NULL;
-}
-
-/* In the order a usage line lists them. */
-static const struct solver {
-	const char *name;
-	uint32_t solver;
-} solvers[] = {
-	{ "aga", KN__SYNC_CGP_AGA },
-	{ "pls", KN__SYNC_CGP_PLS },
-	{ "auto", KN__SYNC_CGP_AUTO },
-};
-
-#define NSOLVERS (sizeof(solvers) / sizeof(solvers[0]))
-
-const char *kn__sync_cgp_solver_name(uint32_t solver)
-{
-	for (uint32_t i = 0; i < NSOLVERS; i++)
-		if (solvers[i].solver == solver)
-			return solvers[i].name;
-	return NULL;
-}
-
-int kn__sync_cgp_solver_parse(const char *name)
-{
-	for (uint32_t i = 0; name && i < NSOLVERS; i++)
-		if (strcmp(solvers[i].name, name) == 0)
-			return (int)solvers[i].solver;
-	return -EINVAL;
-}
-
-const char *kn__sync_cgp_solver_name_at(uint32_t i, uint32_t *solver)
-{
-	if (i >= NSOLVERS)
-		return NULL;
-	*solver = solvers[i].solver;
-	return solvers[i].name;
 }

@@ -27,6 +27,7 @@
 #define KN_SYNC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -94,7 +95,7 @@ struct kn__sync_params {
  * The protocol parameters a job hands to every process (everything above
  * but protocol, max_workers, members and bytes), as 32-bit words (floats
  * by their bits) in one fixed order: the engine's JOB message carries
- * them so, and this is the only place that knows the list.
+ * them so.  kn__sync_param_table below is the list.
  */
 #define KN__SYNC_PARAMS_WORDS 16u
 void kn__sync_params_pack(const struct kn__sync_params *params,
@@ -102,6 +103,37 @@ void kn__sync_params_pack(const struct kn__sync_params *params,
 /* The inverse: sets those fields of @params, leaves the others. */
 void kn__sync_params_unpack(struct kn__sync_params *params,
 			    const uint32_t words[KN__SYNC_PARAMS_WORDS]);
+
+/*
+ * The protocol parameters, one row each: everything a program needs to
+ * offer one as an option and to check it, so that the engine's options
+ * and KANEL_* variables (engine/config.c), the simulator's options
+ * (kanel sim) and kn__sync_params_resolve are all made from this table
+ * and a new parameter is one row here and one field above.  Every row is
+ * one 32-bit word of the JOB message (kn__sync_params_pack), at @word.
+ */
+enum kn__sync_param_type {
+	KN__SYNC_PARAM_U32 = 1, /* uint32_t, from lo to hi */
+	KN__SYNC_PARAM_FLOAT,	/* float: above lo (from lo if lo_closed),
+				 * below hi, finite */
+	KN__SYNC_PARAM_SOLVER,	/* uint32_t: a CGP solver, by its name */
+};
+
+struct kn__sync_param {
+	const char *flag;  /* the engine's option, "--esp-max-skip" */
+	const char *env;   /* its variable, "KANEL_ESP_MAX_SKIP" */
+	const char *sim;   /* the simulator's option; NULL: it has none */
+	const char *arg;   /* the value's name in a usage line */
+	uint32_t type;	   /* enum kn__sync_param_type */
+	size_t off;	   /* offsetof(struct kn__sync_params, its field) */
+	uint32_t word;	   /* its index in kn__sync_params_pack's words */
+	const char *deflt; /* the default, written as an option's value */
+	double lo, hi;
+	bool lo_closed;
+	const char *help;
+};
+
+extern const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS];
 
 /*
  * What a protocol asks of whoever runs it (the engine, the simulator),
@@ -151,12 +183,9 @@ struct kn__sync_traits {
 const struct kn__sync_traits *kn__sync_traits(uint32_t protocol);
 
 /*
- * Replace the zero fields of @params by their defaults: 0, or -EINVAL
- * for a value out of range (gamma, theta not finite or negative, alpha
- * or miss outside (0, 1], max_steps above 1024, an unknown solver,
- * epoch_rounds above KN__SYNC_CGP_MAX_ROUNDS, bound, latency or
- * bandwidth not finite or negative, outer_lr not finite or negative,
- * outer_momentum outside [0, 1)).
+ * Replace the zero fields of @params by their defaults: 0, or -EINVAL,
+ * @params unchanged, for a value outside its range in
+ * kn__sync_param_table (0 is always "the default").
  */
 int kn__sync_params_resolve(struct kn__sync_params *params);
 

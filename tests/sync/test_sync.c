@@ -195,6 +195,75 @@ Test(rules, an_apply_says_whether_it_is_a_share_of_a_round)
 	kn__sync_rule_destroy(asp);
 }
 
+/*
+ * The parameter table: every JOB word once, every default in its range
+ * and resolved to itself, and a block packed and unpacked unchanged.
+ */
+Test(rules, the_parameter_table_covers_the_block_once)
+{
+	struct kn__sync_params zero = { KN__SYNC_BSP, 4, 4 }, res = zero,
+			       back = zero;
+	uint32_t words[KN__SYNC_PARAMS_WORDS], again[KN__SYNC_PARAMS_WORDS];
+	uint32_t seen = 0;
+
+	cr_assert_eq(kn__sync_params_resolve(&res), 0);
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++) {
+		const struct kn__sync_param *t = &kn__sync_param_table[i];
+		struct kn__sync_params one = zero;
+		uint32_t w;
+
+		cr_assert_lt(t->word, KN__SYNC_PARAMS_WORDS);
+		cr_assert_eq(seen & (1u << t->word), 0, "%s: word %u twice",
+			     t->flag, t->word);
+		seen |= 1u << t->word;
+		cr_assert_lt(t->off + sizeof(uint32_t), sizeof(zero) + 1);
+		cr_assert(t->flag && t->env && t->arg && t->deflt && t->help);
+		/* the resolved default, set by hand, is taken as it is */
+		memcpy(&w, (const char *)&res + t->off, sizeof(w));
+		memcpy((char *)&one + t->off, &w, sizeof(w));
+		cr_assert_eq(kn__sync_params_resolve(&one), 0, "%s", t->flag);
+		kn__sync_params_pack(&one, words);
+		kn__sync_params_pack(&res, again);
+		cr_assert_eq(memcmp(words, again, sizeof(words)), 0, "%s",
+			     t->flag);
+	}
+	cr_assert_eq(seen, (1u << KN__SYNC_PARAMS_WORDS) - 1);
+	kn__sync_params_pack(&res, words);
+	kn__sync_params_unpack(&back, words);
+	kn__sync_params_pack(&back, again);
+	cr_assert_eq(memcmp(words, again, sizeof(words)), 0);
+	/* the words' order is the JOB message's: staleness first, then
+	 * max_skip, max_steps, warmup, gamma... outer_momentum last */
+	cr_assert_eq(words[0], 3);
+	cr_assert_eq(words[1], 8);
+	cr_assert_eq(words[2], 15);
+	cr_assert_eq(words[3], 3);
+	cr_assert_eq(words[9], 20);
+	cr_assert_eq(words[10], 100);
+	cr_assert_eq(words[15], 0);
+}
+
+/* Out of its table's range is refused, and the block left as it was. */
+Test(rules, a_parameter_out_of_range_is_refused_untouched)
+{
+	struct kn__sync_params p = { KN__SYNC_SSP, 4, 4 }, before;
+
+	p.staleness = (1u << 20) + 1;
+	before = p;
+	cr_assert_eq(kn__sync_params_resolve(&p), -EINVAL);
+	cr_assert_eq(p.staleness, before.staleness);
+	cr_assert_eq(p.max_skip, 0, "a refused block keeps its zeros");
+	p.staleness = 1u << 20;
+	p.outer_momentum = 1;
+	cr_assert_eq(kn__sync_params_resolve(&p), -EINVAL);
+	p.outer_momentum = 0.5f;
+	p.alpha = 1;
+	cr_assert_eq(kn__sync_params_resolve(&p), 0);
+	cr_assert_eq(p.max_skip, 8);
+	p.solver = 3;
+	cr_assert_eq(kn__sync_params_resolve(&p), -EINVAL);
+}
+
 Test(rules, max_actions_per_protocol)
 {
 	struct kn__sync_params p = { KN__SYNC_BSP, 8, 8 };
