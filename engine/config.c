@@ -820,7 +820,7 @@ static int opt_param(struct parse *p, const struct opt *o, const char *src,
 	const struct kn__sync_param *t = o->param;
 	char *field = (char *)&p->cfg + o->off;
 	uint32_t u = 0;
-	float f;
+	float f = 0;
 	int v, ret;
 
 	switch (t->type) {
