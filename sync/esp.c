@@ -276,6 +276,12 @@ static uint32_t esp_max_actions(const struct kn__sync_params *params)
 	return 1 + params->max_workers;
 }
 
+/* ESP's own state in a worker rule (ops->worker_size). */
+struct esp_worker {
+	uint32_t steps; /* local steps since the last push */
+	double cost;	/* the last release's rtt + hint, seconds */
+};
+
 /*
  * The communicate-or-skip decision.  The cost is what the last release
  * said one sync costs: its round trip plus the predicted wait; a worker
@@ -286,6 +292,7 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 			    const struct kn__sync_worker_event *ev,
 			    uint32_t *next)
 {
+	struct esp_worker *w = (struct esp_worker *)(void *)rule->own;
 	double cost;
 
 	switch (ev->type) {
@@ -293,10 +300,10 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		/* a ratio of norms is never negative; NaN is a worker bug */
 		if (rule->state != KN__SYNC_WS_RUN || !(ev->delta_ratio >= 0))
 			return -EINVAL;
-		rule->steps++;
-		if (rule->cost <= (double)rule->params.gamma * ev->seconds ||
+		w->steps++;
+		if (w->cost <= (double)rule->params.gamma * ev->seconds ||
 		    ev->delta_ratio >= rule->params.theta ||
-		    rule->steps >= rule->params.max_skip) {
+		    w->steps >= rule->params.max_skip) {
 			rule->state = KN__SYNC_WS_PUSH;
 			*next = KN__SYNC_NEXT_PUSH;
 		} else {
@@ -315,8 +322,8 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		if (rule->state == KN__SYNC_WS_PUSH || !(ev->rtt >= 0) ||
 		    !(ev->hint >= 0) || !isfinite(cost))
 			return -EINVAL;
-		rule->cost = cost;
-		rule->steps = 0;
+		w->cost = cost;
+		w->steps = 0;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;
@@ -336,4 +343,5 @@ const struct kn__sync_ops kn__sync_esp_ops = {
 	.leave = esp_leave,
 	.timing = esp_timing,
 	.worker_event = esp_worker_event,
+	.worker_size = sizeof(struct esp_worker),
 };

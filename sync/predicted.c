@@ -486,26 +486,26 @@ static double ema(double prev, double x, float alpha)
  * worker's one step is longer than the wait), and every such step is
  * computed on a model that lacks the round's progress.
  */
-static bool step_fits(const struct kn__sync_worker *rule, double t)
+static bool step_fits(const struct kn__sync_psp_worker *w, double t)
 {
-	return rule->wait_s > 0 &&
-	       t + rule->step_s <= rule->push_t + rule->wait_s;
+	return w->wait_s > 0 && t + w->step_s <= w->push_t + w->wait_s;
 }
 
 static int psp_worker_event(struct kn__sync_worker *rule,
 			    const struct kn__sync_worker_event *ev,
 			    uint32_t *next)
 {
+	struct kn__sync_psp_worker *w = kn__sync_psp_worker_of(rule);
 	uint32_t max_steps = rule->params.max_steps;
 	float alpha = rule->params.alpha;
 
 	switch (ev->type) {
 	case KN__SYNC_WEV_STEP:
 		if (rule->state == KN__SYNC_WS_RUN) {
-			rule->step_s = ema(rule->step_s, ev->seconds, alpha);
+			w->step_s = ema(w->step_s, ev->seconds, alpha);
 			/* due 0 is the start: one step, as under BSP */
-			rule->steps++;
-			if (rule->steps < rule->due) {
+			w->steps++;
+			if (w->steps < w->due) {
 				*next = KN__SYNC_NEXT_STEP;
 				return 0;
 			}
@@ -518,27 +518,24 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		 * said STEP: under a plan, and fewer than R so far, so a
 		 * worker whose model is late stops drifting from it.
 		 */
-		if (rule->state != KN__SYNC_WS_WAIT || rule->epoch == 0 ||
-		    rule->extra >= max_steps || !rule->stepping)
+		if (rule->state != KN__SYNC_WS_WAIT || w->epoch == 0 ||
+		    w->extra >= max_steps || !w->stepping)
 			return -EINVAL;
-		rule->step_s = ema(rule->step_s, ev->seconds, alpha);
-		rule->extra++;
-		rule->stepping =
-			rule->extra < max_steps && step_fits(rule, ev->t);
-		*next = rule->stepping ? KN__SYNC_NEXT_STEP
-				       : KN__SYNC_NEXT_WAIT;
+		w->step_s = ema(w->step_s, ev->seconds, alpha);
+		w->extra++;
+		w->stepping = w->extra < max_steps && step_fits(w, ev->t);
+		*next = w->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
 		if (rule->state != KN__SYNC_WS_PUSH)
 			return -EINVAL;
 		rule->state = KN__SYNC_WS_WAIT;
-		rule->steps = 0;
-		rule->extra = 0;
-		rule->push_t = ev->t;
+		w->steps = 0;
+		w->extra = 0;
+		w->push_t = ev->t;
 		/* in warm-up it is BSP: no training on a copy while waiting */
-		rule->stepping = rule->epoch && step_fits(rule, ev->t);
-		*next = rule->stepping ? KN__SYNC_NEXT_STEP
-				       : KN__SYNC_NEXT_WAIT;
+		w->stepping = w->epoch && step_fits(w, ev->t);
+		*next = w->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
 		return 0;
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* no chunk rule releases more than R steps */
@@ -547,7 +544,7 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		/* a joiner's first release follows no push of its own */
 		if (rule->state == KN__SYNC_WS_WAIT && isfinite(ev->rtt) &&
 		    ev->rtt > 0)
-			rule->wait_s = ema(rule->wait_s, ev->rtt, alpha);
+			w->wait_s = ema(w->wait_s, ev->rtt, alpha);
 		/*
 		 * The caller merges the steps taken while waiting onto the
 		 * new model: they count toward the next push, on top of the
@@ -556,11 +553,11 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		 * at once and spent the whole round training on a copy the
 		 * round's progress never reaches.
 		 */
-		rule->due = rule->extra + (ev->steps ? ev->steps : 1);
-		rule->epoch = ev->epoch;
-		rule->steps = rule->extra;
-		rule->extra = 0;
-		rule->stepping = false;
+		w->due = w->extra + (ev->steps ? ev->steps : 1);
+		w->epoch = ev->epoch;
+		w->steps = w->extra;
+		w->extra = 0;
+		w->stepping = false;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;
@@ -587,4 +584,5 @@ const struct kn__sync_ops kn__sync_predicted_ops = {
 	.plan = psp_plan,
 	.planner_event = psp_planner_event,
 	.worker_event = psp_worker_event,
+	.worker_size = sizeof(struct kn__sync_psp_worker),
 };

@@ -532,7 +532,7 @@ int kn__sync_worker_create(const struct kn__sync_params *params,
 
 	if (!ops || !rule || worker >= params->max_workers)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
+	r = calloc(1, sizeof(*r) + ops->worker_size);
 	if (!r)
 		return -ENOMEM;
 	r->ops = ops;

@@ -14,6 +14,8 @@
 #ifndef KN_SYNC_PRIV_H
 #define KN_SYNC_PRIV_H
 
+#include <stddef.h>
+
 #include "sync.h"
 
 /* What a chunk rule keeps per worker id. */
@@ -100,17 +102,31 @@ struct kn__sync_worker {
 	struct kn__sync_params params;
 	uint32_t worker;
 	uint32_t state; /* enum kn__sync_wrule_state */
-	/* the protocols' own, zero at creation */
-	uint32_t steps; /* local steps since the last push */
-	uint32_t due;	/* PSP: the steps its plan asks before a push */
-	uint32_t extra; /* PSP: steps taken while waiting for the release */
-	double cost;	/* ESP: the last release's rtt + hint, seconds */
-	double step_s;	/* PSP: predicted seconds of a local step (0: none) */
-	double wait_s;	/* PSP: predicted seconds from a push to its release */
-	double push_t;	/* PSP: when the pending push left */
-	bool stepping;	/* PSP: the last answer while waiting was STEP */
-	uint64_t epoch; /* PSP: the plan in force (0: warm-up, plain BSP) */
+	/* the protocol's own state, ops->worker_size bytes, zero at
+	 * creation: a struct its file defines (esp.c, predicted.c) */
+	max_align_t own[];
 };
+
+/*
+ * PSP's own state in a worker rule (predicted.c; here, not there, so that
+ * its tests can look at it).
+ */
+struct kn__sync_psp_worker {
+	uint32_t steps; /* local steps since the last push */
+	uint32_t due;	/* the steps its plan asks before a push */
+	uint32_t extra; /* steps taken while waiting for the release */
+	double step_s;	/* predicted seconds of a local step (0: none) */
+	double wait_s;	/* predicted seconds from a push to its release */
+	double push_t;	/* when the pending push left */
+	bool stepping;	/* the last answer while waiting was STEP */
+	uint64_t epoch; /* the plan in force (0: warm-up, plain BSP) */
+};
+
+static inline struct kn__sync_psp_worker *
+kn__sync_psp_worker_of(struct kn__sync_worker *rule)
+{
+	return (struct kn__sync_psp_worker *)(void *)rule->own;
+}
 
 typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
 typedef int kn__sync_rule_event_fn(struct kn__sync_rule *rule,
@@ -138,6 +154,8 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
+ * @worker_size is the size of the protocol's own state in a worker rule
+ * (struct kn__sync_worker's @own), 0 for none.
  * @traits says what the protocol asks of the engine and the simulator
  * (sync.h, struct kn__sync_traits), which is all they know of it.
  * @rule_init and @planner_init, where set, make the protocol's own state
@@ -160,6 +178,7 @@ struct kn__sync_ops {
 	kn__sync_rule_fini_fn *rule_fini;
 	kn__sync_planner_init_fn *planner_init;
 	kn__sync_planner_fini_fn *planner_fini;
+	size_t worker_size;
 };
 
 /* registry.c: @protocol's table, NULL for an unknown one. */
