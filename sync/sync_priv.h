@@ -27,13 +27,9 @@ struct kn__sync_wstate {
 	uint32_t slot;	/* BSP: where this round's contribution lies */
 	uint64_t clock; /* the clock of the last accepted push */
 	/* the protocols' own, zero at creation and at a JOIN */
-	bool blocked;	 /* SSP, ESP: pushed, release held back */
-	uint32_t steps;	 /* PSP: the local steps of its pushed contribution */
-	double last_t;	 /* ESP: when its last push came */
-	double interval; /* ESP: EMA of the time between its pushes */
-	double step;	 /* ESP: EMA of its seconds per local step, 0: none */
-	double peak;	 /* ESP: its peak seconds per step, slowly falling */
-	uint64_t syncs;	 /* SSP, ESP: its sync count P (the bound below) */
+	bool blocked;	/* SSP, ESP: pushed, release held back */
+	uint32_t steps; /* PSP: the local steps of its pushed contribution */
+	uint64_t syncs; /* SSP, ESP: its sync count P (the bound below) */
 };
 
 struct kn__sync_rule {
@@ -56,10 +52,7 @@ struct kn__sync_rule {
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
 	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */
-	/* ESP: the members' step times are even (rounds, lead 0), and the
-	 * TIMING events since they were last compared */
-	bool balanced;
-	uint32_t timings;
+	struct kn__sync_esp_rule *esp; /* ESP: its step times (esp.c) */
 	struct kn__sync_cgp_rule *cgp; /* CGP: its groups (cgp.c) */
 };
 
