@@ -432,9 +432,6 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	p->plan = calloc(params->max_workers, sizeof(*p->plan));
 	if (!p->plan)
 		goto err_plan;
-	p->reported = calloc(params->max_workers, sizeof(*p->reported));
-	if (!p->reported)
-		goto err_reported;
 	p->ops = ops;
 	p->params = resolved;
 	for (uint32_t i = 0; i < params->members; i++)
@@ -447,8 +444,6 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	*planner = p;
 	return 0;
 
-err_reported:
-	free(p->plan);
 err_plan:
 	free(p->pred);
 err_pred:
@@ -465,7 +460,6 @@ void kn__sync_planner_destroy(struct kn__sync_planner *planner)
 		return;
 	if (planner->ops->planner_fini)
 		planner->ops->planner_fini(planner);
-	free(planner->reported);
 	free(planner->plan);
 	free(planner->pred);
 	free(planner->member);

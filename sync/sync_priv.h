@@ -62,24 +62,11 @@ struct kn__sync_planner {
 	uint64_t epoch;
 	uint32_t nmembers;
 	bool *member; /* [max_workers] */
-	/* PSP: predicted seconds per step, the plan in force, barriers seen */
+	/* PSP, CGP: predicted seconds per step, the plan in force */
 	double *pred;	/* [max_workers], 0: no timing yet */
 	uint32_t *plan; /* [max_workers], zeroed */
-	uint64_t barriers;
-	/*
-	 * PSP: the members that sent a TIMING since the last barrier and
-	 * how many; a prediction missed since then; a JOIN or LEAVE since
-	 * the last plan.
-	 */
-	bool *reported; /* [max_workers], zeroed */
-	uint32_t nreported;
-	bool missed, changed;
-	/*
-	 * PSP: the barriers in a row that saw a miss; in fallback (one step
-	 * each, as BSP) and the barriers in a row that held since.
-	 */
-	uint32_t misses, holds;
-	bool fallback;
+	bool changed;	/* PSP, CGP: a JOIN or LEAVE since the last plan */
+	struct kn__sync_psp_planner *psp; /* PSP: barriers, misses */
 	struct kn__sync_cgp_planner *cgp; /* CGP: groups, solver (cgp.c) */
 };
 
@@ -113,6 +100,24 @@ struct kn__sync_psp_worker {
 	double push_t;	/* when the pending push left */
 	bool stepping;	/* the last answer while waiting was STEP */
 	uint64_t epoch; /* the plan in force (0: warm-up, plain BSP) */
+};
+
+/* PSP's own state in the planner (predicted.c), as the worker's. */
+struct kn__sync_psp_planner {
+	uint64_t barriers; /* barriers seen */
+	/*
+	 * The members that sent a TIMING since the last barrier and how
+	 * many; a prediction missed since then.
+	 */
+	bool *reported; /* [max_workers], zeroed */
+	uint32_t nreported;
+	bool missed;
+	/*
+	 * The barriers in a row that saw a miss; in fallback (one step
+	 * each, as BSP) and the barriers in a row that held since.
+	 */
+	uint32_t misses, holds;
+	bool fallback;
 };
 
 static inline struct kn__sync_psp_worker *

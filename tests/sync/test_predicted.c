@@ -787,7 +787,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
-	cr_assert(planner->fallback);
+	cr_assert(planner->psp->fallback);
 	/* more misses, a joiner: still one step each, no new plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -795,7 +795,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	cr_assert_eq(
 		barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out), 0);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
-	cr_assert(planner->fallback);
+	cr_assert(planner->psp->fallback);
 	kn__sync_planner_destroy(planner);
 
 	/* a miss that holds afterwards is one change of speed: no fallback */
@@ -809,7 +809,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
-	cr_assert(!planner->fallback);
+	cr_assert(!planner->psp->fallback);
 	kn__sync_planner_destroy(planner);
 }
 
@@ -839,12 +839,12 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		cr_assert_eq(
 			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 			0, "hold %d of 3", b + 1);
-	cr_assert(planner->fallback);
+	cr_assert(planner->psp->fallback);
 	/* the third in a row: out, with the plan that fits {1, 2.5, 8} */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert(!planner->fallback);
+	cr_assert(!planner->psp->fallback);
 	/* and back to the usual rules: a steady cluster keeps its plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
