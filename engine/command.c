@@ -92,13 +92,16 @@ const char *kn_config_metrics(const struct kn_config *cfg)
 
 bool kn__job_sums(uint32_t protocol, uint32_t optimizer)
 {
-	return optimizer == KN__CONFIG_SUM && protocol == KN__CONFIG_BSP;
+	return optimizer == KN__CONFIG_SUM &&
+	       kn__sync_traits(protocol)->mean_model;
 }
 
 bool kn__job_deltas(uint32_t protocol, uint32_t optimizer)
 {
-	return kn__sync_local_steps(protocol) ||
-	       (optimizer == KN__CONFIG_SUM && protocol != KN__CONFIG_BSP);
+	const struct kn__sync_traits *t = kn__sync_traits(protocol);
+
+	return t->local_steps ||
+	       (optimizer == KN__CONFIG_SUM && !t->mean_model);
 }
 
 void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
@@ -110,7 +113,7 @@ void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 
 	*info = (struct kn_job_info){
 		.protocol = (enum kn_sync)c->sync,
-		.protocol_name = kn__config_sync_name(c->sync),
+		.protocol_name = kn__sync_protocol_name(c->sync),
 		.optimizer = sum ? KN_OPT_SGD : (enum kn_optimizer)o,
 		.summation = sum,
 		.local_steps = kn__job_deltas((uint32_t)c->sync, (uint32_t)o),

@@ -5,7 +5,9 @@
  *
  * One table describes every option: its flag, its variable, its default
  * (a string that goes through the option's own parser, so the default is
- * written once) and its help line, which kn__config_usage prints.  Values
+ * written once) and its help line, which kn__config_usage prints.  The
+ * protocols' parameters are sync/'s table (kn__sync_param_table), read
+ * as options of the job in the same places (opt_at).  Values
  * are parsed one option at a time, flag before variable; what depends on
  * several options (role, rank and counts, the launcher's mapping) is
  * settled afterwards, once every value is known.
@@ -50,23 +52,6 @@ static const struct name_val transport_names[] = {
 	{ "dpdk", KN__CONFIG_DPDK },
 };
 
-/* A new protocol is one line here and one in enum kn__config_sync. */
-static const struct name_val sync_names[] = {
-	{ "bsp", KN__CONFIG_BSP },
-	{ "asp", KN__CONFIG_ASP },
-	{ "ssp", KN__CONFIG_SSP },
-	{ "esp", KN__CONFIG_ESP },
-	{ "predicted", KN__CONFIG_PREDICTED },
-	{ "psp", KN__CONFIG_PREDICTED }, /* the theses' name; never printed */
-	{ "cgp", KN__CONFIG_CGP },
-};
-
-static const struct name_val cgp_solver_names[] = {
-	{ "aga", KN__CONFIG_CGP_AGA },
-	{ "pls", KN__CONFIG_CGP_PLS },
-	{ "auto", KN__CONFIG_CGP_AUTO },
-};
-
 static const struct name_val optimizer_names[] = {
 	{ "sgd", KN__CONFIG_SGD },
 	{ "momentum", KN__CONFIG_MOMENTUM },
@@ -75,37 +60,52 @@ static const struct name_val optimizer_names[] = {
 	{ "auto", KN__CONFIG_AUTO },
 };
 
-static const char *name_of(const struct name_val *t, size_t n, int val)
+/*
+ * A choice's names: the @i-th, from 0, and its value in @val; NULL past
+ * the last.  The protocols and CGP's solvers are sync/'s, listed the same
+ * way (kn__sync_protocol_name_at, kn__sync_cgp_solver_name_at); the
+ * tables above get theirs from NAMES_AT.
+ */
+typedef const char *names_fn(uint32_t i, uint32_t *val);
+
+#define NAMES_AT(table)                                          \
+	static const char *table##_at(uint32_t i, uint32_t *val) \
+	{                                                        \
+		if (i >= ARRAY_SIZE(table))                      \
+			return NULL;                             \
+		*val = (uint32_t)table[i].val;                   \
+		return table[i].name;                            \
+	}
+
+NAMES_AT(role_names)
+NAMES_AT(transport_names)
+NAMES_AT(optimizer_names)
+
+/* The first name of @val, the one printed; NULL for none. */
+static const char *name_of(names_fn *names, uint32_t val)
 {
-	for (size_t i = 0; i < n; i++)
-		if (t[i].val == val)
-			return t[i].name;
+	const char *name;
+	uint32_t v;
+
+	for (uint32_t i = 0; (name = names(i, &v)); i++)
+		if (v == val)
+			return name;
 	return NULL;
 }
 
 const char *kn__role_name(enum kn__role role)
 {
-	return name_of(role_names, ARRAY_SIZE(role_names), (int)role);
+	return name_of(role_names_at, (uint32_t)role);
 }
 
 const char *kn__config_transport_name(enum kn__config_transport t)
 {
-	return name_of(transport_names, ARRAY_SIZE(transport_names), (int)t);
-}
-
-const char *kn__config_sync_name(enum kn__config_sync s)
-{
-	return name_of(sync_names, ARRAY_SIZE(sync_names), (int)s);
+	return name_of(transport_names_at, (uint32_t)t);
 }
 
 const char *kn__config_optimizer_name(enum kn__config_optimizer o)
 {
-	return name_of(optimizer_names, ARRAY_SIZE(optimizer_names), (int)o);
-}
-
-const char *kn__config_cgp_solver_name(enum kn__config_cgp_solver s)
-{
-	return name_of(cgp_solver_names, ARRAY_SIZE(cgp_solver_names), (int)s);
+	return name_of(optimizer_names_at, (uint32_t)o);
 }
 
 /* One parse: the configuration being built and where errors go. */
@@ -162,21 +162,23 @@ static const char *not_u32(const char *s)
 }
 
 static int parse_name(struct parse *p, const char *src, const char *val,
-		      const struct name_val *t, size_t n, int *out)
+		      names_fn *names, int *out)
 {
 	char list[128] = "";
+	const char *name;
+	uint32_t v;
 
 	/* written on every path, so that no caller reads it unset */
 	*out = -1;
-	for (size_t i = 0; i < n; i++) {
-		if (!strcmp(val, t[i].name)) {
-			*out = t[i].val;
+	for (uint32_t i = 0; (name = names(i, &v)); i++) {
+		if (!strcmp(val, name)) {
+			*out = (int)v;
 			return 0;
 		}
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; (name = names(i, &v)); i++) {
 		strncat(list, i ? ", " : "", sizeof(list) - strlen(list) - 1);
-		strncat(list, t[i].name, sizeof(list) - strlen(list) - 1);
+		strncat(list, name, sizeof(list) - strlen(list) - 1);
 	}
 	return bad(p, "%s='%s': unknown value (one of %s)", src, val, list);
 }
@@ -334,8 +336,7 @@ static int parse_float(struct parse *p, const char *src, const char *val,
 static int opt_role(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret =
-		parse_name(p, src, val, role_names, ARRAY_SIZE(role_names), &v);
+	int ret = parse_name(p, src, val, role_names_at, &v);
 
 	if (!ret)
 		p->cfg.role = (enum kn__role)v;
@@ -372,8 +373,7 @@ static int opt_listen(struct parse *p, const char *src, const char *val)
 static int opt_transport(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret = parse_name(p, src, val, transport_names,
-			     ARRAY_SIZE(transport_names), &v);
+	int ret = parse_name(p, src, val, transport_names_at, &v);
 
 	if (!ret)
 		p->cfg.transport = (enum kn__config_transport)v;
@@ -383,19 +383,17 @@ static int opt_transport(struct parse *p, const char *src, const char *val)
 static int opt_sync(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret =
-		parse_name(p, src, val, sync_names, ARRAY_SIZE(sync_names), &v);
+	int ret = parse_name(p, src, val, kn__sync_protocol_name_at, &v);
 
 	if (!ret)
-		p->cfg.sync = (enum kn__config_sync)v;
+		p->cfg.sync = (uint32_t)v;
 	return ret;
 }
 
 static int opt_optimizer(struct parse *p, const char *src, const char *val)
 {
 	int v;
-	int ret = parse_name(p, src, val, optimizer_names,
-			     ARRAY_SIZE(optimizer_names), &v);
+	int ret = parse_name(p, src, val, optimizer_names_at, &v);
 
 	if (!ret)
 		p->cfg.optimizer = (enum kn__config_optimizer)v;
@@ -473,99 +471,6 @@ static int parse_range(struct parse *p, const char *src, const char *val,
 			   hi);
 	*out = v;
 	return 0;
-}
-
-static int opt_staleness(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.staleness);
-}
-
-static int opt_max_skip(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.max_skip);
-}
-
-static int opt_max_steps(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1024, &p->cfg.proto.max_steps);
-}
-
-static int opt_warmup(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, 1u << 20, &p->cfg.proto.warmup);
-}
-
-static int opt_gamma(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.gamma);
-}
-
-static int opt_theta(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.theta);
-}
-
-/* (0, 1]: the float range is half-open, so the top is just above 1 */
-static int opt_alpha(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, 1.0000001,
-			   &p->cfg.proto.alpha);
-}
-
-static int opt_miss(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, 1.0000001, &p->cfg.proto.miss);
-}
-
-static int opt_cgp_solver(struct parse *p, const char *src, const char *val)
-{
-	int v;
-	int ret = parse_name(p, src, val, cgp_solver_names,
-			     ARRAY_SIZE(cgp_solver_names), &v);
-
-	if (!ret)
-		p->cfg.proto.solver = (uint32_t)v;
-	return ret;
-}
-
-static int opt_cgp_bound(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY, &p->cfg.proto.bound);
-}
-
-static int opt_cgp_epoch(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, KN_CONFIG_CGP_MAX_ROUNDS,
-			   &p->cfg.proto.epoch_rounds);
-}
-
-static int opt_cgp_period(struct parse *p, const char *src, const char *val)
-{
-	return parse_range(p, src, val, 1, UINT32_MAX, &p->cfg.proto.period);
-}
-
-static int opt_cgp_latency(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY,
-			   &p->cfg.proto.latency);
-}
-
-static int opt_cgp_bandwidth(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY,
-			   &p->cfg.proto.bandwidth);
-}
-
-static int opt_outer_lr(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, true, INFINITY,
-			   &p->cfg.proto.outer_lr);
-}
-
-static int opt_outer_momentum(struct parse *p, const char *src, const char *val)
-{
-	return parse_float(p, src, val, 0, false, 1,
-			   &p->cfg.proto.outer_momentum);
 }
 
 static int opt_momentum(struct parse *p, const char *src, const char *val)
@@ -681,7 +586,6 @@ enum field_kind {
 /* F_NAME reads an enum field as a uint32_t. */
 _Static_assert(sizeof(enum kn__role) == sizeof(uint32_t) &&
 		       sizeof(enum kn__config_transport) == sizeof(uint32_t) &&
-		       sizeof(enum kn__config_sync) == sizeof(uint32_t) &&
 		       sizeof(enum kn__config_optimizer) == sizeof(uint32_t),
 	       "enum fields are read as uint32_t");
 
@@ -697,23 +601,9 @@ enum opt_id {
 	O_OPTIMIZER,
 	O_LR,
 	O_MOMENTUM,
-	O_STALENESS,
-	O_MAX_SKIP,
-	O_GAMMA,
-	O_THETA,
-	O_MAX_STEPS,
-	O_WARMUP,
-	O_ALPHA,
-	O_MISS,
-	O_CGP_SOLVER,
-	O_CGP_BOUND,
-	O_CGP_EPOCH,
-	O_CGP_PERIOD,
-	O_CGP_LATENCY,
-	O_CGP_BANDWIDTH,
-	O_OUTER_LR,
-	O_OUTER_MOMENTUM,
-	O_CHUNK,
+	/* sync/'s parameters: O_PARAM + i is kn__sync_param_table[i] */
+	O_PARAM,
+	O_CHUNK = O_PARAM + KN__SYNC_PARAMS_WORDS,
 	O_FUSE,
 	O_WINDOW,
 	O_HEARTBEAT,
@@ -734,23 +624,24 @@ struct opt {
 	const char *flag; /* with its "--" */
 	const char *env;  /* NULL: a flag only */
 	const char *arg;  /* the value's name for usage; NULL: a switch */
-	const struct name_val *names; /* the values, for a choice */
-	size_t nnames;
+	names_fn *names;  /* the values, for a choice */
 	const char *deflt; /* parsed before flags and variables */
 	const char *none;  /* usage: what happens when not given */
 	const char *help;
 	int (*parse)(struct parse *p, const char *src, const char *val);
+	/* or sync/'s parameter, which opt_param parses (opt_at) */
+	const struct kn__sync_param *param;
 	unsigned int group; /* KN__CONFIG_OPT_*; 0: every command's */
 	/* the field it sets, for kn__config_export to write back */
 	enum field_kind kind;
 	size_t off;
 };
 
-#define CHOICE(t)	 .names = t, .nnames = ARRAY_SIZE(t)
+#define CHOICE(f)	 .names = f
 #define FIELD(k, member) .kind = k, .off = offsetof(struct kn__config, member)
 
 static const struct opt opts[O_COUNT] = {
-	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names),
+	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names_at),
 		     .none = "default from the launcher",
 		     .help = "what this process is", .parse = opt_role,
 		     .group = KN__CONFIG_OPT_ROLE, FIELD(F_NAME, role) },
@@ -779,16 +670,17 @@ static const struct opt opts[O_COUNT] = {
 		       .parse = opt_listen, .group = KN__CONFIG_OPT_LISTEN,
 		       FIELD(F_ADDR, listen) },
 	[O_TRANSPORT] = { "--transport", "KANEL_TRANSPORT",
-			  CHOICE(transport_names), .deflt = "tcp",
+			  CHOICE(transport_names_at), .deflt = "tcp",
 			  .help = "tcp (io_uring) or verbs (RDMA)",
 			  .parse = opt_transport,
 			  .group = KN__CONFIG_OPT_COMMON,
 			  FIELD(F_NAME, transport) },
-	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(sync_names), .deflt = "bsp",
-		     .help = "synchronization protocol", .parse = opt_sync,
-		     .group = KN__CONFIG_OPT_JOB, FIELD(F_NAME, sync) },
+	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(kn__sync_protocol_name_at),
+		     .deflt = "bsp", .help = "synchronization protocol",
+		     .parse = opt_sync, .group = KN__CONFIG_OPT_JOB,
+		     FIELD(F_NAME, sync) },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
-			  CHOICE(optimizer_names), .deflt = "auto",
+			  CHOICE(optimizer_names_at), .deflt = "auto",
 			  .help = "the optimizer; sum: the workers' own; "
 				  "auto: sum for kanel.torch, else sgd",
 			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB,
@@ -800,95 +692,6 @@ static const struct opt opts[O_COUNT] = {
 			 .help = "momentum, in [0, 1)", .parse = opt_momentum,
 			 .group = KN__CONFIG_OPT_JOB,
 			 FIELD(F_FLOAT, momentum) },
-	[O_STALENESS] = { "--staleness", "KANEL_STALENESS", "S", .deflt = "3",
-			  .help = "SSP, ESP: pushes a worker may run ahead "
-				  "of the slowest",
-			  .parse = opt_staleness, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_U32, proto.staleness) },
-	[O_MAX_SKIP] = { "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "H",
-			 .deflt = "8",
-			 .help = "ESP: local steps after which a push is due",
-			 .parse = opt_max_skip, .group = KN__CONFIG_OPT_JOB,
-			 FIELD(F_U32, proto.max_skip) },
-	[O_GAMMA] = { "--esp-gamma", "KANEL_ESP_GAMMA", "G", .deflt = "1",
-		      .help = "ESP: push when the expected cost is at most "
-			      "G local steps",
-		      .parse = opt_gamma, .group = KN__CONFIG_OPT_JOB,
-		      FIELD(F_FLOAT, proto.gamma) },
-	[O_THETA] = { "--esp-theta", "KANEL_ESP_THETA", "T", .deflt = "0.01",
-		      .help = "ESP: or when the model moved by T relative to "
-			      "its last version",
-		      .parse = opt_theta, .group = KN__CONFIG_OPT_JOB,
-		      FIELD(F_FLOAT, proto.theta) },
-	[O_MAX_STEPS] = { "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "R",
-			  .deflt = "15",
-			  .help = "predicted: most local steps a plan gives, "
-				  "1 to 1024",
-			  .parse = opt_max_steps, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_U32, proto.max_steps) },
-	[O_WARMUP] = { "--psp-warmup", "KANEL_PSP_WARMUP", "B", .deflt = "3",
-		       .help = "predicted, cgp: barriers under BSP before "
-			       "the first plan",
-		       .parse = opt_warmup, .group = KN__CONFIG_OPT_JOB,
-		       FIELD(F_U32, proto.warmup) },
-	[O_ALPHA] = { "--psp-alpha", "KANEL_PSP_ALPHA", "A", .deflt = "0.5",
-		      .help = "predicted, cgp: weight of the newest timing, "
-			      "(0, 1]",
-		      .parse = opt_alpha, .group = KN__CONFIG_OPT_JOB,
-		      FIELD(F_FLOAT, proto.alpha) },
-	[O_MISS] = { "--psp-miss", "KANEL_PSP_MISS", "M", .deflt = "0.25",
-		     .help = "predicted: re-plan when a prediction misses by "
-			     "more, (0, 1]",
-		     .parse = opt_miss, .group = KN__CONFIG_OPT_JOB,
-		     FIELD(F_FLOAT, proto.miss) },
-	[O_CGP_SOLVER] = { "--cgp-solver", "KANEL_CGP_SOLVER",
-			   CHOICE(cgp_solver_names), .deflt = "auto",
-			   .help = "cgp: how workers are grouped; auto: aga "
-				   "up to 128 workers, pls above",
-			   .parse = opt_cgp_solver, .group = KN__CONFIG_OPT_JOB,
-			   FIELD(F_NAME, proto.solver) },
-	[O_CGP_BOUND] = { "--cgp-bound", "KANEL_CGP_BOUND", "S", .deflt = "4",
-			  .help = "cgp: most staleness the groups may cause, "
-				  "above 0",
-			  .parse = opt_cgp_bound, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_FLOAT, proto.bound) },
-	[O_CGP_EPOCH] = { "--cgp-epoch", "KANEL_CGP_EPOCH", "R", .deflt = "20",
-			  .help = "cgp: rounds the fastest group runs between "
-				  "two barriers, 1 to 4095",
-			  .parse = opt_cgp_epoch, .group = KN__CONFIG_OPT_JOB,
-			  FIELD(F_U32, proto.epoch_rounds) },
-	[O_CGP_PERIOD] = { "--cgp-period", "KANEL_CGP_PERIOD", "T",
-			   .deflt = "100",
-			   .help = "cgp: iterations between regroup checks, "
-				   "1 or more",
-			   .parse = opt_cgp_period, .group = KN__CONFIG_OPT_JOB,
-			   FIELD(F_U32, proto.period) },
-	[O_CGP_LATENCY] = { "--cgp-latency", "KANEL_CGP_LATENCY", "SECONDS",
-			    .deflt = "100e-6",
-			    .help = "cgp: fixed seconds of a sync in its cost "
-				    "model, above 0",
-			    .parse = opt_cgp_latency,
-			    .group = KN__CONFIG_OPT_JOB,
-			    FIELD(F_FLOAT, proto.latency) },
-	[O_CGP_BANDWIDTH] = { "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH",
-			      "BYTES_PER_S", .deflt = "1e9",
-			      .help = "cgp: bytes per second the servers take "
-				      "in, in its cost model",
-			      .parse = opt_cgp_bandwidth,
-			      .group = KN__CONFIG_OPT_JOB,
-			      FIELD(F_FLOAT, proto.bandwidth) },
-	[O_OUTER_LR] = { "--outer-lr", "KANEL_OUTER_LR", "RATE", .deflt = "1",
-			 .help = "esp, predicted: the servers' rate on the "
-				 "mean model delta, above 0",
-			 .parse = opt_outer_lr, .group = KN__CONFIG_OPT_JOB,
-			 FIELD(F_FLOAT, proto.outer_lr) },
-	[O_OUTER_MOMENTUM] = { "--outer-momentum", "KANEL_OUTER_MOMENTUM", "MU",
-			       .deflt = "0",
-			       .help = "esp, predicted: Nesterov momentum of "
-				       "the servers' update, in [0, 1)",
-			       .parse = opt_outer_momentum,
-			       .group = KN__CONFIG_OPT_JOB,
-			       FIELD(F_FLOAT, proto.outer_momentum) },
 	[O_CHUNK] = { "--chunk-bytes", "KANEL_CHUNK_BYTES", "BYTES",
 		      .deflt = "512K",
 		      .help = "chunk size; K or M suffix; a multiple of 4, "
@@ -973,6 +776,79 @@ static const struct opt opts[O_COUNT] = {
 	[O_HELP] = { "--help", NULL, NULL, .help = "print this and exit" },
 };
 
+/*
+ * Option @i: ours, or (O_PARAM + k) sync/'s parameter k as an option of
+ * the job, written into @tmp.
+ */
+static const struct opt *opt_at(int i, struct opt *tmp)
+{
+	const struct kn__sync_param *t;
+
+	if (i < O_PARAM || i >= O_CHUNK)
+		return &opts[i];
+	t = &kn__sync_param_table[i - O_PARAM];
+	*tmp = (struct opt){
+		.flag = t->flag,
+		.env = t->env,
+		.deflt = t->deflt,
+		.help = t->help,
+		.param = t,
+		.group = KN__CONFIG_OPT_JOB,
+		.off = offsetof(struct kn__config, proto) + t->off,
+	};
+	switch (t->type) {
+	case KN__SYNC_PARAM_U32:
+		tmp->arg = t->arg;
+		tmp->kind = F_U32;
+		break;
+	case KN__SYNC_PARAM_FLOAT:
+		tmp->arg = t->arg;
+		tmp->kind = F_FLOAT;
+		break;
+	default: /* KN__SYNC_PARAM_SOLVER */
+		tmp->names = kn__sync_cgp_solver_name_at;
+		tmp->kind = F_NAME;
+		break;
+	}
+	return tmp;
+}
+
+/* sync/'s parameter @o->param, in the range its table gives. */
+static int opt_param(struct parse *p, const struct opt *o, const char *src,
+		     const char *val)
+{
+	const struct kn__sync_param *t = o->param;
+	char *field = (char *)&p->cfg + o->off;
+	uint32_t u = 0;
+	float f = 0;
+	int v, ret;
+
+	switch (t->type) {
+	case KN__SYNC_PARAM_U32:
+		ret = parse_range(p, src, val, (uint32_t)t->lo, (uint32_t)t->hi,
+				  &u);
+		break;
+	case KN__SYNC_PARAM_FLOAT:
+		ret = parse_float(p, src, val, t->lo, !t->lo_closed, t->hi, &f);
+		if (!ret)
+			memcpy(field, &f, sizeof(f));
+		return ret;
+	default: /* KN__SYNC_PARAM_SOLVER */
+		ret = parse_name(p, src, val, o->names, &v);
+		u = (uint32_t)v;
+		break;
+	}
+	if (!ret)
+		memcpy(field, &u, sizeof(u));
+	return ret;
+}
+
+static int parse_opt(struct parse *p, const struct opt *o, const char *src,
+		     const char *val)
+{
+	return o->param ? opt_param(p, o, src, val) : o->parse(p, src, val);
+}
+
 static bool is_switch(const struct opt *o)
 {
 	return !o->arg && !o->names;
@@ -996,16 +872,19 @@ static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
 		      int argc, char **argv, const char *val[O_COUNT])
 {
 	struct option lo[O_COUNT + 1];
+	struct opt tmp;
 	int saved_opterr = opterr, c, ret = 0;
 
 	if (argc <= 1 || !argv)
 		return 0;
-	for (int i = 0; i < O_COUNT; i++)
-		lo[i] = (struct option){ opts[i].flag + 2,
-					 is_switch(&opts[i])
-						 ? no_argument
-						 : required_argument,
+	for (int i = 0; i < O_COUNT; i++) {
+		const struct opt *o = opt_at(i, &tmp);
+
+		lo[i] = (struct option){ o->flag + 2,
+					 is_switch(o) ? no_argument
+						      : required_argument,
 					 NULL, 256 + i };
+	}
 	lo[O_COUNT] = (struct option){ 0 };
 
 	/* 0, not 1: glibc then forgets a previous scan's state too */
@@ -1016,7 +895,7 @@ static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
 		const char *arg = argv[optind - 1];
 
 		if (c >= 256 && c < 256 + O_COUNT) {
-			const struct opt *o = &opts[c - 256];
+			const struct opt *o = opt_at(c - 256, &tmp);
 
 			if (o->group && !(scope->options & o->group)) {
 				ret = bad(p,
@@ -1041,12 +920,12 @@ static int scan_flags(struct parse *p, const struct kn__config_scope *scope,
 		}
 		if (c == ':' && optopt >= 256 && optopt < 256 + O_COUNT)
 			ret = bad(p, "%s needs a value",
-				  opts[optopt - 256].flag);
+				  opt_at(optopt - 256, &tmp)->flag);
 		else if (c == ':')
 			ret = bad(p, "%s needs a value", arg);
 		else if (optopt >= 256 && optopt < 256 + O_COUNT)
 			ret = bad(p, "%s takes no value",
-				  opts[optopt - 256].flag);
+				  opt_at(optopt - 256, &tmp)->flag);
 		else if (optopt)
 			ret = bad(p, "unknown option '-%c' (see --help)",
 				  optopt);
@@ -1190,6 +1069,7 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 	struct parse p = { .err = err, .errlen = errlen };
 	const char *val[O_COUNT] = { NULL }, *src[O_COUNT] = { NULL };
 	bool set[O_COUNT] = { false };
+	struct opt tmp;
 	int ret;
 
 	if (err && errlen)
@@ -1199,8 +1079,10 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 	if (!envp)
 		envp = environ;
 	for (int i = 0; i < O_COUNT; i++) {
-		if (opts[i].deflt) {
-			ret = opts[i].parse(&p, "default", opts[i].deflt);
+		const struct opt *o = opt_at(i, &tmp);
+
+		if (o->deflt) {
+			ret = parse_opt(&p, o, "default", o->deflt);
 			if (ret)
 				return ret;
 		}
@@ -1216,24 +1098,25 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 		return 0;
 	}
 	for (int i = 0; i < O_COUNT; i++) {
+		const struct opt *o = opt_at(i, &tmp);
 		const char *v = val[i];
 
-		src[i] = opts[i].flag;
+		src[i] = o->flag;
 		/* the command's own role; a variable outside the command's
 		 * options is not its business (a job shares one environment) */
 		if ((i == O_ROLE && scope->role) ||
-		    (opts[i].group && !(scope->options & opts[i].group)))
+		    (o->group && !(scope->options & o->group)))
 			continue;
-		if (!v && opts[i].env) {
-			v = env_lookup(envp, opts[i].env);
-			src[i] = opts[i].env;
+		if (!v && o->env) {
+			v = env_lookup(envp, o->env);
+			src[i] = o->env;
 			/* an empty variable counts as unset */
 			if (v && !*v)
 				v = NULL;
 		}
-		if (!v || !opts[i].parse)
+		if (!v || (!o->parse && !o->param))
 			continue;
-		ret = opts[i].parse(&p, src[i], v);
+		ret = parse_opt(&p, o, src[i], v);
 		if (ret)
 			return ret;
 		set[i] = true;
@@ -1290,15 +1173,18 @@ void kn__config_usage_of(FILE *out, unsigned int options)
 		"The job secret is read from --secret-file, else "
 		"KANEL_SECRET.\n\n");
 	for (int i = 0; i < O_COUNT; i++) {
-		const struct opt *o = &opts[i];
+		struct opt tmp;
+		const struct opt *o = opt_at(i, &tmp);
 
 		if (o->group && !(options & o->group))
 			continue;
 		fprintf(out, "  %s", o->flag);
 		if (o->names) {
-			for (size_t k = 0; k < o->nnames; k++)
-				fprintf(out, "%s%s", k ? "|" : " ",
-					o->names[k].name);
+			const char *name;
+			uint32_t v;
+
+			for (uint32_t k = 0; (name = o->names(k, &v)); k++)
+				fprintf(out, "%s%s", k ? "|" : " ", name);
 		} else if (o->arg) {
 			fprintf(out, " %s", o->arg);
 		}
@@ -1324,7 +1210,7 @@ static bool format_value(const struct opt *o, const struct kn__config *cfg,
 	switch (o->kind) {
 	case F_NAME:
 		memcpy(&u, field, sizeof(u));
-		name = name_of(o->names, o->nnames, (int)u);
+		name = name_of(o->names, u);
 		if (!name)
 			return false;
 		snprintf(buf, cap, "%s", name);
@@ -1368,7 +1254,8 @@ int kn__config_export(const struct kn__config *cfg, unsigned int options)
 	if (!cfg)
 		return -EINVAL;
 	for (int i = 0; i < O_COUNT; i++) {
-		const struct opt *o = &opts[i];
+		struct opt tmp;
+		const struct opt *o = opt_at(i, &tmp);
 
 		if (!o->env || !o->group || !(options & o->group) ||
 		    !format_value(o, cfg, v, sizeof(v)))

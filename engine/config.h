@@ -29,8 +29,6 @@
 #define KN_CONFIG_HOST_MAX  256u   /* host of HOST:PORT, with its NUL */
 #define KN_CONFIG_PATH_MAX  4096u  /* --secret-file, with its NUL */
 #define KN_CONFIG_MAX_COUNT 65536u /* most workers, and most servers */
-/* most --cgp-epoch rounds: KN__SYNC_CGP_MAX_ROUNDS of sync/sync.h */
-#define KN_CONFIG_CGP_MAX_ROUNDS 4095u
 
 /* What a process is.  Also the role byte of auth.h's ANSWER.  Numbered
  * as the public enum kn_role of kanel.h. */
@@ -44,24 +42,6 @@ enum kn__config_transport {
 	KN__CONFIG_TCP = 0,
 	KN__CONFIG_VERBS = 1,
 	KN__CONFIG_DPDK = 2,
-};
-
-/* Numbered as enum kn__sync_protocol in sync/sync.h. */
-enum kn__config_sync {
-	KN__CONFIG_BSP = 0,
-	KN__CONFIG_ASP = 1,
-	KN__CONFIG_SSP = 2,
-	KN__CONFIG_ESP = 3,
-	KN__CONFIG_PREDICTED = 4,
-	KN__CONFIG_CGP = 5,
-};
-
-/* CGP: how the planner groups workers; numbered as enum
- * kn__sync_cgp_solver in sync/sync.h. */
-enum kn__config_cgp_solver {
-	KN__CONFIG_CGP_AUTO = 0,
-	KN__CONFIG_CGP_AGA = 1,
-	KN__CONFIG_CGP_PLS = 2,
 };
 
 /*
@@ -97,7 +77,7 @@ struct kn__config {
 	struct kn__config_addr coordinator;
 	struct kn__config_addr listen; /* a server's bind address */
 	enum kn__config_transport transport;
-	enum kn__config_sync sync;
+	uint32_t sync; /* enum kn__sync_protocol, named by sync/ */
 	enum kn__config_optimizer optimizer;
 	uint32_t chunk_bytes; /* a multiple of 4, at least 4 KiB */
 	uint32_t fuse_bytes;  /* tensors below it are fused; 0: none */
@@ -210,11 +190,10 @@ int kn__config_resolve(const struct kn__config_addr *addr,
 const char *kn__config_resolve_strerror(const struct kn__config_addr *addr,
 					int err);
 
-/* The names used on the command line, or NULL for an unknown value. */
+/* The names used on the command line, or NULL for an unknown value
+ * (a protocol's and a CGP solver's are sync/'s: kn__sync_*_name). */
 const char *kn__role_name(enum kn__role role);
 const char *kn__config_transport_name(enum kn__config_transport t);
-const char *kn__config_sync_name(enum kn__config_sync s);
 const char *kn__config_optimizer_name(enum kn__config_optimizer o);
-const char *kn__config_cgp_solver_name(enum kn__config_cgp_solver s);
 
 #endif /* KN_ENGINE_CONFIG_H */

@@ -362,7 +362,7 @@ static void log_plan(struct coordinator *c, const struct kn__sync_action *a)
 	size_t len = 0;
 	uint32_t n = c->cfg->workers, i;
 
-	if (c->cfg->sync != KN__CONFIG_PREDICTED) {
+	if (kn__sync_traits(c->cfg->sync)->plans != KN__SYNC_PLANS_STEPS) {
 		kn__log(&c->node, "plan %llu sent",
 			(unsigned long long)a->epoch);
 		return;
@@ -610,7 +610,7 @@ static void plan_with_table(struct coordinator *c)
 {
 	uint64_t bytes = table_bytes(c);
 
-	if (c->cfg->sync != KN__CONFIG_CGP)
+	if (!kn__sync_traits(c->cfg->sync)->model_bytes)
 		return;
 	kn__sync_planner_set_bytes(c->planner, bytes);
 	if (c->cfg->verbose)
@@ -1289,7 +1289,8 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 				   sizeof(*c.actions));
 		ret = c.actions ? 0 : -ENOMEM;
 	}
-	if (!ret && cfg->sync == KN__CONFIG_CGP) {
+	if (!ret &&
+	    kn__sync_traits(cfg->sync)->plans == KN__SYNC_PLANS_GROUPS) {
 		c.last_plan = calloc(cfg->workers, sizeof(*c.last_plan));
 		ret = c.last_plan ? 0 : -ENOMEM;
 	}

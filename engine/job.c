@@ -12,16 +12,6 @@
 #include "roles.h"
 #include "sync.h"
 
-/* The engine's numbers are sync/'s: they go from one to the other as is. */
-_Static_assert((int)KN__CONFIG_CGP == (int)KN__SYNC_CGP,
-	       "protocol numbers differ");
-_Static_assert((int)KN__CONFIG_CGP_AUTO == (int)KN__SYNC_CGP_AUTO &&
-		       (int)KN__CONFIG_CGP_AGA == (int)KN__SYNC_CGP_AGA &&
-		       (int)KN__CONFIG_CGP_PLS == (int)KN__SYNC_CGP_PLS,
-	       "solver numbers differ");
-_Static_assert(KN_CONFIG_CGP_MAX_ROUNDS == KN__SYNC_CGP_MAX_ROUNDS,
-	       "the most epoch rounds differ");
-
 void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 			 struct kn__sync_params *out)
 {

@@ -204,7 +204,8 @@ static void on_worker_msg(struct server *s, struct kn__chan *ch,
 		kn__srv_leave(s, w);
 		return;
 	case KN__MSG_TIMING:
-		if (s->job.u.job.protocol != KN__CONFIG_ESP)
+		if (kn__sync_traits(s->job.u.job.protocol)->timing !=
+		    KN__SYNC_TIMING_RULES)
 			break;
 		kn__srv_timing(s, w, m->u.timing.seconds);
 		return;
@@ -263,8 +264,8 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 	case KN__MSG_JOB:
 		s->job = *m;
 		s->joined = true;
-		s->release_info = m->u.job.protocol == KN__CONFIG_ESP ||
-				  m->u.job.protocol == KN__CONFIG_PREDICTED;
+		s->release_info =
+			kn__sync_traits(m->u.job.protocol)->release_info;
 		if (m->u.job.workers == 0 ||
 		    m->u.job.workers > KN_CONFIG_MAX_COUNT)
 			kn__srv_fatal(s, -EPROTO, "a job without workers");

@@ -154,8 +154,7 @@ int kn__srv_apply(struct server *s, struct srv_chunk *ch,
 
 		if (kn__job_deltas(job->u.job.protocol, job->u.job.optimizer))
 			outer_update(&job->u.job.proto, a->lr_scale, &p);
-		if (job->u.job.optimizer == KN__CONFIG_MOMENTUM &&
-		    kn__sync_round_momentum(job->u.job.protocol))
+		if (job->u.job.optimizer == KN__CONFIG_MOMENTUM && a->share)
 			ret = apply_share(s, ch, a, src, weights, w);
 		else
 			ret = update(&p, ch, src, weights, a->ncontrib);

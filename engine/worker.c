@@ -288,8 +288,7 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 			"worker",
 			"the job runs %s: the engine "
 			"keeps the inbox itself (kn_worker_step_done)",
-			kn__config_sync_name(
-				(enum kn__config_sync)w->job.u.job.protocol));
+			kn__sync_protocol_name(w->job.u.job.protocol));
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&w->lock);
@@ -397,8 +396,7 @@ static int refuse_local(struct kn_worker *w)
 			"train with kn_worker_step_done() (after each step), "
 			"not with push, pull or kn_worker_step "
 			"(docs/engine.md)",
-			kn__config_sync_name(
-				(enum kn__config_sync)w->job.u.job.protocol));
+			kn__sync_protocol_name(w->job.u.job.protocol));
 	w->told_local = true;
 	return -EPROTO;
 }
@@ -549,8 +547,10 @@ int kn_worker_step(struct kn_worker *w, const char *key)
 
 	/* CGP groups workers by their compute time: the time since the
 	 * last step returned, as kn_worker_step_done takes it */
-	if (!ret && w->job.u.job.protocol == KN__CONFIG_CGP && !key &&
-	    w->step_return > 0)
+	if (!ret &&
+	    kn__sync_traits(w->job.u.job.protocol)->timing ==
+		    KN__SYNC_TIMING_PLANNER &&
+	    !key && w->step_return > 0)
 		ret = kn__wk_report_timing(w, t - w->step_return);
 	if (!ret)
 		ret = kn_worker_wait(w, h, -1);
@@ -586,7 +586,7 @@ static int job_config(const struct kn_worker *w, struct kn__config *cfg)
 		return -EAGAIN;
 	cfg->workers = j->u.job.workers;
 	cfg->servers = j->u.job.servers;
-	cfg->sync = (enum kn__config_sync)j->u.job.protocol;
+	cfg->sync = j->u.job.protocol;
 	cfg->optimizer = (enum kn__config_optimizer)j->u.job.optimizer;
 	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
 	cfg->fuse_bytes = j->u.job.fuse_bytes;

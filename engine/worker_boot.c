@@ -270,7 +270,7 @@ void kn__wk_first_model_in(struct kn_worker *w)
 	const struct kn__layout *l = w->layout;
 	uint64_t newest = 0;
 
-	if (w->job.u.job.protocol != KN__CONFIG_BSP) {
+	if (!kn__sync_traits(w->job.u.job.protocol)->skips) {
 		kn__wk_ready_to_start(w);
 		return;
 	}

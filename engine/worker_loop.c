@@ -42,7 +42,8 @@ void kn__wk_fail(struct kn_worker *w, int err)
 static void send_timing(struct kn_worker *w)
 {
 	struct kn__msg m = { .type = KN__MSG_TIMING };
-	bool esp = w->job.u.job.protocol == KN__CONFIG_ESP;
+	bool esp = kn__sync_traits(w->job.u.job.protocol)->timing ==
+		   KN__SYNC_TIMING_RULES;
 
 	if (!w->timing_count || (esp ? w->state != WK_RUNNING : !w->coord))
 		return;
@@ -123,7 +124,7 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 								 ? KN__CONFIG_SUM
 								 : KN__CONFIG_SGD;
 			w->release_info =
-				kn__sync_local_steps(m->u.job.protocol);
+				kn__sync_traits(m->u.job.protocol)->release_info;
 			w->servers =
 				calloc(m->u.job.servers, sizeof(*w->servers));
 			if (!w->servers || m->u.job.rank != w->cfg.rank)

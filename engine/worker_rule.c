@@ -290,8 +290,9 @@ static int local_step(struct kn_worker *w, double seconds, unsigned int flags,
 	w->round_steps++;
 	ev.t = kn__now();
 	ev.seconds = seconds;
-	ev.delta_ratio =
-		w->job.u.job.protocol == KN__CONFIG_ESP ? delta_ratio(w) : 0;
+	ev.delta_ratio = kn__sync_traits(w->job.u.job.protocol)->delta_ratio
+				 ? delta_ratio(w)
+				 : 0;
 	ret = kn__sync_worker_event(w->rule, &ev, &next);
 	if (ret)
 		return ret;
@@ -343,8 +344,8 @@ int kn_worker_step_done(struct kn_worker *w, double seconds, unsigned int flags,
 		uint64_t h;
 
 		ret = kn__wk_post_op(w, NULL, true, true, &h);
-		if (!ret && (w->job.u.job.protocol == KN__CONFIG_CGP ||
-			     w->job.u.job.protocol == KN__CONFIG_PREDICTED))
+		if (!ret && kn__sync_traits(w->job.u.job.protocol)->timing ==
+				    KN__SYNC_TIMING_PLANNER)
 			ret = kn__wk_report_timing(w, seconds);
 		if (!ret)
 			ret = kn_worker_wait(w, h, -1);

@@ -132,7 +132,8 @@ struct kn__sim {
 	uint32_t *on_cpu, ncpu;
 	uint64_t cpu_gen;
 	bool deltas; /* ESP, PSP push model deltas, applied at outer_lr */
-	bool shares;	/* ASP, SSP, CGP: momentum turns once a round of shares */
+	/* what the protocol asks: where its TIMING events go */
+	const struct kn__sync_traits *traits;
 
 	/* the objective f(x) = 0.5 sum h_j (x_j - xs_j)^2, and the model */
 	double *h, *xs, *x, *sum; /* [d] each; sum: an APPLY's scratch */
@@ -454,7 +455,7 @@ static int apply(struct kn__sim *s, uint32_t sv,
 	 */
 	step = (s->deltas ? s->params.outer_lr : s->cfg.lr) * a->lr_scale;
 	mu = s->deltas ? s->params.outer_momentum : s->cfg.momentum;
-	if (s->shares && mu > 0) {
+	if (a->share && mu > 0) {
 		turn = srv->round_full;
 		srv->round_full = false;
 		for (uint32_t c = 0; c < a->ncontrib; c++)
@@ -468,7 +469,7 @@ static int apply(struct kn__sim *s, uint32_t sv,
 	for (uint32_t j = srv->lo; j < srv->hi; j++) {
 		double g = sum[j];
 
-		if (s->shares && mu > 0) {
+		if (a->share && mu > 0) {
 			/* the turn, then the share */
 			if (turn) {
 				s->x[j] -= s->cfg.lr * mu * s->vel[j];
@@ -1060,7 +1061,8 @@ static int on_timing(struct kn__sim *s, const struct event *e, double t)
 	int ret = planner_call(s, &ev);
 
 	for (uint32_t sv = 0;
-	     !ret && s->params.protocol == KN__SYNC_ESP && sv < s->cfg.servers;
+	     !ret && s->traits->timing == KN__SYNC_TIMING_RULES &&
+	     sv < s->cfg.servers;
 	     sv++)
 		ret = rule_call(s, sv, &ev);
 	return ret;
@@ -1086,7 +1088,7 @@ void kn__sim_config_init(struct kn__sim_config *cfg)
 		.sigma = 0.5,
 		.lr = 0.1,
 		.loss_every = 0,
-		.sync = { .protocol = KN__SYNC_BSP },
+		.sync = { .protocol = KN__SYNC_DEFAULT },
 	};
 }
 
@@ -1275,8 +1277,8 @@ int kn__sim_create(const struct kn__sim_config *cfg, char *err, size_t errlen,
 		ret = bad(err, errlen, "a protocol parameter is out of range");
 		goto err_sim;
 	}
-	s->deltas = kn__sync_local_steps(s->params.protocol);
-	s->shares = kn__sync_round_momentum(s->params.protocol);
+	s->traits = kn__sync_traits(s->params.protocol);
+	s->deltas = s->traits->local_steps;
 	chunk = cfg->model_bytes / s->m;
 	s->wire = cfg->latency + chunk / cfg->bandwidth;
 	s->service = chunk / cfg->server_rate;

@@ -5,7 +5,8 @@
  * stdout, and on request the JSON summary and the loss curve as CSV
  * (docs/simulator.md lists every option and key).
  *
- * The options are one table, so that parsing, checking and --help agree;
+ * The options are one table, so that parsing, checking and --help agree,
+ * and the protocols' parameters are sync/'s table (kn__sync_param_table);
  * each is `--name VALUE` or `--name=VALUE`.  Parsing keeps no global
  * state (no getopt), so kn_sim_main() can be called again in one
  * process, as the tests do.  The progress line on stderr is the one
@@ -50,7 +51,7 @@ enum opt_kind {
 	O_BYTES,    /* double: bytes, or with a suffix KiB, MiB, GiB */
 	O_STR,	    /* const char * */
 	O_PROTOCOL, /* uint32_t: kn__sync_protocol_parse */
-	O_SOLVER,   /* uint32_t: enum kn__sync_cgp_solver by name */
+	O_SOLVER,   /* uint32_t: kn__sync_cgp_solver_parse */
 	O_FLAG,	    /* bool, takes no value */
 };
 
@@ -103,37 +104,8 @@ static const struct opt opts[] = {
 	  "SGD rate of workers and servers" },
 	{ "--momentum", "MU", O_F64, C(cfg.momentum), 0, 0.999999, "0",
 	  "momentum: servers' (gradients), workers' (esp, predicted)" },
-	{ "--outer-lr", "RATE", O_F32, C(cfg.sync.outer_lr), 0, 1e30, "0",
-	  "esp, predicted: servers' rate on the deltas (0: default 1)" },
-	{ "--outer-momentum", "MU", O_F32, C(cfg.sync.outer_momentum), 0,
-	  0.999999, "0", "esp, predicted: servers' Nesterov momentum" },
 	{ "--loss-every", "SEC", O_SECONDS, C(cfg.loss_every), 0, 1e300, "auto",
 	  "simulated seconds between loss samples" },
-	{ "--staleness", "S", O_U32, C(cfg.sync.staleness), 0, UINT32_MAX, "0",
-	  "SSP s, ESP s_e (0: protocol default)" },
-	{ "--max-skip", "H", O_U32, C(cfg.sync.max_skip), 0, UINT32_MAX, "0",
-	  "ESP H_max (0: default)" },
-	{ "--gamma", "G", O_F32, C(cfg.sync.gamma), 0, 1e30, "0",
-	  "ESP gamma (0: default)" },
-	{ "--theta", "T", O_F32, C(cfg.sync.theta), 0, 1e30, "0",
-	  "ESP theta (0: default)" },
-	{ "--max-steps", "R", O_U32, C(cfg.sync.max_steps), 0, 1024, "0",
-	  "PSP R (0: default)" },
-	{ "--warmup", "W", O_U32, C(cfg.sync.warmup), 0, UINT32_MAX, "0",
-	  "PSP, CGP warm-up barriers (0: default)" },
-	{ "--alpha", "A", O_F32, C(cfg.sync.alpha), 0, 1, "0",
-	  "PSP, CGP EMA weight (0: default)" },
-	{ "--miss", "X", O_F32, C(cfg.sync.miss), 0, 1, "0",
-	  "PSP re-plan threshold (0: default)" },
-	{ "--cgp-solver", "S", O_SOLVER, C(cfg.sync.solver), 0, 0, "auto",
-	  "CGP grouping: aga, pls or auto" },
-	{ "--cgp-bound", "S", O_F32, C(cfg.sync.bound), 0, 1e30, "0",
-	  "CGP staleness bound S (0: default)" },
-	{ "--cgp-epoch", "R", O_U32, C(cfg.sync.epoch_rounds), 0,
-	  KN__SYNC_CGP_MAX_ROUNDS, "0",
-	  "CGP fastest group's rounds an epoch (0: default)" },
-	{ "--cgp-period", "T", O_U32, C(cfg.sync.period), 0, UINT32_MAX, "0",
-	  "CGP steps between regroup checks (0: default)" },
 	{ "--target-loss", "L", O_F64, C(target_loss), 0, 1e300, "-",
 	  "report when the loss, averaged, first reaches L" },
 	{ "--target-window", "SEC", O_SECONDS, C(target_window), 0, 1e300,
@@ -149,14 +121,34 @@ static const struct opt opts[] = {
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
-/* By enum kn__sync_cgp_solver. */
-static const char *const solver_names[] = {
-	[KN__SYNC_CGP_AUTO] = "auto",
-	[KN__SYNC_CGP_AGA] = "aga",
-	[KN__SYNC_CGP_PLS] = "pls",
-};
+/*
+ * sync/'s parameter @t as our option (NULL if we have none: CGP's cost
+ * model takes the simulated network's figures), written into @tmp: 0
+ * asks for the default, which kn__sync_params_resolve gives.
+ */
+static const struct opt *param_opt(const struct kn__sync_param *t,
+				   struct opt *tmp)
+{
+	static const enum opt_kind kinds[] = {
+		[KN__SYNC_PARAM_U32] = O_U32,
+		[KN__SYNC_PARAM_FLOAT] = O_F32,
+		[KN__SYNC_PARAM_SOLVER] = O_SOLVER,
+	};
 
-#define NSOLVERS (int)(sizeof(solver_names) / sizeof(solver_names[0]))
+	if (!t->sim)
+		return NULL;
+	*tmp = (struct opt){
+		.name = t->sim,
+		.arg = t->arg,
+		.kind = kinds[t->type],
+		.off = C(cfg.sync) + t->off,
+		.lo = 0,
+		.hi = t->hi,
+		.dflt = t->deflt,
+		.help = t->help,
+	};
+	return tmp;
+}
 
 /* "bsp, asp, ...": the protocols sync/ knows now. */
 static void protocol_list(char *buf, size_t cap)
@@ -173,6 +165,18 @@ static void protocol_list(char *buf, size_t cap)
 	}
 }
 
+static void usage_line(FILE *out, const struct opt *o)
+{
+	char left[40];
+
+	snprintf(left, sizeof(left), "%s%s%s", o->name, o->arg ? " " : "",
+		 o->arg ? o->arg : "");
+	fprintf(out, "  %-24s %s", left, o->help);
+	if (strcmp(o->dflt, "-"))
+		fprintf(out, " [%s]", o->dflt);
+	fputc('\n', out);
+}
+
 static void usage(FILE *out, const char *prog)
 {
 	char list[128];
@@ -184,16 +188,16 @@ static void usage(FILE *out, const char *prog)
 		"drives sync/'s\nprotocols (docs/simulator.md).  Options "
 		"(--name VALUE or --name=VALUE):\n",
 		prog);
-	for (size_t i = 0; i < NOPTS; i++) {
-		char left[40];
+	for (size_t i = 0; i < NOPTS; i++)
+		usage_line(out, &opts[i]);
+	fprintf(out, "The protocols' parameters (0: the default, in "
+		     "brackets):\n");
+	for (size_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++) {
+		struct opt tmp;
+		const struct opt *o = param_opt(&kn__sync_param_table[i], &tmp);
 
-		snprintf(left, sizeof(left), "%s%s%s", opts[i].name,
-			 opts[i].arg ? " " : "",
-			 opts[i].arg ? opts[i].arg : "");
-		fprintf(out, "  %-24s %s", left, opts[i].help);
-		if (strcmp(opts[i].dflt, "-"))
-			fprintf(out, " [%s]", opts[i].dflt);
-		fputc('\n', out);
+		if (o)
+			usage_line(out, o);
 	}
 	fprintf(out,
 		"Protocols: %s.  SEC takes a suffix s, ms or us; BYTES "
@@ -305,10 +309,8 @@ static int set_option(struct cli *c, const struct opt *o, const char *val)
 		*(uint32_t *)field = (uint32_t)p;
 		return 0;
 	case O_SOLVER:
-		for (p = 0; p < NSOLVERS; p++)
-			if (strcmp(val, solver_names[p]) == 0)
-				break;
-		if (p == NSOLVERS)
+		p = kn__sync_cgp_solver_parse(val);
+		if (p < 0)
 			return bad_value(c, o->name, val, "aga, pls or auto");
 		*(uint32_t *)field = (uint32_t)p;
 		return 0;
@@ -318,32 +320,47 @@ static int set_option(struct cli *c, const struct opt *o, const char *val)
 	}
 }
 
+/* The option named by the @n bytes at @a: ours or sync/'s (in @tmp). */
+static const struct opt *find_opt(const char *a, size_t n, struct opt *tmp)
+{
+	for (size_t k = 0; k < NOPTS; k++)
+		if (strlen(opts[k].name) == n &&
+		    strncmp(a, opts[k].name, n) == 0)
+			return &opts[k];
+	for (size_t k = 0; k < KN__SYNC_PARAMS_WORDS; k++) {
+		const struct opt *o = param_opt(&kn__sync_param_table[k], tmp);
+
+		if (o && strlen(o->name) == n && strncmp(a, o->name, n) == 0)
+			return o;
+	}
+	return NULL;
+}
+
 static int parse(struct cli *c, int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq = strchr(a, '='), *val;
-		size_t n = eq ? (size_t)(eq - a) : strlen(a), k;
+		size_t n = eq ? (size_t)(eq - a) : strlen(a);
+		const struct opt *o;
+		struct opt tmp;
 
 		if (strcmp(a, "-h") == 0) {
 			c->help = true;
 			continue;
 		}
-		for (k = 0; k < NOPTS; k++)
-			if (strlen(opts[k].name) == n &&
-			    strncmp(a, opts[k].name, n) == 0)
-				break;
-		if (k == NOPTS) {
+		o = find_opt(a, n, &tmp);
+		if (!o) {
 			fprintf(stderr, "%s: unknown option %s (see --help)\n",
 				c->prog, a);
 			return -EINVAL;
 		}
-		if (opts[k].kind == O_FLAG) {
+		if (o->kind == O_FLAG) {
 			if (eq) {
 				fprintf(stderr, "%s: %s takes no value\n",
-					c->prog, opts[k].name);
+					c->prog, o->name);
 				return -EINVAL;
 			}
-			set_option(c, &opts[k], NULL);
+			set_option(c, o, NULL);
 			continue;
 		}
 		if (!eq && i + 1 >= argc) {
@@ -351,7 +368,7 @@ static int parse(struct cli *c, int argc, char **argv)
 			return -EINVAL;
 		}
 		val = eq ? eq + 1 : argv[++i];
-		if (set_option(c, &opts[k], val))
+		if (set_option(c, o, val))
 			return -EINVAL;
 	}
 	return 0;

@@ -26,7 +26,7 @@ static int asp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		.slot = ev->slot,
 	};
 	lr_scale = kn__sync_share(rule, tau, &rule->contrib[0]);
-	kn__sync_apply(rule, 1, lr_scale, &out[0]);
+	kn__sync_apply(rule, 1, lr_scale, true, &out[0]);
 	kn__sync_release(&out[1], ev->worker, rule->version);
 	return 2;
 }
@@ -46,7 +46,7 @@ static uint32_t asp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_asp_ops = {
-	.name = "asp",
+	/* no traits: gradients, no plans, no timings */
 	.max_actions = asp_max_actions,
 	.push = asp_push,
 	.join = asp_join,

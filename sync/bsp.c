@@ -73,7 +73,10 @@ static uint32_t bsp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_bsp_ops = {
-	.name = "bsp",
+	.traits = {
+		.mean_model = true,
+		.skips = true,
+	},
 	.max_actions = bsp_max_actions,
 	.push = bsp_push,
 	.skip = bsp_skip,

@@ -204,6 +204,9 @@ static int warm_complete(struct kn__sync_rule *rule,
 
 	if (!n)
 		return 0;
+	/* a whole round, yet counted as the groups' shares are, so that
+	 * the servers' momentum turns the same way through the warm-up */
+	out[0].share = true;
 	c->applied += n;
 	for (uint32_t k = 0; k < n; k++)
 		rule->contrib[k].weight = 1.0f / (float)n;
@@ -249,7 +252,7 @@ static int group_complete(struct kn__sync_rule *rule, uint32_t k,
 	}
 	g->npushed = 0;
 	c->applied += n;
-	kn__sync_apply(rule, n, 1.0f, &out[0]);
+	kn__sync_apply(rule, n, 1.0f, true, &out[0]);
 	nout = 1;
 	if (++g->rounds < g->due) {
 		g->read = rule->version;
@@ -822,7 +825,11 @@ static uint32_t cgp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_cgp_ops = {
-	.name = "cgp",
+	.traits = {
+		.model_bytes = true,
+		.timing = KN__SYNC_TIMING_PLANNER,
+		.plans = KN__SYNC_PLANS_GROUPS,
+	},
 	.max_actions = cgp_max_actions,
 	.push = cgp_push,
 	.join = cgp_join,

@@ -27,8 +27,45 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "sync_priv.h"
+
+/* What ESP's chunk rule keeps per worker id, zero at creation and JOIN. */
+struct esp_member {
+	double last_t;	 /* when its last push came */
+	double interval; /* EMA of the time between its pushes */
+	double step;	 /* EMA of its seconds per local step, 0: none */
+	double peak;	 /* its peak seconds per step, slowly falling */
+};
+
+/* ESP's own state in a chunk rule (rule->esp). */
+struct kn__sync_esp_rule {
+	struct esp_member *m; /* [max_workers] */
+	/* the members' step times are even (rounds, lead 0), and the
+	 * TIMING events since they were last compared */
+	bool balanced;
+	uint32_t timings;
+};
+
+static int rule_init(struct kn__sync_rule *rule)
+{
+	struct kn__sync_esp_rule *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return -ENOMEM;
+	rule->esp = e;
+	e->m = calloc(rule->params.max_workers, sizeof(*e->m));
+	return e->m ? 0 : -ENOMEM;
+}
+
+static void rule_fini(struct kn__sync_rule *rule)
+{
+	if (!rule->esp)
+		return;
+	free(rule->esp->m);
+	free(rule->esp);
+}
 
 /* "Not looked for yet" for the slowest member. */
 #define NONE UINT32_MAX
@@ -77,7 +114,7 @@ static uint32_t slowest(const struct kn__sync_rule *rule, uint32_t skip)
 static float hint(const struct kn__sync_rule *rule, uint32_t i, uint32_t *m,
 		  double t)
 {
-	const struct kn__sync_wstate *s;
+	const struct esp_member *s;
 	uint32_t k;
 	double wait;
 
@@ -92,7 +129,7 @@ static float hint(const struct kn__sync_rule *rule, uint32_t i, uint32_t *m,
 	k = *m != i ? *m : slowest(rule, i);
 	if (k == NONE)
 		return 0;
-	s = &rule->w[k];
+	s = &rule->esp->m[k];
 	wait = s->last_t + s->interval - t;
 	if (!(wait > 0))
 		return 0;
@@ -130,6 +167,7 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	struct esp_member *e = &rule->esp->m[ev->worker];
 	/* sync.c refused versions from the future: tau >= 0 */
 	uint64_t tau = rule->version - ev->version;
 	float rounds;
@@ -151,12 +189,12 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 * an earlier push came since the worker joined.)
 	 */
 	if (w->clocked) {
-		double gap = ev->t > w->last_t ? ev->t - w->last_t : 0;
+		double gap = ev->t > e->last_t ? ev->t - e->last_t : 0;
 
-		w->interval =
-			w->interval > 0 ? 0.5 * w->interval + 0.5 * gap : gap;
+		e->interval =
+			e->interval > 0 ? 0.5 * e->interval + 0.5 * gap : gap;
 	}
-	w->last_t = ev->t;
+	e->last_t = ev->t;
 
 	rule->contrib[0] = (struct kn__sync_contrib){
 		.worker = ev->worker,
@@ -172,7 +210,8 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 * delta older than a round is damped by the rounds it missed.
 	 */
 	rounds = (float)tau / (float)rule->nmembers;
-	kn__sync_apply(rule, 1, rounds > 1 ? 1.0f / rounds : 1.0f, &out[0]);
+	kn__sync_apply(rule, 1, rounds > 1 ? 1.0f / rounds : 1.0f, false,
+		       &out[0]);
 	/* held beyond the bound, or released with the others it frees */
 	now = kn__sync_bound_push(rule, ev->worker);
 	return 1 + releases(rule, now ? ev->worker : NONE, ev->t, out + 1);
@@ -186,9 +225,9 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
  */
 static void set_rounds(struct kn__sync_rule *rule, bool rounds)
 {
-	if (rounds == rule->balanced)
+	if (rounds == rule->esp->balanced)
 		return;
-	rule->balanced = rounds;
+	rule->esp->balanced = rounds;
 	rule->lead = rounds ? 0 : rule->params.staleness;
 	if (!rounds)
 		rule->held_pmin = UINT64_MAX;
@@ -205,9 +244,9 @@ static bool balanced(const struct kn__sync_rule *rule)
 	double lo = INFINITY, hi = 0;
 
 	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
-		const struct kn__sync_wstate *s = &rule->w[i];
+		const struct esp_member *s = &rule->esp->m[i];
 
-		if (!s->member)
+		if (!rule->w[i].member)
 			continue;
 		if (!(s->step > 0))
 			return false;
@@ -230,17 +269,17 @@ static int esp_timing(struct kn__sync_rule *rule,
 		      const struct kn__sync_event *ev,
 		      struct kn__sync_action *out)
 {
-	struct kn__sync_wstate *w = &rule->w[ev->worker];
+	struct esp_member *w = &rule->esp->m[ev->worker];
 
 	(void)out;
-	if (!w->member)
+	if (!rule->w[ev->worker].member)
 		return 0;
 	w->step = w->step > 0 ? 0.5 * w->step + 0.5 * ev->value : ev->value;
 	w->peak = ev->value >= w->peak
 			  ? ev->value
 			  : w->peak + PEAK_FALL * (ev->value - w->peak);
-	if (++rule->timings >= rule->nmembers) {
-		rule->timings = 0;
+	if (++rule->esp->timings >= rule->nmembers) {
+		rule->esp->timings = 0;
 		set_rounds(rule, balanced(rule));
 	}
 	return 0;
@@ -255,9 +294,11 @@ static int esp_timing(struct kn__sync_rule *rule,
 static int esp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
+	/* a joiner starts afresh, as sync.c's part of its state does */
+	rule->esp->m[ev->worker] = (struct esp_member){ 0 };
 	/* no step time from it yet: the bound until every member has one */
 	set_rounds(rule, false);
-	rule->timings = 0;
+	rule->esp->timings = 0;
 	return releases(rule, ev->worker, ev->t, out);
 }
 
@@ -275,6 +316,12 @@ static uint32_t esp_max_actions(const struct kn__sync_params *params)
 	return 1 + params->max_workers;
 }
 
+/* ESP's own state in a worker rule (ops->worker_size). */
+struct esp_worker {
+	uint32_t steps; /* local steps since the last push */
+	double cost;	/* the last release's rtt + hint, seconds */
+};
+
 /*
  * The communicate-or-skip decision.  The cost is what the last release
  * said one sync costs: its round trip plus the predicted wait; a worker
@@ -285,6 +332,7 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 			    const struct kn__sync_worker_event *ev,
 			    uint32_t *next)
 {
+	struct esp_worker *w = (struct esp_worker *)(void *)rule->own;
 	double cost;
 
 	switch (ev->type) {
@@ -292,10 +340,10 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		/* a ratio of norms is never negative; NaN is a worker bug */
 		if (rule->state != KN__SYNC_WS_RUN || !(ev->delta_ratio >= 0))
 			return -EINVAL;
-		rule->steps++;
-		if (rule->cost <= (double)rule->params.gamma * ev->seconds ||
+		w->steps++;
+		if (w->cost <= (double)rule->params.gamma * ev->seconds ||
 		    ev->delta_ratio >= rule->params.theta ||
-		    rule->steps >= rule->params.max_skip) {
+		    w->steps >= rule->params.max_skip) {
 			rule->state = KN__SYNC_WS_PUSH;
 			*next = KN__SYNC_NEXT_PUSH;
 		} else {
@@ -314,8 +362,8 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		if (rule->state == KN__SYNC_WS_PUSH || !(ev->rtt >= 0) ||
 		    !(ev->hint >= 0) || !isfinite(cost))
 			return -EINVAL;
-		rule->cost = cost;
-		rule->steps = 0;
+		w->cost = cost;
+		w->steps = 0;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;
@@ -323,11 +371,19 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 }
 
 const struct kn__sync_ops kn__sync_esp_ops = {
-	.name = "esp",
+	.traits = {
+		.local_steps = true,
+		.release_info = true,
+		.delta_ratio = true,
+		.timing = KN__SYNC_TIMING_RULES,
+	},
 	.max_actions = esp_max_actions,
 	.push = esp_push,
 	.join = esp_join,
 	.leave = esp_leave,
 	.timing = esp_timing,
 	.worker_event = esp_worker_event,
+	.rule_init = rule_init,
+	.rule_fini = rule_fini,
+	.worker_size = sizeof(struct esp_worker),
 };

@@ -1,122 +1,222 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * params.c - the protocols' parameter block (struct kn__sync_params):
- * its defaults and limits, and its one encoding as words, which the
- * engine's JOB message carries.  The only place that lists the fields,
- * so a new parameter is added here, in sync.h, in the engine's option
- * table and in the docs, and nowhere else.  No protocol code: the
+ * the table of its parameters (kn__sync_param_table: each one's option,
+ * variable, default, range and help), from which the engine's options,
+ * the simulator's and the defaults and checks here are all made, the
+ * names of CGP's solvers, and the block's one encoding as words, which
+ * the engine's JOB message carries.  A new parameter is a field in
+ * sync.h, a row here and its lines in the docs.  No protocol code: the
  * message decoders (and their fuzz target) link it alone.
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sync.h"
 
-int kn__sync_params_resolve(struct kn__sync_params *p)
+_Static_assert(sizeof(float) == sizeof(uint32_t),
+	       "a float parameter is one word");
+
+/* In the order the engine's usage lists them; @word is their place in
+ * the JOB message (kn__sync_params_pack), which never changes. */
+#define F(field) offsetof(struct kn__sync_params, field)
+const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS] = {
+	{ "--staleness", "KANEL_STALENESS", "--staleness", "S",
+	  KN__SYNC_PARAM_U32, F(staleness), 0, "3", 1, 1u << 20, false,
+	  "SSP, ESP: pushes a worker may run ahead of the slowest" },
+	{ "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "--max-skip", "H",
+	  KN__SYNC_PARAM_U32, F(max_skip), 1, "8", 1, 1u << 20, false,
+	  "ESP: local steps after which a push is due" },
+	{ "--esp-gamma", "KANEL_ESP_GAMMA", "--gamma", "G",
+	  KN__SYNC_PARAM_FLOAT, F(gamma), 4, "1", 0, INFINITY, false,
+	  "ESP: push when the expected cost is at most G local steps" },
+	{ "--esp-theta", "KANEL_ESP_THETA", "--theta", "T",
+	  KN__SYNC_PARAM_FLOAT, F(theta), 5, "0.01", 0, INFINITY, false,
+	  "ESP: or when the model moved by T relative to its last version" },
+	{ "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "--max-steps", "R",
+	  KN__SYNC_PARAM_U32, F(max_steps), 2, "15", 1, 1024, false,
+	  "predicted: most local steps a plan gives, 1 to 1024" },
+	{ "--psp-warmup", "KANEL_PSP_WARMUP", "--warmup", "B",
+	  KN__SYNC_PARAM_U32, F(warmup), 3, "3", 1, 1u << 20, false,
+	  "predicted, cgp: barriers under BSP before the first plan" },
+	/* (0, 1]: the range is half-open, so the top is just above 1 */
+	{ "--psp-alpha", "KANEL_PSP_ALPHA", "--alpha", "A",
+	  KN__SYNC_PARAM_FLOAT, F(alpha), 6, "0.5", 0, 1.0000001, false,
+	  "predicted, cgp: weight of the newest timing, (0, 1]" },
+	{ "--psp-miss", "KANEL_PSP_MISS", "--miss", "M", KN__SYNC_PARAM_FLOAT,
+	  F(miss), 7, "0.25", 0, 1.0000001, false,
+	  "predicted: re-plan when a prediction misses by more, (0, 1]" },
+	{ "--cgp-solver", "KANEL_CGP_SOLVER", "--cgp-solver", "S",
+	  KN__SYNC_PARAM_SOLVER, F(solver), 8, "auto", 0, 0, false,
+	  "cgp: how workers are grouped; auto: aga up to 128 workers, pls "
+	  "above" },
+	{ "--cgp-bound", "KANEL_CGP_BOUND", "--cgp-bound", "S",
+	  KN__SYNC_PARAM_FLOAT, F(bound), 11, "4", 0, INFINITY, false,
+	  "cgp: most staleness the groups may cause, above 0" },
+	{ "--cgp-epoch", "KANEL_CGP_EPOCH", "--cgp-epoch", "R",
+	  KN__SYNC_PARAM_U32, F(epoch_rounds), 9, "20", 1,
+	  KN__SYNC_CGP_MAX_ROUNDS, false,
+	  "cgp: rounds the fastest group runs between two barriers, 1 to "
+	  "4095" },
+	{ "--cgp-period", "KANEL_CGP_PERIOD", "--cgp-period", "T",
+	  KN__SYNC_PARAM_U32, F(period), 10, "100", 1, UINT32_MAX, false,
+	  "cgp: iterations between regroup checks, 1 or more" },
+	/* the simulator prices syncs from its own network: none of its */
+	{ "--cgp-latency", "KANEL_CGP_LATENCY", NULL, "SECONDS",
+	  KN__SYNC_PARAM_FLOAT, F(latency), 12, "100e-6", 0, INFINITY, false,
+	  "cgp: fixed seconds of a sync in its cost model, above 0" },
+	{ "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH", NULL, "BYTES_PER_S",
+	  KN__SYNC_PARAM_FLOAT, F(bandwidth), 13, "1e9", 0, INFINITY, false,
+	  "cgp: bytes per second the servers take in, in its cost model" },
+	{ "--outer-lr", "KANEL_OUTER_LR", "--outer-lr", "RATE",
+	  KN__SYNC_PARAM_FLOAT, F(outer_lr), 14, "1", 0, INFINITY, false,
+	  "esp, predicted: the servers' rate on the mean model delta, "
+	  "above 0" },
+	{ "--outer-momentum", "KANEL_OUTER_MOMENTUM", "--outer-momentum", "MU",
+	  KN__SYNC_PARAM_FLOAT, F(outer_momentum), 15, "0", 0, 1, true,
+	  "esp, predicted: Nesterov momentum of the servers' update, in "
+	  "[0, 1)" },
+};
+#undef F
+
+/* In the order a usage line lists them. */
+static const struct solver {
+	const char *name;
+	uint32_t solver;
+} solvers[] = {
+	{ "aga", KN__SYNC_CGP_AGA },
+	{ "pls", KN__SYNC_CGP_PLS },
+	{ "auto", KN__SYNC_CGP_AUTO },
+};
+
+#define NSOLVERS (sizeof(solvers) / sizeof(solvers[0]))
+
+const char *kn__sync_cgp_solver_name(uint32_t solver)
 {
-	if (!p || !isfinite(p->gamma) || p->gamma < 0 ||
-	    !isfinite(p->theta) || p->theta < 0 || !(p->alpha >= 0) ||
-	    p->alpha > 1 || !(p->miss >= 0) || p->miss > 1 ||
-	    p->max_steps > 1024 || p->solver > KN__SYNC_CGP_PLS ||
-	    p->epoch_rounds > KN__SYNC_CGP_MAX_ROUNDS ||
-	    !isfinite(p->bound) || p->bound < 0 || !isfinite(p->latency) ||
-	    p->latency < 0 || !isfinite(p->bandwidth) || p->bandwidth < 0 ||
-	    !isfinite(p->outer_lr) || p->outer_lr < 0 ||
-	    !(p->outer_momentum >= 0) || p->outer_momentum >= 1)
-		return -EINVAL;
-	if (!p->staleness)
-		p->staleness = 3;
-	if (!p->max_skip)
-		p->max_skip = 8;
-	if (!p->max_steps)
-		p->max_steps = 15;
-	if (!p->warmup)
-		p->warmup = 3;
-	if (p->gamma == 0)
-		p->gamma = 1;
-	if (p->theta == 0)
-		p->theta = 0.01f;
-	if (p->alpha == 0)
-		p->alpha = 0.5f;
-	if (p->miss == 0)
-		p->miss = 0.25f;
-	if (!p->epoch_rounds)
-		p->epoch_rounds = 20;
-	if (!p->period)
-		p->period = 100;
-	if (p->bound == 0)
-		p->bound = 4;
-	if (p->latency == 0)
-		p->latency = 100e-6f;
-	if (p->bandwidth == 0)
-		p->bandwidth = 1e9f;
-	if (p->outer_lr == 0)
-		p->outer_lr = 1;
-	return 0;
+	for (uint32_t i = 0; i < NSOLVERS; i++)
+		if (solvers[i].solver == solver)
+			return solvers[i].name;
+	return NULL;
 }
 
-static uint32_t bits_of(float f)
+int kn__sync_cgp_solver_parse(const char *name)
 {
-	uint32_t v;
-
-	memcpy(&v, &f, sizeof(v));
-	return v;
+	for (uint32_t i = 0; name && i < NSOLVERS; i++)
+		if (strcmp(solvers[i].name, name) == 0)
+			return (int)solvers[i].solver;
+	return -EINVAL;
 }
 
-static float float_of(uint32_t v)
+const char *kn__sync_cgp_solver_name_at(uint32_t i, uint32_t *solver)
+{
+	if (i >= NSOLVERS)
+		return NULL;
+	*solver = solvers[i].solver;
+	return solvers[i].name;
+}
+
+/* A field of @p as the word it is (a float by its bits). */
+static uint32_t word_of(const struct kn__sync_params *p,
+			const struct kn__sync_param *t)
+{
+	uint32_t w;
+
+	memcpy(&w, (const char *)p + t->off, sizeof(w));
+	return w;
+}
+
+static void set_word(struct kn__sync_params *p, const struct kn__sync_param *t,
+		     uint32_t w)
+{
+	memcpy((char *)p + t->off, &w, sizeof(w));
+}
+
+static float float_of(uint32_t w)
 {
 	float f;
 
-	memcpy(&f, &v, sizeof(f));
+	memcpy(&f, &w, sizeof(f));
 	return f;
+}
+
+/* Whether @w, a value of @t and not 0 ("the default"), is in range. */
+static bool in_range(const struct kn__sync_param *t, uint32_t w)
+{
+	float f;
+
+	switch (t->type) {
+	case KN__SYNC_PARAM_U32:
+		return w >= t->lo && w <= t->hi;
+	case KN__SYNC_PARAM_FLOAT:
+		f = float_of(w);
+		return isfinite(f) && f >= t->lo &&
+		       (t->lo_closed || f > t->lo) && f < t->hi;
+	case KN__SYNC_PARAM_SOLVER:
+		return kn__sync_cgp_solver_name(w) != NULL;
+	}
+	return false;
+}
+
+/* @t's default as a word. */
+static uint32_t default_of(const struct kn__sync_param *t)
+{
+	float f;
+	uint32_t w;
+
+	switch (t->type) {
+	case KN__SYNC_PARAM_U32:
+		return (uint32_t)strtoul(t->deflt, NULL, 10);
+	case KN__SYNC_PARAM_FLOAT:
+		f = (float)strtod(t->deflt, NULL);
+		memcpy(&w, &f, sizeof(w));
+		return w;
+	default: /* KN__SYNC_PARAM_SOLVER */
+		return (uint32_t)kn__sync_cgp_solver_parse(t->deflt);
+	}
+}
+
+/* A float 0 is either zero; its bits are not. */
+static bool is_zero(const struct kn__sync_param *t, uint32_t w)
+{
+	return t->type == KN__SYNC_PARAM_FLOAT ? float_of(w) == 0 : w == 0;
+}
+
+int kn__sync_params_resolve(struct kn__sync_params *p)
+{
+	const struct kn__sync_param *t;
+
+	if (!p)
+		return -EINVAL;
+	/* every value first: a refused block is left as it was */
+	for (t = kn__sync_param_table;
+	     t < kn__sync_param_table + KN__SYNC_PARAMS_WORDS; t++) {
+		uint32_t w = word_of(p, t);
+
+		if (!is_zero(t, w) && !in_range(t, w))
+			return -EINVAL;
+	}
+	for (t = kn__sync_param_table;
+	     t < kn__sync_param_table + KN__SYNC_PARAMS_WORDS; t++)
+		if (is_zero(t, word_of(p, t)))
+			set_word(p, t, default_of(t));
+	return 0;
 }
 
 void kn__sync_params_pack(const struct kn__sync_params *p,
 			  uint32_t w[KN__SYNC_PARAMS_WORDS])
 {
-	const uint32_t v[KN__SYNC_PARAMS_WORDS] = {
-		p->staleness,	      p->max_skip,
-		p->max_steps,	      p->warmup,
-		bits_of(p->gamma),    bits_of(p->theta),
-		bits_of(p->alpha),    bits_of(p->miss),
-		p->solver,	      p->epoch_rounds,
-		p->period,	      bits_of(p->bound),
-		bits_of(p->latency),  bits_of(p->bandwidth),
-		bits_of(p->outer_lr), bits_of(p->outer_momentum),
-	};
-
-	memcpy(w, v, sizeof(v));
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
+		w[kn__sync_param_table[i].word] =
+			word_of(p, &kn__sync_param_table[i]);
 }
 
 void kn__sync_params_unpack(struct kn__sync_params *p,
 			    const uint32_t w[KN__SYNC_PARAMS_WORDS])
 {
-	p->staleness = w[0];
-	p->max_skip = w[1];
-	p->max_steps = w[2];
-	p->warmup = w[3];
-	p->gamma = float_of(w[4]);
-	p->theta = float_of(w[5]);
-	p->alpha = float_of(w[6]);
-	p->miss = float_of(w[7]);
-	p->solver = w[8];
-	p->epoch_rounds = w[9];
-	p->period = w[10];
-	p->bound = float_of(w[11]);
-	p->latency = float_of(w[12]);
-	p->bandwidth = float_of(w[13]);
-	p->outer_lr = float_of(w[14]);
-	p->outer_momentum = float_of(w[15]);
-}
-
-bool kn__sync_local_steps(uint32_t protocol)
-{
-	return protocol == KN__SYNC_ESP || protocol == KN__SYNC_PREDICTED;
-}
-
-bool kn__sync_round_momentum(uint32_t protocol)
-{
-	return protocol == KN__SYNC_ASP || protocol == KN__SYNC_SSP ||
-	       protocol == KN__SYNC_CGP;
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
+		set_word(p, &kn__sync_param_table[i],
+			 w[kn__sync_param_table[i].word]);
 }

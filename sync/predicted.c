@@ -351,13 +351,15 @@ static void fallback_plan(struct kn__sync_planner *planner)
 static int barrier(struct kn__sync_planner *planner,
 		   struct kn__sync_action *out)
 {
-	uint64_t warmup = planner->params.warmup, next = planner->barriers + 1;
-	uint32_t misses = planner->missed ? planner->misses + 1 : 0;
-	uint32_t holds = planner->missed ? 0 : planner->holds + 1;
-	bool replan = false, fallback = planner->fallback;
+	uint64_t warmup = planner->params.warmup,
+		 next = planner->psp->barriers + 1;
+	uint32_t misses = planner->psp->missed ? planner->psp->misses + 1 : 0;
+	uint32_t holds = planner->psp->missed ? 0 : planner->psp->holds + 1;
+	bool replan = false, fallback = planner->psp->fallback;
 	int ret;
 
-	if (planner->nmembers == 0 || planner->nreported < planner->nmembers)
+	if (planner->nmembers == 0 ||
+	    planner->psp->nreported < planner->nmembers)
 		return 0;
 	if (fallback) {
 		/* out only with a plan that fits, once predictions hold */
@@ -367,7 +369,8 @@ static int barrier(struct kn__sync_planner *planner,
 		replan = fallback = true;
 	} else {
 		replan = next == warmup ||
-			 (next > warmup && (planner->missed || planner->changed));
+			 (next > warmup &&
+			  (planner->psp->missed || planner->changed));
 	}
 	if (replan && !fallback) {
 		ret = make_plan(planner);
@@ -377,14 +380,15 @@ static int barrier(struct kn__sync_planner *planner,
 		fallback_plan(planner);
 	}
 	/* saturated: only "this many in a row" is ever asked */
-	planner->misses = misses < FALLBACK_MISSES ? misses : FALLBACK_MISSES;
-	planner->holds = holds < FALLBACK_HOLDS ? holds : FALLBACK_HOLDS;
-	planner->fallback = fallback;
-	planner->barriers = next;
-	planner->missed = false;
-	planner->nreported = 0;
-	memset(planner->reported, 0,
-	       planner->params.max_workers * sizeof(*planner->reported));
+	planner->psp->misses =
+		misses < FALLBACK_MISSES ? misses : FALLBACK_MISSES;
+	planner->psp->holds = holds < FALLBACK_HOLDS ? holds : FALLBACK_HOLDS;
+	planner->psp->fallback = fallback;
+	planner->psp->barriers = next;
+	planner->psp->missed = false;
+	planner->psp->nreported = 0;
+	memset(planner->psp->reported, 0,
+	       planner->params.max_workers * sizeof(*planner->psp->reported));
 	if (!replan)
 		return 0;
 	planner->changed = false;
@@ -403,7 +407,8 @@ static int planner_timing(struct kn__sync_planner *planner,
 	uint32_t w = ev->worker;
 	double value = ev->value > PRED_MIN ? ev->value : PRED_MIN;
 	double old = planner->pred[w], alpha = planner->params.alpha;
-	bool was_reported = planner->reported[w], was_missed = planner->missed;
+	bool was_reported = planner->psp->reported[w],
+	     was_missed = planner->psp->missed;
 	int ret;
 
 	/* ZipLine needs R x t finite: such a time is no measurement */
@@ -422,22 +427,22 @@ static int planner_timing(struct kn__sync_planner *planner,
 		 * again at the next barrier, and the plan that fits would
 		 * come barriers later.
 		 */
-		planner->missed = true;
+		planner->psp->missed = true;
 		planner->pred[w] = value;
 	} else {
 		planner->pred[w] = alpha * value + (1 - alpha) * old;
 	}
 	if (!was_reported) {
-		planner->reported[w] = true;
-		planner->nreported++;
+		planner->psp->reported[w] = true;
+		planner->psp->nreported++;
 	}
 	ret = barrier(planner, out);
 	if (ret < 0) {
 		planner->pred[w] = old;
-		planner->missed = was_missed;
+		planner->psp->missed = was_missed;
 		if (!was_reported) {
-			planner->reported[w] = false;
-			planner->nreported--;
+			planner->psp->reported[w] = false;
+			planner->psp->nreported--;
 		}
 	}
 	return ret;
@@ -458,9 +463,9 @@ static int psp_planner_event(struct kn__sync_planner *planner,
 		planner->changed = true;
 		return 0;
 	case KN__SYNC_EV_LEAVE:
-		if (planner->reported[w]) {
-			planner->reported[w] = false;
-			planner->nreported--;
+		if (planner->psp->reported[w]) {
+			planner->psp->reported[w] = false;
+			planner->psp->nreported--;
 		}
 		planner->changed = true;
 		/* the barrier may have waited only for the leaver */
@@ -486,26 +491,26 @@ static double ema(double prev, double x, float alpha)
  * worker's one step is longer than the wait), and every such step is
  * computed on a model that lacks the round's progress.
  */
-static bool step_fits(const struct kn__sync_worker *rule, double t)
+static bool step_fits(const struct kn__sync_psp_worker *w, double t)
 {
-	return rule->wait_s > 0 &&
-	       t + rule->step_s <= rule->push_t + rule->wait_s;
+	return w->wait_s > 0 && t + w->step_s <= w->push_t + w->wait_s;
 }
 
 static int psp_worker_event(struct kn__sync_worker *rule,
 			    const struct kn__sync_worker_event *ev,
 			    uint32_t *next)
 {
+	struct kn__sync_psp_worker *w = kn__sync_psp_worker_of(rule);
 	uint32_t max_steps = rule->params.max_steps;
 	float alpha = rule->params.alpha;
 
 	switch (ev->type) {
 	case KN__SYNC_WEV_STEP:
 		if (rule->state == KN__SYNC_WS_RUN) {
-			rule->step_s = ema(rule->step_s, ev->seconds, alpha);
+			w->step_s = ema(w->step_s, ev->seconds, alpha);
 			/* due 0 is the start: one step, as under BSP */
-			rule->steps++;
-			if (rule->steps < rule->due) {
+			w->steps++;
+			if (w->steps < w->due) {
 				*next = KN__SYNC_NEXT_STEP;
 				return 0;
 			}
@@ -518,27 +523,24 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		 * said STEP: under a plan, and fewer than R so far, so a
 		 * worker whose model is late stops drifting from it.
 		 */
-		if (rule->state != KN__SYNC_WS_WAIT || rule->epoch == 0 ||
-		    rule->extra >= max_steps || !rule->stepping)
+		if (rule->state != KN__SYNC_WS_WAIT || w->epoch == 0 ||
+		    w->extra >= max_steps || !w->stepping)
 			return -EINVAL;
-		rule->step_s = ema(rule->step_s, ev->seconds, alpha);
-		rule->extra++;
-		rule->stepping =
-			rule->extra < max_steps && step_fits(rule, ev->t);
-		*next = rule->stepping ? KN__SYNC_NEXT_STEP
-				       : KN__SYNC_NEXT_WAIT;
+		w->step_s = ema(w->step_s, ev->seconds, alpha);
+		w->extra++;
+		w->stepping = w->extra < max_steps && step_fits(w, ev->t);
+		*next = w->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
 		if (rule->state != KN__SYNC_WS_PUSH)
 			return -EINVAL;
 		rule->state = KN__SYNC_WS_WAIT;
-		rule->steps = 0;
-		rule->extra = 0;
-		rule->push_t = ev->t;
+		w->steps = 0;
+		w->extra = 0;
+		w->push_t = ev->t;
 		/* in warm-up it is BSP: no training on a copy while waiting */
-		rule->stepping = rule->epoch && step_fits(rule, ev->t);
-		*next = rule->stepping ? KN__SYNC_NEXT_STEP
-				       : KN__SYNC_NEXT_WAIT;
+		w->stepping = w->epoch && step_fits(w, ev->t);
+		*next = w->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
 		return 0;
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* no chunk rule releases more than R steps */
@@ -547,7 +549,7 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		/* a joiner's first release follows no push of its own */
 		if (rule->state == KN__SYNC_WS_WAIT && isfinite(ev->rtt) &&
 		    ev->rtt > 0)
-			rule->wait_s = ema(rule->wait_s, ev->rtt, alpha);
+			w->wait_s = ema(w->wait_s, ev->rtt, alpha);
 		/*
 		 * The caller merges the steps taken while waiting onto the
 		 * new model: they count toward the next push, on top of the
@@ -556,15 +558,35 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		 * at once and spent the whole round training on a copy the
 		 * round's progress never reaches.
 		 */
-		rule->due = rule->extra + (ev->steps ? ev->steps : 1);
-		rule->epoch = ev->epoch;
-		rule->steps = rule->extra;
-		rule->extra = 0;
-		rule->stepping = false;
+		w->due = w->extra + (ev->steps ? ev->steps : 1);
+		w->epoch = ev->epoch;
+		w->steps = w->extra;
+		w->extra = 0;
+		w->stepping = false;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;
 	}
+}
+
+static int planner_init(struct kn__sync_planner *planner)
+{
+	struct kn__sync_psp_planner *ps = calloc(1, sizeof(*ps));
+
+	if (!ps)
+		return -ENOMEM;
+	planner->psp = ps;
+	ps->reported =
+		calloc(planner->params.max_workers, sizeof(*ps->reported));
+	return ps->reported ? 0 : -ENOMEM;
+}
+
+static void planner_fini(struct kn__sync_planner *planner)
+{
+	if (!planner->psp)
+		return;
+	free(planner->psp->reported);
+	free(planner->psp);
 }
 
 /* One APPLY and a RELEASE for every worker that can be a member. */
@@ -574,7 +596,12 @@ static uint32_t psp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_predicted_ops = {
-	.name = "predicted",
+	.traits = {
+		.local_steps = true,
+		.release_info = true,
+		.timing = KN__SYNC_TIMING_PLANNER,
+		.plans = KN__SYNC_PLANS_STEPS,
+	},
 	.max_actions = psp_max_actions,
 	.push = psp_push,
 	.join = psp_join,
@@ -582,4 +609,7 @@ const struct kn__sync_ops kn__sync_predicted_ops = {
 	.plan = psp_plan,
 	.planner_event = psp_planner_event,
 	.worker_event = psp_worker_event,
+	.planner_init = planner_init,
+	.planner_fini = planner_fini,
+	.worker_size = sizeof(struct kn__sync_psp_worker),
 };

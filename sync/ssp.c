@@ -32,7 +32,7 @@ static int ssp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		.slot = ev->slot,
 	};
 	lr_scale = kn__sync_share(rule, tau, &rule->contrib[0]);
-	kn__sync_apply(rule, 1, lr_scale, &out[n++]);
+	kn__sync_apply(rule, 1, lr_scale, true, &out[n++]);
 	if (kn__sync_bound_push(rule, ev->worker))
 		kn__sync_release(&out[n++], ev->worker, rule->version);
 	/* the slowest may just have caught up: let the held ones go */
@@ -64,7 +64,7 @@ static uint32_t ssp_max_actions(const struct kn__sync_params *params)
 }
 
 const struct kn__sync_ops kn__sync_ssp_ops = {
-	.name = "ssp",
+	/* no traits: gradients, no plans, no timings */
 	.max_actions = ssp_max_actions,
 	.push = ssp_push,
 	.join = ssp_join,

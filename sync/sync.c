@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sync.c - the generic half of the protocols: protocol names, creation
- * of the three kinds of machine, and the checks every event goes
- * through before the protocol's own hook (sync_priv.h) sees it.
+ * sync.c - the generic half of the protocols: creation of the three
+ * kinds of machine, and the checks every event goes through before the
+ * protocol's own hook (sync_priv.h) sees it.  The list of protocols is
+ * registry.c's.
  *
  * Keeping the checks and the membership here means that every protocol
  * refuses the same bad events in the same way, and that a protocol file
@@ -15,42 +16,6 @@
 #include <string.h>
 
 #include "sync_priv.h"
-
-/* Indexed by enum kn__sync_protocol. */
-static const struct kn__sync_ops *const protocols[] = {
-	[KN__SYNC_BSP] = &kn__sync_bsp_ops,
-	[KN__SYNC_ASP] = &kn__sync_asp_ops,
-	[KN__SYNC_SSP] = &kn__sync_ssp_ops,
-	[KN__SYNC_ESP] = &kn__sync_esp_ops,
-	[KN__SYNC_PREDICTED] = &kn__sync_predicted_ops,
-	[KN__SYNC_CGP] = &kn__sync_cgp_ops,
-};
-
-#define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
-
-static const struct kn__sync_ops *ops_of(uint32_t protocol)
-{
-	return protocol < NPROTOCOLS ? protocols[protocol] : NULL;
-}
-
-const char *kn__sync_protocol_name(uint32_t protocol)
-{
-	const struct kn__sync_ops *ops = ops_of(protocol);
-
-	return ops ? ops->name : NULL;
-}
-
-int kn__sync_protocol_parse(const char *name)
-{
-	if (!name)
-		return -EINVAL;
-	if (strcmp(name, "psp") == 0) /* the theses' name for it */
-		name = "predicted";
-	for (uint32_t p = 0; p < NPROTOCOLS; p++)
-		if (protocols[p] && strcmp(protocols[p]->name, name) == 0)
-			return (int)p;
-	return -EINVAL;
-}
 
 /*
  * The protocol's ops if @params describe a machine we can build, with
@@ -67,7 +32,7 @@ check_params(const struct kn__sync_params *params,
 	*out = *params;
 	if (kn__sync_params_resolve(out))
 		return NULL;
-	return ops_of(params->protocol);
+	return kn__sync_ops_of(params->protocol);
 }
 
 uint32_t kn__sync_max_actions(const struct kn__sync_params *params)
@@ -277,7 +242,7 @@ uint32_t kn__sync_round_complete(struct kn__sync_rule *rule,
 		w->pushed = false;
 	}
 	rule->npushed = 0;
-	kn__sync_apply(rule, n, 1.0f, &out[0]);
+	kn__sync_apply(rule, n, 1.0f, false, &out[0]);
 	return n;
 }
 
@@ -467,9 +432,6 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	p->plan = calloc(params->max_workers, sizeof(*p->plan));
 	if (!p->plan)
 		goto err_plan;
-	p->reported = calloc(params->max_workers, sizeof(*p->reported));
-	if (!p->reported)
-		goto err_reported;
 	p->ops = ops;
 	p->params = resolved;
 	for (uint32_t i = 0; i < params->members; i++)
@@ -482,8 +444,6 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 	*planner = p;
 	return 0;
 
-err_reported:
-	free(p->plan);
 err_plan:
 	free(p->pred);
 err_pred:
@@ -500,7 +460,6 @@ void kn__sync_planner_destroy(struct kn__sync_planner *planner)
 		return;
 	if (planner->ops->planner_fini)
 		planner->ops->planner_fini(planner);
-	free(planner->reported);
 	free(planner->plan);
 	free(planner->pred);
 	free(planner->member);
@@ -567,7 +526,7 @@ int kn__sync_worker_create(const struct kn__sync_params *params,
 
 	if (!ops || !rule || worker >= params->max_workers)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
+	r = calloc(1, sizeof(*r) + ops->worker_size);
 	if (!r)
 		return -ENOMEM;
 	r->ops = ops;

@@ -27,9 +27,19 @@
 #define KN_SYNC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-/* The protocols; the numbers are kn_sync values in kanel.h. */
+/*
+ * The protocols.  The numbers are the public enum kn_sync of kanel.h
+ * (its values are ABI: a worker reports them in struct kn_job_info, and
+ * the JOB message carries them), which sync.c's registry asserts, once;
+ * this enum is kept rather than kanel.h included here so that the layer
+ * and the simulator build against sync.h alone.  Every other layer
+ * names a protocol by this number or by its name (kn__sync_protocol_*),
+ * and asks for what it needs through kn__sync_traits(): the registry in
+ * sync.c is the one list of protocols.
+ */
 enum kn__sync_protocol {
 	KN__SYNC_BSP = 0,
 	KN__SYNC_ASP = 1,
@@ -37,6 +47,7 @@ enum kn__sync_protocol {
 	KN__SYNC_ESP = 3,
 	KN__SYNC_PREDICTED = 4, /* PSP: Predicted Synchronization Parallel */
 	KN__SYNC_CGP = 5,	/* Cooperative Grouping Parallel */
+	KN__SYNC_DEFAULT = KN__SYNC_BSP, /* what a job runs unless told */
 };
 
 /* CGP: how the planner solves CGPP (sync/cgpp.h). */
@@ -84,7 +95,7 @@ struct kn__sync_params {
  * The protocol parameters a job hands to every process (everything above
  * but protocol, max_workers, members and bytes), as 32-bit words (floats
  * by their bits) in one fixed order: the engine's JOB message carries
- * them so, and this is the only place that knows the list.
+ * them so.  kn__sync_param_table below is the list.
  */
 #define KN__SYNC_PARAMS_WORDS 16u
 void kn__sync_params_pack(const struct kn__sync_params *params,
@@ -94,26 +105,87 @@ void kn__sync_params_unpack(struct kn__sync_params *params,
 			    const uint32_t words[KN__SYNC_PARAMS_WORDS]);
 
 /*
- * True for the protocols whose workers take local steps and push model
- * deltas (ESP, PSP); the others push one gradient per step.
+ * The protocol parameters, one row each: everything a program needs to
+ * offer one as an option and to check it, so that the engine's options
+ * and KANEL_* variables (engine/config.c), the simulator's options
+ * (kanel sim) and kn__sync_params_resolve are all made from this table
+ * and a new parameter is one row here and one field above.  Every row is
+ * one 32-bit word of the JOB message (kn__sync_params_pack), at @word.
  */
-bool kn__sync_local_steps(uint32_t protocol);
+enum kn__sync_param_type {
+	KN__SYNC_PARAM_U32 = 1, /* uint32_t, from lo to hi */
+	KN__SYNC_PARAM_FLOAT,	/* float: above lo (from lo if lo_closed),
+				 * below hi, finite */
+	KN__SYNC_PARAM_SOLVER,	/* uint32_t: a CGP solver, by its name */
+};
+
+struct kn__sync_param {
+	const char *flag;  /* the engine's option, "--esp-max-skip" */
+	const char *env;   /* its variable, "KANEL_ESP_MAX_SKIP" */
+	const char *sim;   /* the simulator's option; NULL: it has none */
+	const char *arg;   /* the value's name in a usage line */
+	uint32_t type;	   /* enum kn__sync_param_type */
+	size_t off;	   /* offsetof(struct kn__sync_params, its field) */
+	uint32_t word;	   /* its index in kn__sync_params_pack's words */
+	const char *deflt; /* the default, written as an option's value */
+	double lo, hi;
+	bool lo_closed;
+	const char *help;
+};
+
+extern const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS];
 
 /*
- * True for the protocols whose applies are shares of a round (ASP and
- * SSP each push, CGP each group): under momentum the servers turn the
- * velocity once per round's worth of shares, not at every apply
- * (docs/protocols.md, "Momentum once per round").
+ * What a protocol asks of whoever runs it (the engine, the simulator),
+ * declared by the protocol itself (its ops table, sync_priv.h): the
+ * engine and the simulator read these and never compare a protocol id.
  */
-bool kn__sync_round_momentum(uint32_t protocol);
+enum kn__sync_timing_to {
+	KN__SYNC_TIMING_NONE = 0, /* nobody reads TIMING events */
+	KN__SYNC_TIMING_RULES,	  /* the chunk rules: every server (ESP) */
+	KN__SYNC_TIMING_PLANNER,  /* the planner, on the coordinator */
+};
+
+enum kn__sync_plans {
+	KN__SYNC_PLANS_NONE = 0, /* no planner: no REGROUP ever comes */
+	KN__SYNC_PLANS_STEPS,	 /* a REGROUP's plan is each worker's k_i */
+	KN__SYNC_PLANS_GROUPS,	 /* ... KN__SYNC_CGP_PLAN(group, rounds) */
+};
+
+struct kn__sync_traits {
+	/* the workers take local steps and push model deltas (ESP, PSP);
+	 * the others push one gradient per step */
+	bool local_steps;
+	/* every APPLY is the mean of a round that every member pushed
+	 * once to, all from one version (BSP): under the workers' own
+	 * optimizer (sum) the servers publish the mean of their models
+	 * instead of adding model deltas */
+	bool mean_model;
+	/* a rejoined worker whose chunks are a round apart sits that
+	 * round out in the others with a SKIP (BSP) */
+	bool skips;
+	/* a RELEASE carries the worker rule's steps, epoch and hint, so
+	 * the servers send every release to the worker (ESP, PSP) */
+	bool release_info;
+	/* the worker rule reads a STEP's delta_ratio (ESP) */
+	bool delta_ratio;
+	/* the planner's cost model needs the bytes a worker pushes a
+	 * round (kn__sync_planner_set_bytes, CGP) */
+	bool model_bytes;
+	uint32_t timing; /* enum kn__sync_timing_to: where TIMING goes */
+	uint32_t plans;	 /* enum kn__sync_plans: what a REGROUP's plan is */
+};
 
 /*
- * Replace the zero fields of @params by their defaults: 0, or -EINVAL
- * for a value out of range (gamma, theta not finite or negative, alpha
- * or miss outside (0, 1], max_steps above 1024, an unknown solver,
- * epoch_rounds above KN__SYNC_CGP_MAX_ROUNDS, bound, latency or
- * bandwidth not finite or negative, outer_lr not finite or negative,
- * outer_momentum outside [0, 1)).
+ * The traits of @protocol; never NULL: an unknown protocol has none
+ * (every field 0), which is what a caller that checked nothing expects.
+ */
+const struct kn__sync_traits *kn__sync_traits(uint32_t protocol);
+
+/*
+ * Replace the zero fields of @params by their defaults: 0, or -EINVAL,
+ * @params unchanged, for a value outside its range in
+ * kn__sync_param_table (0 is always "the default").
  */
 int kn__sync_params_resolve(struct kn__sync_params *params);
 
@@ -166,6 +238,11 @@ struct kn__sync_action {
 	float lr_scale;	   /* APPLY: factor on the optimizer's rate */
 	uint32_t ncontrib; /* APPLY */
 	const struct kn__sync_contrib *contrib; /* APPLY */
+	/* APPLY: one share of a round (an ASP or SSP push, a CGP group),
+	 * not a whole one: under momentum the servers turn the velocity
+	 * once per round's worth of shares (docs/protocols.md, "Momentum
+	 * once per round") */
+	bool share;
 	float hint;	   /* RELEASE: ESP's predicted wait, seconds */
 	/* REGROUP: per worker id (max_workers entries); PSP: its k_i;
 	 * CGP: KN__SYNC_CGP_PLAN(group, rounds), 0 for none */
@@ -221,8 +298,20 @@ uint32_t kn__sync_max_actions(const struct kn__sync_params *params);
 
 /* "bsp", "asp", ...; NULL for an unknown protocol. */
 const char *kn__sync_protocol_name(uint32_t protocol);
-/* The protocol named @name, or -EINVAL. */
+/* The protocol named @name (its name or another it goes by, as "psp"),
+ * or -EINVAL. */
 int kn__sync_protocol_parse(const char *name);
+/*
+ * The @i-th of the names kn__sync_protocol_parse takes, from 0, in the
+ * order a usage line lists them (each protocol's name, then the others
+ * it goes by), with its protocol in @protocol; NULL past the last.
+ */
+const char *kn__sync_protocol_name_at(uint32_t i, uint32_t *protocol);
+
+/* CGP's solvers, the same way: "auto", "aga", "pls"; NULL, -EINVAL. */
+const char *kn__sync_cgp_solver_name(uint32_t solver);
+int kn__sync_cgp_solver_parse(const char *name);
+const char *kn__sync_cgp_solver_name_at(uint32_t i, uint32_t *solver);
 
 /* The largest max_workers any machine accepts; above it is -EINVAL. */
 #define KN__SYNC_MAX_WORKERS (1u << 20)

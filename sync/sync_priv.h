@@ -8,10 +8,13 @@
  * protocol's hook, so a hook sees events that are valid for every
  * protocol and adds only its own checks.  A hook that returns a negative
  * errno must have changed nothing.  Each protocol is one file (bsp.c,
- * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table.
+ * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table, which
+ * registry.c lists with its number and name.
  */
 #ifndef KN_SYNC_PRIV_H
 #define KN_SYNC_PRIV_H
+
+#include <stddef.h>
 
 #include "sync.h"
 
@@ -24,13 +27,9 @@ struct kn__sync_wstate {
 	uint32_t slot;	/* BSP: where this round's contribution lies */
 	uint64_t clock; /* the clock of the last accepted push */
 	/* the protocols' own, zero at creation and at a JOIN */
-	bool blocked;	 /* SSP, ESP: pushed, release held back */
-	uint32_t steps;	 /* PSP: the local steps of its pushed contribution */
-	double last_t;	 /* ESP: when its last push came */
-	double interval; /* ESP: EMA of the time between its pushes */
-	double step;	 /* ESP: EMA of its seconds per local step, 0: none */
-	double peak;	 /* ESP: its peak seconds per step, slowly falling */
-	uint64_t syncs;	 /* SSP, ESP: its sync count P (the bound below) */
+	bool blocked;	/* SSP, ESP: pushed, release held back */
+	uint32_t steps; /* PSP: the local steps of its pushed contribution */
+	uint64_t syncs; /* SSP, ESP: its sync count P (the bound below) */
 };
 
 struct kn__sync_rule {
@@ -53,10 +52,7 @@ struct kn__sync_rule {
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
 	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */
-	/* ESP: the members' step times are even (rounds, lead 0), and the
-	 * TIMING events since they were last compared */
-	bool balanced;
-	uint32_t timings;
+	struct kn__sync_esp_rule *esp; /* ESP: its step times (esp.c) */
 	struct kn__sync_cgp_rule *cgp; /* CGP: its groups (cgp.c) */
 };
 
@@ -66,24 +62,11 @@ struct kn__sync_planner {
 	uint64_t epoch;
 	uint32_t nmembers;
 	bool *member; /* [max_workers] */
-	/* PSP: predicted seconds per step, the plan in force, barriers seen */
+	/* PSP, CGP: predicted seconds per step, the plan in force */
 	double *pred;	/* [max_workers], 0: no timing yet */
 	uint32_t *plan; /* [max_workers], zeroed */
-	uint64_t barriers;
-	/*
-	 * PSP: the members that sent a TIMING since the last barrier and
-	 * how many; a prediction missed since then; a JOIN or LEAVE since
-	 * the last plan.
-	 */
-	bool *reported; /* [max_workers], zeroed */
-	uint32_t nreported;
-	bool missed, changed;
-	/*
-	 * PSP: the barriers in a row that saw a miss; in fallback (one step
-	 * each, as BSP) and the barriers in a row that held since.
-	 */
-	uint32_t misses, holds;
-	bool fallback;
+	bool changed;	/* PSP, CGP: a JOIN or LEAVE since the last plan */
+	struct kn__sync_psp_planner *psp; /* PSP: barriers, misses */
 	struct kn__sync_cgp_planner *cgp; /* CGP: groups, solver (cgp.c) */
 };
 
@@ -99,17 +82,49 @@ struct kn__sync_worker {
 	struct kn__sync_params params;
 	uint32_t worker;
 	uint32_t state; /* enum kn__sync_wrule_state */
-	/* the protocols' own, zero at creation */
-	uint32_t steps; /* local steps since the last push */
-	uint32_t due;	/* PSP: the steps its plan asks before a push */
-	uint32_t extra; /* PSP: steps taken while waiting for the release */
-	double cost;	/* ESP: the last release's rtt + hint, seconds */
-	double step_s;	/* PSP: predicted seconds of a local step (0: none) */
-	double wait_s;	/* PSP: predicted seconds from a push to its release */
-	double push_t;	/* PSP: when the pending push left */
-	bool stepping;	/* PSP: the last answer while waiting was STEP */
-	uint64_t epoch; /* PSP: the plan in force (0: warm-up, plain BSP) */
+	/* the protocol's own state, ops->worker_size bytes, zero at
+	 * creation: a struct its file defines (esp.c, predicted.c) */
+	max_align_t own[];
 };
+
+/*
+ * PSP's own state in a worker rule (predicted.c; here, not there, so that
+ * its tests can look at it).
+ */
+struct kn__sync_psp_worker {
+	uint32_t steps; /* local steps since the last push */
+	uint32_t due;	/* the steps its plan asks before a push */
+	uint32_t extra; /* steps taken while waiting for the release */
+	double step_s;	/* predicted seconds of a local step (0: none) */
+	double wait_s;	/* predicted seconds from a push to its release */
+	double push_t;	/* when the pending push left */
+	bool stepping;	/* the last answer while waiting was STEP */
+	uint64_t epoch; /* the plan in force (0: warm-up, plain BSP) */
+};
+
+/* PSP's own state in the planner (predicted.c), as the worker's. */
+struct kn__sync_psp_planner {
+	uint64_t barriers; /* barriers seen */
+	/*
+	 * The members that sent a TIMING since the last barrier and how
+	 * many; a prediction missed since then.
+	 */
+	bool *reported; /* [max_workers], zeroed */
+	uint32_t nreported;
+	bool missed;
+	/*
+	 * The barriers in a row that saw a miss; in fallback (one step
+	 * each, as BSP) and the barriers in a row that held since.
+	 */
+	uint32_t misses, holds;
+	bool fallback;
+};
+
+static inline struct kn__sync_psp_worker *
+kn__sync_psp_worker_of(struct kn__sync_worker *rule)
+{
+	return (struct kn__sync_psp_worker *)(void *)rule->own;
+}
 
 typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
 typedef int kn__sync_rule_event_fn(struct kn__sync_rule *rule,
@@ -137,12 +152,16 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
+ * @worker_size is the size of the protocol's own state in a worker rule
+ * (struct kn__sync_worker's @own), 0 for none.
+ * @traits says what the protocol asks of the engine and the simulator
+ * (sync.h, struct kn__sync_traits), which is all they know of it.
  * @rule_init and @planner_init, where set, make the protocol's own state
  * once the machine is otherwise complete (0 or -ENOMEM); @rule_fini and
  * @planner_fini free it, and take a machine whose init failed.
  */
 struct kn__sync_ops {
-	const char *name;
+	struct kn__sync_traits traits;
 	kn__sync_max_actions_fn *max_actions;
 	kn__sync_rule_event_fn *push;
 	kn__sync_rule_event_fn *skip;
@@ -157,7 +176,11 @@ struct kn__sync_ops {
 	kn__sync_rule_fini_fn *rule_fini;
 	kn__sync_planner_init_fn *planner_init;
 	kn__sync_planner_fini_fn *planner_fini;
+	size_t worker_size;
 };
+
+/* registry.c: @protocol's table, NULL for an unknown one. */
+const struct kn__sync_ops *kn__sync_ops_of(uint32_t protocol);
 
 extern const struct kn__sync_ops kn__sync_bsp_ops;
 extern const struct kn__sync_ops kn__sync_asp_ops;
@@ -229,10 +252,12 @@ uint32_t kn__sync_bound_release(struct kn__sync_rule *rule, uint64_t version,
 /*
  * A new version from rule->contrib[0 .. @n) (weights set by the caller,
  * before or after): the version goes up and @act is its APPLY, at the
- * optimizer's rate times @lr_scale.
+ * optimizer's rate times @lr_scale; @share: it is one share of a round
+ * (the action's @share).
  */
 static inline void kn__sync_apply(struct kn__sync_rule *rule, uint32_t n,
-				  float lr_scale, struct kn__sync_action *act)
+				  float lr_scale, bool share,
+				  struct kn__sync_action *act)
 {
 	rule->version++;
 	*act = (struct kn__sync_action){
@@ -241,6 +266,7 @@ static inline void kn__sync_apply(struct kn__sync_rule *rule, uint32_t n,
 		.lr_scale = lr_scale,
 		.ncontrib = n,
 		.contrib = rule->contrib,
+		.share = share,
 	};
 }
 

@@ -36,7 +36,7 @@ static struct kn__msg cgp_job(void)
 
 	m.u.job.workers = 8;
 	m.u.job.servers = 2;
-	m.u.job.protocol = KN__CONFIG_CGP;
+	m.u.job.protocol = KN__SYNC_CGP;
 	m.u.job.optimizer = KN__CONFIG_MOMENTUM;
 	m.u.job.chunk_bytes = 1 << 20;
 	m.u.job.fuse_bytes = 48 << 10;
@@ -51,8 +51,8 @@ static struct kn__msg cgp_job(void)
 	m.u.job.proto.theta = 0.01f;
 	m.u.job.proto.alpha = 0.25f;
 	m.u.job.proto.miss = 0.25f;
-	m.u.job.proto.solver = KN__CONFIG_CGP_PLS;
-	m.u.job.proto.epoch_rounds = KN_CONFIG_CGP_MAX_ROUNDS;
+	m.u.job.proto.solver = KN__SYNC_CGP_PLS;
+	m.u.job.proto.epoch_rounds = KN__SYNC_CGP_MAX_ROUNDS;
 	m.u.job.proto.period = 100000;
 	m.u.job.proto.bound = 2.5f;
 	m.u.job.proto.latency = 3e-5f;
@@ -70,14 +70,14 @@ Test(msg, job_carries_every_protocols_parameters)
 
 	b = round_trip(&m, &len);
 	cr_assert_eq(b.type, KN__MSG_JOB);
-	cr_assert_eq(b.u.job.protocol, KN__CONFIG_CGP);
+	cr_assert_eq(b.u.job.protocol, KN__SYNC_CGP);
 	cr_assert_eq(b.u.job.chunk_bytes, 1 << 20);
 	cr_assert_eq(b.u.job.fuse_bytes, 48 << 10);
 	cr_assert_eq(b.u.job.push_window, 3 << 20);
 	cr_assert_eq(b.u.job.proto.warmup, 5);
 	cr_assert_eq(b.u.job.proto.alpha, 0.25f);
-	cr_assert_eq(b.u.job.proto.solver, KN__CONFIG_CGP_PLS);
-	cr_assert_eq(b.u.job.proto.epoch_rounds, KN_CONFIG_CGP_MAX_ROUNDS);
+	cr_assert_eq(b.u.job.proto.solver, KN__SYNC_CGP_PLS);
+	cr_assert_eq(b.u.job.proto.epoch_rounds, KN__SYNC_CGP_MAX_ROUNDS);
 	cr_assert_eq(b.u.job.proto.period, 100000);
 	cr_assert_eq(b.u.job.proto.bound, 2.5f);
 	cr_assert_eq(b.u.job.proto.latency, 3e-5f);
@@ -86,11 +86,11 @@ Test(msg, job_carries_every_protocols_parameters)
 	cr_assert_eq(b.u.job.proto.outer_momentum, 0.5f);
 	cr_assert_eq(b.u.job.rank, 7);
 	/* 0 is "the default" to sync/, so it travels too */
-	m.u.job.proto.solver = KN__CONFIG_CGP_AUTO;
+	m.u.job.proto.solver = KN__SYNC_CGP_AUTO;
 	m.u.job.proto.epoch_rounds = 0;
 	m.u.job.proto.bound = m.u.job.proto.latency = m.u.job.proto.bandwidth = 0;
 	b = round_trip(&m, &len);
-	cr_assert_eq(b.u.job.proto.solver, KN__CONFIG_CGP_AUTO);
+	cr_assert_eq(b.u.job.proto.solver, KN__SYNC_CGP_AUTO);
 	cr_assert_eq(b.u.job.proto.bound, 0);
 }
 
@@ -101,7 +101,7 @@ Test(msg, job_refuses_cgp_values_sync_refuses)
 		float bound, latency, bandwidth;
 	} bad[] = {
 		{ 3, 20, 4, 1e-4f, 1e9f },
-		{ 0, KN_CONFIG_CGP_MAX_ROUNDS + 1, 4, 1e-4f, 1e9f },
+		{ 0, KN__SYNC_CGP_MAX_ROUNDS + 1, 4, 1e-4f, 1e9f },
 		{ 0, 20, -1, 1e-4f, 1e9f },
 		{ 0, 20, NAN, 1e-4f, 1e9f },
 		{ 0, 20, 4, -1e-4f, 1e9f },

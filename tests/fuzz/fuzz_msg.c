@@ -244,8 +244,8 @@ static void msg_valid(const struct kn__msg *m)
 		break;
 	case KN__MSG_JOB:
 		/* CGP's parameters as sync/ takes them */
-		if (m->u.job.proto.solver > KN__CONFIG_CGP_PLS ||
-		    m->u.job.proto.epoch_rounds > KN_CONFIG_CGP_MAX_ROUNDS)
+		if (m->u.job.proto.solver > KN__SYNC_CGP_PLS ||
+		    m->u.job.proto.epoch_rounds > KN__SYNC_CGP_MAX_ROUNDS)
 			fail("decoded JOB solver %u, epoch rounds %u",
 			     m->u.job.proto.solver, m->u.job.proto.epoch_rounds);
 		if (!(m->u.job.proto.bound >= 0) || isinf(m->u.job.proto.bound) ||

@@ -787,7 +787,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
-	cr_assert(planner->fallback);
+	cr_assert(planner->psp->fallback);
 	/* more misses, a joiner: still one step each, no new plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -795,7 +795,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	cr_assert_eq(
 		barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out), 0);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
-	cr_assert(planner->fallback);
+	cr_assert(planner->psp->fallback);
 	kn__sync_planner_destroy(planner);
 
 	/* a miss that holds afterwards is one change of speed: no fallback */
@@ -809,7 +809,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
-	cr_assert(!planner->fallback);
+	cr_assert(!planner->psp->fallback);
 	kn__sync_planner_destroy(planner);
 }
 
@@ -839,12 +839,12 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		cr_assert_eq(
 			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 			0, "hold %d of 3", b + 1);
-	cr_assert(planner->fallback);
+	cr_assert(planner->psp->fallback);
 	/* the third in a row: out, with the plan that fits {1, 2.5, 8} */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert(!planner->fallback);
+	cr_assert(!planner->psp->fallback);
 	/* and back to the usual rules: a steady cluster keeps its plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -1012,7 +1012,7 @@ Test(predicted, worker_takes_k_steps_and_fills_the_wait)
 	expect_at(w, KN__SYNC_WEV_PUSHED, 0.1, 0, KN__SYNC_NEXT_WAIT);
 	cr_assert_eq(wrelease_at(w, 1, 3, 0.25, &next), 0);
 	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
-	cr_assert_eq(w->wait_s, 0.25);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->wait_s, 0.25);
 	/* k = 3: STEP, STEP, then PUSH */
 	expect_at(w, KN__SYNC_WEV_STEP, 0.45, 0.1, KN__SYNC_NEXT_STEP);
 	expect_at(w, KN__SYNC_WEV_STEP, 0.55, 0.1, KN__SYNC_NEXT_STEP);
@@ -1023,13 +1023,13 @@ Test(predicted, worker_takes_k_steps_and_fills_the_wait)
 	/* one ending at 0.95 would hold up the next push: wait */
 	expect_at(w, KN__SYNC_WEV_STEP, 0.85, 0.1, KN__SYNC_NEXT_WAIT);
 	refused(w, KN__SYNC_WEV_STEP);
-	cr_assert_eq(w->extra, 2);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->extra, 2);
 	/* the 2 count toward the next push, and the plan's 3 are still due */
 	cr_assert_eq(wrelease_at(w, 1, 3, 0.25, &next), 0);
 	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
-	cr_assert_eq(w->steps, 2);
-	cr_assert_eq(w->due, 5);
-	cr_assert_eq(w->extra, 0);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->steps, 2);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->due, 5);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->extra, 0);
 	expect_at(w, KN__SYNC_WEV_STEP, 1.0, 0.1, KN__SYNC_NEXT_STEP);
 	expect_at(w, KN__SYNC_WEV_STEP, 1.1, 0.1, KN__SYNC_NEXT_STEP);
 	expect_at(w, KN__SYNC_WEV_STEP, 1.2, 0.1, KN__SYNC_NEXT_PUSH);
@@ -1050,15 +1050,15 @@ Test(predicted, worker_takes_k_steps_and_fills_the_wait)
 	refused(w, KN__SYNC_WEV_STEP);
 	/* R + k = 7 steps in the next push; a release of 0 steps asks 1 */
 	cr_assert_eq(wrelease_at(w, 2, 3, 10, &next), 0);
-	cr_assert_eq(w->steps, 4);
-	cr_assert_eq(w->due, 7);
-	cr_assert_eq(w->epoch, 2);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->steps, 4);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->due, 7);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->epoch, 2);
 	for (int i = 0; i < 3; i++)
 		expect(w, KN__SYNC_WEV_STEP,
 		       i < 2 ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_PUSH);
 	expect(w, KN__SYNC_WEV_PUSHED, KN__SYNC_NEXT_STEP);
 	cr_assert_eq(wrelease_at(w, 2, 0, 10, &next), 0);
-	cr_assert_eq(w->due, 1);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->due, 1);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
 	kn__sync_worker_destroy(w);
 }
@@ -1110,8 +1110,9 @@ Test(predicted, worker_joiner_starts_from_its_release)
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
 	/* another release while running replaces the model: count anew */
 	cr_assert_eq(wrelease_at(w, 3, 2, 5, &next), 0);
-	cr_assert_eq(w->steps, 0);
-	cr_assert_eq(w->wait_s, 0, "a release that answers no push times none");
+	cr_assert_eq(kn__sync_psp_worker_of(w)->steps, 0);
+	cr_assert_eq(kn__sync_psp_worker_of(w)->wait_s, 0,
+		     "a release that answers no push times none");
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_STEP);
 	expect(w, KN__SYNC_WEV_STEP, KN__SYNC_NEXT_PUSH);
 	/* no wait measured yet: it waits for its first release */
@@ -1214,7 +1215,7 @@ Test(predicted, the_machines_run_rounds_together)
 			};
 
 			/* the steps since the last push, merged ones too */
-			pushed_steps[i] = wr[i]->steps;
+			pushed_steps[i] = kn__sync_psp_worker_of(wr[i])->steps;
 			while (next == KN__SYNC_NEXT_STEP) {
 				now[i] += t[i];
 				cr_assert_eq(wev_at(wr[i], KN__SYNC_WEV_STEP,
