@@ -1,10 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dpdk.h - what the files of the dpdk provider share: its objects and
- * the functions that cross files (port.c: the context, the port, regions
- * and the poll loop; ep.c: endpoints, their control connection, posts
- * and completions; rx.c: what arrives; tx.c: segmentation, the window,
- * acknowledgements and retransmission).  The design is in docs/dpdk.md.
+ * the functions that cross files.  The design is in docs/dpdk.md.
+ *
+ * The files call each other in one direction only, each using just the
+ * ones below it (a DAG, no cycle):
+ *
+ *   port.c   the context, the port, regions, the poll loop, the ops table
+ *     ep.c   endpoints: making and freeing, the control connection,
+ *            listeners, grants, posts
+ *     rx.c   what arrives: decode, match to an endpoint, deliver
+ *   hello.c  the handshake over the control connection
+ *     tx.c   segmentation, the window, acknowledgements, retransmission
+ *   core.c   an endpoint's queues: failure, release in post order, grant
+ *            lookup, held messages and segments
+ * packet.c   the wire format, pure functions over bytes (packet.h)
+ *
+ * port.c uses ep.c, rx.c, tx.c and core.c; ep.c uses hello.c, tx.c and
+ * core.c; rx.c uses hello.c, tx.c, core.c and packet.c; hello.c uses
+ * tx.c and core.c; tx.c uses core.c and packet.c.  A function that a
+ * lower file would need from a higher one belongs lower.
  */
 #ifndef KN_TRANSPORT_DPDK_H
 #define KN_TRANSPORT_DPDK_H
@@ -12,6 +27,7 @@
 #include <net/if.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <rte_mbuf.h>
 
@@ -220,20 +236,55 @@ static inline struct dp_ctx *dp_ep_ctx(const struct dp_ep *ep)
 	return dp_ctx(ep->base.ctx);
 }
 
-uint64_t dp_now_ns(void);
+/* The monotonic clock, in ns: every timer of the provider runs on it. */
+static inline uint64_t dp_now_ns(void)
+{
+	struct timespec t;
 
-/* ep.c */
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* core.c */
 void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
 	__attribute__((format(printf, 3, 4)));
 void dp_ep_release(struct dp_ep *ep);
+/* Queue a completion of @ep's (the queue grows if it must). */
+void dp_ep_push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
+		uint64_t bytes);
 const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key);
-void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events);
-void dp_ep_read_hello(struct dp_ep *ep);
-void dp_ep_reap(struct dp_ctx *c);
 /* Hand held messages to posted recv buffers, oldest to oldest. */
 void dp_ep_match(struct dp_ep *ep);
+/* Free what an endpoint holds after gaps. */
+void dp_ep_drop_held(struct dp_ep *ep);
+
+/* tx.c */
+int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m);
+void dp_tx_open(struct dp_ep *ep, uint64_t now);
+void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
+	       uint64_t now);
+void dp_tx_progress(struct dp_ep *ep, uint64_t now);
+void dp_tx_flush(struct dp_ctx *c);
+/* An acknowledgement now: for a segment after a gap (a duplicate ack) */
+void dp_tx_ack_now(struct dp_ep *ep);
+/* the earliest time an endpoint's timers want a poll; UINT64_MAX: none */
+uint64_t dp_tx_deadline(const struct dp_ep *ep);
+
+/* hello.c */
+/* Send our hello on the control connection: 0 or a negative errno. */
+int dp_ep_send_hello(struct dp_ep *ep);
+/* Read what has come of the peer's hello; the whole of it opens @ep. */
+void dp_ep_read_hello(struct dp_ep *ep);
+
+/* rx.c */
+/* Take in one received packet: true if it keeps the mbuf. */
+bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now);
+
+/* ep.c */
+void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events);
+void dp_ep_reap(struct dp_ctx *c);
 /* the endpoint half of the ops table */
 int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		     socklen_t addrlen, void *user,
@@ -261,23 +312,5 @@ int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			size_t len, void *user);
 int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m,
 	       uint32_t kind, void *user, char *read_dst);
-
-/* rx.c */
-/* Take in one received packet: true if it keeps the mbuf. */
-bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now);
-/* Free what an endpoint holds after gaps. */
-void dp_rx_drop_held(struct dp_ep *ep);
-
-/* tx.c */
-int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m);
-void dp_tx_open(struct dp_ep *ep, uint64_t now);
-void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
-	       uint64_t now);
-void dp_tx_progress(struct dp_ep *ep, uint64_t now);
-void dp_tx_flush(struct dp_ctx *c);
-/* An acknowledgement now: for a segment after a gap (a duplicate ack) */
-void dp_tx_ack_now(struct dp_ep *ep);
-/* the earliest time an endpoint's timers want a poll; UINT64_MAX: none */
-uint64_t dp_tx_deadline(const struct dp_ep *ep);
 
 #endif /* KN_TRANSPORT_DPDK_H */

@@ -58,14 +58,6 @@ static unsigned int pool_serial;
  */
 static char eal_args[4096];
 
-uint64_t dp_now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 static void plog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void plog(const char *fmt, ...)

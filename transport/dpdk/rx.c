@@ -29,20 +29,6 @@ static bool in_range(uint64_t off, uint64_t len, uint64_t size)
 	return off <= size && len <= size - off;
 }
 
-static void push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
-		 uint64_t bytes)
-{
-	struct kn__tp_completion comp = {
-		.user = user,
-		.ep = &ep->base,
-		.op = op,
-		.imm = imm,
-		.bytes = bytes,
-	};
-
-	kn__tp_cq_push_grow(&dp_ep_ctx(ep)->cq, &comp, "dpdk");
-}
-
 /* The target of a one-sided segment: NULL (the endpoint failed) if the
  * grant, its rights or the range do not allow it. */
 static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
@@ -105,7 +91,7 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	ep->rx_next += h->len;
 	ep->rx_bytes += h->len;
 	if (h->flags & KN_DP_F_LAST) {
-		push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
+		dp_ep_push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
 		     ep->rx_bytes);
 		ep->rx_op = 0;
 	}
@@ -245,31 +231,11 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 			ep->rx_unexp = false;
 			dp_ep_match(ep);
 		} else {
-			push(ep, KN_TP_OP_RECV, ep->rx_recv.user, 0, h->total);
+			dp_ep_push(ep, KN_TP_OP_RECV, ep->rx_recv.user, 0,
+				   h->total);
 		}
 	}
 	return true;
-}
-
-void dp_ep_match(struct dp_ep *ep)
-{
-	while (ep->ux_head != ep->ux_tail && ep->rv_head != ep->rv_tail &&
-	       ep->state == DP_OPEN) {
-		struct dp_recv *m = &ep->unexp[ep->ux_head % DP_UNEXP];
-		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
-
-		if (m->len > r->len) {
-			dp_ep_fail(ep, -EMSGSIZE,
-				   "message of %u bytes for a recv buffer of "
-				   "%u", m->len, r->len);
-			return;
-		}
-		memcpy(r->buf, m->buf, m->len);
-		push(ep, KN_TP_OP_RECV, r->user, 0, m->len);
-		free(m->buf);
-		ep->ux_head++;
-		ep->rv_head++;
-	}
 }
 
 /* Deliver the next segment in sequence: false if it must wait (RNR). */
@@ -297,19 +263,6 @@ static bool deliver(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	ep->rcv_nxt++;
 	ep->ack_owed = true;
 	return true;
-}
-
-void dp_rx_drop_held(struct dp_ep *ep)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-
-	for (uint32_t i = 0; ep->nheld && i < DP_OOO; i++)
-		if (ep->ooo[i].m) {
-			rte_pktmbuf_free(ep->ooo[i].m);
-			ep->ooo[i].m = NULL;
-			ep->nheld--;
-			c->held--;
-		}
 }
 
 /* Segments held after a gap that the gap's filling made next. */
