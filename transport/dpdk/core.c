@@ -3,7 +3,7 @@
  * core.c - the dpdk provider's endpoint core: what an endpoint's queues
  * do whatever moves the packets.  Failure (every pending operation
  * completes with an error, once), the release of completions from the
- * head of the post ring in post order, the lookup of a grant by key,
+ * head of the post ring in post order, the lookup of a grant by key (swrdma.h),
  * messages held for recv buffers not yet posted, and the segments held
  * after a gap.
  *
@@ -108,17 +108,8 @@ void dp_ep_release(struct dp_ep *ep)
 	}
 	if (ep->state != DP_ERROR)
 		return;
-	while (ep->rv_head != ep->rv_tail) {
-		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
-
-		comp = (struct kn__tp_completion){ .user = r->user,
-						   .ep = &ep->base,
-						   .status = -ECANCELED,
-						   .op = KN_TP_OP_RECV };
-		if (!kn__tp_cq_push(cq, &comp))
-			return;
-		ep->rv_head++;
-	}
+	if (!kn__swr_rq_cancel(&ep->rq, cq, &ep->base))
+		return;
 	if (ep->disc_event) {
 		comp = (struct kn__tp_completion){ .user = ep->base.user,
 						   .ep = &ep->base,
@@ -145,33 +136,15 @@ void dp_ep_push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
 	kn__tp_cq_push_grow(&dp_ep_ctx(ep)->cq, &comp, "dpdk");
 }
 
-/* ---- grants ---- */
-
-const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key)
-{
-	uint32_t lo = 0, hi = ep->ngrants;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (ep->grants[mid].key == key)
-			return &ep->grants[mid];
-		if (ep->grants[mid].key < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
-}
-
 /* ---- held messages and segments ---- */
 
 void dp_ep_match(struct dp_ep *ep)
 {
-	while (ep->ux_head != ep->ux_tail && ep->rv_head != ep->rv_tail &&
+	while (ep->ux_head != ep->ux_tail && !kn__swr_rq_empty(&ep->rq) &&
 	       ep->state == DP_OPEN) {
-		struct dp_recv *m = &ep->unexp[ep->ux_head % DP_UNEXP];
-		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
+		struct kn__swr_recv *m = &ep->unexp[ep->ux_head % DP_UNEXP];
+		struct kn__swr_recv *r =
+			&ep->rq.v[ep->rq.head % KN_SWR_RQ_DEPTH];
 
 		if (m->len > r->len) {
 			dp_ep_fail(ep, -EMSGSIZE,
@@ -183,7 +156,7 @@ void dp_ep_match(struct dp_ep *ep)
 		dp_ep_push(ep, KN_TP_OP_RECV, r->user, 0, m->len);
 		free(m->buf);
 		ep->ux_head++;
-		ep->rv_head++;
+		ep->rq.head++;
 	}
 }
 

@@ -32,10 +32,10 @@
 #include <rte_mbuf.h>
 
 #include "packet.h"
+#include "swrdma.h"
 #include "transport_priv.h"
 
 #define DP_SQ_DEPTH  1024 /* posted operations per endpoint, in flight */
-#define DP_RQ_DEPTH  1024 /* posted recv buffers per endpoint */
 /* messages awaiting acknowledgement: our posts and answers to reads */
 #define DP_TXQ_DEPTH (2 * DP_SQ_DEPTH)
 #define DP_BURST     32
@@ -59,14 +59,6 @@ struct dp_mr {
 	bool dma_mapped; /* rte_extmem_register + rte_dev_dma_map done */
 	void *map_addr;	 /* the page-aligned range that was mapped */
 	size_t map_len;
-};
-
-/* A range of one of our regions that an endpoint's peer may touch. */
-struct dp_grant {
-	uint32_t key; /* random; unique among the endpoint's grants */
-	uint32_t access;
-	struct dp_mr *mr;
-	uint64_t off, len;
 };
 
 /* A posted write_imm, read or send, from post to release. */
@@ -97,12 +89,6 @@ struct dp_msg {
 	uint64_t off;
 	uint32_t seq0, nseg; /* nseg 0: not numbered yet (handshake) */
 	bool gone;	/* its region was deregistered under it */
-};
-
-struct dp_recv {
-	char *buf;
-	uint32_t len;
-	void *user;
 };
 
 enum dp_ep_state { DP_HANDSHAKE, DP_OPEN, DP_ERROR };
@@ -141,13 +127,11 @@ struct dp_ep {
 	struct kn__dp_addr peer;
 	uint32_t max_payload;	       /* the smaller of the two ends' */
 
-	struct dp_grant *grants; /* sorted by key */
-	uint32_t ngrants, grant_cap;
+	struct kn__swr_grants grants;
 
 	struct dp_op ops[DP_SQ_DEPTH]; /* ring: head released, tail */
 	uint32_t op_head, op_tail, rd_next;
-	struct dp_recv recvs[DP_RQ_DEPTH];
-	uint32_t rv_head, rv_tail;
+	struct kn__swr_rq rq; /* posted recv buffers */
 
 	/* the send stream */
 	struct dp_msg txq[DP_TXQ_DEPTH]; /* head: oldest unacknowledged */
@@ -170,9 +154,9 @@ struct dp_ep {
 	uint8_t rx_op; /* the message in progress, 0: none */
 	uint32_t rx_key, rx_total;
 	uint64_t rx_next, rx_bytes;
-	struct dp_recv rx_recv;
+	struct kn__swr_recv rx_recv;
 	bool rx_unexp;	/* rx_recv is ours: the message waits for a recv */
-	struct dp_recv unexp[DP_UNEXP]; /* ring of held messages */
+	struct kn__swr_recv unexp[DP_UNEXP]; /* ring of held messages */
 	uint32_t ux_head, ux_tail;
 	/* segments that came after a gap, by seq % DP_OOO */
 	struct dp_held {
@@ -254,7 +238,6 @@ void dp_ep_release(struct dp_ep *ep);
 /* Queue a completion of @ep's (the queue grows if it must). */
 void dp_ep_push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
 		uint64_t bytes);
-const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key);
 /* Hand held messages to posted recv buffers, oldest to oldest. */
 void dp_ep_match(struct dp_ep *ep);
 /* Free what an endpoint holds after gaps. */

@@ -141,7 +141,7 @@ static void ep_dealloc(struct dp_ep *ep)
 		free(ep->unexp[ep->ux_head % DP_UNEXP].buf);
 	if (ep->rx_unexp)
 		free(ep->rx_recv.buf);
-	free(ep->grants);
+	kn__swr_grants_fini(&ep->grants);
 	munmap(ep, sizeof(*ep));
 }
 
@@ -173,15 +173,7 @@ void dp_ep_close(struct kn__tp_ep *e)
 
 		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
 	}
-	for (; ep->rv_head != ep->rv_tail; ep->rv_head++) {
-		struct kn__tp_completion comp = {
-			.user = ep->recvs[ep->rv_head % DP_RQ_DEPTH].user,
-			.status = -ECANCELED,
-			.op = KN_TP_OP_RECV,
-		};
-
-		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
-	}
+	kn__swr_rq_drop(&ep->rq, &c->cq, "dpdk");
 	ep_dealloc(ep);
 }
 
@@ -377,39 +369,8 @@ int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 		       uint64_t len, uint32_t access,
 		       struct kn__tp_rdesc *rdesc)
 {
-	struct dp_ep *ep = dp_ep(e);
-	uint32_t key, pos;
-
-	if (ep->ngrants == ep->grant_cap) {
-		uint32_t n = ep->grant_cap ? 2 * ep->grant_cap : 8;
-		struct dp_grant *g = realloc(ep->grants, n * sizeof(*g));
-
-		if (!g)
-			return -ENOMEM;
-		ep->grants = g;
-		ep->grant_cap = n;
-	}
-	/* a key a peer cannot guess, and none it was given before */
-	do {
-		int ret = kn__tp_random(&key, sizeof(key));
-
-		if (ret)
-			return ret;
-	} while (!key || dp_grant_find(ep, key));
-	for (pos = ep->ngrants; pos && ep->grants[pos - 1].key > key; pos--)
-		ep->grants[pos] = ep->grants[pos - 1];
-	ep->grants[pos] = (struct dp_grant){
-		.key = key,
-		.access = access,
-		.mr = container_of(m, struct dp_mr, base),
-		.off = off,
-		.len = len,
-	};
-	ep->ngrants++;
-	*rdesc = (struct kn__tp_rdesc){
-		.addr = 0, .len = len, .key = key, .access = access
-	};
-	return 0;
+	return kn__swr_grant_add(&dp_ep(e)->grants, m, off, len, access, false,
+				 rdesc);
 }
 
 int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
@@ -495,15 +456,13 @@ int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			size_t len, void *user)
 {
 	struct dp_ep *ep = dp_ep(e);
+	int ret;
 
 	if (ep->state == DP_ERROR)
 		return -ENOTCONN;
-	if (ep->rv_tail - ep->rv_head == DP_RQ_DEPTH)
-		return -EAGAIN;
-	ep->recvs[ep->rv_tail++ % DP_RQ_DEPTH] = (struct dp_recv){
-		mr->addr + off, len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
-		user
-	};
+	ret = kn__swr_rq_post(&ep->rq, mr->addr + off, len, user);
+	if (ret)
+		return ret;
 	dp_ep_match(ep); /* a message that waited for it lands now */
 	return 0;
 }

@@ -526,12 +526,7 @@ static void dp_mr_dereg(struct kn__tp_mr *m)
 	uint64_t end = dp_now_ns() + 1000000000ull;
 
 	for (struct dp_ep *ep = c->eps; ep; ep = ep->next) {
-		uint32_t k = 0;
-
-		for (uint32_t i = 0; i < ep->ngrants; i++)
-			if (ep->grants[i].mr != mr)
-				ep->grants[k++] = ep->grants[i];
-		ep->ngrants = k;
+		kn__swr_grant_revoke(&ep->grants, m);
 		/* answers to reads from it that still await their
 		 * acknowledgement: fail the endpoint if one must go again */
 		for (uint32_t i = ep->tx_head; i != ep->tx_tail; i++)

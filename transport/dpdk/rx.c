@@ -34,7 +34,7 @@ static bool in_range(uint64_t off, uint64_t len, uint64_t size)
 static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
 		    uint64_t len, uint32_t right)
 {
-	const struct dp_grant *g = dp_grant_find(ep, h->key);
+	const struct kn__swr_grant *g = kn__swr_grant_find(&ep->grants, h->key);
 
 	if (!g || !(g->access & right)) {
 		dp_ep_fail(ep, -EPERM, "%s of key %#x, which it was not "
@@ -52,7 +52,7 @@ static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
 			   (unsigned long long)g->len);
 		return NULL;
 	}
-	return g->mr->base.addr + g->off + h->off;
+	return g->mr->addr + g->off + h->off;
 }
 
 /* A segment that does not continue the message in progress. */
@@ -100,7 +100,7 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
 {
 	const struct kn__dp_hdr *h = &p->h;
-	const struct dp_grant *g;
+	const struct kn__swr_grant *g;
 	struct dp_msg m;
 	char *src;
 
@@ -113,11 +113,11 @@ static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	src = target(ep, h, h->total, KN_TP_REMOTE_READ);
 	if (!src)
 		return;
-	g = dp_grant_find(ep, h->key);
+	g = kn__swr_grant_find(&ep->grants, h->key);
 	m = (struct dp_msg){ .op = KN_DP_READ_RESP,
 			     .op_idx = UINT32_MAX,
 			     .src = src,
-			     .mr = g->mr,
+			     .mr = container_of(g->mr, struct dp_mr, base),
 			     .len = h->total };
 	if (dp_tx_queue(ep, &m))
 		dp_ep_fail(ep, -EPROTO,
@@ -182,9 +182,10 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (out_of_place(ep, h))
 		return true;
 	if (h->flags & KN_DP_F_FIRST) {
-		if (ep->rv_head != ep->rv_tail &&
+		if (!kn__swr_rq_empty(&ep->rq) &&
 		    ep->ux_head == ep->ux_tail) {
-			ep->rx_recv = ep->recvs[ep->rv_head++ % DP_RQ_DEPTH];
+			ep->rx_recv =
+				ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
 			ep->rx_unexp = false;
 		} else if (h->total > c->base.max_msg) {
 			dp_ep_fail(ep, -EMSGSIZE, "message of %u bytes, above "
@@ -201,7 +202,7 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		}
 		if (h->total > ep->rx_recv.len) {
 			/* report the buffer with the failure, as tcp does */
-			ep->rv_head--;
+			ep->rq.head--;
 			dp_ep_fail(ep, -EMSGSIZE,
 				   "message of %u bytes for a recv buffer of "
 				   "%u", h->total, ep->rx_recv.len);

@@ -80,7 +80,7 @@ static struct tcp_ep *ep_alloc(void)
 
 void kn__tcp_ep_dealloc(struct tcp_ep *ep)
 {
-	free(ep->grants);
+	kn__swr_grants_fini(&ep->grants);
 	munmap(ep, sizeof(*ep));
 }
 
@@ -196,15 +196,7 @@ void kn__tcp_ep_free(struct tcp_ep *ep)
 
 		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
 	}
-	for (; ep->rv_head != ep->rv_tail; ep->rv_head++) {
-		struct kn__tp_completion comp = {
-			.user = ep->recvs[ep->rv_head % RQ_DEPTH].user,
-			.status = -ECANCELED,
-			.op = KN_TP_OP_RECV,
-		};
-
-		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
-	}
+	kn__swr_rq_drop(&ep->rq, &c->cq, "tcp");
 	close(ep->h.fd);
 	kn__tcp_ep_dealloc(ep);
 }
@@ -320,16 +312,13 @@ static int tcp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			 size_t len, void *user)
 {
 	struct tcp_ep *ep = tep(e);
-	struct recvbuf *r;
+	int ret;
 
 	if (ep->state == EP_ERROR)
 		return -ENOTCONN;
-	if (ep->rv_tail - ep->rv_head == RQ_DEPTH)
-		return -EAGAIN;
-	r = &ep->recvs[ep->rv_tail++ % RQ_DEPTH];
-	*r = (struct recvbuf){ mr->addr + off,
-			       len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
-			       user };
+	ret = kn__swr_rq_post(&ep->rq, mr->addr + off, len, user);
+	if (ret)
+		return ret;
 	if (ep->rx != RX_WAIT_RECV || ep->state != EP_OPEN)
 		return 0;
 	ep_ctx(ep)->drv->ep_recv_posted(ep); /* the paused message lands */
@@ -354,24 +343,13 @@ static int tcp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 	return 0;
 }
 
-/* Drop @ep's grants of @mr (a region going away). */
-static void ep_revoke(struct tcp_ep *ep, const struct tcp_mr *mr)
-{
-	uint32_t k = 0;
-
-	for (uint32_t i = 0; i < ep->ngrants; i++)
-		if (ep->grants[i].mr != mr)
-			ep->grants[k++] = ep->grants[i];
-	ep->ngrants = k;
-}
-
 static void tcp_mr_dereg(struct kn__tp_mr *m)
 {
 	struct tcp_mr *mr = container_of(m, struct tcp_mr, base);
 	struct tcp_ctx *c = tctx(m->ctx);
 
 	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next)
-		ep_revoke(ep, mr);
+		kn__swr_grant_revoke(&ep->grants, &mr->base);
 	if (mr->prev)
 		mr->prev->next = mr->next;
 	else
@@ -385,43 +363,8 @@ static int tcp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 			uint64_t len, uint32_t access,
 			struct kn__tp_rdesc *rdesc)
 {
-	struct tcp_ep *ep = tep(e);
-	uint32_t key, pos;
-
-	if (ep->ngrants == ep->grant_cap) {
-		uint32_t n = ep->grant_cap ? 2 * ep->grant_cap : 8;
-		struct grant *g = realloc(ep->grants, n * sizeof(*g));
-
-		if (!g)
-			return -ENOMEM;
-		ep->grants = g;
-		ep->grant_cap = n;
-	}
-	/* a key a peer cannot guess, and none it was given before */
-	do {
-		int ret = 0;
-
-		if (tctx(e->ctx)->test_keys)
-			key = (ep->ngrants + 1) * 0x100001u;
-		else
-			ret = kn__tp_random(&key, sizeof(key));
-		if (ret)
-			return ret;
-	} while (!key || kn__tcp_grant_find(ep, key));
-	for (pos = ep->ngrants; pos && ep->grants[pos - 1].key > key; pos--)
-		ep->grants[pos] = ep->grants[pos - 1];
-	ep->grants[pos] = (struct grant){
-		.key = key,
-		.access = access,
-		.mr = container_of(m, struct tcp_mr, base),
-		.off = off,
-		.len = len,
-	};
-	ep->ngrants++;
-	*rdesc = (struct kn__tp_rdesc){
-		.addr = 0, .len = len, .key = key, .access = access
-	};
-	return 0;
+	return kn__swr_grant_add(&tep(e)->grants, m, off, len, access,
+				 tctx(e->ctx)->test_keys, rdesc);
 }
 
 static int tcp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)

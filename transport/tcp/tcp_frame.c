@@ -130,17 +130,8 @@ void kn__tcp_ep_release(struct tcp_ep *ep)
 	}
 	if (ep->state != EP_ERROR)
 		return;
-	while (ep->rv_head != ep->rv_tail) {
-		struct recvbuf *r = &ep->recvs[ep->rv_head % RQ_DEPTH];
-
-		comp = (struct kn__tp_completion){ .user = r->user,
-						   .ep = &ep->base,
-						   .status = -ECANCELED,
-						   .op = KN_TP_OP_RECV };
-		if (!kn__tp_cq_push(&c->cq, &comp))
-			return;
-		ep->rv_head++;
-	}
+	if (!kn__swr_rq_cancel(&ep->rq, &c->cq, &ep->base))
+		return;
 	if (ep->disc_event) {
 		comp = (struct kn__tp_completion){ .user = ep->base.user,
 						   .ep = &ep->base,
@@ -241,34 +232,17 @@ void kn__tcp_tx_got(struct tcp_ep *ep, ssize_t n)
 
 /* ---- receive ---- */
 
-/* The grant of @ep's with @key, or NULL. */
-const struct grant *kn__tcp_grant_find(const struct tcp_ep *ep, uint32_t key)
-{
-	uint32_t lo = 0, hi = ep->ngrants;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (ep->grants[mid].key == key)
-			return &ep->grants[mid];
-		if (ep->grants[mid].key < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
-}
-
 /*
  * The local range a WRITE_IMM or READ_REQ names, or NULL (the endpoint
  * failed, logged): only what this endpoint's peer was granted.
  */
 static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 {
-	const struct grant *g = kn__tcp_grant_find(ep, ep->rh.region);
+	const struct kn__swr_grant *g =
+		kn__swr_grant_find(&ep->grants, ep->rh.region);
 	const char *what = right == KN_TP_REMOTE_WRITE ? "write" : "read";
 
-	if (!ep->ngrants) {
+	if (!ep->grants.n) {
 		kn__tcp_ep_fail(ep, -EACCES,
 			"one-sided %s before anything was granted to this "
 			"peer",
@@ -293,7 +267,7 @@ static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 			(unsigned long long)g->len, ep->rh.region);
 		return NULL;
 	}
-	return g->mr->base.addr + g->off + ep->rh.offset;
+	return g->mr->addr + g->off + ep->rh.offset;
 }
 
 /* The oldest read we sent that has no answer yet, or NULL. */
@@ -326,7 +300,8 @@ static void rx_complete(struct tcp_ep *ep)
 		return;
 	}
 	case T_RECV: {
-		struct recvbuf *r = &ep->recvs[ep->rv_head++ % RQ_DEPTH];
+		struct kn__swr_recv *r =
+			&ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
 
 		comp.op = KN_TP_OP_RECV;
 		comp.user = r->user;
@@ -394,14 +369,14 @@ static bool rx_start(struct tcp_ep *ep)
 		break;
 	}
 	case KN_WIRE_SEND: {
-		struct recvbuf *r;
+		struct kn__swr_recv *r;
 
-		if (ep->rv_head == ep->rv_tail) {
+		if (kn__swr_rq_empty(&ep->rq)) {
 			ep->rx = RX_WAIT_RECV; /* until a recv is posted */
 			ep_kick(ep);
 			return true;
 		}
-		r = &ep->recvs[ep->rv_head % RQ_DEPTH];
+		r = &ep->rq.v[ep->rq.head % KN_SWR_RQ_DEPTH];
 		if (h->length > r->len) {
 			kn__tcp_ep_fail(ep, -EMSGSIZE,
 				"message of %u bytes for a %u-byte recv",
@@ -430,7 +405,7 @@ static bool rx_start(struct tcp_ep *ep)
 bool kn__tcp_rx_want(struct tcp_ep *ep, char **dst, size_t *len)
 {
 	while (ep->state == EP_OPEN && ep->rx == RX_WAIT_RECV &&
-	       ep->rv_head != ep->rv_tail)
+	       !kn__swr_rq_empty(&ep->rq))
 		if (!rx_start(ep))
 			return false;
 	if (ep->state != EP_OPEN || ep->rx_owed || ep->rx == RX_WAIT_RECV)

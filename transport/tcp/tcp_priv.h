@@ -28,11 +28,11 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "swrdma.h"
 #include "transport_priv.h"
 #include "wire.h"
 
 #define SQ_DEPTH   1024 /* posted operations per endpoint, in flight */
-#define RQ_DEPTH   1024 /* posted recv buffers per endpoint */
 #define RECV_CHUNK (1u << 30)
 
 enum handle_kind { H_EP = 1, H_LISTENER };
@@ -53,14 +53,6 @@ struct handle {
 struct tcp_mr {
 	struct kn__tp_mr base;
 	struct tcp_mr *prev, *next; /* the context's, freed with it */
-};
-
-/* A range of one of our regions that an endpoint's peer may touch. */
-struct grant {
-	uint32_t key;	 /* random; unique among the endpoint's grants */
-	uint32_t access; /* KN_TP_REMOTE_* */
-	struct tcp_mr *mr;
-	uint64_t off, len;
 };
 
 struct tcp_listener {
@@ -98,12 +90,6 @@ struct resp {
 	uint32_t len;
 };
 
-struct recvbuf {
-	char *buf;
-	uint32_t len;
-	void *user;
-};
-
 enum ep_state { EP_CONNECTING, EP_OPEN, EP_ERROR };
 enum rx_state { RX_HDR, RX_WAIT_RECV, RX_PAYLOAD };
 enum rx_target { T_IMM, T_RECV, T_READ };
@@ -119,15 +105,13 @@ struct tcp_ep {
 	bool disc_event;    /* a DISCONNECT completion is owed */
 	uint32_t events;    /* epoll interest now registered */
 	char peer[64];
-	struct grant *grants; /* sorted by key */
-	uint32_t ngrants, grant_cap;
+	struct kn__swr_grants grants;
 
 	struct op ops[SQ_DEPTH]; /* ring: head released, sent, tail */
 	uint32_t op_head, op_sent, op_tail, rd_next;
 	struct resp resps[SQ_DEPTH];
 	uint32_t resp_head, resp_tail;
-	struct recvbuf recvs[RQ_DEPTH];
-	uint32_t rv_head, rv_tail;
+	struct kn__swr_rq rq; /* posted recv buffers */
 
 	enum tx_kind tx;      /* the frame on the wire */
 	size_t tx_done;	      /* its bytes sent so far */
@@ -280,9 +264,6 @@ bool kn__tcp_rx_want(struct tcp_ep *ep, char **dst, size_t *len);
 
 /* @n bytes arrived where rx_want said (0: end of stream; < 0: errno). */
 void kn__tcp_rx_got(struct tcp_ep *ep, ssize_t n);
-
-/* The grant of @ep's with @key, or NULL. */
-const struct grant *kn__tcp_grant_find(const struct tcp_ep *ep, uint32_t key);
 
 /* tcp.c: the endpoint and listener life cycle, for the drivers. */
 
