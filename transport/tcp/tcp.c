@@ -177,6 +177,7 @@ int kn__tcp_ep_connected(struct tcp_ep *ep)
 	}
 	ep->state = EP_OPEN;
 	ep_peer(ep);
+	ep_ready(ep); /* its CONNECT completion */
 	return 0;
 }
 
@@ -212,6 +213,7 @@ static void tcp_ep_close(struct kn__tp_ep *e)
 		c->eps = ep->next;
 	if (ep->next)
 		ep->next->prev = ep->prev;
+	ep_unready(ep);
 	c->drv->ep_close(ep);
 }
 
@@ -479,13 +481,20 @@ static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 		    int max)
 {
 	struct tcp_ctx *c = tctx(ctx);
+	struct tcp_ep *ep;
 	int ret, got;
 
 	ret = c->drv->progress(c);
 	if (ret)
 		return ret;
-	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next)
-		kn__tcp_ep_release(ep);
+	/* off the list first: releasing may make it ready again (kick) */
+	while ((ep = c->ready_head)) {
+		ep_unready(ep);
+		if (!kn__tcp_ep_release(ep)) {
+			ep_ready(ep); /* the queue is full: the next poll */
+			break;
+		}
+	}
 	got = kn__tp_cq_take(&c->cq, out, max);
 	if (c->drv->flush)
 		c->drv->flush(c);

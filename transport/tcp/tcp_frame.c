@@ -88,11 +88,12 @@ void kn__tcp_ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
 	ep->op_sent = ep->op_tail;
 	ep->resp_head = ep->resp_tail;
 	ep->rx_owed = false;
+	ep_ready(ep);
 }
 
 /* ---- release: ring head to the completion queue, in order ---- */
 
-void kn__tcp_ep_release(struct tcp_ep *ep)
+bool kn__tcp_ep_release(struct tcp_ep *ep)
 {
 	struct tcp_ctx *c = ep_ctx(ep);
 	struct kn__tp_completion comp = { .ep = &ep->base };
@@ -102,12 +103,12 @@ void kn__tcp_ep_release(struct tcp_ep *ep)
 		comp.user = ep->base.user;
 		comp.status = ep->state == EP_ERROR ? ep->error : 0;
 		if (!kn__tp_cq_push(&c->cq, &comp))
-			return;
+			return false;
 		ep->connect_event = false;
 	}
 	if (ep->rx_owed) {
 		if (!kn__tp_cq_push(&c->cq, &ep->rx_comp))
-			return;
+			return false;
 		ep->rx_owed = false;
 		ep_kick(ep);
 	}
@@ -125,21 +126,23 @@ void kn__tcp_ep_release(struct tcp_ep *ep)
 			.bytes = op->status ? 0 : op->bytes,
 		};
 		if (!kn__tp_cq_push(&c->cq, &comp))
-			return;
+			return false;
 		ep->op_head++;
 	}
 	if (ep->state != EP_ERROR)
-		return;
+		return true;
 	if (!kn__swr_rq_cancel(&ep->rq, &c->cq, &ep->base))
-		return;
+		return false;
 	if (ep->disc_event) {
 		comp = (struct kn__tp_completion){ .user = ep->base.user,
 						   .ep = &ep->base,
 						   .status = ep->error,
 						   .op = KN_TP_OP_DISCONNECT };
-		if (kn__tp_cq_push(&c->cq, &comp))
-			ep->disc_event = false;
+		if (!kn__tp_cq_push(&c->cq, &comp))
+			return false;
+		ep->disc_event = false;
 	}
+	return true;
 }
 
 /* ---- transmit ---- */
@@ -223,8 +226,10 @@ void kn__tcp_tx_got(struct tcp_ep *ep, ssize_t n)
 		 * send when the kernel has let go of the buffer.
 		 */
 		op->sent = true;
-		if (op->kind != KN_TP_OP_READ && !op->zc_refs)
+		if (op->kind != KN_TP_OP_READ && !op->zc_refs) {
 			op->done = true;
+			ep_ready(ep);
+		}
 		ep->op_sent++;
 	}
 	ep->tx = TX_NONE;
@@ -297,6 +302,7 @@ static void rx_complete(struct tcp_ep *ep)
 
 		op->done = true;
 		ep->rd_next++;
+		ep_ready(ep);
 		return;
 	}
 	case T_RECV: {
@@ -318,6 +324,7 @@ static void rx_complete(struct tcp_ep *ep)
 	if (!kn__tp_cq_push(&ep_ctx(ep)->cq, &comp)) {
 		ep->rx_comp = comp;
 		ep->rx_owed = true;
+		ep_ready(ep);
 	}
 }
 

@@ -135,6 +135,10 @@ struct tcp_ep {
 	bool cancel_owed;  /* its cancel waits for room in the SQ */
 	bool zc;	   /* zero-copy sends pay off: the peer is not local */
 	uint32_t inflight; /* completions still to come */
+
+	/* on the context's ready list: it may have completions to release */
+	bool ready;
+	struct tcp_ep *ready_prev, *ready_next;
 };
 
 struct tcp_driver;
@@ -148,6 +152,9 @@ struct tcp_ctx {
 	bool test_keys;	  /* KN_TP_CTX_TEST_KEYS */
 	bool zc_loopback; /* KN_TP_CTX_ZC_LOOPBACK */
 	struct tcp_ep *eps;
+	/* the endpoints that may have completions to release, oldest
+	 * first: poll visits these, not every endpoint */
+	struct tcp_ep *ready_head, *ready_tail;
 	struct tcp_listener *listeners;
 };
 
@@ -218,6 +225,45 @@ static inline struct tcp_ctx *ep_ctx(const struct tcp_ep *ep)
 	return tctx(ep->base.ctx);
 }
 
+/*
+ * @ep may have something to release now (an operation done, an owed
+ * completion, a state change): put it on its context's ready list for
+ * the next poll.  A closing endpoint is gone from the list for good.
+ */
+static inline void ep_ready(struct tcp_ep *ep)
+{
+	struct tcp_ctx *c = ep_ctx(ep);
+
+	if (ep->ready || ep->closing)
+		return;
+	ep->ready = true;
+	ep->ready_next = NULL;
+	ep->ready_prev = c->ready_tail;
+	if (c->ready_tail)
+		c->ready_tail->ready_next = ep;
+	else
+		c->ready_head = ep;
+	c->ready_tail = ep;
+}
+
+/* Take @ep off its context's ready list, if it is there. */
+static inline void ep_unready(struct tcp_ep *ep)
+{
+	struct tcp_ctx *c = ep_ctx(ep);
+
+	if (!ep->ready)
+		return;
+	ep->ready = false;
+	if (ep->ready_prev)
+		ep->ready_prev->ready_next = ep->ready_next;
+	else
+		c->ready_head = ep->ready_next;
+	if (ep->ready_next)
+		ep->ready_next->ready_prev = ep->ready_prev;
+	else
+		c->ready_tail = ep->ready_prev;
+}
+
 /* After the endpoint's state changed: ask for what it can do now. */
 static inline void ep_kick(struct tcp_ep *ep)
 {
@@ -244,8 +290,11 @@ void kn__tcp_ep_log(const struct tcp_ep *ep, const char *fmt, ...)
 void kn__tcp_ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Move @ep's finished work to the completion queue, in order. */
-void kn__tcp_ep_release(struct tcp_ep *ep);
+/*
+ * Move @ep's finished work to the completion queue, in order: false when
+ * the queue filled before all of it went.
+ */
+bool kn__tcp_ep_release(struct tcp_ep *ep);
 
 /*
  * The next bytes to send, as ep->tx_msg over ep->tx_iov, or false when

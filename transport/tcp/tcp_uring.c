@@ -378,11 +378,14 @@ static void uring_complete(struct uring_ctx *u, const struct io_uring_cqe *cqe)
 			if (--op->zc_refs == 0 && op->sent &&
 			    op->kind != KN_TP_OP_READ)
 				op->done = true;
+			ep_ready(ep); /* released once zc_refs is 0 */
 		}
 		return;
 	}
-	if (r->kind == R_TX_ZC && !more && r != &ep->zresp_req)
+	if (r->kind == R_TX_ZC && !more && r != &ep->zresp_req) {
 		container_of(r, struct op, zreq)->zc_refs--; /* no notif */
+		ep_ready(ep);
+	}
 	if (ep->closing || ep->state == EP_ERROR) {
 		ep->rx_inflight &= r->kind != R_RX;
 		ep->tx_inflight &= r->kind == R_RX || r->kind == R_CONNECT;
