@@ -3,9 +3,10 @@
  * core.c - the dpdk provider's endpoint core: what an endpoint's queues
  * do whatever moves the packets.  Failure (every pending operation
  * completes with an error, once), the release of completions from the
- * head of the post ring in post order, the lookup of a grant by key (swrdma.h),
- * messages held for recv buffers not yet posted, and the segments held
- * after a gap.
+ * head of the post ring in post order, messages held for recv buffers
+ * not yet posted, and the segments held after a gap.  The grant table
+ * and the queue of posted recv buffers are the ones tcp has too
+ * (swrdma.h).
  *
  * The bottom of the provider's files but packet.c: it calls nothing of
  * theirs, and they all call it (dpdk.h has the order).

@@ -12,9 +12,12 @@
  *     rx.c   what arrives: decode, match to an endpoint, deliver
  *   hello.c  the handshake over the control connection
  *     tx.c   segmentation, the window, acknowledgements, retransmission
- *   core.c   an endpoint's queues: failure, release in post order, grant
- *            lookup, held messages and segments
+ *   core.c   an endpoint's queues: failure, release in post order, held
+ *            messages and segments
  * packet.c   the wire format, pure functions over bytes (packet.h)
+ *
+ * Below them all, transport/swrdma.c: the grant table and the recv queue,
+ * shared with the tcp provider.
  *
  * port.c uses ep.c, rx.c, tx.c and core.c; ep.c uses hello.c, tx.c and
  * core.c; rx.c uses hello.c, tx.c, core.c and packet.c; hello.c uses

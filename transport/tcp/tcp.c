@@ -16,8 +16,11 @@
  *
  * Progress happens in kn__tp_poll(): the driver (tcp_epoll.c or
  * tcp_uring.c, chosen when the context is created; see tcp_priv.h)
- * handles what is ready, then each endpoint's finished work moves to a
- * completion queue ring that poll drains.
+ * handles what is ready, then the finished work of the endpoints on the
+ * context's ready list (those that may have some: ep_ready) moves to a
+ * completion queue ring that poll drains.  Grants and the queue of
+ * posted recv buffers are the ones the dpdk provider has too
+ * (swrdma.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>

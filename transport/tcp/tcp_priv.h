@@ -15,10 +15,13 @@
  * and reached through the const table in ctx->drv, as Redis's ae.c
  * reaches ae_epoll.c: the framing code never names one.
  *
- * The drivers only call into the framing (tx_want/tx_got, rx_want/
- * rx_got) and the endpoint life cycle (kn__tcp_ep_connected,
- * kn__tcp_ep_free); the framing calls back into the driver only through
- * ep_kick() and the table's hooks.
+ * The grant table and the queue of posted recv buffers are swrdma.h's,
+ * shared with the dpdk provider.
+ *
+ * The drivers call only what this header declares: the framing's
+ * tx_want/tx_got and rx_want/rx_got, failure, the ready list, and the
+ * life cycle of endpoints and listeners; the framing calls back into the
+ * driver only through ep_kick() and the table's hooks.
  */
 #ifndef KN_TCP_PRIV_H
 #define KN_TCP_PRIV_H
