@@ -72,23 +72,24 @@ void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
 	ep->tx_head = ep->tx_cur = ep->tx_tail;
 	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end;
 	ep->ack_owed = ep->rnr_owed = false;
+	dp_ep_ready(ep);
 }
 
 /* ---- release: ring head to the completion queue, in order ---- */
 
-void dp_ep_release(struct dp_ep *ep)
+bool dp_ep_release(struct dp_ep *ep)
 {
 	struct kn__tp_cq *cq = &dp_ep_ctx(ep)->cq;
 	struct kn__tp_completion comp = { .ep = &ep->base };
 
 	if (ep->hidden)
-		return;
+		return true;
 	if (ep->connect_event && ep->state != DP_HANDSHAKE) {
 		comp.op = KN_TP_OP_CONNECT;
 		comp.user = ep->base.user;
 		comp.status = ep->state == DP_ERROR ? ep->error : 0;
 		if (!kn__tp_cq_push(cq, &comp))
-			return;
+			return false;
 		ep->connect_event = false;
 	}
 	while (ep->op_head != ep->op_tail) {
@@ -104,21 +105,23 @@ void dp_ep_release(struct dp_ep *ep)
 			.bytes = op->status ? 0 : op->bytes,
 		};
 		if (!kn__tp_cq_push(cq, &comp))
-			return;
+			return false;
 		ep->op_head++;
 	}
 	if (ep->state != DP_ERROR)
-		return;
+		return true;
 	if (!kn__swr_rq_cancel(&ep->rq, cq, &ep->base))
-		return;
+		return false;
 	if (ep->disc_event) {
 		comp = (struct kn__tp_completion){ .user = ep->base.user,
 						   .ep = &ep->base,
 						   .status = ep->error,
 						   .op = KN_TP_OP_DISCONNECT };
-		if (kn__tp_cq_push(cq, &comp))
-			ep->disc_event = false;
+		if (!kn__tp_cq_push(cq, &comp))
+			return false;
+		ep->disc_event = false;
 	}
+	return true;
 }
 
 /* ---- completions ---- */

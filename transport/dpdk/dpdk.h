@@ -108,6 +108,9 @@ struct dp_ep {
 	struct kn__tp_ep base;
 	struct dp_handle h;  /* the control connection */
 	struct dp_ep *prev, *next;
+	/* on the context's ready list: it may have completions to release */
+	bool ready;
+	struct dp_ep *ready_prev, *ready_next;
 	enum dp_ep_state state;
 	bool client;	     /* we connected (else a listener accepted) */
 	bool connected;	     /* the control connection is up */
@@ -192,6 +195,9 @@ struct dp_ctx {
 	struct kn__tp_cq cq;
 	struct dp_mr *mrs;
 	struct dp_ep *eps;
+	/* the endpoints that may have completions to release, oldest
+	 * first: poll visits these, not every endpoint */
+	struct dp_ep *ready_head, *ready_tail;
 	struct dp_listener *listeners;
 	struct dp_ep **tab; /* by endpoint id */
 	uint32_t tab_cap;
@@ -232,12 +238,51 @@ static inline uint64_t dp_now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/*
+ * @ep may have something to release now (an operation done, a failure):
+ * put it on its context's ready list for the next poll.
+ */
+static inline void dp_ep_ready(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	if (ep->ready)
+		return;
+	ep->ready = true;
+	ep->ready_next = NULL;
+	ep->ready_prev = c->ready_tail;
+	if (c->ready_tail)
+		c->ready_tail->ready_next = ep;
+	else
+		c->ready_head = ep;
+	c->ready_tail = ep;
+}
+
+/* Take @ep off its context's ready list, if it is there. */
+static inline void dp_ep_unready(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	if (!ep->ready)
+		return;
+	ep->ready = false;
+	if (ep->ready_prev)
+		ep->ready_prev->ready_next = ep->ready_next;
+	else
+		c->ready_head = ep->ready_next;
+	if (ep->ready_next)
+		ep->ready_next->ready_prev = ep->ready_prev;
+	else
+		c->ready_tail = ep->ready_prev;
+}
+
 /* core.c */
 void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
 	__attribute__((format(printf, 3, 4)));
-void dp_ep_release(struct dp_ep *ep);
+/* Release @ep's finished work in order: false when the queue filled. */
+bool dp_ep_release(struct dp_ep *ep);
 /* Queue a completion of @ep's (the queue grows if it must). */
 void dp_ep_push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
 		uint64_t bytes);

@@ -129,6 +129,7 @@ static void ep_unlink(struct dp_ep *ep)
 	if (ep->next)
 		ep->next->prev = ep->prev;
 	c->tab[ep->id] = NULL;
+	dp_ep_unready(ep);
 	if (ep->state != DP_ERROR)
 		epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
 	close(ep->h.fd);

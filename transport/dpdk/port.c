@@ -628,6 +628,7 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	struct rte_mbuf *pkts[DP_BURST];
 	uint64_t now = dp_now_ns();
 	unsigned int got = 0;
+	struct dp_ep *rep;
 	int n;
 
 	for (int round = 0; round < 8; round++) {
@@ -645,8 +646,15 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
 		dp_tx_progress(ep, now);
 	dp_tx_flush(c);
-	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
-		dp_ep_release(ep);
+	/* off the list first, and back on (the next poll) if the queue
+	 * filled before all of it went */
+	while ((rep = c->ready_head)) {
+		dp_ep_unready(rep);
+		if (!dp_ep_release(rep)) {
+			dp_ep_ready(rep);
+			break;
+		}
+	}
 	dp_ep_reap(c);
 	n = kn__tp_cq_take(&c->cq, out, max);
 	if (!n)

@@ -165,6 +165,7 @@ static void on_read_resp(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		op->bytes = op->len;
 		ep->rx_op = 0;
 		ep->rd_next++;
+		dp_ep_ready(ep);
 	}
 }
 
