@@ -1,10 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dpdk.h - what the files of the dpdk provider share: its objects and
- * the functions that cross files (port.c: the context, the port, regions
- * and the poll loop; ep.c: endpoints, their control connection, posts
- * and completions; rx.c: what arrives; tx.c: segmentation, the window,
- * acknowledgements and retransmission).  The design is in docs/dpdk.md.
+ * the functions that cross files.  The design is in docs/dpdk.md.
+ *
+ * The files call each other in one direction only, each using just the
+ * ones below it (a DAG, no cycle):
+ *
+ *   port.c   the context, the port, regions, the poll loop, the ops table
+ *     ep.c   endpoints: making and freeing, the control connection,
+ *            listeners, grants, posts
+ *     rx.c   what arrives: decode, match to an endpoint, deliver
+ *   hello.c  the handshake over the control connection
+ *     tx.c   segmentation, the window, acknowledgements, retransmission
+ *   core.c   an endpoint's queues: failure, release in post order, held
+ *            messages and segments
+ * packet.c   the wire format, pure functions over bytes (packet.h)
+ *
+ * Below them all, transport/swrdma.c: the grant table and the recv queue,
+ * shared with the tcp provider.
+ *
+ * port.c uses ep.c, rx.c, tx.c and core.c; ep.c uses hello.c, tx.c and
+ * core.c; rx.c uses hello.c, tx.c, core.c and packet.c; hello.c uses
+ * tx.c and core.c; tx.c uses core.c and packet.c.  A function that a
+ * lower file would need from a higher one belongs lower.
  */
 #ifndef KN_TRANSPORT_DPDK_H
 #define KN_TRANSPORT_DPDK_H
@@ -12,14 +30,15 @@
 #include <net/if.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <rte_mbuf.h>
 
 #include "packet.h"
+#include "swrdma.h"
 #include "transport_priv.h"
 
 #define DP_SQ_DEPTH  1024 /* posted operations per endpoint, in flight */
-#define DP_RQ_DEPTH  1024 /* posted recv buffers per endpoint */
 /* messages awaiting acknowledgement: our posts and answers to reads */
 #define DP_TXQ_DEPTH (2 * DP_SQ_DEPTH)
 #define DP_BURST     32
@@ -43,14 +62,6 @@ struct dp_mr {
 	bool dma_mapped; /* rte_extmem_register + rte_dev_dma_map done */
 	void *map_addr;	 /* the page-aligned range that was mapped */
 	size_t map_len;
-};
-
-/* A range of one of our regions that an endpoint's peer may touch. */
-struct dp_grant {
-	uint32_t key; /* random; unique among the endpoint's grants */
-	uint32_t access;
-	struct dp_mr *mr;
-	uint64_t off, len;
 };
 
 /* A posted write_imm, read or send, from post to release. */
@@ -83,12 +94,6 @@ struct dp_msg {
 	bool gone;	/* its region was deregistered under it */
 };
 
-struct dp_recv {
-	char *buf;
-	uint32_t len;
-	void *user;
-};
-
 enum dp_ep_state { DP_HANDSHAKE, DP_OPEN, DP_ERROR };
 
 /* What an epoll event of the context is about. */
@@ -103,6 +108,9 @@ struct dp_ep {
 	struct kn__tp_ep base;
 	struct dp_handle h;  /* the control connection */
 	struct dp_ep *prev, *next;
+	/* on the context's ready list: it may have completions to release */
+	bool ready;
+	struct dp_ep *ready_prev, *ready_next;
 	enum dp_ep_state state;
 	bool client;	     /* we connected (else a listener accepted) */
 	bool connected;	     /* the control connection is up */
@@ -125,13 +133,11 @@ struct dp_ep {
 	struct kn__dp_addr peer;
 	uint32_t max_payload;	       /* the smaller of the two ends' */
 
-	struct dp_grant *grants; /* sorted by key */
-	uint32_t ngrants, grant_cap;
+	struct kn__swr_grants grants;
 
 	struct dp_op ops[DP_SQ_DEPTH]; /* ring: head released, tail */
 	uint32_t op_head, op_tail, rd_next;
-	struct dp_recv recvs[DP_RQ_DEPTH];
-	uint32_t rv_head, rv_tail;
+	struct kn__swr_rq rq; /* posted recv buffers */
 
 	/* the send stream */
 	struct dp_msg txq[DP_TXQ_DEPTH]; /* head: oldest unacknowledged */
@@ -154,9 +160,9 @@ struct dp_ep {
 	uint8_t rx_op; /* the message in progress, 0: none */
 	uint32_t rx_key, rx_total;
 	uint64_t rx_next, rx_bytes;
-	struct dp_recv rx_recv;
+	struct kn__swr_recv rx_recv;
 	bool rx_unexp;	/* rx_recv is ours: the message waits for a recv */
-	struct dp_recv unexp[DP_UNEXP]; /* ring of held messages */
+	struct kn__swr_recv unexp[DP_UNEXP]; /* ring of held messages */
 	uint32_t ux_head, ux_tail;
 	/* segments that came after a gap, by seq % DP_OOO */
 	struct dp_held {
@@ -189,6 +195,9 @@ struct dp_ctx {
 	struct kn__tp_cq cq;
 	struct dp_mr *mrs;
 	struct dp_ep *eps;
+	/* the endpoints that may have completions to release, oldest
+	 * first: poll visits these, not every endpoint */
+	struct dp_ep *ready_head, *ready_tail;
 	struct dp_listener *listeners;
 	struct dp_ep **tab; /* by endpoint id */
 	uint32_t tab_cap;
@@ -220,20 +229,93 @@ static inline struct dp_ctx *dp_ep_ctx(const struct dp_ep *ep)
 	return dp_ctx(ep->base.ctx);
 }
 
-uint64_t dp_now_ns(void);
+/* The monotonic clock, in ns: every timer of the provider runs on it. */
+static inline uint64_t dp_now_ns(void)
+{
+	struct timespec t;
 
-/* ep.c */
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * @ep may have something to release now (an operation done, a failure):
+ * put it on its context's ready list for the next poll.
+ */
+static inline void dp_ep_ready(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	if (ep->ready)
+		return;
+	ep->ready = true;
+	ep->ready_next = NULL;
+	ep->ready_prev = c->ready_tail;
+	if (c->ready_tail)
+		c->ready_tail->ready_next = ep;
+	else
+		c->ready_head = ep;
+	c->ready_tail = ep;
+}
+
+/* Take @ep off its context's ready list, if it is there. */
+static inline void dp_ep_unready(struct dp_ep *ep)
+{
+	struct dp_ctx *c = dp_ep_ctx(ep);
+
+	if (!ep->ready)
+		return;
+	ep->ready = false;
+	if (ep->ready_prev)
+		ep->ready_prev->ready_next = ep->ready_next;
+	else
+		c->ready_head = ep->ready_next;
+	if (ep->ready_next)
+		ep->ready_next->ready_prev = ep->ready_prev;
+	else
+		c->ready_tail = ep->ready_prev;
+}
+
+/* core.c */
 void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
 	__attribute__((format(printf, 3, 4)));
-void dp_ep_release(struct dp_ep *ep);
-const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key);
-void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events);
-void dp_ep_read_hello(struct dp_ep *ep);
-void dp_ep_reap(struct dp_ctx *c);
+/* Release @ep's finished work in order: false when the queue filled. */
+bool dp_ep_release(struct dp_ep *ep);
+/* Queue a completion of @ep's (the queue grows if it must). */
+void dp_ep_push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
+		uint64_t bytes);
 /* Hand held messages to posted recv buffers, oldest to oldest. */
 void dp_ep_match(struct dp_ep *ep);
+/* Free what an endpoint holds after gaps. */
+void dp_ep_drop_held(struct dp_ep *ep);
+
+/* tx.c */
+int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m);
+void dp_tx_open(struct dp_ep *ep, uint64_t now);
+void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
+	       uint64_t now);
+void dp_tx_progress(struct dp_ep *ep, uint64_t now);
+void dp_tx_flush(struct dp_ctx *c);
+/* An acknowledgement now: for a segment after a gap (a duplicate ack) */
+void dp_tx_ack_now(struct dp_ep *ep);
+/* the earliest time an endpoint's timers want a poll; UINT64_MAX: none */
+uint64_t dp_tx_deadline(const struct dp_ep *ep);
+
+/* hello.c */
+/* Send our hello on the control connection: 0 or a negative errno. */
+int dp_ep_send_hello(struct dp_ep *ep);
+/* Read what has come of the peer's hello; the whole of it opens @ep. */
+void dp_ep_read_hello(struct dp_ep *ep);
+
+/* rx.c */
+/* Take in one received packet: true if it keeps the mbuf. */
+bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now);
+
+/* ep.c */
+void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events);
+void dp_ep_reap(struct dp_ctx *c);
 /* the endpoint half of the ops table */
 int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		     socklen_t addrlen, void *user,
@@ -261,23 +343,5 @@ int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			size_t len, void *user);
 int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m,
 	       uint32_t kind, void *user, char *read_dst);
-
-/* rx.c */
-/* Take in one received packet: true if it keeps the mbuf. */
-bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now);
-/* Free what an endpoint holds after gaps. */
-void dp_rx_drop_held(struct dp_ep *ep);
-
-/* tx.c */
-int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m);
-void dp_tx_open(struct dp_ep *ep, uint64_t now);
-void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
-	       uint64_t now);
-void dp_tx_progress(struct dp_ep *ep, uint64_t now);
-void dp_tx_flush(struct dp_ctx *c);
-/* An acknowledgement now: for a segment after a gap (a duplicate ack) */
-void dp_tx_ack_now(struct dp_ep *ep);
-/* the earliest time an endpoint's timers want a poll; UINT64_MAX: none */
-uint64_t dp_tx_deadline(const struct dp_ep *ep);
 
 #endif /* KN_TRANSPORT_DPDK_H */

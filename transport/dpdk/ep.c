@@ -1,29 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ep.c - the dpdk provider's endpoints: the control connection that
- * sets each one up, posts, failure and completions.
+ * ep.c - the dpdk provider's endpoints: making and freeing them, the
+ * control connection that sets each one up, listeners, grants and
+ * posts.
  *
  * An endpoint starts as a kernel TCP connection to the address the
  * caller names (kn__tp_listen / kn__tp_connect take the same addresses
- * as with tcp).  Over it the two ends swap one hello each: MAC, IPv4
- * address and UDP port of their DPDK port, the endpoint id and the
- * random token the other end must put in every packet, the initial
- * sequence number of their send stream and the largest segment payload
- * they take.  From then on data goes over the port only.  The connection
- * stays open and quiet: it closing (the peer closed the endpoint, or its
- * process died) is how the end of an endpoint is noticed at once, while
- * a peer that vanishes without its kernel noticing is caught by the
- * retransmission timeout (tx.c).
+ * as with tcp).  Over it the two ends swap one hello each (hello.c):
+ * MAC, IPv4 address and UDP port of their DPDK port, the endpoint id
+ * and the random token the other end must put in every packet, the
+ * initial sequence number of their send stream and the largest segment
+ * payload they take.  From then on data goes over the port only.  The
+ * connection stays open and quiet: it closing (the peer closed the
+ * endpoint, or its process died) is how the end of an endpoint is
+ * noticed at once, while a peer that vanishes without its kernel
+ * noticing is caught by the retransmission timeout (tx.c).
  *
  * Posted operations live in a per-endpoint ring in post order and are
- * released to the completion queue from its head, as in the tcp
- * provider: completions come back in post order.
+ * released to the completion queue from its head (core.c), as in the
+ * tcp provider: completions come back in post order.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,118 +33,6 @@
 #include <unistd.h>
 
 #include "dpdk.h"
-#include "wire.h"
-
-#define HELLO_MAGIC   0x48444e4bu /* "KNDH" */
-#define HELLO_VERSION 1u
-#define MIN_PAYLOAD   256u
-
-/* ---- logging ---- */
-
-void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	kn__tp_peer_vlog("dpdk", ep->peer_name, fmt, ap);
-	va_end(ap);
-}
-
-/* ---- failure ---- */
-
-void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-	bool first = true;
-	char msg[256];
-	va_list ap;
-
-	if (ep->state == DP_ERROR)
-		return;
-	va_start(ap, why);
-	vsnprintf(msg, sizeof(msg), why, ap);
-	va_end(ap);
-	if (err != -ECONNRESET && err != -ECONNREFUSED && kn__tp_fail_log_ok())
-		dp_ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
-	if (ep->client && !ep->connect_event && ep->state == DP_HANDSHAKE)
-		ep->connect_event = true;
-	else if (!ep->hidden)
-		ep->disc_event = true;
-	ep->state = DP_ERROR;
-	ep->error = err;
-	/* the peer's control connection closes: it fails its end too */
-	epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
-	shutdown(ep->h.fd, SHUT_RDWR);
-	for (uint32_t i = ep->op_head; i != ep->op_tail; i++) {
-		struct dp_op *op = &ep->ops[i % DP_SQ_DEPTH];
-
-		if (op->done)
-			continue;
-		op->done = true;
-		op->status = first ? err : -ECANCELED;
-		first = false;
-	}
-	dp_rx_drop_held(ep);
-	ep->tx_head = ep->tx_cur = ep->tx_tail;
-	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end;
-	ep->ack_owed = ep->rnr_owed = false;
-}
-
-/* ---- release: ring head to the completion queue, in order ---- */
-
-void dp_ep_release(struct dp_ep *ep)
-{
-	struct kn__tp_cq *cq = &dp_ep_ctx(ep)->cq;
-	struct kn__tp_completion comp = { .ep = &ep->base };
-
-	if (ep->hidden)
-		return;
-	if (ep->connect_event && ep->state != DP_HANDSHAKE) {
-		comp.op = KN_TP_OP_CONNECT;
-		comp.user = ep->base.user;
-		comp.status = ep->state == DP_ERROR ? ep->error : 0;
-		if (!kn__tp_cq_push(cq, &comp))
-			return;
-		ep->connect_event = false;
-	}
-	while (ep->op_head != ep->op_tail) {
-		struct dp_op *op = &ep->ops[ep->op_head % DP_SQ_DEPTH];
-
-		if (!op->done)
-			break;
-		comp = (struct kn__tp_completion){
-			.user = op->user,
-			.ep = &ep->base,
-			.status = op->status,
-			.op = op->kind,
-			.bytes = op->status ? 0 : op->bytes,
-		};
-		if (!kn__tp_cq_push(cq, &comp))
-			return;
-		ep->op_head++;
-	}
-	if (ep->state != DP_ERROR)
-		return;
-	while (ep->rv_head != ep->rv_tail) {
-		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
-
-		comp = (struct kn__tp_completion){ .user = r->user,
-						   .ep = &ep->base,
-						   .status = -ECANCELED,
-						   .op = KN_TP_OP_RECV };
-		if (!kn__tp_cq_push(cq, &comp))
-			return;
-		ep->rv_head++;
-	}
-	if (ep->disc_event) {
-		comp = (struct kn__tp_completion){ .user = ep->base.user,
-						   .ep = &ep->base,
-						   .status = ep->error,
-						   .op = KN_TP_OP_DISCONNECT };
-		if (kn__tp_cq_push(cq, &comp))
-			ep->disc_event = false;
-	}
-}
 
 /* ---- endpoints: making, freeing ---- */
 
@@ -241,6 +129,7 @@ static void ep_unlink(struct dp_ep *ep)
 	if (ep->next)
 		ep->next->prev = ep->prev;
 	c->tab[ep->id] = NULL;
+	dp_ep_unready(ep);
 	if (ep->state != DP_ERROR)
 		epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
 	close(ep->h.fd);
@@ -248,12 +137,12 @@ static void ep_unlink(struct dp_ep *ep)
 
 static void ep_dealloc(struct dp_ep *ep)
 {
-	dp_rx_drop_held(ep);
+	dp_ep_drop_held(ep);
 	for (; ep->ux_head != ep->ux_tail; ep->ux_head++)
 		free(ep->unexp[ep->ux_head % DP_UNEXP].buf);
 	if (ep->rx_unexp)
 		free(ep->rx_recv.buf);
-	free(ep->grants);
+	kn__swr_grants_fini(&ep->grants);
 	munmap(ep, sizeof(*ep));
 }
 
@@ -285,15 +174,7 @@ void dp_ep_close(struct kn__tp_ep *e)
 
 		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
 	}
-	for (; ep->rv_head != ep->rv_tail; ep->rv_head++) {
-		struct kn__tp_completion comp = {
-			.user = ep->recvs[ep->rv_head % DP_RQ_DEPTH].user,
-			.status = -ECANCELED,
-			.op = KN_TP_OP_RECV,
-		};
-
-		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
-	}
+	kn__swr_rq_drop(&ep->rq, &c->cq, "dpdk");
 	ep_dealloc(ep);
 }
 
@@ -307,110 +188,6 @@ static void name_peer(struct dp_ep *ep)
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0)
 		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer_name,
 			  sizeof(ep->peer_name));
-}
-
-/* Our address on the port: the control connection's, if none is set. */
-static void local_ip(struct dp_ep *ep)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-	struct sockaddr_in sa;
-	socklen_t len = sizeof(sa);
-
-	if (!c->me.ip && getsockname(ep->h.fd, (struct sockaddr *)&sa, &len) == 0 &&
-	    sa.sin_family == AF_INET)
-		c->me.ip = sa.sin_addr.s_addr;
-}
-
-static int send_hello(struct dp_ep *ep)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-	uint8_t b[DP_HELLO_LEN] = { 0 };
-	ssize_t n;
-
-	local_ip(ep);
-	kn__wire_put32(b, HELLO_MAGIC);
-	b[4] = HELLO_VERSION;
-	memcpy(b + 8, c->me.mac, 6);
-	memcpy(b + 16, &c->me.ip, 4);
-	b[20] = (uint8_t)c->me.port;
-	b[21] = (uint8_t)(c->me.port >> 8);
-	kn__wire_put32(b + 24, ep->id);
-	kn__wire_put32(b + 28, ep->token);
-	kn__wire_put32(b + 32, ep->snd_end);
-	kn__wire_put32(b + 36, c->max_payload);
-	/* the first bytes on a fresh connection: the socket buffer takes
-	 * them whole */
-	n = send(ep->h.fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT);
-	if (n != (ssize_t)sizeof(b))
-		return n < 0 ? -errno : -EIO;
-	return 0;
-}
-
-/* The peer's hello is in: check it, and the endpoint is open. */
-static void hello_done(struct dp_ep *ep)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-	const uint8_t *b = ep->hello_in;
-	uint32_t maxp = kn__wire_get32(b + 36);
-	struct kn__tp_completion comp;
-	int ret;
-
-	if (kn__wire_get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
-		dp_ep_fail(ep, -EPROTO, "not a kanel dpdk hello (is the peer "
-			   "on another transport?)");
-		return;
-	}
-	if (maxp < MIN_PAYLOAD || !kn__wire_get32(b + 24) ||
-	    !(b[20] | b[21]) || (b[8] & 1)) {
-		dp_ep_fail(ep, -EPROTO, "hello with a bad payload size, id, "
-			   "port or MAC");
-		return;
-	}
-	memcpy(ep->peer.mac, b + 8, 6);
-	memcpy(&ep->peer.ip, b + 16, 4);
-	ep->peer.port = (uint16_t)(b[20] | b[21] << 8);
-	ep->peer_id = kn__wire_get32(b + 24);
-	ep->peer_token = kn__wire_get32(b + 28);
-	ep->rcv_nxt = kn__wire_get32(b + 32);
-	ep->max_payload = maxp < c->max_payload ? maxp : c->max_payload;
-	if (!ep->client && (ret = send_hello(ep))) {
-		dp_ep_fail(ep, ret, "cannot answer the hello");
-		return;
-	}
-	ep->state = DP_OPEN;
-	ep->hidden = false;
-	/* reported now, before anything the peer sends can be: its first
-	 * message may be in the same burst as the packet that made us read
-	 * the hello (rx.c), and the user must see the endpoint first */
-	comp = (struct kn__tp_completion){
-		.user = ep->client ? ep->base.user
-		    : ep->listener ? ep->listener->base.user : NULL,
-		.ep = &ep->base,
-		.op = ep->client ? KN_TP_OP_CONNECT : KN_TP_OP_ACCEPT,
-	};
-	kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
-	dp_tx_open(ep, dp_now_ns());
-	dp_tx_progress(ep, dp_now_ns()); /* what was posted meanwhile */
-}
-
-void dp_ep_read_hello(struct dp_ep *ep)
-{
-	ssize_t n;
-
-	if (ep->state != DP_HANDSHAKE || !ep->connected)
-		return;
-	n = recv(ep->h.fd, ep->hello_in + ep->hello_got,
-		 DP_HELLO_LEN - ep->hello_got, MSG_DONTWAIT);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-		dp_ep_fail(ep, n ? -errno : -ECONNRESET,
-			   "control connection closed in the handshake");
-		return;
-	}
-	if (n < 0)
-		return;
-	ep->hello_got += (uint32_t)n;
-	if (ep->hello_got == DP_HELLO_LEN)
-		hello_done(ep);
 }
 
 /* The client's connection came up (or not): send our hello. */
@@ -429,7 +206,7 @@ static void connected(struct dp_ep *ep)
 	ep->connected = true;
 	name_peer(ep);
 	epoll_ctl(c->epfd, EPOLL_CTL_MOD, ep->h.fd, &ev);
-	ret = send_hello(ep);
+	ret = dp_ep_send_hello(ep);
 	if (ret)
 		dp_ep_fail(ep, ret, "cannot send the hello");
 }
@@ -589,60 +366,12 @@ int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 
 /* ---- grants ---- */
 
-const struct dp_grant *dp_grant_find(const struct dp_ep *ep, uint32_t key)
-{
-	uint32_t lo = 0, hi = ep->ngrants;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (ep->grants[mid].key == key)
-			return &ep->grants[mid];
-		if (ep->grants[mid].key < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
-}
-
 int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 		       uint64_t len, uint32_t access,
 		       struct kn__tp_rdesc *rdesc)
 {
-	struct dp_ep *ep = dp_ep(e);
-	uint32_t key, pos;
-
-	if (ep->ngrants == ep->grant_cap) {
-		uint32_t n = ep->grant_cap ? 2 * ep->grant_cap : 8;
-		struct dp_grant *g = realloc(ep->grants, n * sizeof(*g));
-
-		if (!g)
-			return -ENOMEM;
-		ep->grants = g;
-		ep->grant_cap = n;
-	}
-	/* a key a peer cannot guess, and none it was given before */
-	do {
-		int ret = kn__tp_random(&key, sizeof(key));
-
-		if (ret)
-			return ret;
-	} while (!key || dp_grant_find(ep, key));
-	for (pos = ep->ngrants; pos && ep->grants[pos - 1].key > key; pos--)
-		ep->grants[pos] = ep->grants[pos - 1];
-	ep->grants[pos] = (struct dp_grant){
-		.key = key,
-		.access = access,
-		.mr = container_of(m, struct dp_mr, base),
-		.off = off,
-		.len = len,
-	};
-	ep->ngrants++;
-	*rdesc = (struct kn__tp_rdesc){
-		.addr = 0, .len = len, .key = key, .access = access
-	};
-	return 0;
+	return kn__swr_grant_add(&dp_ep(e)->grants, m, off, len, access, false,
+				 rdesc);
 }
 
 int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
@@ -728,15 +457,13 @@ int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			size_t len, void *user)
 {
 	struct dp_ep *ep = dp_ep(e);
+	int ret;
 
 	if (ep->state == DP_ERROR)
 		return -ENOTCONN;
-	if (ep->rv_tail - ep->rv_head == DP_RQ_DEPTH)
-		return -EAGAIN;
-	ep->recvs[ep->rv_tail++ % DP_RQ_DEPTH] = (struct dp_recv){
-		mr->addr + off, len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
-		user
-	};
+	ret = kn__swr_rq_post(&ep->rq, mr->addr + off, len, user);
+	if (ret)
+		return ret;
 	dp_ep_match(ep); /* a message that waited for it lands now */
 	return 0;
 }

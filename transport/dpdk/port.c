@@ -58,14 +58,6 @@ static unsigned int pool_serial;
  */
 static char eal_args[4096];
 
-uint64_t dp_now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 static void plog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void plog(const char *fmt, ...)
@@ -534,12 +526,7 @@ static void dp_mr_dereg(struct kn__tp_mr *m)
 	uint64_t end = dp_now_ns() + 1000000000ull;
 
 	for (struct dp_ep *ep = c->eps; ep; ep = ep->next) {
-		uint32_t k = 0;
-
-		for (uint32_t i = 0; i < ep->ngrants; i++)
-			if (ep->grants[i].mr != mr)
-				ep->grants[k++] = ep->grants[i];
-		ep->ngrants = k;
+		kn__swr_grant_revoke(&ep->grants, m);
 		/* answers to reads from it that still await their
 		 * acknowledgement: fail the endpoint if one must go again */
 		for (uint32_t i = ep->tx_head; i != ep->tx_tail; i++)
@@ -641,6 +628,7 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	struct rte_mbuf *pkts[DP_BURST];
 	uint64_t now = dp_now_ns();
 	unsigned int got = 0;
+	struct dp_ep *rep;
 	int n;
 
 	for (int round = 0; round < 8; round++) {
@@ -658,8 +646,15 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
 		dp_tx_progress(ep, now);
 	dp_tx_flush(c);
-	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
-		dp_ep_release(ep);
+	/* off the list first, and back on (the next poll) if the queue
+	 * filled before all of it went */
+	while ((rep = c->ready_head)) {
+		dp_ep_unready(rep);
+		if (!dp_ep_release(rep)) {
+			dp_ep_ready(rep);
+			break;
+		}
+	}
 	dp_ep_reap(c);
 	n = kn__tp_cq_take(&c->cq, out, max);
 	if (!n)

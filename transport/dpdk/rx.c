@@ -29,26 +29,12 @@ static bool in_range(uint64_t off, uint64_t len, uint64_t size)
 	return off <= size && len <= size - off;
 }
 
-static void push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
-		 uint64_t bytes)
-{
-	struct kn__tp_completion comp = {
-		.user = user,
-		.ep = &ep->base,
-		.op = op,
-		.imm = imm,
-		.bytes = bytes,
-	};
-
-	kn__tp_cq_push_grow(&dp_ep_ctx(ep)->cq, &comp, "dpdk");
-}
-
 /* The target of a one-sided segment: NULL (the endpoint failed) if the
  * grant, its rights or the range do not allow it. */
 static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
 		    uint64_t len, uint32_t right)
 {
-	const struct dp_grant *g = dp_grant_find(ep, h->key);
+	const struct kn__swr_grant *g = kn__swr_grant_find(&ep->grants, h->key);
 
 	if (!g || !(g->access & right)) {
 		dp_ep_fail(ep, -EPERM, "%s of key %#x, which it was not "
@@ -66,7 +52,7 @@ static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
 			   (unsigned long long)g->len);
 		return NULL;
 	}
-	return g->mr->base.addr + g->off + h->off;
+	return g->mr->addr + g->off + h->off;
 }
 
 /* A segment that does not continue the message in progress. */
@@ -105,7 +91,7 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	ep->rx_next += h->len;
 	ep->rx_bytes += h->len;
 	if (h->flags & KN_DP_F_LAST) {
-		push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
+		dp_ep_push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
 		     ep->rx_bytes);
 		ep->rx_op = 0;
 	}
@@ -114,7 +100,7 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
 {
 	const struct kn__dp_hdr *h = &p->h;
-	const struct dp_grant *g;
+	const struct kn__swr_grant *g;
 	struct dp_msg m;
 	char *src;
 
@@ -127,11 +113,11 @@ static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	src = target(ep, h, h->total, KN_TP_REMOTE_READ);
 	if (!src)
 		return;
-	g = dp_grant_find(ep, h->key);
+	g = kn__swr_grant_find(&ep->grants, h->key);
 	m = (struct dp_msg){ .op = KN_DP_READ_RESP,
 			     .op_idx = UINT32_MAX,
 			     .src = src,
-			     .mr = g->mr,
+			     .mr = container_of(g->mr, struct dp_mr, base),
 			     .len = h->total };
 	if (dp_tx_queue(ep, &m))
 		dp_ep_fail(ep, -EPROTO,
@@ -179,6 +165,7 @@ static void on_read_resp(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		op->bytes = op->len;
 		ep->rx_op = 0;
 		ep->rd_next++;
+		dp_ep_ready(ep);
 	}
 }
 
@@ -196,9 +183,10 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (out_of_place(ep, h))
 		return true;
 	if (h->flags & KN_DP_F_FIRST) {
-		if (ep->rv_head != ep->rv_tail &&
+		if (!kn__swr_rq_empty(&ep->rq) &&
 		    ep->ux_head == ep->ux_tail) {
-			ep->rx_recv = ep->recvs[ep->rv_head++ % DP_RQ_DEPTH];
+			ep->rx_recv =
+				ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
 			ep->rx_unexp = false;
 		} else if (h->total > c->base.max_msg) {
 			dp_ep_fail(ep, -EMSGSIZE, "message of %u bytes, above "
@@ -215,7 +203,7 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		}
 		if (h->total > ep->rx_recv.len) {
 			/* report the buffer with the failure, as tcp does */
-			ep->rv_head--;
+			ep->rq.head--;
 			dp_ep_fail(ep, -EMSGSIZE,
 				   "message of %u bytes for a recv buffer of "
 				   "%u", h->total, ep->rx_recv.len);
@@ -245,31 +233,11 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 			ep->rx_unexp = false;
 			dp_ep_match(ep);
 		} else {
-			push(ep, KN_TP_OP_RECV, ep->rx_recv.user, 0, h->total);
+			dp_ep_push(ep, KN_TP_OP_RECV, ep->rx_recv.user, 0,
+				   h->total);
 		}
 	}
 	return true;
-}
-
-void dp_ep_match(struct dp_ep *ep)
-{
-	while (ep->ux_head != ep->ux_tail && ep->rv_head != ep->rv_tail &&
-	       ep->state == DP_OPEN) {
-		struct dp_recv *m = &ep->unexp[ep->ux_head % DP_UNEXP];
-		struct dp_recv *r = &ep->recvs[ep->rv_head % DP_RQ_DEPTH];
-
-		if (m->len > r->len) {
-			dp_ep_fail(ep, -EMSGSIZE,
-				   "message of %u bytes for a recv buffer of "
-				   "%u", m->len, r->len);
-			return;
-		}
-		memcpy(r->buf, m->buf, m->len);
-		push(ep, KN_TP_OP_RECV, r->user, 0, m->len);
-		free(m->buf);
-		ep->ux_head++;
-		ep->rv_head++;
-	}
 }
 
 /* Deliver the next segment in sequence: false if it must wait (RNR). */
@@ -297,19 +265,6 @@ static bool deliver(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	ep->rcv_nxt++;
 	ep->ack_owed = true;
 	return true;
-}
-
-void dp_rx_drop_held(struct dp_ep *ep)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-
-	for (uint32_t i = 0; ep->nheld && i < DP_OOO; i++)
-		if (ep->ooo[i].m) {
-			rte_pktmbuf_free(ep->ooo[i].m);
-			ep->ooo[i].m = NULL;
-			ep->nheld--;
-			c->held--;
-		}
 }
 
 /* Segments held after a gap that the gap's filling made next. */

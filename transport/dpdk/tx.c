@@ -279,6 +279,7 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 
 				op->done = true;
 				op->bytes = m->len;
+				dp_ep_ready(ep);
 			}
 			ep->tx_head++;
 		}
