@@ -814,15 +814,15 @@ static int read_record(int fd, const struct ckpt_entry *e, uint32_t narrays,
 	uint8_t digest[DIGEST];
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	char *scratch = NULL;
-	int ret = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0
-								    : -ENOMEM;
+	int ret =
+		ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : -ENOMEM;
 
 	for (uint32_t a = 0; !ret && a < narrays; a++) {
 		uint64_t off = e->offset + a * (uint64_t)bytes;
 
 		for (size_t done = 0; !ret && done < bytes;) {
-			size_t k = bytes - done < IO_STEP ? bytes - done
-							  : IO_STEP;
+			size_t k =
+				bytes - done < IO_STEP ? bytes - done : IO_STEP;
 			char *p;
 
 			if (dst[a]) {
@@ -920,11 +920,11 @@ int kn__ckpt_load(const struct kn__ckpt_job *job, uint64_t version,
 		size_t bytes = (size_t)c->count * sizeof(float);
 
 		if (t[i].idx != c->idx || t[i].count != c->count) {
-			seterr(err, errlen, "version %" PRIu64 ": chunk %u of "
-					    "%u values where this job has "
-					    "chunk %u of %u",
-			       version, t[i].idx, t[i].count, c->idx,
-			       c->count);
+			seterr(err, errlen,
+			       "version %" PRIu64 ": chunk %u of "
+			       "%u values where this job has "
+			       "chunk %u of %u",
+			       version, t[i].idx, t[i].count, c->idx, c->count);
 			ret = -EINVAL;
 			break;
 		}
@@ -935,16 +935,18 @@ int kn__ckpt_load(const struct kn__ckpt_job *job, uint64_t version,
 		for (uint32_t a = 0; a < h.narrays; a++)
 			if (!dst[a]) {
 				ret = -EINVAL; /* the job keeps less state */
-				seterr(err, errlen, "version %" PRIu64 " keeps "
-						    "optimizer state this job "
-						    "does not have",
+				seterr(err, errlen,
+				       "version %" PRIu64 " keeps "
+				       "optimizer state this job "
+				       "does not have",
 				       version);
 			}
 		if (!ret)
 			ret = read_record(fd, &t[i], h.narrays, dst);
 		if (ret == -EBADMSG)
-			seterr(err, errlen, "version %" PRIu64 ": chunk %u's "
-					    "record fails its checksum",
+			seterr(err, errlen,
+			       "version %" PRIu64 ": chunk %u's "
+			       "record fails its checksum",
 			       version, t[i].idx);
 		c->step = t[i].step;
 		c->round_w = t[i].round_w;

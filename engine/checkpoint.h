@@ -120,8 +120,7 @@ uint64_t kn__ckpt_version(const struct kn__ckpt *c);
 /* Whether every chunk of @c has been put (it is ready to close). */
 bool kn__ckpt_whole(const struct kn__ckpt *c);
 /* The bytes of @c's records put so far, and the seconds the puts took. */
-void kn__ckpt_cost(const struct kn__ckpt *c, uint64_t *bytes,
-		   double *seconds);
+void kn__ckpt_cost(const struct kn__ckpt *c, uint64_t *bytes, double *seconds);
 
 /*
  * The versions of @job's checkpoints whose files are this job's, whole

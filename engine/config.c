@@ -53,10 +53,8 @@ static const struct name_val transport_names[] = {
 };
 
 static const struct name_val optimizer_names[] = {
-	{ "sgd", KN__CONFIG_SGD },
-	{ "momentum", KN__CONFIG_MOMENTUM },
-	{ "adam", KN__CONFIG_ADAM },
-	{ "sum", KN__CONFIG_SUM },
+	{ "sgd", KN__CONFIG_SGD },   { "momentum", KN__CONFIG_MOMENTUM },
+	{ "adam", KN__CONFIG_ADAM }, { "sum", KN__CONFIG_SUM },
 	{ "auto", KN__CONFIG_AUTO },
 };
 
@@ -621,10 +619,10 @@ enum opt_id {
 };
 
 struct opt {
-	const char *flag; /* with its "--" */
-	const char *env;  /* NULL: a flag only */
-	const char *arg;  /* the value's name for usage; NULL: a switch */
-	names_fn *names;  /* the values, for a choice */
+	const char *flag;  /* with its "--" */
+	const char *env;   /* NULL: a flag only */
+	const char *arg;   /* the value's name for usage; NULL: a switch */
+	names_fn *names;   /* the values, for a choice */
 	const char *deflt; /* parsed before flags and variables */
 	const char *none;  /* usage: what happens when not given */
 	const char *help;

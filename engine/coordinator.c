@@ -343,10 +343,11 @@ static void log_regroup(struct coordinator *c, const struct kn__sync_action *a)
 		"cgp: epoch %llu: groups %s -> %s, predicted gain "
 		"%+.1f%%%s",
 		(unsigned long long)a->epoch, from, to, 100.0 * a->gain,
-		a->why == KN__SYNC_REGROUP_BOUND  ? " (the old groups broke the "
-						    "staleness bound)"
-		: a->why == KN__SYNC_REGROUP_JOIN ? " (a worker without a group)"
-						  : "");
+		a->why == KN__SYNC_REGROUP_BOUND ? " (the old groups broke the "
+						   "staleness bound)"
+		: a->why == KN__SYNC_REGROUP_JOIN
+			? " (a worker without a group)"
+			: "");
 }
 
 /*
@@ -387,8 +388,8 @@ static void send_plan(struct coordinator *c, const struct kn__sync_action *a)
 	m.u.plan.workers = n;
 	for (uint32_t first = 0; first < n; first += KN__PLAN_PART) {
 		m.u.plan.first = first;
-		m.u.plan.count = n - first < KN__PLAN_PART ? n - first
-							   : KN__PLAN_PART;
+		m.u.plan.count =
+			n - first < KN__PLAN_PART ? n - first : KN__PLAN_PART;
 		memcpy(m.u.plan.steps, a->plan + first,
 		       m.u.plan.count * sizeof(uint32_t));
 		broadcast_servers(c, &m);
@@ -614,7 +615,8 @@ static void plan_with_table(struct coordinator *c)
 		return;
 	kn__sync_planner_set_bytes(c->planner, bytes);
 	if (c->cfg->verbose)
-		kn__log(&c->node, "cgp: the planner knows the model: %llu bytes",
+		kn__log(&c->node,
+			"cgp: the planner knows the model: %llu bytes",
 			(unsigned long long)bytes);
 }
 
@@ -645,8 +647,7 @@ static void on_table_end(struct coordinator *c, uint32_t w, uint32_t count)
 	if (c->cfg->optimizer == KN__CONFIG_AUTO) {
 		c->optimizer = cw->own ? KN__CONFIG_SUM : KN__CONFIG_SGD;
 		if (c->cfg->verbose)
-			kn__log(&c->node,
-				"--optimizer auto: %s",
+			kn__log(&c->node, "--optimizer auto: %s",
 				cw->own ? "the workers' own (sum)"
 					: "the servers' sgd");
 	}
@@ -776,21 +777,23 @@ static int restore(struct coordinator *c)
 	for (uint32_t i = 0; first && i < first->nckpt; i++) {
 		uint32_t s = 0;
 
-		while (s < c->cfg->servers && offered(&c->servers[s],
-						      first->ckpt[i]))
+		while (s < c->cfg->servers &&
+		       offered(&c->servers[s], first->ckpt[i]))
 			s++;
 		if (s < c->cfg->servers)
 			continue;
 		m.u.restore.version = first->ckpt[i];
-		kn__log(&c->node, "restoring the job from its checkpoints "
-				  "of version %llu",
+		kn__log(&c->node,
+			"restoring the job from its checkpoints "
+			"of version %llu",
 			(unsigned long long)m.u.restore.version);
 		broadcast_servers(c, &m);
 		c->restoring = false;
 		return 0;
 	}
-	kn__log(&c->node, "--restore: no checkpoint version that all %u "
-			  "servers hold intact: the job cannot start",
+	kn__log(&c->node,
+		"--restore: no checkpoint version that all %u "
+		"servers hold intact: the job cannot start",
 		c->cfg->servers);
 	for (uint32_t w = 0; w < c->cfg->workers; w++)
 		if (c->workers[w].ch)
@@ -900,8 +903,9 @@ static void lose_server(struct coordinator *c, uint32_t r)
 	}
 	if (c->recovering)
 		return; /* another one: it offers its checkpoints when back */
-	kn__log(&c->node, "server %u went away: the job waits for it to come "
-			  "back, then goes on from the newest checkpoint",
+	kn__log(&c->node,
+		"server %u went away: the job waits for it to come "
+		"back, then goes on from the newest checkpoint",
 		r);
 	e.u.error.code = -ECONNRESET;
 	snprintf(e.u.error.text, sizeof(e.u.error.text),
@@ -1232,8 +1236,9 @@ static void tick(struct coordinator *c)
 	}
 	if (c->recovering &&
 	    t - c->recover_t0 > c->cfg->startup_timeout_ms / 1000.0) {
-		kn__log(&c->node, "the servers lost were not back within the "
-				  "start-up timeout (%.0f s): the job ends",
+		kn__log(&c->node,
+			"the servers lost were not back within the "
+			"start-up timeout (%.0f s): the job ends",
 			c->cfg->startup_timeout_ms / 1000.0);
 		log_missing(c);
 		shutdown_job(c, -ETIMEDOUT);
@@ -1285,8 +1290,8 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	planner_params(&c, &sp);
 	ret = kn__sync_planner_create(&sp, &c.planner);
 	if (!ret) {
-		c.actions = calloc(kn__sync_max_actions(&sp),
-				   sizeof(*c.actions));
+		c.actions =
+			calloc(kn__sync_max_actions(&sp), sizeof(*c.actions));
 		ret = c.actions ? 0 : -ENOMEM;
 	}
 	if (!ret &&
@@ -1295,8 +1300,7 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 		ret = c.last_plan ? 0 : -ENOMEM;
 	}
 	if (ret) {
-		kn__log(&c.node, "cannot make the planner: %s",
-			strerror(-ret));
+		kn__log(&c.node, "cannot make the planner: %s", strerror(-ret));
 		goto out;
 	}
 	for (uint32_t w = 0; w < cfg->workers; w++)

@@ -37,9 +37,9 @@ struct kn__layout {
 	uint32_t ntensors, nchunks, nservers, nworkers;
 	struct kn__tensor_desc *tensors; /* in key order */
 	struct kn__chunk *chunks;
-	uint32_t *first_chunk;	/* per tensor, and ntensors: nchunks */
-	uint64_t *server_bytes; /* parameter bytes per server */
-	uint64_t *slot_bytes;	/* slot area bytes per server */
+	uint32_t *first_chunk;	     /* per tensor, and ntensors: nchunks */
+	uint64_t *server_bytes;	     /* parameter bytes per server */
+	uint64_t *slot_bytes;	     /* slot area bytes per server */
 	uint64_t *worker_slot_bytes; /* per server: one worker's slice */
 };
 

@@ -59,8 +59,7 @@ int kn__layout_build(const struct kn__tensor_desc *tensors, uint32_t ntensors,
 	l->chunks = calloc(nchunks + 1, sizeof(*l->chunks));
 	l->server_bytes = calloc(nservers, sizeof(*l->server_bytes));
 	l->slot_bytes = calloc(nservers, sizeof(*l->slot_bytes));
-	l->worker_slot_bytes =
-		calloc(nservers, sizeof(*l->worker_slot_bytes));
+	l->worker_slot_bytes = calloc(nservers, sizeof(*l->worker_slot_bytes));
 	l->first_chunk = calloc(ntensors + 1, sizeof(*l->first_chunk));
 	if (!l->tensors || !l->chunks || !l->server_bytes || !l->slot_bytes ||
 	    !l->worker_slot_bytes || !l->first_chunk) {

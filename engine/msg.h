@@ -127,9 +127,9 @@ struct kn__msg {
 		} error;
 		struct {
 			uint32_t chunk;
-			uint32_t steps;	 /* local steps before the next push */
-			uint64_t epoch;	 /* the plan in force */
-			float hint;	 /* ESP: predicted wait, seconds */
+			uint32_t steps;	  /* local steps before the next push */
+			uint64_t epoch;	  /* the plan in force */
+			float hint;	  /* ESP: predicted wait, seconds */
 			uint64_t version; /* the chunk's version released */
 		} release;
 		struct {
@@ -137,7 +137,7 @@ struct kn__msg {
 		} timing;
 		struct {
 			uint64_t epoch;
-			uint32_t workers; /* the plan's size */
+			uint32_t workers;      /* the plan's size */
 			uint32_t first, count; /* this part: steps[first..] */
 			uint32_t steps[KN__PLAN_PART];
 		} plan;

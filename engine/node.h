@@ -82,7 +82,7 @@ struct kn__chan {
 	bool acceptor, closed;
 	bool pending;	 /* an acceptor in the handshake, counted */
 	double deadline; /* when its handshake runs out */
-	bool linger; /* an ERROR was sent: closing waits for it to leave */
+	bool linger;	 /* an ERROR was sent: closing waits for it to leave */
 	uint32_t peer_role, peer_rank;
 	struct kn__auth_challenge challenge; /* the handshake's state */
 	struct kn__auth_answer answer;

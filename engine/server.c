@@ -630,9 +630,9 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 	while (!s.done) {
 		if (s.reconnect_at && kn__now() >= s.reconnect_at) {
 			s.reconnect_at = 0;
-			ret = kn__node_connect(&s.node, (struct sockaddr *)&coord,
-					       clen, KN__ROLE_COORDINATOR, 0,
-					       NULL, &s.coord);
+			ret = kn__node_connect(
+				&s.node, (struct sockaddr *)&coord, clen,
+				KN__ROLE_COORDINATOR, 0, NULL, &s.coord);
 			if (ret) {
 				s.status = ret;
 				break;

@@ -112,7 +112,7 @@ static int apply_share(struct server *s, struct srv_chunk *ch,
 
 /* Apply one APPLY action into the free out buffer @o. */
 int kn__srv_apply(struct server *s, struct srv_chunk *ch,
-		 const struct kn__sync_action *a, int o)
+		  const struct kn__sync_action *a, int o)
 {
 	const void **src = s->srcs;
 	const struct kn__msg *job = &s->job;

@@ -246,7 +246,7 @@ static void drain_queue(struct server *s, struct srv_chunk *ch)
 }
 
 void kn__srv_event(struct server *s, struct srv_chunk *ch,
-		  const struct kn__sync_event *ev)
+		   const struct kn__sync_event *ev)
 {
 	if (ch->qhead == ch->qtail && feed(s, ch, ev))
 		return;
@@ -369,7 +369,7 @@ void kn__srv_init_chunk(struct server *s, struct srv_chunk *ch)
 }
 
 void kn__srv_on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
-		   uint64_t bytes)
+		    uint64_t bytes)
 {
 	struct server *s = srv_of(n);
 	struct srv_chunk *c =

@@ -55,7 +55,7 @@
 #include "stages.h"
 #include "sync.h"
 
-#define NOUT 2 /* out buffers per chunk */
+#define NOUT	    2	/* out buffers per chunk */
 #define RECONNECT_S 0.2 /* a rank refused as connected already */
 /* Checkpoint files being filled at once: under BSP a chunk is at most
  * one version ahead of another, so two always suffice; a chunk further
@@ -100,8 +100,8 @@ struct srv_chunk {
 	uint64_t *pushed;    /* per worker and slot: the version it read */
 	struct kn__sync_event *queue; /* events waiting for an out buffer */
 	uint32_t qhead, qtail, qcap;
-	double round_t; /* the first push since the last apply arrived */
-	float round_w;	/* ASP, SSP, CGP: shares since the velocity turned */
+	double round_t;	 /* the first push since the last apply arrived */
+	float round_w;	 /* ASP, SSP, CGP: shares since the velocity turned */
 	bool round_full; /* ... weigh a round: the velocity turns next */
 };
 
@@ -184,7 +184,7 @@ static inline struct server *srv_of(struct kn__node *n)
 }
 
 static inline const void *slot_ptr(struct server *s, const struct srv_chunk *ch,
-			    uint32_t worker, uint32_t parity)
+				   uint32_t worker, uint32_t parity)
 {
 	return s->slots + kn__layout_slot(s->layout, ch->idx, worker, parity);
 }

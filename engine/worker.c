@@ -284,11 +284,10 @@ int kn_worker_set_inbox(struct kn_worker *w, const char *key, void *inbox)
 	if (!w || !key || !inbox)
 		return -EINVAL;
 	if (w->local) {
-		kn__log_as(
-			"worker",
-			"the job runs %s: the engine "
-			"keeps the inbox itself (kn_worker_step_done)",
-			kn__sync_protocol_name(w->job.u.job.protocol));
+		kn__log_as("worker",
+			   "the job runs %s: the engine "
+			   "keeps the inbox itself (kn_worker_step_done)",
+			   kn__sync_protocol_name(w->job.u.job.protocol));
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&w->lock);

@@ -79,8 +79,7 @@ static int chunk_order(struct kn_worker *w)
 void kn__wk_go_to_servers(struct kn_worker *w)
 {
 	struct kn__tensor_desc *d = calloc(w->ntensors + 1, sizeof(*d));
-	bool sum = kn__job_sums(w->job.u.job.protocol,
-				 w->job.u.job.optimizer);
+	bool sum = kn__job_sums(w->job.u.job.protocol, w->job.u.job.optimizer);
 	int ret;
 
 	if (!d) {
@@ -153,7 +152,7 @@ void kn__wk_send_buffers(struct kn_worker *w, struct wk_server *ws)
 	for (uint32_t i = 0; i < w->ntensors; i++) {
 		const struct wk_tensor *t = &w->tensors[i];
 		bool sum = kn__job_sums(w->job.u.job.protocol,
-				 w->job.u.job.optimizer);
+					w->job.u.job.optimizer);
 		int ret;
 
 		m.u.buffers.index = i;

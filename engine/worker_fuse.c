@@ -71,8 +71,7 @@ bool kn__wk_push_fused(struct kn_worker *w, struct wk_op *op, uint32_t i)
 /* The group's answer is in its inbox: every member's part to its own. */
 void kn__wk_unpack(struct kn_worker *w, const struct wk_tensor *t)
 {
-	bool sum = kn__job_sums(w->job.u.job.protocol,
-				 w->job.u.job.optimizer);
+	bool sum = kn__job_sums(w->job.u.job.protocol, w->job.u.job.optimizer);
 	size_t es = kn_dtype_size(t->d.dtype);
 
 	for (uint32_t j = 0; j < t->nmembers; j++) {

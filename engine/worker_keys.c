@@ -47,8 +47,8 @@ int kn__wk_keys_build(struct kn_worker *w)
 	k->mask = size - 1;
 	memset(k->slot, 0xff, size * sizeof(k->slot[0]));
 	for (uint32_t i = 0; i < w->ntensors + w->nmembers; i++) {
-		uint32_t idx = i < w->ntensors ? i
-					       : MEMBER_BIT | (i - w->ntensors);
+		uint32_t idx =
+			i < w->ntensors ? i : MEMBER_BIT | (i - w->ntensors);
 		uint32_t s;
 
 		if (i < w->ntensors && w->tensors[i].nmembers)

@@ -69,8 +69,7 @@ static void send_done(struct kn_worker *w)
 {
 	struct kn__msg m = { .type = KN__MSG_DONE };
 
-	if (!w->finished || w->done_sent || !w->coord ||
-	    w->state != WK_RUNNING)
+	if (!w->finished || w->done_sent || !w->coord || w->state != WK_RUNNING)
 		return;
 	for (uint32_t i = 0; i < w->job.u.job.servers; i++)
 		if (w->servers[i].ch)
@@ -92,8 +91,8 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 		 * closed (kanel launch --restart-workers does it at once):
 		 * the coordinator lets it in once that one is gone.
 		 */
-		kn__log(n, "%s: %s: again in %.1f s", ch->name,
-			m->u.error.text, RECONNECT_S);
+		kn__log(n, "%s: %s: again in %.1f s", ch->name, m->u.error.text,
+			RECONNECT_S);
 		w->coord = NULL;
 		w->reconnect_at = kn__now() + RECONNECT_S;
 		kn__chan_close(ch);
@@ -120,11 +119,11 @@ static void on_message(struct kn__node *n, struct kn__chan *ch,
 			 * coordinator settles it by worker 0's (it refuses a
 			 * table that says otherwise) */
 			if (m->u.job.optimizer == KN__CONFIG_AUTO)
-				w->job.u.job.optimizer = w->own_optimizer
-								 ? KN__CONFIG_SUM
-								 : KN__CONFIG_SGD;
-			w->release_info =
-				kn__sync_traits(m->u.job.protocol)->release_info;
+				w->job.u.job.optimizer =
+					w->own_optimizer ? KN__CONFIG_SUM
+							 : KN__CONFIG_SGD;
+			w->release_info = kn__sync_traits(m->u.job.protocol)
+						  ->release_info;
 			w->servers =
 				calloc(m->u.job.servers, sizeof(*w->servers));
 			if (!w->servers || m->u.job.rank != w->cfg.rank)

@@ -268,7 +268,7 @@ struct kn_worker {
 /* How long a server's loss waits for the coordinator's word: before
  * the start, to fail with its reason; at kn_worker_destroy, to close. */
 #define LOST_GRACE_S 1.0
-#define RECONNECT_S 0.2 /* a rank refused as connected already */
+#define RECONNECT_S  0.2 /* a rank refused as connected already */
 
 static inline struct kn_worker *wk_of(struct kn__node *n)
 {
@@ -317,8 +317,8 @@ void *kn__wk_zalloc64(size_t bytes);
 /* Tell the thread there is news (with the lock or without). */
 void kn__wk_wake(struct kn_worker *w);
 /* Post an operation on @key (NULL: every tensor); takes the lock. */
-int kn__wk_post_op(struct kn_worker *w, const char *key, bool push,
-		   bool pull, uint64_t *handle);
+int kn__wk_post_op(struct kn_worker *w, const char *key, bool push, bool pull,
+		   uint64_t *handle);
 /* qsort's order of struct wk_tensor: by key. */
 int kn__wk_by_key(const void *a, const void *b);
 

@@ -21,7 +21,7 @@
 
 #include <kanel.h>
 
-#define DIM 16 /* features; the model is DIM weights and a bias */
+#define DIM   16 /* features; the model is DIM weights and a bias */
 #define BATCH 32
 
 /* xorshift64*: the same stream for the same seed on every machine. */

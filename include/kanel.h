@@ -377,7 +377,7 @@ enum kn_sync {
 /* What the job a worker joined runs, as its coordinator was told. */
 struct kn_job_info {
 	enum kn_sync protocol;
-	const char *protocol_name; /* "bsp", "asp", ..., "predicted", "cgp" */
+	const char *protocol_name;   /* "bsp", "asp", ..., "predicted", "cgp" */
 	enum kn_optimizer optimizer; /* the job's optimizer */
 	int summation;		     /* 1: --optimizer sum: the workers
 				      * run their own optimizer */
@@ -389,13 +389,13 @@ struct kn_job_info {
 	float lr, momentum;
 	unsigned int workers, servers;
 	/* the protocols' parameters (docs/configuration.md) */
-	unsigned int staleness; /* SSP's s, ESP's s_e */
-	unsigned int max_skip;	/* ESP's H_max */
-	float gamma, theta;	/* ESP */
-	unsigned int max_steps; /* PSP's R */
-	unsigned int warmup;	/* PSP, CGP */
-	float alpha, miss;	/* PSP (alpha: CGP too) */
-	float bound;		/* CGP's S */
+	unsigned int staleness;		/* SSP's s, ESP's s_e */
+	unsigned int max_skip;		/* ESP's H_max */
+	float gamma, theta;		/* ESP */
+	unsigned int max_steps;		/* PSP's R */
+	unsigned int warmup;		/* PSP, CGP */
+	float alpha, miss;		/* PSP (alpha: CGP too) */
+	float bound;			/* CGP's S */
 	float outer_lr, outer_momentum; /* the servers' update of deltas */
 };
 
@@ -403,9 +403,9 @@ struct kn_job_info {
 KN_EXPORT int kn_worker_job(const struct kn_worker *w,
 			    struct kn_job_info *info);
 
-/* Flags of kn_worker_step_done(). */
-#define KN_STEP_APPLIED (1u << 0) /* local-step protocols: the program
-				   * updated its parameters itself */
+/* Flags of kn_worker_step_done().  KN_STEP_APPLIED: under a local-step
+ * protocol, the program updated its parameters itself. */
+#define KN_STEP_APPLIED (1u << 0)
 
 /* What kn_worker_step_done() did, in its @result. */
 enum kn_step_result {
@@ -520,15 +520,15 @@ enum kn_role {
 #define KN_CONFIG_OPT_COORDINATOR (1u << 3) /* --coordinator */
 #define KN_CONFIG_OPT_LISTEN	  (1u << 4) /* --listen */
 /* --transport, --secret-file, --startup-timeout, --verbose */
-#define KN_CONFIG_OPT_COMMON	  (1u << 5)
-#define KN_CONFIG_OPT_HEARTBEAT	  (1u << 6) /* --heartbeat-timeout */
+#define KN_CONFIG_OPT_COMMON	(1u << 5)
+#define KN_CONFIG_OPT_HEARTBEAT (1u << 6) /* --heartbeat-timeout */
 /* the job's rules: --sync, the protocols' parameters, --optimizer, --lr,
  * --momentum, --chunk-bytes */
-#define KN_CONFIG_OPT_JOB	  (1u << 7)
-#define KN_CONFIG_OPT_METRICS	  (1u << 8) /* --metrics */
+#define KN_CONFIG_OPT_JOB     (1u << 7)
+#define KN_CONFIG_OPT_METRICS (1u << 8) /* --metrics */
 /* --checkpoint-dir, --checkpoint-every, --restore */
-#define KN_CONFIG_OPT_CHECKPOINT  (1u << 9)
-#define KN_CONFIG_OPT_ALL	  ((1u << 10) - 1)
+#define KN_CONFIG_OPT_CHECKPOINT (1u << 9)
+#define KN_CONFIG_OPT_ALL	 ((1u << 10) - 1)
 
 /*
  * What a command takes.  A flag outside @options is refused, naming the
@@ -537,7 +537,7 @@ enum kn_role {
  * sets the role, and messages name @command as its source.
  */
 struct kn_config_scope {
-	const char *command;  /* "kanel train", for messages; kept, not copied */
+	const char *command; /* "kanel train", for messages; kept, not copied */
 	unsigned int options; /* KN_CONFIG_OPT_* */
 	enum kn_role role;    /* 0: from --role, KANEL_ROLE or the launcher */
 };
@@ -610,8 +610,8 @@ KN_EXPORT int kn_config_export(const struct kn_config *cfg,
  * (-ENOENT: no such host, -EAGAIN: the name service failed for now)
  * with one line in @err naming the address.  May block on DNS.
  */
-KN_EXPORT int kn_config_check_addresses(const struct kn_config *cfg,
-					char *err, size_t errlen);
+KN_EXPORT int kn_config_check_addresses(const struct kn_config *cfg, char *err,
+					size_t errlen);
 
 /*
  * Run the job's coordinator, or one of its servers, as @cfg says (its
@@ -656,8 +656,8 @@ struct kn_imbalance;
  * above it), or -ENOMEM.
  */
 KN_EXPORT int kn_imbalance_parse(const char *spec, uint64_t seed,
-				 unsigned int workers, char *err,
-				 size_t errlen, struct kn_imbalance **model);
+				 unsigned int workers, char *err, size_t errlen,
+				 struct kn_imbalance **model);
 
 /*
  * The canonical spec of @model, every field present, e.g.

@@ -169,10 +169,10 @@ KN_INLINE void sum_span(bool W, enum kn_dtype ft, enum kn_dtype it,
 		st(ot, nt, dst, i - dofs, v_mul(acc, va));
 	}
 	for (; i < end; i++)
-		kn__store1(ot, dst, i - dofs,
-			   sum1(W, ft, first, fofs, w0, it, rest, wr, nrest,
-				i) *
-				   alpha);
+		kn__store1(
+			ot, dst, i - dofs,
+			sum1(W, ft, first, fofs, w0, it, rest, wr, nrest, i) *
+				alpha);
 	if (nt)
 		v_fence();
 }
@@ -471,8 +471,7 @@ static void cvt_f32_f32(void *dst, const void *src, size_t count)
 }
 
 /* The local-step passes (kernels.h says what each computes). */
-static void local_dist(const float *x, const float *a, size_t n,
-		       double out[2])
+static void local_dist(const float *x, const float *a, size_t n, double out[2])
 {
 	const KN_V one = v_set1(1.0f);
 	float ld[KN_VW], la[KN_VW];

@@ -178,8 +178,8 @@ static size_t pass_bytes(size_t count, unsigned int n_read, size_t isz,
 /* kn_sum_pool(), or with @weight (not NULL) the weighted sum. */
 static int sum_pass(struct kn_kernel_pool *pool, void *dst,
 		    enum kn_dtype dst_type, const void *const *src,
-		    const float *weight, unsigned int n,
-		    enum kn_dtype src_type, size_t count, float alpha)
+		    const float *weight, unsigned int n, enum kn_dtype src_type,
+		    size_t count, float alpha)
 {
 	const struct kn__kernel_ops *ops = kn__kernels;
 	const bool same = dst_type != KN_DTYPE_FP32;
@@ -223,9 +223,9 @@ int kn_sum_pool(struct kn_kernel_pool *pool, void *dst, enum kn_dtype dst_type,
 			alpha);
 }
 
-int kn_sum_weighted(void *dst, enum kn_dtype dst_type,
-		    const void *const *src, const float *weight,
-		    unsigned int n, enum kn_dtype src_type, size_t count)
+int kn_sum_weighted(void *dst, enum kn_dtype dst_type, const void *const *src,
+		    const float *weight, unsigned int n, enum kn_dtype src_type,
+		    size_t count)
 {
 	if (!weight)
 		return -EINVAL;

@@ -35,9 +35,9 @@ typedef void kn__sum_fn(void *dst, const void *first, const void *const *rest,
  * each product rounded to fp32 and added in that order (no FMA), so every
  * path gives the same bits; see kn_sum_weighted().
  */
-typedef void kn__wsum_fn(void *dst, const void *first,
-			 const void *const *rest, const float *weight,
-			 unsigned int nrest, size_t begin, size_t end, bool nt);
+typedef void kn__wsum_fn(void *dst, const void *first, const void *const *rest,
+			 const float *weight, unsigned int nrest, size_t begin,
+			 size_t end, bool nt);
 
 /* Per-call constants of an update, derived once from kn_update_params. */
 struct kn__update_coef {
@@ -69,8 +69,8 @@ typedef void kn__update_fn(const struct kn__update_coef *c, float *w, float *m,
 			   unsigned int nrest, size_t begin, size_t end);
 
 /* The same over the weighted sum of the gradients (kn_update_weighted). */
-typedef void kn__wupdate_fn(const struct kn__update_coef *c, float *w,
-			    float *m, float *v, const void *first,
+typedef void kn__wupdate_fn(const struct kn__update_coef *c, float *w, float *m,
+			    float *v, const void *first,
 			    const void *const *rest, const float *weight,
 			    unsigned int nrest, size_t begin, size_t end);
 

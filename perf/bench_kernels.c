@@ -612,9 +612,8 @@ static void bench_weighted(enum kn_dtype t)
 			row("wsum", &j, run_wsum, n + 1.0, "sum", run_sum, &j,
 			    n + 1.0);
 			if (t == KN_DTYPE_FP32)
-				row("wsum", &j, run_wsum, n + 1.0,
-				    "scale_sum", run_scale_sum, &j,
-				    3.0 * n + 1.0);
+				row("wsum", &j, run_wsum, n + 1.0, "scale_sum",
+				    run_scale_sum, &j, 3.0 * n + 1.0);
 		}
 	}
 }

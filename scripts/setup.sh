@@ -43,6 +43,7 @@ test_packages=(
 	# pip, and venv for the test's scratch environment
 	python3-mesonpy python3-pip python3-venv
 	clang libclang-rt-14-dev # libFuzzer target (tests/fuzz/, -Dfuzz)
+	clang-format # the cli/format test: the sources as .clang-format says
 	# The rxe suite's VM (tests/rxe/vm.sh fetches the kernel itself),
 	# and the rdma-core userspace the guest uses from the host's root:
 	# the rxe provider, the rdma tool, ibv_devices and rping.

@@ -106,7 +106,7 @@ struct server {
 	struct kn__sync_rule *rule;
 	uint32_t lo, hi; /* its chunk: coordinates [lo, hi) */
 	double free_t;	 /* when it will have aggregated the pushes so far */
-	double round_w; /* ASP, SSP, CGP: shares since the velocity turned */
+	double round_w;	 /* ASP, SSP, CGP: shares since the velocity turned */
 	bool round_full; /* ... weigh a round: the velocity turns next */
 };
 
@@ -122,8 +122,8 @@ struct kn__sim {
 	struct kn__sync_params params;
 	struct kn__imb imb;
 	uint32_t n, m, d, k;
-	double wire;	   /* latency + chunk bytes / bandwidth */
-	double service;	   /* chunk bytes / server rate */
+	double wire;	/* latency + chunk bytes / bandwidth */
+	double service; /* chunk bytes / server rate */
 	/* cpu_time: the shared CPU's virtual clock (CPU seconds each
 	 * computing worker has had), when it was last brought up to date,
 	 * the workers inside their CPU part, and the generation of the
@@ -1126,8 +1126,7 @@ static int check_config(const struct kn__sim_config *c, char *err,
 		return bad(err, errlen, "model bytes must be 0 or more");
 	if (!isfinite(c->server_rate) || !(c->server_rate > 0))
 		return bad(err, errlen, "server rate must be above 0");
-	if (!isfinite(c->cpu_time) || !(c->cpu_time >= 0) ||
-	    c->cpu_time > 1e6)
+	if (!isfinite(c->cpu_time) || !(c->cpu_time >= 0) || c->cpu_time > 1e6)
 		return bad(err, errlen, "cpu time must be 0 to 1e6 seconds");
 	if (c->cores < 1 || c->cores > KN__SYNC_MAX_WORKERS)
 		return bad(err, errlen, "cores must be 1 to 1048576");

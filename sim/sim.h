@@ -51,8 +51,8 @@ struct kn__sim_config {
 	/* > 0: a worker also stops at its first step end at or after this
 	 * simulated time, so protocols compare over the same time (0) */
 	double duration;
-	uint32_t dim;	     /* d of the objective, 1 .. KN__SIM_MAX_DIM (16) */
-	uint64_t seed;	     /* objective, noise, imbalance (1) */
+	uint32_t dim;  /* d of the objective, 1 .. KN__SIM_MAX_DIM (16) */
+	uint64_t seed; /* objective, noise, imbalance (1) */
 	const char *imbalance; /* a spec of imbalance.h; NULL: "none" */
 	double step_time;      /* base seconds of a local step, > 0 (0.02) */
 	double latency;	       /* seconds one way, >= 0 (20e-6) */
@@ -66,13 +66,13 @@ struct kn__sim_config {
 	 * imbalance factor off the CPU (0: none; 0 .. 1e6)
 	 */
 	double cpu_time;
-	uint32_t cores;	       /* for cpu_time, 1 .. 1048576 (1) */
-	double sigma;	       /* gradient noise per coordinate, >= 0 (0.5) */
-	double lr;	       /* SGD rate, workers and servers, > 0 (0.1) */
+	uint32_t cores; /* for cpu_time, 1 .. 1048576 (1) */
+	double sigma;	/* gradient noise per coordinate, >= 0 (0.5) */
+	double lr;	/* SGD rate, workers and servers, > 0 (0.1) */
 	/* the job's momentum, [0, 1) (0): the servers' under gradient
 	 * protocols, the workers' own under ESP and PSP, as in the engine */
 	double momentum;
-	double loss_every;     /* seconds between loss samples; 0: auto */
+	double loss_every; /* seconds between loss samples; 0: auto */
 	/*
 	 * The protocol and its own parameters (0: the documented default);
 	 * max_workers and members are set from @workers.

@@ -389,8 +389,8 @@ struct kn__sync_cgp_planner {
 	double *sum;	  /* [max_workers]: its timings this epoch ... */
 	uint32_t *count;  /* [max_workers]: ... and how many */
 	uint32_t ngroups;
-	uint64_t since;	  /* iterations since the last look */
-	bool waiting;	  /* a barrier came while nobody was a member */
+	uint64_t since; /* iterations since the last look */
+	bool waiting;	/* a barrier came while nobody was a member */
 	struct kn__cgpp_pls *archive; /* PLS: from the last search */
 };
 
@@ -556,8 +556,9 @@ static int solve(struct kn__sync_planner *planner, uint32_t n, bool fresh,
 		.bw = p->bandwidth,
 		.bound = p->bound,
 	};
-	bool pls = p->solver == KN__SYNC_CGP_PLS ||
-		   (p->solver == KN__SYNC_CGP_AUTO && n > KN__SYNC_CGP_AUTO_AGA);
+	bool pls =
+		p->solver == KN__SYNC_CGP_PLS ||
+		(p->solver == KN__SYNC_CGP_AUTO && n > KN__SYNC_CGP_AUTO_AGA);
 	size_t best_i = 0;
 	int ret;
 
@@ -648,10 +649,10 @@ static void fold_timings(struct kn__sync_planner *planner)
 		mean = c->sum[i] / c->count[i];
 		if (mean < 1e-9)
 			mean = 1e-9; /* 0 is "no timing yet" */
-		planner->pred[i] = planner->pred[i] == 0
-					   ? mean
-					   : alpha * mean +
-						     (1 - alpha) * planner->pred[i];
+		planner->pred[i] =
+			planner->pred[i] == 0
+				? mean
+				: alpha * mean + (1 - alpha) * planner->pred[i];
 		c->sum[i] = 0;
 		c->count[i] = 0;
 	}

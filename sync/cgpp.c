@@ -171,8 +171,7 @@ static void eval_ends(const struct kn__cgpp *p, const uint32_t *end, uint32_t k,
 }
 
 int kn__cgpp_eval_groups(const double *T, const uint32_t *size, uint32_t k,
-			 double batch, double bound,
-			 struct kn__cgpp_eval *out)
+			 double batch, double bound, struct kn__cgpp_eval *out)
 {
 	struct figs f = { 0 };
 
@@ -661,8 +660,7 @@ static bool same(double la, double ta, double lb, double tb)
  * member with tau <= t can dominate (it has the largest Lambda of those
  * that could); O(log size).
  */
-static bool wanted(const struct kn__cgpp_pls *a, double l, double t,
-		   uint32_t k)
+static bool wanted(const struct kn__cgpp_pls *a, double l, double t, uint32_t k)
 {
 	size_t lo = 0, hi = a->size;
 

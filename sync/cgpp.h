@@ -80,8 +80,7 @@ int kn__cgpp_eval(const struct kn__cgpp *p, const uint8_t *cuts,
  * Returns 0 or -EINVAL.  O(k).
  */
 int kn__cgpp_eval_groups(const double *T, const uint32_t *size, uint32_t k,
-			 double batch, double bound,
-			 struct kn__cgpp_eval *out);
+			 double batch, double bound, struct kn__cgpp_eval *out);
 
 /*
  * The exact optimum: the feasible partition of largest Lambda, found by

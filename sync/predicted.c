@@ -208,8 +208,7 @@ static int psp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 * The worker rule never holds more than R + 1 steps (R while
 	 * waiting, then one); beyond 2R no plan explains the drift.
 	 */
-	if (steps > 2 * rule->params.max_steps ||
-	    kn__sync_round_push(rule, ev))
+	if (steps > 2 * rule->params.max_steps || kn__sync_round_push(rule, ev))
 		return -EINVAL;
 	w->steps = steps;
 	return complete(rule, out);

@@ -22,8 +22,7 @@
  * the parameters resolved into @out.
  */
 static const struct kn__sync_ops *
-check_params(const struct kn__sync_params *params,
-	     struct kn__sync_params *out)
+check_params(const struct kn__sync_params *params, struct kn__sync_params *out)
 {
 	if (!params || params->max_workers == 0 ||
 	    params->max_workers > KN__SYNC_MAX_WORKERS ||
@@ -341,8 +340,9 @@ static int rule_push(struct kn__sync_rule *rule,
 		     struct kn__sync_action *out)
 {
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
-	kn__sync_rule_event_fn *hook =
-		ev->type == KN__SYNC_EV_SKIP ? rule->ops->skip : rule->ops->push;
+	kn__sync_rule_event_fn *hook = ev->type == KN__SYNC_EV_SKIP
+					       ? rule->ops->skip
+					       : rule->ops->push;
 	int ret;
 
 	/*

@@ -70,25 +70,26 @@ struct kn__sync_params {
 	uint32_t protocol;    /* enum kn__sync_protocol */
 	uint32_t max_workers; /* worker ids are 0 .. max_workers - 1 */
 	uint32_t members;     /* workers 0 .. members - 1 start as members */
-	uint32_t staleness;   /* SSP s, ESP s_e: clocks ahead of the slowest (3) */
-	uint32_t max_skip;    /* ESP H_max: local steps before a push is due (8) */
-	uint32_t max_steps;   /* PSP R: most local steps a plan gives (15) */
-	uint32_t warmup;      /* PSP, CGP: barriers under BSP before a plan (3) */
-	float gamma;	      /* ESP: push when cost <= gamma x one step (1) */
-	float theta;	      /* ESP: or when |delta|/|anchor| >= theta (0.01) */
-	float alpha;	      /* PSP: EMA weight of the newest timing (0.5) */
-	float miss;	      /* PSP: re-plan when a prediction misses by more (0.25) */
+	uint32_t
+		staleness; /* SSP s, ESP s_e: clocks ahead of the slowest (3) */
+	uint32_t max_skip; /* ESP H_max: local steps before a push is due (8) */
+	uint32_t max_steps; /* PSP R: most local steps a plan gives (15) */
+	uint32_t warmup;    /* PSP, CGP: barriers under BSP before a plan (3) */
+	float gamma;	    /* ESP: push when cost <= gamma x one step (1) */
+	float theta;	    /* ESP: or when |delta|/|anchor| >= theta (0.01) */
+	float alpha;	    /* PSP: EMA weight of the newest timing (0.5) */
+	float miss; /* PSP: re-plan when a prediction misses by more (0.25) */
 	/* CGP (alpha above is its EMA weight too) */
-	uint32_t solver;	/* enum kn__sync_cgp_solver (auto) */
-	uint32_t epoch_rounds;	/* rounds of the fastest group an epoch (20) */
-	uint32_t period;	/* T_re: iterations between regroup checks (100) */
-	float bound;		/* S: the staleness bound tau_max <= S (4) */
-	float latency;		/* C_sync: seconds per sync (100e-6) */
-	float bandwidth;	/* C_sync: bytes per second the servers take in (1e9) */
-	uint64_t bytes;		/* C_sync: bytes a worker pushes a round (0) */
+	uint32_t solver;       /* enum kn__sync_cgp_solver (auto) */
+	uint32_t epoch_rounds; /* rounds of the fastest group an epoch (20) */
+	uint32_t period; /* T_re: iterations between regroup checks (100) */
+	float bound;	 /* S: the staleness bound tau_max <= S (4) */
+	float latency;	 /* C_sync: seconds per sync (100e-6) */
+	float bandwidth; /* C_sync: bytes per second the servers take in (1e9) */
+	uint64_t bytes;	 /* C_sync: bytes a worker pushes a round (0) */
 	/* ESP, PSP: the servers' outer update of the workers' model deltas */
-	float outer_lr;		/* rate on the mean delta (1) */
-	float outer_momentum;	/* Nesterov momentum of that update (0) */
+	float outer_lr;	      /* rate on the mean delta (1) */
+	float outer_momentum; /* Nesterov momentum of that update (0) */
 };
 
 /*
@@ -210,7 +211,7 @@ struct kn__sync_event {
 	double t;	  /* seconds on the caller's clock */
 	double value;	  /* TIMING: seconds per iteration */
 	uint32_t steps;	  /* PUSH: local steps it holds (0 counts as 1) */
-	uint64_t epoch;	  /* PLAN: the plan's epoch; BARRIER: the epoch ending */
+	uint64_t epoch; /* PLAN: the plan's epoch; BARRIER: the epoch ending */
 	const uint32_t *plan; /* PLAN: per worker id, as REGROUP's @plan */
 };
 
@@ -243,7 +244,7 @@ struct kn__sync_action {
 	 * once per round's worth of shares (docs/protocols.md, "Momentum
 	 * once per round") */
 	bool share;
-	float hint;	   /* RELEASE: ESP's predicted wait, seconds */
+	float hint; /* RELEASE: ESP's predicted wait, seconds */
 	/* REGROUP: per worker id (max_workers entries); PSP: its k_i;
 	 * CGP: KN__SYNC_CGP_PLAN(group, rounds), 0 for none */
 	const uint32_t *plan;
@@ -267,10 +268,10 @@ enum kn__sync_regroup_why {
  */
 #define KN__SYNC_CGP_PLAN(group, rounds) \
 	(((uint32_t)(group) + 1u) | ((uint32_t)(rounds) << 20))
-#define KN__SYNC_CGP_GROUP(entry) (((entry) & 0xfffffu) - 1u)
+#define KN__SYNC_CGP_GROUP(entry)  (((entry)&0xfffffu) - 1u)
 #define KN__SYNC_CGP_ROUNDS(entry) ((entry) >> 20)
-#define KN__SYNC_CGP_MAX_ROUNDS 4095u
-#define KN__SYNC_CGP_MAX_GROUPS 0xfffffu /* ids 0 .. 2^20 - 2 */
+#define KN__SYNC_CGP_MAX_ROUNDS	   4095u
+#define KN__SYNC_CGP_MAX_GROUPS	   0xfffffu /* ids 0 .. 2^20 - 2 */
 
 struct kn__sync_rule;
 
@@ -376,12 +377,12 @@ enum kn__sync_worker_event_type {
 };
 
 struct kn__sync_worker_event {
-	uint32_t type;	  /* enum kn__sync_worker_event_type */
-	uint32_t steps;	  /* RELEASE: local steps before the next push */
-	uint64_t version; /* RELEASE: the version delivered */
-	uint64_t epoch;	  /* RELEASE: the plan in force */
-	double t;	  /* seconds on the caller's clock */
-	double seconds;	  /* STEP: how long the local step took */
+	uint32_t type;	   /* enum kn__sync_worker_event_type */
+	uint32_t steps;	   /* RELEASE: local steps before the next push */
+	uint64_t version;  /* RELEASE: the version delivered */
+	uint64_t epoch;	   /* RELEASE: the plan in force */
+	double t;	   /* seconds on the caller's clock */
+	double seconds;	   /* STEP: how long the local step took */
 	float delta_ratio; /* STEP: |model - anchor| / |anchor| (ESP) */
 	float hint;	   /* RELEASE: the RELEASE action's @hint */
 	double rtt;	   /* RELEASE: seconds from the push to this release */

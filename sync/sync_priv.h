@@ -46,9 +46,9 @@ struct kn__sync_rule {
 	bool have_next;
 	uint32_t *plan, *next_plan; /* [max_workers] each, zeroed */
 	/* SSP, ESP: the bound on sync counts (kn__sync_bound_*) */
-	uint64_t pmin;	  /* the members' smallest sync count */
-	uint32_t *ring;	  /* [staleness + 2]: members per count, mod */
-	uint32_t *held;	  /* [max_workers]: workers held back */
+	uint64_t pmin;	/* the members' smallest sync count */
+	uint32_t *ring; /* [staleness + 2]: members per count, mod */
+	uint32_t *held; /* [max_workers]: workers held back */
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
 	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */

@@ -425,9 +425,8 @@ static bool restarting_server(const struct kn__job *job, unsigned int i,
 {
 	bool restarted = job->started_at[i] > job->t0 + 1.0;
 
-	return job->restart_servers && job->pids[0] && !job->ending &&
-	       i >= 1 && i <= job->info.servers &&
-	       (!restarted || ran >= RESTART_MIN_S) &&
+	return job->restart_servers && job->pids[0] && !job->ending && i >= 1 &&
+	       i <= job->info.servers && (!restarted || ran >= RESTART_MIN_S) &&
 	       job->server_restarts < SERVER_RESTARTS * job->info.servers;
 }
 

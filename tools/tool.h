@@ -31,10 +31,10 @@
  * All of them take --transport, --secret-file, --startup-timeout and
  * --verbose.
  */
-#define KN__TOOL_OPTS_COORDINATOR                           \
-	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COORDINATOR | \
-	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_HEARTBEAT |   \
-	 KN_CONFIG_OPT_JOB | KN_CONFIG_OPT_CHECKPOINT)
+#define KN__TOOL_OPTS_COORDINATOR                                             \
+	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COORDINATOR |                   \
+	 KN_CONFIG_OPT_COMMON | KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB | \
+	 KN_CONFIG_OPT_CHECKPOINT)
 #define KN__TOOL_OPTS_SERVER                                \
 	(KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS |        \
 	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_LISTEN | \
@@ -44,10 +44,10 @@
 	(KN_CONFIG_OPT_RANK | KN_CONFIG_OPT_COUNTS |        \
 	 KN_CONFIG_OPT_COORDINATOR | KN_CONFIG_OPT_COMMON | \
 	 KN_CONFIG_OPT_HEARTBEAT)
-#define KN__TOOL_OPTS_LOCAL                                      \
-	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COMMON |           \
-	 KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB |           \
-	 KN_CONFIG_OPT_METRICS | KN_CONFIG_OPT_CHECKPOINT)
+#define KN__TOOL_OPTS_LOCAL                                                    \
+	(KN_CONFIG_OPT_COUNTS | KN_CONFIG_OPT_COMMON |                         \
+	 KN_CONFIG_OPT_HEARTBEAT | KN_CONFIG_OPT_JOB | KN_CONFIG_OPT_METRICS | \
+	 KN_CONFIG_OPT_CHECKPOINT)
 
 /*
  * What a worker's process is told through the environment, where

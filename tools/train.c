@@ -433,7 +433,7 @@ struct worker_run {
 	const struct kn_config *cfg;
 	unsigned int rank, n;
 	unsigned int rejoins; /* times it came back after being removed */
-	int report_fd;			 /* the parent's pipe; -1: joined */
+	int report_fd;	      /* the parent's pipe; -1: joined */
 	struct kn__train_results *local; /* joined rank 0: its own results */
 	pthread_mutex_t report_lock;
 };

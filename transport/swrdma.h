@@ -63,8 +63,7 @@ int kn__swr_grant_add(struct kn__swr_grants *t, struct kn__tp_mr *mr,
 		      bool test_keys, struct kn__tp_rdesc *rdesc);
 
 /* Drop @t's grants of @mr (a region going away). */
-void kn__swr_grant_revoke(struct kn__swr_grants *t,
-			  const struct kn__tp_mr *mr);
+void kn__swr_grant_revoke(struct kn__swr_grants *t, const struct kn__tp_mr *mr);
 
 /* Free @t's memory; it is empty after. */
 void kn__swr_grants_fini(struct kn__swr_grants *t);

@@ -183,8 +183,8 @@ void kn__tp_addr_name(const struct sockaddr *sa, char *buf, size_t size)
 	snprintf(buf, size, "%s:%u", host, port);
 }
 
-void kn__tp_peer_vlog(const char *provider, const char *peer,
-		      const char *fmt, va_list ap)
+void kn__tp_peer_vlog(const char *provider, const char *peer, const char *fmt,
+		      va_list ap)
 {
 	char prefix[96];
 
@@ -397,7 +397,8 @@ int kn__tp_poll_wait(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 				return 0;
 			wait_ms = (int)((deadline - t + 999999u) / 1000000u);
 		}
-		pfd = (struct pollfd){ .fd = ctx->ops->fd(ctx), .events = POLLIN };
+		pfd = (struct pollfd){ .fd = ctx->ops->fd(ctx),
+				       .events = POLLIN };
 		if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR)
 			return -errno;
 		if ((n = ctx->ops->poll(ctx, out, max)))

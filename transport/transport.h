@@ -148,7 +148,6 @@ uint32_t kn__tp_mr_access(const struct kn__tp_mr *mr);
 /* Deregister; no operation may still be using it.  NULL-safe. */
 void kn__tp_mr_dereg(struct kn__tp_mr *mr);
 
-
 /*
  * Listen on @addr (port 0 picks one; kn__tp_listener_addr tells which).
  * Each connection that arrives is an ACCEPT completion with the new

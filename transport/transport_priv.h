@@ -142,9 +142,8 @@ void kn__tp_addr_name(const struct sockaddr *sa, char *buf, size_t size);
  * One log line about an endpoint: "kanel: @provider: peer @peer: <fmt>"
  * (kn__tp_vlog); each provider's ep_log() passes its names through.
  */
-void kn__tp_peer_vlog(const char *provider, const char *peer,
-		      const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
+void kn__tp_peer_vlog(const char *provider, const char *peer, const char *fmt,
+		      va_list ap) __attribute__((format(printf, 3, 0)));
 
 /* Fill @buf with @len bytes from the kernel's CSPRNG: 0 or -errno. */
 int kn__tp_random(void *buf, size_t len);

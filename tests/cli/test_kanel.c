@@ -510,8 +510,8 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
 	cr_expect_not_null(strstr(err, "worker 1 (/bin/sh, pid "), "%s", err);
 	cr_expect_not_null(strstr(err, "the job goes on without it"), "%s",
 			   err);
-	cr_expect_not_null(strstr(err, "1 worker failed after the start"),
-			   "%s", err);
+	cr_expect_not_null(strstr(err, "1 worker failed after the start"), "%s",
+			   err);
 	cr_expect_null(strstr(err, "ending the job"), "%s", err);
 	free(err);
 }
@@ -587,8 +587,8 @@ Test(kanel, launch_does_not_restart_a_worker_that_fails_at_once)
 	cr_expect_not_null(strstr(err, "worker 1 is not restarted: it failed "
 				       "within 2 s of its start"),
 			   "%s", err);
-	cr_expect_not_null(strstr(err, "1 worker failed after the start"),
-			   "%s", err);
+	cr_expect_not_null(strstr(err, "1 worker failed after the start"), "%s",
+			   err);
 	free(err);
 }
 
@@ -890,11 +890,11 @@ Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
 	}
 	cr_assert_eq(rc, 0);
 	m = slurp("m.json");
-	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":0,\"status\":0,"
-			    LOAD_PUSHES),
+	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":0,\"status\":"
+			    "0," LOAD_PUSHES),
 		  "%s", m);
-	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":1,\"status\":0,"
-			    LOAD_PUSHES),
+	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":1,\"status\":"
+			    "0," LOAD_PUSHES),
 		  "%s", m);
 	free(m);
 }
@@ -906,10 +906,10 @@ Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
  */
 Test(kanel, launch_ends_its_job_on_sigterm)
 {
-	pid_t pid = start(ARGS("launch", "--workers", "2", "--", kanel(),
-			       "worker", "--steps", "1000000", "--pause-ms",
-			       "10"),
-			  NULL, -1);
+	pid_t pid =
+		start(ARGS("launch", "--workers", "2", "--", kanel(), "worker",
+			   "--steps", "1000000", "--pause-ms", "10"),
+		      NULL, -1);
 	char *err;
 	int gone = 0;
 

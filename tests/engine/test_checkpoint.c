@@ -65,7 +65,7 @@ static unsigned int files_in_dir(void)
 
 /* ---- the file module ---- */
 
-#define NCH 3
+#define NCH    3
 #define SECRET "the job's secret" /* job_util's, for the jobs below */
 static const uint32_t counts[NCH] = { 1000, 7, 4096 };
 
@@ -855,9 +855,9 @@ Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .init = make_dir,
 
 static unsigned int first_round, rounds;
 static bool restoring;
-static const char *run_sync = "bsp"; /* run()'s protocol... */
+static const char *run_sync = "bsp";	 /* run()'s protocol... */
 static const char *run_opt = "momentum"; /* ... its optimizer ... */
-static unsigned int run_workers = 2; /* ... and workers */
+static unsigned int run_workers = 2;	 /* ... and workers */
 
 static float grad_value(unsigned int rank, unsigned int round, size_t i)
 {
@@ -995,9 +995,9 @@ Test(checkpoint, a_restored_job_goes_on_exactly, .init = make_dir,
 			     strerror(-sh->status[w]));
 	expect_same(whole, resumed);
 	cr_expect_neq(sh->values[1][0], -1000);
-	cr_expect_eq(memcmp(sh->values[0], sh->values[1],
-			    PROBE * sizeof(float)),
-		     0, "the two workers hold different models");
+	cr_expect_eq(
+		memcmp(sh->values[0], sh->values[1], PROBE * sizeof(float)), 0,
+		"the two workers hold different models");
 }
 
 /*
@@ -1044,8 +1044,8 @@ Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
 }
 
 /* Nothing to restore from: the workers' start fails, nobody hangs. */
-Test(checkpoint, restoring_without_checkpoints_fails_clearly,
-     .init = make_dir, .fini = remove_dir, .timeout = 120)
+Test(checkpoint, restoring_without_checkpoints_fails_clearly, .init = make_dir,
+     .fini = remove_dir, .timeout = 120)
 {
 	run(dir, true, 0, 1, NULL, false);
 	for (unsigned int w = 0; w < 2; w++)
@@ -1054,7 +1054,7 @@ Test(checkpoint, restoring_without_checkpoints_fails_clearly,
 
 /* ---- a server lost mid-job ---- */
 
-#define LIVE_STEPS 60
+#define LIVE_STEPS   60
 #define LIVE_G(rank) ((float)(rank + 1)) /* each rank's constant gradient */
 
 /*

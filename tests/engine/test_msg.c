@@ -88,7 +88,8 @@ Test(msg, job_carries_every_protocols_parameters)
 	/* 0 is "the default" to sync/, so it travels too */
 	m.u.job.proto.solver = KN__SYNC_CGP_AUTO;
 	m.u.job.proto.epoch_rounds = 0;
-	m.u.job.proto.bound = m.u.job.proto.latency = m.u.job.proto.bandwidth = 0;
+	m.u.job.proto.bound = m.u.job.proto.latency = m.u.job.proto.bandwidth =
+		0;
 	b = round_trip(&m, &len);
 	cr_assert_eq(b.u.job.proto.solver, KN__SYNC_CGP_AUTO);
 	cr_assert_eq(b.u.job.proto.bound, 0);

@@ -19,18 +19,18 @@
 #include "kanel.h"
 #include "job_util.h"
 
-#define LEN	 2000
-#define CUT	 2 /* the worker cut off */
-#define CUT_S	 10
-#define STEP_US	 50000
-#define MAX_S	 90 /* a worker's own deadline */
-#define REJOINS	 5
+#define LEN	2000
+#define CUT	2 /* the worker cut off */
+#define CUT_S	10
+#define STEP_US 50000
+#define MAX_S	90 /* a worker's own deadline */
+#define REJOINS 5
 
 /* The test's word to the workers, in the shared page's last row. */
-#define FLAGS	  sh->values[MAXW - 1]
-#define F_CUT	  0 /* the link is cut */
-#define F_HEALED  1 /* and healed again */
-#define F_BACK	  2 /* the cut-off worker made 5 steps after its rejoin */
+#define FLAGS	 sh->values[MAXW - 1]
+#define F_CUT	 0 /* the link is cut */
+#define F_HEALED 1 /* and healed again */
+#define F_BACK	 2 /* the cut-off worker made 5 steps after its rejoin */
 
 static double now(void)
 {
@@ -132,8 +132,7 @@ static void set_link(unsigned int rank, bool cut)
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
-Test(net, a_cut_off_worker_is_removed_and_rejoins_once_healed,
-     .timeout = 240)
+Test(net, a_cut_off_worker_is_removed_and_rejoins_once_healed, .timeout = 240)
 {
 	struct job j = { 0 };
 
@@ -166,8 +165,10 @@ Test(net, a_cut_off_worker_is_removed_and_rejoins_once_healed,
 	for (unsigned int w = 0; w < 3; w++)
 		if (w != CUT)
 			cr_expect_geq(sh->values[w][0], 40,
-				      "worker %u waited for the cut-off one", w);
-	cr_expect_geq(sh->values[CUT][1], 1, "the cut-off worker never "
-					     "rejoined");
+				      "worker %u waited for the cut-off one",
+				      w);
+	cr_expect_geq(sh->values[CUT][1], 1,
+		      "the cut-off worker never "
+		      "rejoined");
 	cr_expect_eq(*flag(F_BACK), 1, "the cut-off worker never came back");
 }

@@ -46,11 +46,11 @@ static bool near(float got, double want)
 }
 
 static unsigned int nworkers, nsteps;
-static unsigned int steps_of[MAXW];   /* 0: nsteps */
-static double sleep_of[MAXW];	      /* >0: sleep so long a step, and let
+static unsigned int steps_of[MAXW]; /* 0: nsteps */
+static double sleep_of[MAXW];	    /* >0: sleep so long a step, and let
 				       * the engine measure it ... */
-static bool tell_sleep;		      /* ... or give it as the step time */
-static double linger_of[MAXW];	      /* seconds between finish and destroy */
+static bool tell_sleep;		    /* ... or give it as the step time */
+static double linger_of[MAXW];	    /* seconds between finish and destroy */
 
 /*
  * Plain SGD on every worker, the same gradients whatever the protocol:
@@ -247,8 +247,9 @@ static double pushes_per_step(double slow_s)
 	unsetenv("KANEL_PSP_WARMUP");
 	memset(sleep_of, 0, sizeof(sleep_of));
 	memset(steps_of, 0, sizeof(steps_of));
-	fprintf(stderr, "slow %g s: worker 0 %g pushes in 160 steps, "
-			"worker 1 %g\n",
+	fprintf(stderr,
+		"slow %g s: worker 0 %g pushes in 160 steps, "
+		"worker 1 %g\n",
 		slow_s, (double)sh->values[0][62], (double)sh->values[1][62]);
 	return sh->values[0][62] / 160.0;
 }
@@ -321,10 +322,10 @@ static int local_refusals(unsigned int rank)
 	if (!w)
 		return -ENOMEM;
 	ret = kn_worker_job(w, &job);
-	if (!ret && (job.protocol != KN_SYNC_ESP || !job.local_steps ||
-		     strcmp(job.protocol_name, "esp") != 0 ||
-		     job.outer_lr != 0.5f || job.workers != 1 ||
-		     job.max_skip != 8 || job.lr != 0.125f))
+	if (!ret &&
+	    (job.protocol != KN_SYNC_ESP || !job.local_steps ||
+	     strcmp(job.protocol_name, "esp") != 0 || job.outer_lr != 0.5f ||
+	     job.workers != 1 || job.max_skip != 8 || job.lr != 0.125f))
 		ret = -EBADMSG;
 	if (!ret && kn_worker_set_inbox(w, "x", g) != -EINVAL)
 		ret = -EBADMSG;

@@ -247,12 +247,17 @@ static void msg_valid(const struct kn__msg *m)
 		if (m->u.job.proto.solver > KN__SYNC_CGP_PLS ||
 		    m->u.job.proto.epoch_rounds > KN__SYNC_CGP_MAX_ROUNDS)
 			fail("decoded JOB solver %u, epoch rounds %u",
-			     m->u.job.proto.solver, m->u.job.proto.epoch_rounds);
-		if (!(m->u.job.proto.bound >= 0) || isinf(m->u.job.proto.bound) ||
-		    !(m->u.job.proto.latency >= 0) || isinf(m->u.job.proto.latency) ||
-		    !(m->u.job.proto.bandwidth >= 0) || isinf(m->u.job.proto.bandwidth))
+			     m->u.job.proto.solver,
+			     m->u.job.proto.epoch_rounds);
+		if (!(m->u.job.proto.bound >= 0) ||
+		    isinf(m->u.job.proto.bound) ||
+		    !(m->u.job.proto.latency >= 0) ||
+		    isinf(m->u.job.proto.latency) ||
+		    !(m->u.job.proto.bandwidth >= 0) ||
+		    isinf(m->u.job.proto.bandwidth))
 			fail("decoded JOB bound %g, latency %g, bandwidth %g",
-			     (double)m->u.job.proto.bound, (double)m->u.job.proto.latency,
+			     (double)m->u.job.proto.bound,
+			     (double)m->u.job.proto.latency,
 			     (double)m->u.job.proto.bandwidth);
 		if (m->u.job.restore > 1)
 			fail("decoded JOB restore %u", m->u.job.restore);

@@ -6,8 +6,8 @@
  */
 #include "kernel_test.h"
 
-static const size_t lengths[] = { 0, 1, 7, 15, 16, 17, 63, 1023, 1024,
-				  1025, 4099 };
+static const size_t lengths[] = { 0,  1,    7,	  15,	16,  17,
+				  63, 1023, 1024, 1025, 4099 };
 
 static float *filled(size_t n, unsigned int seed)
 {
@@ -37,8 +37,8 @@ PATH_TEST(local, dist_is_the_squared_distance_and_norm)
 		/* it adds to what is there, and agrees to fp32 rounding */
 		for (int k = 0; k < 2; k++)
 			cr_assert(fabs(got[k] - want[k]) <= 1e-6 * want[k],
-				  "n %zu: [%d] %.17g, want %.17g", n, k,
-				  got[k], want[k]);
+				  "n %zu: [%d] %.17g, want %.17g", n, k, got[k],
+				  want[k]);
 		free(x);
 		free(a);
 	}

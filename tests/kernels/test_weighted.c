@@ -20,8 +20,8 @@ static const struct {
 	{ KN_DTYPE_BF16, KN_DTYPE_FP32 }, { KN_DTYPE_FP16, KN_DTYPE_FP16 },
 	{ KN_DTYPE_BF16, KN_DTYPE_BF16 },
 };
-static const size_t lengths[] = { 0,   1,	 7,    8,    15,   16,	 17,
-				  31,  33,	 63,   64,   65,   127,	 129,
+static const size_t lengths[] = { 0,   1,    7,	   8,	 15,   16,  17,
+				  31,  33,   63,   64,	 65,   127, 129,
 				  257, 1023, 1025, 4095, 4097, 9000 };
 
 #define MAXN   33
@@ -62,7 +62,7 @@ static struct bufs *bufs_new(void)
 		/* finite in every view (test_sum.c says why) */
 		fill_random(KN_DTYPE_FP16, b->in[k], 2 * (MAXLEN + 64), &seed);
 		/* weights of every sign and size, 0 and 1 among them */
-		b->w[k] = k % 7 == 3 ? 0.0f
+		b->w[k] = k % 7 == 3   ? 0.0f
 			  : k % 7 == 5 ? 1.0f
 				       : rnd_float(&seed) * 4.0f;
 	}
@@ -87,8 +87,8 @@ static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
 	const void *src[MAXN];
 	size_t osz = kn_dtype_size(ot);
 	char *out = b->out + out_off, *want = b->want + out_off;
-	kn__wsum_fn *fn = ot == KN_DTYPE_FP32 ? ops->wsum_to_f32[it]
-					      : ops->wsum_same[it];
+	kn__wsum_fn *fn =
+		ot == KN_DTYPE_FP32 ? ops->wsum_to_f32[it] : ops->wsum_same[it];
 
 	for (unsigned int k = 0; k < n; k++)
 		src[k] = b->in[k] + (k * in_off) % 64;
@@ -146,7 +146,8 @@ PATH_TEST(weighted, unit_weights_are_the_plain_sum)
 	for (int k = 0; k < MAXN; k++)
 		ones[k] = 1.0f;
 	for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
-		for (size_t q = 0; q < sizeof(inputs) / sizeof(inputs[0]); q++) {
+		for (size_t q = 0; q < sizeof(inputs) / sizeof(inputs[0]);
+		     q++) {
 			enum kn_dtype it = pairs[p].in, ot = pairs[p].out;
 			const void *src[MAXN];
 			size_t bytes = 1031 * kn_dtype_size(ot);
@@ -217,21 +218,23 @@ PATH_TEST(weighted, update_is_the_update_of_scaled_inputs)
 
 	for (size_t o = 0; o < sizeof(params) / sizeof(params[0]); o++)
 		for (int t = KN_DTYPE_FP32; t <= KN_DTYPE_BF16; t++)
-			for (size_t q = 0; q < sizeof(ns) / sizeof(ns[0]); q++) {
+			for (size_t q = 0; q < sizeof(ns) / sizeof(ns[0]);
+			     q++) {
 				const enum kn_dtype dt = (enum kn_dtype)t;
 				const void *src[MAXN], *ssrc[MAXN];
 				struct kn__update_coef c;
 				unsigned int n = ns[q];
 				uint64_t seed = 7;
 
-				cr_assert_eq(kn__update_coef_init(&params[o],
-								  &c),
-					     0);
+				cr_assert_eq(
+					kn__update_coef_init(&params[o], &c),
+					0);
 				for (unsigned int k = 0; k < n; k++) {
 					src[k] = b->in[k];
 					for (size_t i = 0; i < LEN; i++)
 						scaled[k][i] =
-							ref_load(dt, src[k], i) *
+							ref_load(dt, src[k],
+								 i) *
 							b->w[k];
 					ssrc[k] = scaled[k];
 				}
@@ -243,9 +246,9 @@ PATH_TEST(weighted, update_is_the_update_of_scaled_inputs)
 				plain(ops, params[o].optimizer)(
 					&c, w1, m1, v1, ssrc[0], ssrc + 1,
 					n - 1, 0, LEN);
-				weighted(ops, params[o].optimizer, dt)(
-					&c, w2, m2, v2, src[0], src + 1, b->w,
-					n - 1, 0, LEN);
+				weighted(ops, params[o].optimizer,
+					 dt)(&c, w2, m2, v2, src[0], src + 1,
+					     b->w, n - 1, 0, LEN);
 				cr_assert_eq(memcmp(w1, w2, sizeof(w1)), 0,
 					     "%s optimizer %d %s n=%u: w",
 					     kn_kernel_path_name(ops->path),

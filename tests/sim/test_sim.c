@@ -230,8 +230,8 @@ Test(sim, bsp_momentum_is_the_servers_heavy_ball)
 		e -= lr * m;
 	}
 	ratio = e * e;
-	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio),
-		      1e-9 * ratio, "bsp: %.17g, expected %.17g",
+	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio), 1e-9 * ratio,
+		      "bsp: %.17g, expected %.17g",
 		      r.final_loss / r.initial_loss, ratio);
 	cr_expect_neq(r.final_loss, plain.final_loss);
 }
@@ -334,9 +334,10 @@ Test(sim, esp_outer_momentum_is_nesterov_on_the_deltas)
 		e -= d + mu * v;
 	}
 	ratio = e * e;
-	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio),
-		      1e-9 * ratio, "esp, outer momentum %g: %.17g, expected "
-		      "%.17g", mu, r.final_loss / r.initial_loss, ratio);
+	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio), 1e-9 * ratio,
+		      "esp, outer momentum %g: %.17g, expected "
+		      "%.17g",
+		      mu, r.final_loss / r.initial_loss, ratio);
 	cr_expect_gt(fabs(r.final_loss - plain.final_loss),
 		     1e-6 * plain.final_loss,
 		     "the outer momentum changed nothing");
@@ -482,9 +483,9 @@ Test(sim, shared_cores_widen_asps_lead_over_bsp)
 
 	for (int shared = 0; shared < 2; shared++)
 		for (int asp = 0; asp < 2; asp++) {
-			struct kn__sim_config cfg = config(
-				asp ? KN__SYNC_ASP : KN__SYNC_BSP, 8, 300,
-				NULL);
+			struct kn__sim_config cfg =
+				config(asp ? KN__SYNC_ASP : KN__SYNC_BSP, 8,
+				       300, NULL);
 			struct kn__sim_result r;
 
 			cfg.cpu_time = shared ? 0.004 : 0;
@@ -694,9 +695,12 @@ Test(sim, the_json_has_every_key)
 Test(sim, the_json_has_the_time_to_a_target_loss)
 {
 	/* any loss is at most 1e9: reached at the first sample */
-	const char *const reached[] = { "--workers=2",	     "--iterations=20",
-					"--target-loss=1e9", "--target-window",
-					"0",		     NULL };
+	const char *const reached[] = { "--workers=2",
+					"--iterations=20",
+					"--target-loss=1e9",
+					"--target-window",
+					"0",
+					NULL };
 	/* the noisy objective never reaches 0 */
 	const char *const never[] = { "--workers=2", "--iterations=20",
 				      "--target-loss=0", NULL };
@@ -704,15 +708,12 @@ Test(sim, the_json_has_the_time_to_a_target_loss)
 
 	cr_expect(strstr(json, "\"target_loss\": 1000000000,") != NULL, "%s",
 		  json);
-	cr_expect(strstr(json, "\"target_window_s\": 0,") != NULL, "%s",
-		  json);
-	cr_expect(strstr(json, "\"time_to_target_s\": 0,") != NULL, "%s",
-		  json);
+	cr_expect(strstr(json, "\"target_window_s\": 0,") != NULL, "%s", json);
+	cr_expect(strstr(json, "\"time_to_target_s\": 0,") != NULL, "%s", json);
 	free(json);
 	free(curve);
 	json = cli_run(never, &curve);
-	cr_expect(strstr(json, "\"target_window_s\": 1,") != NULL, "%s",
-		  json);
+	cr_expect(strstr(json, "\"target_window_s\": 1,") != NULL, "%s", json);
 	cr_expect(strstr(json, "\"time_to_target_s\": null,") != NULL, "%s",
 		  json);
 	free(json);

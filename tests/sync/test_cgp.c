@@ -236,11 +236,10 @@ Test(cgp_rule, bad_plans_and_pushes_are_refused)
 	cr_assert_eq(push(r, 0, 2, out), -EINVAL); /* twice a round */
 	cr_assert_eq(push(r, 3, 1, out), -EINVAL); /* not its version */
 	/* a planner event is not a chunk rule's */
-	cr_assert_eq(kn__sync_rule_event(
-			     r,
-			     &(struct kn__sync_event){
-				     .type = KN__SYNC_EV_BARRIER },
-			     out),
+	cr_assert_eq(kn__sync_rule_event(r,
+					 &(struct kn__sync_event){
+						 .type = KN__SYNC_EV_BARRIER },
+					 out),
 		     -EINVAL);
 	kn__sync_rule_destroy(r);
 }
@@ -292,8 +291,9 @@ Test(cgp_rule, a_joiner_waits_for_a_plan_that_names_it)
 	/* in the warm-up it joins the round, as under BSP */
 	cr_assert_eq(kn__sync_rule_event(r, &join, out), 1);
 	cr_assert_eq(released(out, 1, 0), 0x8);
-	kn__sync_rule_event(r, &(struct kn__sync_event){
-				       .type = KN__SYNC_EV_LEAVE, .worker = 3 },
+	kn__sync_rule_event(r,
+			    &(struct kn__sync_event){ .type = KN__SYNC_EV_LEAVE,
+						      .worker = 3 },
 			    out);
 	for (uint64_t v = 0; v < 2; v++) {
 		for (uint32_t w = 0; w < 3; w++)
@@ -345,8 +345,7 @@ static int barrier_ev(struct kn__sync_planner *pl, uint64_t epoch,
 }
 
 /* Worker @a and @b are in the same group of @out's plan. */
-static bool together(const struct kn__sync_action *out, uint32_t a,
-		     uint32_t b)
+static bool together(const struct kn__sync_action *out, uint32_t a, uint32_t b)
 {
 	return KN__SYNC_CGP_GROUP(out->plan[a]) ==
 	       KN__SYNC_CGP_GROUP(out->plan[b]);
@@ -602,13 +601,12 @@ Test(cgp_planner, one_late_step_does_not_move_a_worker)
 	for (int step = 0; step < 19; step++)
 		timings(pl, t, 8);
 	/* worker 0's 20th step of the epoch takes 4x as long */
-	cr_assert_eq(kn__sync_planner_event(
-			     pl,
-			     &(struct kn__sync_event){
-				     .type = KN__SYNC_EV_TIMING,
-				     .worker = 0,
-				     .value = .08 },
-			     out),
+	cr_assert_eq(kn__sync_planner_event(pl,
+					    &(struct kn__sync_event){
+						    .type = KN__SYNC_EV_TIMING,
+						    .worker = 0,
+						    .value = .08 },
+					    out),
 		     0);
 	cr_assert_eq(barrier_ev(pl, 1, out), 1);
 	cr_assert(together(&out[0], 0, 1));
@@ -665,9 +663,9 @@ struct job {
 	bool released[2][MAXW];	   /* a release from that rule is in */
 	bool pending[2][MAXW];	   /* a push on its way to that rule */
 	uint64_t clock[MAXW];
-	uint32_t plans;		/* plans made */
+	uint32_t plans;		 /* plans made */
 	uint32_t copy[32][MAXW]; /* each one's entries */
-	uint32_t delivered[2];	/* plans each rule has had */
+	uint32_t delivered[2];	 /* plans each rule has had */
 	/* each rule's applies as epoch << 32 | contributors (a bit set) */
 	uint64_t apply[2][4096];
 	uint32_t napplies[2];
@@ -733,8 +731,8 @@ Test(cgp_rule, two_rules_fed_in_different_orders_agree)
 	for (int s = 0; s < 2; s++)
 		for (uint32_t w = 0; w < MAXW; w++)
 			j->released[s][w] = true; /* version 0, to start */
-	for (int step = 0; step < 200000 && j->delivered[1] < 32 &&
-			   j->delivered[0] < 32;
+	for (int step = 0;
+	     step < 200000 && j->delivered[1] < 32 && j->delivered[0] < 32;
 	     step++) {
 		uint32_t w = (uint32_t)rand_r(&seed) % MAXW;
 		int s = rand_r(&seed) & 1;
@@ -777,8 +775,9 @@ Test(cgp_rule, two_rules_fed_in_different_orders_agree)
 	cr_assert_gt(n, 100);
 	/* compare whole epochs: those both rules finished */
 	{
-		uint64_t last = (j->r[0]->epoch < j->r[1]->epoch ? j->r[0]->epoch
-								 : j->r[1]->epoch);
+		uint64_t last =
+			(j->r[0]->epoch < j->r[1]->epoch ? j->r[0]->epoch
+							 : j->r[1]->epoch);
 		uint32_t m[2] = { 0, 0 };
 
 		for (int s = 0; s < 2; s++) {

@@ -97,8 +97,9 @@ Test(cgpp, eval_asp)
 	assert_close(ev.lambda, lambda, "lambda");
 	assert_close(ev.tau_max, tau, "tau_max");
 	/* the slowest: V = 4.75 (2/1.75 + 1/2.75), damped by 1 + V/4 */
-	assert_close(tau, 4.75 * (2 / 1.75 + 1 / 2.75) /
-				  (1 + 4.75 * (2 / 1.75 + 1 / 2.75) / 4),
+	assert_close(tau,
+		     4.75 * (2 / 1.75 + 1 / 2.75) /
+			     (1 + 4.75 * (2 / 1.75 + 1 / 2.75) / 4),
 		     "the slowest's");
 	/* undamped it was 4.30 > 4; at the weight the rule gives it, 1.74 */
 	cr_assert(ev.feasible, "tau_max %g", ev.tau_max);

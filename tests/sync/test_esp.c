@@ -1164,12 +1164,12 @@ static void randomized(uint32_t staleness, uint64_t seed)
 			round = m.balanced && w->p > pmin && w->p - pmin <= m.s;
 			rounds += round;
 			cr_assert_geq(n, 1);
-			assert_apply(&out[0], ev.worker, ev.slot, m.version,
-				     1.0f / (float)nmembers,
-				     (float)tau / (float)nmembers > 1
-					     ? 1.0f / ((float)tau /
-						       (float)nmembers)
-					     : 1.0f);
+			assert_apply(
+				&out[0], ev.worker, ev.slot, m.version,
+				1.0f / (float)nmembers,
+				(float)tau / (float)nmembers > 1
+					? 1.0f / ((float)tau / (float)nmembers)
+					: 1.0f);
 			cr_assert_eq(applied[npush]++, 0);
 			npush++;
 			cr_assert_eq(kn__sync_rule_version(rule), m.version);

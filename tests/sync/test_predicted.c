@@ -437,8 +437,8 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 	assert_release(&out[0], 4, 1, 1, 6);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 4, out), 0);
 	/* 5's leave completes it: 3, 2 and 1 steps, 1/3 each; plan 2 */
-	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 5, out), ws2,
-		     3, 1, 2, k2);
+	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 5, out), ws2, 3,
+		     1, 2, k2);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -792,8 +792,8 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
-	cr_assert_eq(
-		barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out), 0);
+	cr_assert_eq(barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out),
+		     0);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
 	cr_assert(planner->psp->fallback);
 	kn__sync_planner_destroy(planner);

@@ -16,8 +16,7 @@
 
 #define MAXW 16
 
-static struct kn__sync_rule *ssp_new(uint32_t n, uint32_t members,
-				     uint32_t s)
+static struct kn__sync_rule *ssp_new(uint32_t n, uint32_t members, uint32_t s)
 {
 	struct kn__sync_params p = { .protocol = KN__SYNC_SSP,
 				     .max_workers = n,
@@ -266,7 +265,8 @@ Test(ssp, random_events_keep_the_bound)
 				applies++;
 				pushes++;
 				P[w]++;
-				held[w] = true; /* until a RELEASE says otherwise */
+				held[w] =
+					true; /* until a RELEASE says otherwise */
 			} else {
 				continue;
 			}
@@ -277,21 +277,21 @@ Test(ssp, random_events_keep_the_bound)
 					pmin = P[j];
 			for (int k = released(a, n, ids); k-- > 0;) {
 				cr_assert(memb[ids[k]]);
-				cr_assert_leq(P[ids[k]] - pmin, s,
-					      "worker %u released %lu ahead",
-					      ids[k],
-					      (unsigned long)(P[ids[k]] - pmin));
+				cr_assert_leq(
+					P[ids[k]] - pmin, s,
+					"worker %u released %lu ahead", ids[k],
+					(unsigned long)(P[ids[k]] - pmin));
 				held[ids[k]] = false;
 			}
 			/* nobody the bound lets go is still held */
 			for (int j = 0; j < N; j++)
 				if (memb[j] && held[j])
-					cr_assert_gt(P[j] - pmin, s,
-						     "worker %d held at %lu "
-						     "ahead, bound %u",
-						     j,
-						     (unsigned long)(P[j] - pmin),
-						     s);
+					cr_assert_gt(
+						P[j] - pmin, s,
+						"worker %d held at %lu "
+						"ahead, bound %u",
+						j, (unsigned long)(P[j] - pmin),
+						s);
 		}
 		cr_assert_eq(applies, pushes);
 		cr_assert_gt(pushes, 10000);

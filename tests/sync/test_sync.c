@@ -729,8 +729,8 @@ static void assert_asp_apply(const struct kn__sync_action *a, int n,
 	cr_assert_eq(a[0].contrib[0].worker, worker);
 	cr_assert_eq(a[0].contrib[0].slot, slot);
 	cr_assert_float_eq(a[0].contrib[0].weight, weight, 1e-7,
-			   "weight %.9g, expected %.9g",
-			   a[0].contrib[0].weight, weight);
+			   "weight %.9g, expected %.9g", a[0].contrib[0].weight,
+			   weight);
 	assert_release(&a[1], worker, version);
 }
 
@@ -740,11 +740,11 @@ Test(asp, every_push_is_applied_at_once)
 	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 
-	assert_asp_apply(out, push(rule, 2, 0, 0, 1, out), 2, 1, 1,
-			 1.0f / 3, 1.0f);
+	assert_asp_apply(out, push(rule, 2, 0, 0, 1, out), 2, 1, 1, 1.0f / 3,
+			 1.0f);
 	cr_assert_eq(kn__sync_rule_version(rule), 1);
-	assert_asp_apply(out, push(rule, 2, 1, 1, 0, out), 2, 0, 2,
-			 1.0f / 3, 1.0f);
+	assert_asp_apply(out, push(rule, 2, 1, 1, 0, out), 2, 0, 2, 1.0f / 3,
+			 1.0f);
 	cr_assert_eq(kn__sync_rule_version(rule), 2);
 	kn__sync_rule_destroy(rule);
 }
@@ -785,15 +785,13 @@ Test(asp, push_from_the_future_or_seen_before_is_refused)
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
-	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 0.5f,
-			 1.0f);
+	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 0.5f, 1.0f);
 	/* the same push again: it was applied already */
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), -EINVAL);
 	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
 	cr_assert_eq(kn__sync_rule_version(rule), 1);
 	/* clocks only have to grow, not step by one */
-	assert_asp_apply(out, push(rule, 0, 4, 1, 0, out), 0, 0, 2, 0.5f,
-			 1.0f);
+	assert_asp_apply(out, push(rule, 0, 4, 1, 0, out), 0, 0, 2, 0.5f, 1.0f);
 	cr_assert_eq(push(rule, 0, 3, 2, 1, out), -EINVAL);
 	kn__sync_rule_destroy(rule);
 }
@@ -804,14 +802,11 @@ Test(asp, join_releases_the_current_version_leave_stops_pushes)
 	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 1);
 	struct kn__sync_action out[MAXACT];
 
-	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 1.0f,
-			 1.0f);
-	assert_asp_apply(out, push(rule, 0, 1, 1, 1, out), 0, 1, 2, 1.0f,
-			 1.0f);
+	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 1.0f, 1.0f);
+	assert_asp_apply(out, push(rule, 0, 1, 1, 1, out), 0, 1, 2, 1.0f, 1.0f);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 7, out), 1);
 	assert_release(&out[0], 7, 2);
-	assert_asp_apply(out, push(rule, 7, 0, 2, 0, out), 7, 0, 3, 0.5f,
-			 1.0f);
+	assert_asp_apply(out, push(rule, 7, 0, 2, 0, out), 7, 0, 3, 0.5f, 1.0f);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 7, out), 0);
 	cr_assert_eq(push(rule, 7, 1, 3, 1, out), -EINVAL);
 	cr_assert_eq(kn__sync_rule_version(rule), 3);
@@ -1123,8 +1118,7 @@ static void randomized(uint32_t protocol, uint64_t seed)
 				uint64_t tau = m->version - ev.version;
 				float missed = (float)tau / (float)nmembers;
 
-				cr_assert_eq(c->weight,
-					     1.0f / (float)nmembers);
+				cr_assert_eq(c->weight, 1.0f / (float)nmembers);
 				cr_assert_eq(out[0].lr_scale,
 					     missed > 1 ? 1.0f / missed : 1.0f);
 			}

@@ -184,8 +184,13 @@ TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
 
 Test(train_cli, missing_dataset_names_package_and_option)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "1", "--data",
-			 (char *)in_dir("nothing-here"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "1",
+			 "--data",
+			 (char *)in_dir("nothing-here"),
+			 NULL };
 	char *err;
 
 	cr_expect_eq(run(argv), 2);
@@ -198,8 +203,8 @@ Test(train_cli, missing_dataset_names_package_and_option)
 
 Test(train_cli, corrupt_dataset_names_the_file)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "1", "--data",
-			 dir, NULL };
+	char *argv[] = { (char *)kanel(), "train", "--workers", "1",
+			 "--data",	  dir,	   NULL };
 	/* an image file with labels' magic */
 	static const unsigned char bad[] = { 0, 0, 8, 1, 0, 0, 0, 1, 7 };
 	FILE *f = fopen(in_dir("t10k-images-idx3-ubyte"), "w");
@@ -239,29 +244,45 @@ Test(train_cli, bad_options_are_refused)
 Test(train_cli, optimizer_sum_is_refused)
 {
 	char *a[] = { (char *)kanel(), "train", "--protocol", "asp",
-		      "--optimizer", "sum", NULL };
+		      "--optimizer",   "sum",	NULL };
 	char *err;
 
 	cr_expect_eq(run(a), 2);
 	err = slurp(in_dir("stderr"));
-	cr_expect(strstr(err, "pick sgd, momentum or adam"), "stderr: %s",
-		  err);
+	cr_expect(strstr(err, "pick sgd, momentum or adam"), "stderr: %s", err);
 	free(err);
 }
 
 /* A short seeded BSP run: learns, and writes what it promises. */
 Test(train_cli, short_bsp_run_learns_and_reports)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "2",
-			 "--model", "softmax", "--epochs", "1", "--step-time",
-			 "0", "--seed", "7", "--target-accuracy", "0.75",
-			 "--eval-interval", "0.2", "--curve",
-			 (char *)in_dir("curve.csv"), "--summary-json",
-			 (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "2",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "1",
+			 "--step-time",
+			 "0",
+			 "--seed",
+			 "7",
+			 "--target-accuracy",
+			 "0.75",
+			 "--eval-interval",
+			 "0.2",
+			 "--curve",
+			 (char *)in_dir("curve.csv"),
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	static const char *const keys[] = {
-		"protocol",	  "model",	   "workers",
-		"imbalance",	  "time_to_target_s", "best_accuracy",
-		"final_accuracy", "samples_per_s", "wait_fraction",
+		"protocol",	    "model",
+		"workers",	    "imbalance",
+		"time_to_target_s", "best_accuracy",
+		"final_accuracy",   "samples_per_s",
+		"wait_fraction",
 	};
 	char *json, *curve;
 
@@ -287,8 +308,9 @@ Test(train_cli, short_bsp_run_learns_and_reports)
 	/* BSP never applies a stale gradient */
 	cr_expect_eq(json_num(json, "staleness_max"), 0, "%s", json);
 	curve = slurp(in_dir("curve.csv"));
-	cr_expect_eq(strncmp(curve, "t_s,steps,epoch,test_accuracy,"
-				    "test_loss,final\n",
+	cr_expect_eq(strncmp(curve,
+			     "t_s,steps,epoch,test_accuracy,"
+			     "test_loss,final\n",
 			     44),
 		     0, "%s", curve);
 	cr_expect_geq(count_lines(curve), 3, "%s", curve);
@@ -303,9 +325,19 @@ Test(train_cli, short_bsp_run_learns_and_reports)
  */
 Test(train_cli, default_workers_and_the_update_in_the_summary)
 {
-	char *argv[] = { (char *)kanel(), "train", "--model", "softmax",
-			 "--epochs", "0.02", "--step-time", "0", "--curve", "-",
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "0.02",
+			 "--step-time",
+			 "0",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json, *out;
 
 	need_dataset();
@@ -330,11 +362,25 @@ Test(train_cli, default_workers_and_the_update_in_the_summary)
 /* ASP under a straggler: the servers see stale gradients. */
 Test(train_cli, asp_with_a_straggler_measures_staleness)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "3",
-			 "--protocol", "asp", "--model", "softmax",
-			 "--epochs", "1", "--step-time", "5ms",
-			 "--imbalance", "persistent:0.34:4", "--curve", "-",
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "3",
+			 "--protocol",
+			 "asp",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "1",
+			 "--step-time",
+			 "5ms",
+			 "--imbalance",
+			 "persistent:0.34:4",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json;
 
 	need_dataset();
@@ -352,11 +398,27 @@ Test(train_cli, asp_with_a_straggler_measures_staleness)
  * and the model still learns. */
 Test(train_cli, ssp_keeps_its_bound_and_learns)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
-			 "--protocol", "ssp", "--staleness", "2", "--model",
-			 "softmax", "--epochs", "1", "--step-time", "5ms",
-			 "--imbalance", "persistent:0.25:4", "--curve", "-",
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "4",
+			 "--protocol",
+			 "ssp",
+			 "--staleness",
+			 "2",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "1",
+			 "--step-time",
+			 "5ms",
+			 "--imbalance",
+			 "persistent:0.25:4",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json;
 
 	need_dataset();
@@ -378,11 +440,11 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
 			 "--protocol", "esp", "--esp-max-skip", "4",
 			 /* softmax starts at 0: every step moves it by far
 			  * more than theta, so only cost and H_max decide */
-			 "--esp-theta", "1000",
-			 "--optimizer", "sgd", "--lr", "0.1", "--model",
-			 "softmax", "--epochs", "1", "--step-time", "5ms",
-			 "--imbalance", "persistent:0.25:4", "--curve", "-",
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+			 "--esp-theta", "1000", "--optimizer", "sgd", "--lr",
+			 "0.1", "--model", "softmax", "--epochs", "1",
+			 "--step-time", "5ms", "--imbalance",
+			 "persistent:0.25:4", "--curve", "-", "--summary-json",
+			 (char *)in_dir("s.json"), NULL };
 	char *json;
 
 	need_dataset();
@@ -399,12 +461,27 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
  * rounds stay barriers (no stale contribution), and the model learns. */
 Test(train_cli, predicted_plans_local_steps_and_learns)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
-			 "--protocol", "predicted", "--psp-warmup", "2",
-			 "--model", "softmax", "--epochs", "1",
-			 "--step-time", "5ms", "--imbalance",
-			 "persistent:0.25:4", "--curve", "-", "--summary-json",
-			 (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "4",
+			 "--protocol",
+			 "predicted",
+			 "--psp-warmup",
+			 "2",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "1",
+			 "--step-time",
+			 "5ms",
+			 "--imbalance",
+			 "persistent:0.25:4",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json;
 
 	need_dataset();
@@ -436,7 +513,8 @@ static bool splits_slow_from_fast(const char *s, const struct kn__imb *m,
 		if (*s++ == ' ')
 			continue;
 		while (*s && *s != '}') {
-			unsigned int w = (unsigned int)strtoul(s, (char **)&s, 10);
+			unsigned int w =
+				(unsigned int)strtoul(s, (char **)&s, 10);
 			int k = kn__imb_is_slow(m, w, n) ? 2 : 1;
 
 			if (kind >= 0 && kind != k)
@@ -456,20 +534,36 @@ static bool splits_slow_from_fast(const char *s, const struct kn__imb *m,
  * slow worker apart from the fast ones, logs it, and the model learns. */
 Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
-			 "--protocol", "cgp", "--model", "softmax",
-			 "--epochs", "1", "--step-time", "5ms", "--seed",
-			 "1", "--imbalance", "persistent:0.25:4", "--curve",
-			 "-", "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "4",
+			 "--protocol",
+			 "cgp",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "1",
+			 "--step-time",
+			 "5ms",
+			 "--seed",
+			 "1",
+			 "--imbalance",
+			 "persistent:0.25:4",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	struct kn__imb m;
 	char err[128], *json, *log;
 	const char *line;
 	int regroups = 0;
 
 	need_dataset();
-	cr_assert_eq(kn__imb_parse("persistent:0.25:4", 1, &m, err,
-				   sizeof(err)),
-		     0, "%s", err);
+	cr_assert_eq(
+		kn__imb_parse("persistent:0.25:4", 1, &m, err, sizeof(err)), 0,
+		"%s", err);
 	json = run_ok_json(argv);
 	log = slurp(in_dir("stderr"));
 	cr_expect(strstr(json, "\"protocol\": \"cgp\""), "%s", json);
@@ -511,11 +605,27 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
  */
 static void converges_under_momentum(const char *protocol)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
-			 "--protocol", (char *)protocol, "--model", "mlp",
-			 "--epochs", "1", "--step-time", "2ms", "--seed", "3",
-			 "--imbalance", "persistent:0.25:4", "--curve", "-",
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "4",
+			 "--protocol",
+			 (char *)protocol,
+			 "--model",
+			 "mlp",
+			 "--epochs",
+			 "1",
+			 "--step-time",
+			 "2ms",
+			 "--seed",
+			 "3",
+			 "--imbalance",
+			 "persistent:0.25:4",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json;
 
 	need_dataset();
@@ -558,11 +668,23 @@ Test(train_cli, cgp_converges_under_momentum)
 /* The injected delay is slept: every step takes at least base x factor. */
 Test(train_cli, injected_delay_is_slept)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "1",
-			 "--model", "softmax", "--epochs", "0.05",
-			 "--step-time", "10ms", "--imbalance",
-			 "persistent:1:3", "--curve", "-", "--summary-json",
-			 (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "1",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "0.05",
+			 "--step-time",
+			 "10ms",
+			 "--imbalance",
+			 "persistent:1:3",
+			 "--curve",
+			 "-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	double steps, t;
 	char *json;
 
@@ -580,9 +702,15 @@ Test(train_cli, injected_delay_is_slept)
  * (options given as --flag=value, too). */
 Test(train_cli, ctrl_c_stops_and_reports)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers=2",
-			 "--model=softmax", "--epochs=10", "--protocol=asp",
-			 "--curve=-", "--summary-json", (char *)in_dir("s.json"),
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers=2",
+			 "--model=softmax",
+			 "--epochs=10",
+			 "--protocol=asp",
+			 "--curve=-",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
 			 NULL };
 	char *json;
 	int rc;
@@ -677,11 +805,25 @@ static long status_kb(pid_t pid, const char *field)
  */
 Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "3",
-			 "--model", "softmax", "--epochs", "8", "--step-time",
-			 "5ms", "--heartbeat-timeout", "1000", "--curve", "-",
-			 "--progress", "log", "--summary-json",
-			 (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "3",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "8",
+			 "--step-time",
+			 "5ms",
+			 "--heartbeat-timeout",
+			 "1000",
+			 "--curve",
+			 "-",
+			 "--progress",
+			 "log",
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	pid_t pid, w1 = -1, w2 = -1;
 	char *err, *json;
 	int st;
@@ -741,11 +883,25 @@ Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 /* --join: the same trainer inside a job kanel launch started. */
 Test(train_cli, join_runs_under_launch)
 {
-	char *argv[] = { (char *)kanel(), "launch", "--workers", "2", "--",
-			 (char *)kanel(), "train", "--join", "--model",
-			 "softmax", "--epochs", "0.3", "--step-time", "0",
-			 "--curve", (char *)in_dir("curve.csv"),
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "launch",
+			 "--workers",
+			 "2",
+			 "--",
+			 (char *)kanel(),
+			 "train",
+			 "--join",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "0.3",
+			 "--step-time",
+			 "0",
+			 "--curve",
+			 (char *)in_dir("curve.csv"),
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json;
 
 	need_dataset();
@@ -764,10 +920,22 @@ TestSuite(compare, .init = setup, .fini = teardown, .timeout = 300);
 
 Test(compare, writes_tables_and_plot)
 {
-	char *argv[] = { (char *)kanel(), "compare", "--protocols", "bsp,asp",
-			 "--imbalance", "none,persistent:0.5:2", "--workers",
-			 "2", "--model", "softmax", "--epochs", "0.2",
-			 "--step-time", "0", "--out", (char *)in_dir("cmp"),
+	char *argv[] = { (char *)kanel(),
+			 "compare",
+			 "--protocols",
+			 "bsp,asp",
+			 "--imbalance",
+			 "none,persistent:0.5:2",
+			 "--workers",
+			 "2",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "0.2",
+			 "--step-time",
+			 "0",
+			 "--out",
+			 (char *)in_dir("cmp"),
 			 NULL };
 	char *csv, *md, *json, *nl;
 	struct stat st;
@@ -783,9 +951,9 @@ Test(compare, writes_tables_and_plot)
 	json = slurp(in_dir("cmp/run-asp-persistent_0.5_2.json"));
 	/* one row per run, under a header of the summary's keys */
 	cr_expect_eq(count_lines(csv), 1 + 4, "%s", csv);
-	cr_expect_eq(strncmp(csv,
-			     "protocol,model,workers,servers,imbalance,", 41),
-		     0, "%s", csv);
+	cr_expect_eq(
+		strncmp(csv, "protocol,model,workers,servers,imbalance,", 41),
+		0, "%s", csv);
 	nl = strchr(csv, '\n');
 	*nl = '\0';
 	for (char *k = strtok(csv, ","); k; k = strtok(NULL, ",")) {
@@ -797,8 +965,7 @@ Test(compare, writes_tables_and_plot)
 	cr_expect_eq(count_lines(md), 2 + 4, "%s", md);
 	cr_expect(strstr(md, "| asp | persistent:0.5:2 |"), "%s", md);
 	if (access("/usr/bin/gnuplot", X_OK) == 0) {
-		cr_expect_eq(stat(in_dir("cmp/accuracy-vs-time-none.png"),
-				  &st),
+		cr_expect_eq(stat(in_dir("cmp/accuracy-vs-time-none.png"), &st),
 			     0);
 		cr_expect_gt(st.st_size, 1000);
 		cr_expect_eq(
@@ -818,10 +985,21 @@ Test(compare, writes_tables_and_plot)
  * is no plot. */
 Test(compare, tables_without_gnuplot)
 {
-	char *argv[] = { (char *)kanel(), "compare", "--protocols", "bsp",
-			 "--workers", "1", "--model", "softmax", "--epochs",
-			 "0.05", "--step-time", "0", "--out",
-			 (char *)in_dir("cmp"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "compare",
+			 "--protocols",
+			 "bsp",
+			 "--workers",
+			 "1",
+			 "--model",
+			 "softmax",
+			 "--epochs",
+			 "0.05",
+			 "--step-time",
+			 "0",
+			 "--out",
+			 (char *)in_dir("cmp"),
+			 NULL };
 	struct stat st;
 	char *err;
 	int rc;
@@ -877,8 +1055,8 @@ static pid_t child_with_role(pid_t parent, const char *role)
 		fclose(f);
 		buf[n] = '\0';
 		/* argv[0] NUL argv[1] */
-		if (strlen(buf) + 1 < n && !strcmp(buf + strlen(buf) + 1, role) &&
-		    pid > found)
+		if (strlen(buf) + 1 < n &&
+		    !strcmp(buf + strlen(buf) + 1, role) && pid > found)
 			found = pid;
 	}
 	closedir(d);
@@ -889,8 +1067,7 @@ static pid_t child_with_role(pid_t parent, const char *role)
  * Run @argv as run() does; once @trigger exists (a checkpoint file:
  * the job is that far), SIGKILL its child `kanel ROLE`.  The exit code.
  */
-static int run_killing(char *const *argv, const char *trigger,
-		       const char *role)
+static int run_killing(char *const *argv, const char *trigger, const char *role)
 {
 	pid_t pid = spawn_logged(argv), victim = 0;
 	int st;
@@ -911,7 +1088,7 @@ static int run_killing(char *const *argv, const char *trigger,
 }
 
 #define CKPT_ARGS(json)                                                      \
-	(char *)kanel(), "train", "--workers", "4", "--servers", "2",         \
+	(char *)kanel(), "train", "--workers", "4", "--servers", "2",        \
 		"--model", "mlp", "--epochs", "1", "--seed", "3", "--curve", \
 		(char *)in_dir("curve.csv"), "--summary-json",               \
 		(char *)in_dir(json)
@@ -926,8 +1103,12 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
      .timeout = 600)
 {
 	char *argv[] = { CKPT_ARGS("whole.json"), NULL };
-	char *argk[] = { CKPT_ARGS("s.json"), "--checkpoint-dir",
-			 (char *)in_dir(""), "--checkpoint-every", "50", NULL };
+	char *argk[] = { CKPT_ARGS("s.json"),
+			 "--checkpoint-dir",
+			 (char *)in_dir(""),
+			 "--checkpoint-every",
+			 "50",
+			 NULL };
 	char *whole, *json, *err;
 	double a, b;
 	int rc;
@@ -935,8 +1116,7 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
 	need_dataset();
 	cr_assert_eq(run(argv), 0);
 	whole = slurp(in_dir("whole.json"));
-	rc = run_killing(argk,
-			 in_dir("server-1.v00000000000000000100.ckpt"),
+	rc = run_killing(argk, in_dir("server-1.v00000000000000000100.ckpt"),
 			 "server");
 	if (rc)
 		dump();
@@ -953,8 +1133,7 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
 	json = slurp(in_dir("s.json"));
 	a = json_num(whole, "final_accuracy");
 	b = json_num(json, "final_accuracy");
-	cr_expect(fabs(a - b) <= 0.005, "final %.4f, uninterrupted %.4f", b,
-		  a);
+	cr_expect(fabs(a - b) <= 0.005, "final %.4f, uninterrupted %.4f", b, a);
 	free(whole);
 	free(json);
 	free(err);
@@ -965,23 +1144,39 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
  * `--resume DIR` starts a job from that version, whose first evaluation
  * (before its first step) is the restored model's, not a new one's.
  */
-Test(train_cli, resume_goes_on_after_the_coordinator_is_killed,
-     .timeout = 600)
+Test(train_cli, resume_goes_on_after_the_coordinator_is_killed, .timeout = 600)
 {
-	char *argk[] = { CKPT_ARGS("s.json"), "--checkpoint-dir",
-			 (char *)in_dir(""), "--checkpoint-every", "50", NULL };
-	char *argr[] = { (char *)kanel(), "train", "--workers", "4",
-			 "--servers", "2", "--model", "mlp", "--epochs", "0.02",
-			 "--seed", "3", "--curve", (char *)in_dir("curve.csv"),
-			 "--summary-json", (char *)in_dir("s.json"), "--resume",
-			 (char *)in_dir(""), NULL };
+	char *argk[] = { CKPT_ARGS("s.json"),
+			 "--checkpoint-dir",
+			 (char *)in_dir(""),
+			 "--checkpoint-every",
+			 "50",
+			 NULL };
+	char *argr[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 "4",
+			 "--servers",
+			 "2",
+			 "--model",
+			 "mlp",
+			 "--epochs",
+			 "0.02",
+			 "--seed",
+			 "3",
+			 "--curve",
+			 (char *)in_dir("curve.csv"),
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 "--resume",
+			 (char *)in_dir(""),
+			 NULL };
 	char *err, *curve, *line;
 	float first;
 	int rc;
 
 	need_dataset();
-	rc = run_killing(argk,
-			 in_dir("server-1.v00000000000000000100.ckpt"),
+	rc = run_killing(argk, in_dir("server-1.v00000000000000000100.ckpt"),
 			 "coordinator");
 	cr_assert_neq(rc, 0, "the run went on without its coordinator");
 	rc = run(argr);
@@ -1018,10 +1213,21 @@ Test(train_cli, resume_goes_on_after_the_coordinator_is_killed,
 
 Test(train_cli, train_runs_128_workers_on_two_servers, .timeout = 600)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", TRAIN_LOAD,
-			 "--servers", "2", "--model", "mlp", "--epochs", "0.3",
-			 "--curve", (char *)in_dir("curve.csv"),
-			 "--summary-json", (char *)in_dir("s.json"), NULL };
+	char *argv[] = { (char *)kanel(),
+			 "train",
+			 "--workers",
+			 TRAIN_LOAD,
+			 "--servers",
+			 "2",
+			 "--model",
+			 "mlp",
+			 "--epochs",
+			 "0.3",
+			 "--curve",
+			 (char *)in_dir("curve.csv"),
+			 "--summary-json",
+			 (char *)in_dir("s.json"),
+			 NULL };
 	char *json;
 
 	need_dataset();

@@ -859,8 +859,7 @@ static void many_endpoints(void)
 	struct kn__tp_mr *ms, *md, *mo, *mi;
 	struct conn c;
 	unsigned int next_k[NEP] = { 0 };
-	int accepts = 0, got = 0, imms = 0, writes = 0, sends = 0,
-	    connects = 0;
+	int accepts = 0, got = 0, imms = 0, writes = 0, sends = 0, connects = 0;
 	double end = now() + 3 * WAIT_S;
 
 	open_sides();
@@ -893,9 +892,10 @@ static void many_endpoints(void)
 	       writes < NEP * 4 || sends < NEP || connects < NEP) {
 		struct kn__tp_completion r;
 
-		cr_assert_lt(now(), end, "%d accepts, %d descriptors, %d "
-			     "immediates in %d s", accepts, got, imms,
-			     3 * WAIT_S);
+		cr_assert_lt(now(), end,
+			     "%d accepts, %d descriptors, %d "
+			     "immediates in %d s",
+			     accepts, got, imms, 3 * WAIT_S);
 		pump();
 		if (sides[0].head == sides[0].tail &&
 		    sides[1].head == sides[1].tail)
@@ -915,16 +915,14 @@ static void many_endpoints(void)
 			int i = (int)(uintptr_t)r.user;
 
 			for (int k = 0; k < 4; k++)
-				cr_assert_eq(kn__tp_post_write_imm(
-						     eps[i], ms,
-						     (size_t)i * LEN +
-							     k * LEN / 4,
-						     LEN / 4, &in[i],
-						     (size_t)i * LEN +
-							     k * LEN / 4,
-						     (uint32_t)(i * 4 + k),
-						     NULL),
-					     0);
+				cr_assert_eq(
+					kn__tp_post_write_imm(
+						eps[i], ms,
+						(size_t)i * LEN + k * LEN / 4,
+						LEN / 4, &in[i],
+						(size_t)i * LEN + k * LEN / 4,
+						(uint32_t)(i * 4 + k), NULL),
+					0);
 			got++;
 			break;
 		}
@@ -1614,8 +1612,8 @@ Test(transport, dpdk_silent_peer_times_out, .timeout = 60)
 	cr_assert_eq(kn__tp_mr_reg(ctx, src, sizeof(src), 0, &ms), 0);
 	a = test_addr(sp.port);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(kn__tp_connect(ctx, (struct sockaddr *)&a, sizeof(a),
-				    NULL, &ep),
+	cr_assert_eq(kn__tp_connect(ctx, (struct sockaddr *)&a, sizeof(a), NULL,
+				    &ep),
 		     0);
 	c = poll_one(ctx);
 	cr_assert_eq(c.op, KN_TP_OP_CONNECT);
@@ -1623,8 +1621,8 @@ Test(transport, dpdk_silent_peer_times_out, .timeout = 60)
 	cr_assert_eq(read(pfd[0], &sp, sizeof(sp)), (ssize_t)sizeof(sp));
 	cr_assert_eq(sp.status, 0);
 	/* while the peer answers, a megabyte goes across */
-	cr_assert_eq(kn__tp_post_write_imm(ep, ms, 0, sizeof(src), &sp.rd, 0,
-					   1, NULL),
+	cr_assert_eq(kn__tp_post_write_imm(ep, ms, 0, sizeof(src), &sp.rd, 0, 1,
+					   NULL),
 		     0);
 	c = poll_one(ctx);
 	cr_assert_eq(c.op, KN_TP_OP_WRITE_IMM);
@@ -1632,8 +1630,8 @@ Test(transport, dpdk_silent_peer_times_out, .timeout = 60)
 	/* and now it is silent */
 	cr_assert_eq(kill(pid, SIGSTOP), 0);
 	t0 = now();
-	cr_assert_eq(kn__tp_post_write_imm(ep, ms, 0, sizeof(src), &sp.rd, 0,
-					   2, NULL),
+	cr_assert_eq(kn__tp_post_write_imm(ep, ms, 0, sizeof(src), &sp.rd, 0, 2,
+					   NULL),
 		     0);
 	c = poll_one(ctx);
 	waited = now() - t0;

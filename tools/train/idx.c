@@ -484,8 +484,7 @@ int kn__dataset_share(const struct kn__dataset *d, int *fd)
 	return 0;
 }
 
-int kn__dataset_map(int fd, struct kn__dataset *out, char *err,
-		    size_t errlen)
+int kn__dataset_map(int fd, struct kn__dataset *out, char *err, size_t errlen)
 {
 	struct share_head h;
 	struct stat st;
@@ -498,19 +497,21 @@ int kn__dataset_map(int fd, struct kn__dataset *out, char *err,
 	if ((seals & SHARE_SEALS) != SHARE_SEALS ||
 	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
 	    memcmp(h.magic, SHARE_MAGIC, sizeof(h.magic)) ||
-	    (uint64_t)st.st_size != h.total || !h.count || !h.rows ||
-	    !h.cols || h.rows > 4096 || h.cols > 4096) {
-		seterr(err, errlen, "the shared dataset is not one kanel "
-				    "train made");
+	    (uint64_t)st.st_size != h.total || !h.count || !h.rows || !h.cols ||
+	    h.rows > 4096 || h.cols > 4096) {
+		seterr(err, errlen,
+		       "the shared dataset is not one kanel "
+		       "train made");
 		return -EINVAL;
 	}
 	pixels = (uint64_t)h.count * h.rows * h.cols;
 	if (h.x_off < sizeof(h) || h.x_off % 64 ||
 	    pixels > (h.total - h.x_off) / sizeof(float) ||
-	    h.y_off < h.x_off + pixels * sizeof(float) ||
-	    h.y_off > h.total || h.total - h.y_off != h.count) {
-		seterr(err, errlen, "the shared dataset's layout does not fit "
-				    "its size");
+	    h.y_off < h.x_off + pixels * sizeof(float) || h.y_off > h.total ||
+	    h.total - h.y_off != h.count) {
+		seterr(err, errlen,
+		       "the shared dataset's layout does not fit "
+		       "its size");
 		return -EINVAL;
 	}
 	base = mmap(NULL, h.total, PROT_READ, MAP_SHARED, fd, 0);
@@ -519,8 +520,9 @@ int kn__dataset_map(int fd, struct kn__dataset *out, char *err,
 	for (uint32_t i = 0; i < h.count; i++) {
 		if ((uint8_t)base[h.y_off + i] >= KN_IDX_CLASSES) {
 			munmap(base, h.total);
-			seterr(err, errlen, "the shared dataset's label %u is "
-					    "not below %u",
+			seterr(err, errlen,
+			       "the shared dataset's label %u is "
+			       "not below %u",
 			       i, KN_IDX_CLASSES);
 			return -EINVAL;
 		}

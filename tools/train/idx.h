@@ -80,8 +80,7 @@ int kn__dataset_share(const struct kn__dataset *d, int *fd);
  * for a file from disk (-EINVAL, with a sentence in @err).  @fd may be
  * closed afterwards.  0 or a negative errno.
  */
-int kn__dataset_map(int fd, struct kn__dataset *out, char *err,
-		    size_t errlen);
+int kn__dataset_map(int fd, struct kn__dataset *out, char *err, size_t errlen);
 
 /*
  * kn__idx_read - read the IDX file @path whose magic must be @magic

@@ -153,7 +153,8 @@ void dp_ep_match(struct dp_ep *ep)
 		if (m->len > r->len) {
 			dp_ep_fail(ep, -EMSGSIZE,
 				   "message of %u bytes for a recv buffer of "
-				   "%u", m->len, r->len);
+				   "%u",
+				   m->len, r->len);
 			return;
 		}
 		memcpy(r->buf, m->buf, m->len);

@@ -38,7 +38,7 @@
 #include "swrdma.h"
 #include "transport_priv.h"
 
-#define DP_SQ_DEPTH  1024 /* posted operations per endpoint, in flight */
+#define DP_SQ_DEPTH 1024 /* posted operations per endpoint, in flight */
 /* messages awaiting acknowledgement: our posts and answers to reads */
 #define DP_TXQ_DEPTH (2 * DP_SQ_DEPTH)
 #define DP_BURST     32
@@ -47,18 +47,18 @@
 #define DP_HELLO_LEN 40
 /* messages that arrived before a recv was posted for them, held per
  * endpoint; beyond that the sender waits (RNR) */
-#define DP_UNEXP     64
+#define DP_UNEXP 64
 /* segments after a gap each endpoint holds until the gap fills */
-#define DP_OOO	     512
+#define DP_OOO 512
 /* and all endpoints of a context together (mbufs of its pool) */
-#define DP_HELD_MAX  2048
+#define DP_HELD_MAX 2048
 
 struct dp_mr {
 	struct kn__tp_mr base;
 	struct dp_mr *prev, *next;
 	/* held by every segment the port still has of this region */
 	struct rte_mbuf_ext_shared_info shinfo;
-	bool zc;	/* its pages may be handed to the port as they are */
+	bool zc;	 /* its pages may be handed to the port as they are */
 	bool dma_mapped; /* rte_extmem_register + rte_dev_dma_map done */
 	void *map_addr;	 /* the page-aligned range that was mapped */
 	size_t map_len;
@@ -71,7 +71,7 @@ struct dp_op {
 	bool done;
 	void *user;
 	uint64_t bytes;
-	char *dst;	/* READ: where the answer goes */
+	char *dst;	   /* READ: where the answer goes */
 	uint64_t len, got; /* READ: bytes asked, bytes landed */
 };
 
@@ -91,7 +91,7 @@ struct dp_msg {
 	uint32_t total; /* READ_REQ: the bytes asked for */
 	uint64_t off;
 	uint32_t seq0, nseg; /* nseg 0: not numbered yet (handshake) */
-	bool gone;	/* its region was deregistered under it */
+	bool gone;	     /* its region was deregistered under it */
 };
 
 enum dp_ep_state { DP_HANDSHAKE, DP_OPEN, DP_ERROR };
@@ -106,18 +106,18 @@ struct dp_handle {
 
 struct dp_ep {
 	struct kn__tp_ep base;
-	struct dp_handle h;  /* the control connection */
+	struct dp_handle h; /* the control connection */
 	struct dp_ep *prev, *next;
 	/* on the context's ready list: it may have completions to release */
 	bool ready;
 	struct dp_ep *ready_prev, *ready_next;
 	enum dp_ep_state state;
-	bool client;	     /* we connected (else a listener accepted) */
-	bool connected;	     /* the control connection is up */
-	bool connect_event;  /* a failed CONNECT is owed (a good one is
+	bool client;	    /* we connected (else a listener accepted) */
+	bool connected;	    /* the control connection is up */
+	bool connect_event; /* a failed CONNECT is owed (a good one is
 				reported as the handshake ends) */
-	bool disc_event;     /* a DISCONNECT completion is owed */
-	bool hidden;	     /* accepted, handshake not done: not the
+	bool disc_event;    /* a DISCONNECT completion is owed */
+	bool hidden;	    /* accepted, handshake not done: not the
 				user's yet, freed by the poll loop if it
 				fails */
 	struct dp_listener *listener; /* where it was accepted */
@@ -128,10 +128,10 @@ struct dp_ep {
 	uint8_t hello_in[DP_HELLO_LEN];
 	uint32_t hello_got;
 
-	uint32_t id, token;	       /* ours, named in the peer's packets */
-	uint32_t peer_id, peer_token;  /* the peer's, named in ours */
+	uint32_t id, token;	      /* ours, named in the peer's packets */
+	uint32_t peer_id, peer_token; /* the peer's, named in ours */
 	struct kn__dp_addr peer;
-	uint32_t max_payload;	       /* the smaller of the two ends' */
+	uint32_t max_payload; /* the smaller of the two ends' */
 
 	struct kn__swr_grants grants;
 
@@ -140,12 +140,12 @@ struct dp_ep {
 	struct kn__swr_rq rq; /* posted recv buffers */
 
 	/* the send stream */
-	struct dp_msg txq[DP_TXQ_DEPTH]; /* head: oldest unacknowledged */
+	struct dp_msg txq[DP_TXQ_DEPTH];   /* head: oldest unacknowledged */
 	uint32_t tx_head, tx_cur, tx_tail; /* tx_cur holds snd_nxt */
 	uint32_t snd_una, snd_nxt, snd_max, snd_end;
 	uint32_t dupacks;
 	uint64_t rto_ns, rto_at, progress_at, hold_until;
-	bool rnr;	/* the peer had no recv posted: wait, then resend */
+	bool rnr;	 /* the peer had no recv posted: wait, then resend */
 	bool recovering; /* fast retransmission until snd_una passes recover */
 	uint32_t recover;
 	/* round-trip time (RFC 6298): one segment timed at a time, never a
@@ -161,7 +161,7 @@ struct dp_ep {
 	uint32_t rx_key, rx_total;
 	uint64_t rx_next, rx_bytes;
 	struct kn__swr_recv rx_recv;
-	bool rx_unexp;	/* rx_recv is ours: the message waits for a recv */
+	bool rx_unexp; /* rx_recv is ours: the message waits for a recv */
 	struct kn__swr_recv unexp[DP_UNEXP]; /* ring of held messages */
 	uint32_t ux_head, ux_tail;
 	/* segments that came after a gap, by seq % DP_OOO */
@@ -181,12 +181,12 @@ struct dp_listener {
 struct dp_ctx {
 	struct kn__tp_ctx base;
 	uint16_t port;
-	bool probed;	/* we hot-plugged the port's vdev: remove it too */
+	bool probed; /* we hot-plugged the port's vdev: remove it too */
 	bool started;
-	bool vdev;	/* no DMA: any pages may be handed to the port */
+	bool vdev; /* no DMA: any pages may be handed to the port */
 	char iface[IF_NAMESIZE];
 	char devname[64];
-	int lock_fd;	/* holds the interface for this context */
+	int lock_fd; /* holds the interface for this context */
 	struct kn__dp_addr me;
 	uint32_t max_payload;
 	struct rte_mempool *pool, *ext_pool;
@@ -205,13 +205,13 @@ struct dp_ctx {
 	unsigned int ntx;
 	uint16_t ip_id;
 	uint32_t polls;
-	uint32_t held; /* mbufs the endpoints hold after gaps */
+	uint32_t held;	   /* mbufs the endpoints hold after gaps */
 	uint64_t timer_at; /* when the timer fd fires; 0: disarmed */
 	/* parameters (KANEL_DPDK_*) */
-	uint32_t window;	/* segments in flight per endpoint */
+	uint32_t window; /* segments in flight per endpoint */
 	uint64_t rto_min_ns, rto_max_ns, timeout_ns, rnr_ns, wake_ns;
 	uint32_t zc_threshold;
-	uint64_t forged;	/* packets dropped for a wrong id or token */
+	uint64_t forged; /* packets dropped for a wrong id or token */
 };
 
 static inline struct dp_ctx *dp_ctx(struct kn__tp_ctx *c)
@@ -318,30 +318,27 @@ void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events);
 void dp_ep_reap(struct dp_ctx *c);
 /* the endpoint half of the ops table */
 int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
-		     socklen_t addrlen, void *user,
-		     struct kn__tp_listener **out);
+	      socklen_t addrlen, void *user, struct kn__tp_listener **out);
 int dp_listener_addr(const struct kn__tp_listener *lb,
-			    struct sockaddr_storage *ss);
+		     struct sockaddr_storage *ss);
 void dp_listener_close(struct kn__tp_listener *lb);
 int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
-		      socklen_t addrlen, void *user, struct kn__tp_ep **out);
+	       socklen_t addrlen, void *user, struct kn__tp_ep **out);
 void dp_ep_close(struct kn__tp_ep *e);
 int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
-		       uint64_t len, uint32_t access,
-		       struct kn__tp_rdesc *rdesc);
+		uint64_t len, uint32_t access, struct kn__tp_rdesc *rdesc);
 int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss);
-int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-			     size_t off, size_t len,
-			     const struct kn__tp_rdesc *dst, uint64_t dst_off,
-			     uint32_t imm, void *user);
+int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+		      size_t len, const struct kn__tp_rdesc *dst,
+		      uint64_t dst_off, uint32_t imm, void *user);
 int dp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
-			size_t len, const struct kn__tp_rdesc *src,
-			uint64_t src_off, void *user);
+		 size_t len, const struct kn__tp_rdesc *src, uint64_t src_off,
+		 void *user);
 int dp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
-			size_t len, void *user);
+		 size_t len, void *user);
 int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
-			size_t len, void *user);
-int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m,
-	       uint32_t kind, void *user, char *read_dst);
+		 size_t len, void *user);
+int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m, uint32_t kind,
+	       void *user, char *read_dst);
 
 #endif /* KN_TRANSPORT_DPDK_H */

@@ -187,7 +187,7 @@ static void name_peer(struct dp_ep *ep)
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0)
 		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer_name,
-			  sizeof(ep->peer_name));
+				 sizeof(ep->peer_name));
 }
 
 /* The client's connection came up (or not): send our hello. */
@@ -220,7 +220,8 @@ static void control_readable(struct dp_ep *ep)
 	if (n == 0)
 		dp_ep_fail(ep, -ECONNRESET, "peer closed the endpoint");
 	else if (n > 0)
-		dp_ep_fail(ep, -EPROTO, "bytes on the control connection "
+		dp_ep_fail(ep, -EPROTO,
+			   "bytes on the control connection "
 			   "after the handshake");
 	else if (errno != EAGAIN && errno != EINTR)
 		dp_ep_fail(ep, -errno, "control connection failed");
@@ -271,8 +272,7 @@ void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events)
 /* ---- listen, connect ---- */
 
 int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
-		     socklen_t addrlen, void *user,
-		     struct kn__tp_listener **out)
+	      socklen_t addrlen, void *user, struct kn__tp_listener **out)
 {
 	struct dp_ctx *c = dp_ctx(ctx);
 	struct dp_listener *l;
@@ -310,9 +310,10 @@ int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 }
 
 int dp_listener_addr(const struct kn__tp_listener *lb,
-			    struct sockaddr_storage *ss)
+		     struct sockaddr_storage *ss)
 {
-	const struct dp_listener *l = container_of(lb, struct dp_listener, base);
+	const struct dp_listener *l =
+		container_of(lb, struct dp_listener, base);
 	socklen_t len = sizeof(*ss);
 
 	return getsockname(l->h.fd, (struct sockaddr *)ss, &len) ? -errno : 0;
@@ -342,7 +343,7 @@ void dp_listener_close(struct kn__tp_listener *lb)
 }
 
 int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
-		      socklen_t addrlen, void *user, struct kn__tp_ep **out)
+	       socklen_t addrlen, void *user, struct kn__tp_ep **out)
 {
 	struct dp_ep *ep;
 	int fd, ret;
@@ -367,8 +368,7 @@ int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 /* ---- grants ---- */
 
 int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
-		       uint64_t len, uint32_t access,
-		       struct kn__tp_rdesc *rdesc)
+		uint64_t len, uint32_t access, struct kn__tp_rdesc *rdesc)
 {
 	return kn__swr_grant_add(&dp_ep(e)->grants, m, off, len, access, false,
 				 rdesc);
@@ -414,10 +414,9 @@ int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m, uint32_t kind,
 	return 0;
 }
 
-int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
-			     size_t off, size_t len,
-			     const struct kn__tp_rdesc *dst, uint64_t dst_off,
-			     uint32_t imm, void *user)
+int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
+		      size_t len, const struct kn__tp_rdesc *dst,
+		      uint64_t dst_off, uint32_t imm, void *user)
 {
 	struct dp_msg m = { .op = KN_DP_WRITE,
 			    .src = mr->addr + off,
@@ -431,8 +430,8 @@ int dp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 }
 
 int dp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
-			size_t len, const struct kn__tp_rdesc *src,
-			uint64_t src_off, void *user)
+		 size_t len, const struct kn__tp_rdesc *src, uint64_t src_off,
+		 void *user)
 {
 	struct dp_msg m = { .op = KN_DP_READ_REQ,
 			    .key = src->key,
@@ -443,7 +442,7 @@ int dp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 }
 
 int dp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
-			size_t len, void *user)
+		 size_t len, void *user)
 {
 	struct dp_msg m = { .op = KN_DP_SEND,
 			    .src = mr->addr + off,
@@ -454,7 +453,7 @@ int dp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 }
 
 int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
-			size_t len, void *user)
+		 size_t len, void *user)
 {
 	struct dp_ep *ep = dp_ep(e);
 	int ret;

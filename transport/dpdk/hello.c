@@ -31,7 +31,8 @@ static void local_ip(struct dp_ep *ep)
 	struct sockaddr_in sa;
 	socklen_t len = sizeof(sa);
 
-	if (!c->me.ip && getsockname(ep->h.fd, (struct sockaddr *)&sa, &len) == 0 &&
+	if (!c->me.ip &&
+	    getsockname(ep->h.fd, (struct sockaddr *)&sa, &len) == 0 &&
 	    sa.sin_family == AF_INET)
 		c->me.ip = sa.sin_addr.s_addr;
 }
@@ -71,13 +72,15 @@ static void hello_done(struct dp_ep *ep)
 	int ret;
 
 	if (kn__wire_get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
-		dp_ep_fail(ep, -EPROTO, "not a kanel dpdk hello (is the peer "
+		dp_ep_fail(ep, -EPROTO,
+			   "not a kanel dpdk hello (is the peer "
 			   "on another transport?)");
 		return;
 	}
-	if (maxp < MIN_PAYLOAD || !kn__wire_get32(b + 24) ||
-	    !(b[20] | b[21]) || (b[8] & 1)) {
-		dp_ep_fail(ep, -EPROTO, "hello with a bad payload size, id, "
+	if (maxp < MIN_PAYLOAD || !kn__wire_get32(b + 24) || !(b[20] | b[21]) ||
+	    (b[8] & 1)) {
+		dp_ep_fail(ep, -EPROTO,
+			   "hello with a bad payload size, id, "
 			   "port or MAC");
 		return;
 	}
@@ -98,8 +101,9 @@ static void hello_done(struct dp_ep *ep)
 	 * message may be in the same burst as the packet that made us read
 	 * the hello (rx.c), and the user must see the endpoint first */
 	comp = (struct kn__tp_completion){
-		.user = ep->client ? ep->base.user
-		    : ep->listener ? ep->listener->base.user : NULL,
+		.user = ep->client     ? ep->base.user
+			: ep->listener ? ep->listener->base.user
+				       : NULL,
 		.ep = &ep->base,
 		.op = ep->client ? KN_TP_OP_CONNECT : KN_TP_OP_ACCEPT,
 	};

@@ -50,9 +50,9 @@ uint16_t kn__dp_csum(const uint8_t *p, size_t len)
 	return (uint16_t)~sum;
 }
 
-void kn__dp_encode(const struct kn__dp_addr *src,
-		   const struct kn__dp_addr *dst, const struct kn__dp_hdr *h,
-		   uint16_t ip_id, uint8_t out[KN_DP_HDRS_LEN])
+void kn__dp_encode(const struct kn__dp_addr *src, const struct kn__dp_addr *dst,
+		   const struct kn__dp_hdr *h, uint16_t ip_id,
+		   uint8_t out[KN_DP_HDRS_LEN])
 {
 	uint8_t *ip = out + KN_DP_ETH_LEN, *udp = ip + KN_DP_IP_LEN;
 	uint8_t *kn = udp + KN_DP_UDP_LEN;
@@ -90,17 +90,17 @@ void kn__dp_encode(const struct kn__dp_addr *src,
 	kn__wire_put32(kn + 16, h->seq);
 	kn__wire_put32(kn + 20, h->ack);
 	kn__wire_put32(kn + 24, h->type == KN_DP_DATA && h->op == KN_DP_WRITE
-			       ? h->imm
-			       : h->total);
+					? h->imm
+					: h->total);
 	kn__wire_put32(kn + 28, h->key);
 	kn__wire_put64(kn + 32, h->off);
 }
 
-#define FAIL(msg)                \
-	do {                     \
-		if (why)         \
+#define FAIL(msg)                   \
+	do {                        \
+		if (why)            \
 			*why = msg; \
-		return -EPROTO;  \
+		return -EPROTO;     \
 	} while (0)
 
 int kn__dp_decode(const uint8_t *frame, size_t len, uint16_t port,
@@ -175,13 +175,13 @@ int kn__dp_decode(const uint8_t *frame, size_t len, uint16_t port,
 		else
 			p.h.total = word;
 		if ((p.h.op == KN_DP_READ_RESP || p.h.op == KN_DP_WRITE) &&
-		    word && !(p.h.op == KN_DP_WRITE && (p.h.flags & KN_DP_F_LAST)))
+		    word &&
+		    !(p.h.op == KN_DP_WRITE && (p.h.flags & KN_DP_F_LAST)))
 			FAIL("immediate on a segment that delivers none");
 		if (p.h.op == KN_DP_READ_RESP && p.h.key)
 			FAIL("key on a read response");
-		if (p.h.op == KN_DP_SEND &&
-		    (p.h.key || p.h.off > p.h.total ||
-		     p.h.len > p.h.total - p.h.off))
+		if (p.h.op == KN_DP_SEND && (p.h.key || p.h.off > p.h.total ||
+					     p.h.len > p.h.total - p.h.off))
 			FAIL("send segment outside its message");
 		break;
 	default:

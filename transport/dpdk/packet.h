@@ -20,14 +20,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KN_DP_ETH_LEN  14u
-#define KN_DP_IP_LEN   20u
-#define KN_DP_UDP_LEN  8u
-#define KN_DP_KN_LEN   40u
+#define KN_DP_ETH_LEN 14u
+#define KN_DP_IP_LEN  20u
+#define KN_DP_UDP_LEN 8u
+#define KN_DP_KN_LEN  40u
 /* Everything before a segment's payload. */
-#define KN_DP_HDRS_LEN (KN_DP_ETH_LEN + KN_DP_IP_LEN + KN_DP_UDP_LEN + KN_DP_KN_LEN)
-#define KN_DP_MAGIC    0x444bu /* "KD" on the wire */
-#define KN_DP_VERSION  1u
+#define KN_DP_HDRS_LEN \
+	(KN_DP_ETH_LEN + KN_DP_IP_LEN + KN_DP_UDP_LEN + KN_DP_KN_LEN)
+#define KN_DP_MAGIC   0x444bu /* "KD" on the wire */
+#define KN_DP_VERSION 1u
 
 enum kn__dp_type {
 	KN_DP_DATA = 1, /* a segment of a message: carries a sequence number */
@@ -49,10 +50,10 @@ enum kn__dp_op {
 
 /* The Kanel header, decoded. */
 struct kn__dp_hdr {
-	uint8_t type;	/* enum kn__dp_type */
-	uint8_t op;	/* DATA: enum kn__dp_op; ACK: 0 */
-	uint8_t flags;	/* KN_DP_F_* */
-	uint16_t len;	/* payload bytes in this packet */
+	uint8_t type;	 /* enum kn__dp_type */
+	uint8_t op;	 /* DATA: enum kn__dp_op; ACK: 0 */
+	uint8_t flags;	 /* KN_DP_F_* */
+	uint16_t len;	 /* payload bytes in this packet */
 	uint32_t dst_ep; /* the receiver's endpoint id */
 	uint32_t token;	 /* the receiver's secret for that endpoint */
 	uint32_t seq;	 /* DATA: this segment's sequence number */
@@ -83,9 +84,9 @@ struct kn__dp_pkt {
  * (KN_DP_HDRS_LEN bytes; the payload of h->len bytes follows them).
  * @ip_id is the IPv4 identification (any value: nothing is fragmented).
  */
-void kn__dp_encode(const struct kn__dp_addr *src,
-		   const struct kn__dp_addr *dst, const struct kn__dp_hdr *h,
-		   uint16_t ip_id, uint8_t out[KN_DP_HDRS_LEN]);
+void kn__dp_encode(const struct kn__dp_addr *src, const struct kn__dp_addr *dst,
+		   const struct kn__dp_hdr *h, uint16_t ip_id,
+		   uint8_t out[KN_DP_HDRS_LEN]);
 
 /*
  * Decode the @len bytes of @frame, a packet that arrived on a port

@@ -41,12 +41,13 @@
 
 #include "dpdk.h"
 
-#define POOL_MBUFS   8191 /* per context: rx ring, tx ring, window, slack */
-#define RING_DESC    1024
-#define UDP_PORT     31850 /* + the port id: KANEL_DPDK_UDP_PORT */
-#define DEFAULT_EAL_VDEV "--no-huge -m 256 --no-pci --no-shconf -l 0 " \
-			 "--log-level=error"
-#define DEFAULT_EAL  "--in-memory --log-level=error"
+#define POOL_MBUFS 8191 /* per context: rx ring, tx ring, window, slack */
+#define RING_DESC  1024
+#define UDP_PORT   31850 /* + the port id: KANEL_DPDK_UDP_PORT */
+#define DEFAULT_EAL_VDEV                              \
+	"--no-huge -m 256 --no-pci --no-shconf -l 0 " \
+	"--log-level=error"
+#define DEFAULT_EAL "--in-memory --log-level=error"
 
 static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
 static int eal_state; /* 0: not tried, 1: up, negative: failed */
@@ -82,8 +83,8 @@ static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo,
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno || *end || v < lo || v > hi) {
-		plog("%s=%s: not a number from %llu to %llu, using %llu",
-		     name, s, (unsigned long long)lo, (unsigned long long)hi,
+		plog("%s=%s: not a number from %llu to %llu, using %llu", name,
+		     s, (unsigned long long)lo, (unsigned long long)hi,
 		     (unsigned long long)def);
 		return def;
 	}
@@ -121,8 +122,8 @@ static int eal_start(void)
 	     tok = strtok_r(NULL, " \t", &save))
 		argv[argc++] = tok;
 	argv[argc] = NULL;
-	have_cpus = !pthread_getaffinity_np(pthread_self(), sizeof(cpus),
-					    &cpus);
+	have_cpus =
+		!pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus);
 	ret = rte_eal_init(argc, argv);
 	if (have_cpus)
 		pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
@@ -271,10 +272,10 @@ static int choose_port(struct dp_ctx *c)
 		return 0;
 	}
 	RTE_ETH_FOREACH_DEV(p)
-		if (!port_used[p]) {
-			c->port = p;
-			return 0;
-		}
+	if (!port_used[p]) {
+		c->port = p;
+		return 0;
+	}
 	return -ENODEV;
 }
 
@@ -318,8 +319,8 @@ static int port_start(struct dp_ctx *c, const struct kn__tp_ctx_attr *attr)
 	ret = rte_eth_dev_configure(c->port, 1, 1, &conf);
 	if (!ret)
 		ret = rte_eth_rx_queue_setup(c->port, 0, RING_DESC,
-					     (unsigned int)rte_socket_id(), NULL,
-					     c->pool);
+					     (unsigned int)rte_socket_id(),
+					     NULL, c->pool);
 	if (!ret)
 		ret = rte_eth_tx_queue_setup(c->port, 0, RING_DESC,
 					     (unsigned int)rte_socket_id(),
@@ -419,14 +420,13 @@ static int dp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->rto_max_ns = 200 * 1000000ull;
 	if (c->rto_max_ns < c->rto_min_ns)
 		c->rto_max_ns = c->rto_min_ns;
-	c->timeout_ns = env_u64("KANEL_DPDK_TIMEOUT_MS", 3000, 10, 3600000) *
-			1000000;
+	c->timeout_ns =
+		env_u64("KANEL_DPDK_TIMEOUT_MS", 3000, 10, 3600000) * 1000000;
 	c->rnr_ns = 200 * 1000;
 	c->wake_ns = env_u64("KANEL_DPDK_WAKE_US", 200, 10, 1000000) * 1000;
-	c->zc_threshold = attr && attr->zc_threshold ? attr->zc_threshold
-						     : 512;
-	ret = kn__tp_cq_init(&c->cq, attr && attr->cq_depth ? attr->cq_depth
-							    : 4096);
+	c->zc_threshold = attr && attr->zc_threshold ? attr->zc_threshold : 512;
+	ret = kn__tp_cq_init(&c->cq,
+			     attr && attr->cq_depth ? attr->cq_depth : 4096);
 	if (ret) {
 		free(c);
 		return ret;
@@ -550,8 +550,7 @@ static void dp_mr_dereg(struct kn__tp_mr *m)
 
 		if (!rte_eth_dev_info_get(c->port, &info))
 			rte_dev_dma_unmap(info.device, mr->map_addr,
-					  (uintptr_t)mr->map_addr,
-					  mr->map_len);
+					  (uintptr_t)mr->map_addr, mr->map_len);
 		rte_extmem_unregister(mr->map_addr, mr->map_len);
 	}
 	if (mr->prev)

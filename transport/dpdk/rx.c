@@ -31,24 +31,25 @@ static bool in_range(uint64_t off, uint64_t len, uint64_t size)
 
 /* The target of a one-sided segment: NULL (the endpoint failed) if the
  * grant, its rights or the range do not allow it. */
-static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h,
-		    uint64_t len, uint32_t right)
+static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h, uint64_t len,
+		    uint32_t right)
 {
 	const struct kn__swr_grant *g = kn__swr_grant_find(&ep->grants, h->key);
 
 	if (!g || !(g->access & right)) {
-		dp_ep_fail(ep, -EPERM, "%s of key %#x, which it was not "
-			   "granted", right == KN_TP_REMOTE_WRITE ? "write"
-								 : "read",
+		dp_ep_fail(ep, -EPERM,
+			   "%s of key %#x, which it was not "
+			   "granted",
+			   right == KN_TP_REMOTE_WRITE ? "write" : "read",
 			   h->key);
 		return NULL;
 	}
 	if (!in_range(h->off, len, g->len)) {
-		dp_ep_fail(ep, -EINVAL, "%s of %llu bytes at %llu outside "
+		dp_ep_fail(ep, -EINVAL,
+			   "%s of %llu bytes at %llu outside "
 			   "its grant of %llu bytes",
 			   right == KN_TP_REMOTE_WRITE ? "write" : "read",
-			   (unsigned long long)len,
-			   (unsigned long long)h->off,
+			   (unsigned long long)len, (unsigned long long)h->off,
 			   (unsigned long long)g->len);
 		return NULL;
 	}
@@ -92,7 +93,7 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	ep->rx_bytes += h->len;
 	if (h->flags & KN_DP_F_LAST) {
 		dp_ep_push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
-		     ep->rx_bytes);
+			   ep->rx_bytes);
 		ep->rx_op = 0;
 	}
 }
@@ -183,18 +184,18 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (out_of_place(ep, h))
 		return true;
 	if (h->flags & KN_DP_F_FIRST) {
-		if (!kn__swr_rq_empty(&ep->rq) &&
-		    ep->ux_head == ep->ux_tail) {
-			ep->rx_recv =
-				ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
+		if (!kn__swr_rq_empty(&ep->rq) && ep->ux_head == ep->ux_tail) {
+			ep->rx_recv = ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
 			ep->rx_unexp = false;
 		} else if (h->total > c->base.max_msg) {
-			dp_ep_fail(ep, -EMSGSIZE, "message of %u bytes, above "
-				   "the %u this end takes", h->total,
-				   c->base.max_msg);
+			dp_ep_fail(ep, -EMSGSIZE,
+				   "message of %u bytes, above "
+				   "the %u this end takes",
+				   h->total, c->base.max_msg);
 			return true;
 		} else if (ep->ux_tail - ep->ux_head == DP_UNEXP ||
-			   !(ep->rx_recv.buf = malloc(h->total ? h->total : 1))) {
+			   !(ep->rx_recv.buf =
+				     malloc(h->total ? h->total : 1))) {
 			return false;
 		} else {
 			ep->rx_recv.len = h->total;
@@ -206,14 +207,16 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 			ep->rq.head--;
 			dp_ep_fail(ep, -EMSGSIZE,
 				   "message of %u bytes for a recv buffer of "
-				   "%u", h->total, ep->rx_recv.len);
+				   "%u",
+				   h->total, ep->rx_recv.len);
 			return true;
 		}
 		ep->rx_op = KN_DP_SEND;
 		ep->rx_total = h->total;
 		ep->rx_bytes = 0;
 	} else if (h->total != ep->rx_total || h->off != ep->rx_bytes) {
-		dp_ep_fail(ep, -EPROTO, "send segment at %llu of %u, "
+		dp_ep_fail(ep, -EPROTO,
+			   "send segment at %llu of %u, "
 			   "expected %llu of %u",
 			   (unsigned long long)h->off, h->total,
 			   (unsigned long long)ep->rx_bytes, ep->rx_total);
@@ -359,12 +362,14 @@ bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now)
 		return false;
 	}
 	if (p.h.len > ep->max_payload) {
-		dp_ep_fail(ep, -EPROTO, "segment of %u bytes, above the %u "
-			   "agreed", p.h.len, ep->max_payload);
+		dp_ep_fail(ep, -EPROTO,
+			   "segment of %u bytes, above the %u "
+			   "agreed",
+			   p.h.len, ep->max_payload);
 		return false;
 	}
-	dp_tx_ack(ep, p.h.ack, p.h.flags & KN_DP_F_RNR,
-		  p.h.type == KN_DP_ACK, now);
+	dp_tx_ack(ep, p.h.ack, p.h.flags & KN_DP_F_RNR, p.h.type == KN_DP_ACK,
+		  now);
 	if (ep->state == DP_OPEN && p.h.type == KN_DP_DATA)
 		kept = on_data(ep, &p, m);
 	dp_ep_release(ep);

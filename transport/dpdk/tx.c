@@ -89,7 +89,8 @@ static struct rte_mbuf *packet(struct dp_ep *ep, const struct kn__dp_hdr *h,
 
 	if (!mb)
 		return NULL;
-	p = (uint8_t *)rte_pktmbuf_append(mb, (uint16_t)(KN_DP_HDRS_LEN + copy));
+	p = (uint8_t *)rte_pktmbuf_append(mb,
+					  (uint16_t)(KN_DP_HDRS_LEN + copy));
 	if (!p) {
 		rte_pktmbuf_free(mb);
 		return NULL;
@@ -119,7 +120,8 @@ static bool seg_out(struct dp_ep *ep, const struct dp_msg *m, uint32_t i)
 	struct rte_mbuf *mb, *x = NULL;
 
 	if (m->gone) {
-		dp_ep_fail(ep, -ECANCELED, "the region a read was answered "
+		dp_ep_fail(ep, -ECANCELED,
+			   "the region a read was answered "
 			   "from was deregistered before the answer was "
 			   "acknowledged");
 		return false;
@@ -229,8 +231,8 @@ static bool outstanding(const struct dp_ep *ep)
 static uint64_t rto_of(const struct dp_ep *ep)
 {
 	const struct dp_ctx *c = dp_ep_ctx(ep);
-	uint64_t rto = ep->srtt_ns ? ep->srtt_ns + 4 * ep->rttvar_ns
-				   : 10 * 1000000ull;
+	uint64_t rto =
+		ep->srtt_ns ? ep->srtt_ns + 4 * ep->rttvar_ns : 10 * 1000000ull;
 
 	if (rto < c->rto_min_ns)
 		rto = c->rto_min_ns;
@@ -273,7 +275,8 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 
 			if (kn__dp_seq_diff(ack, m->seq0 + m->nseg) < 0)
 				break;
-			if (m->op_idx != UINT32_MAX && m->op != KN_DP_READ_REQ) {
+			if (m->op_idx != UINT32_MAX &&
+			    m->op != KN_DP_READ_REQ) {
 				struct dp_op *op =
 					&ep->ops[m->op_idx % DP_SQ_DEPTH];
 
@@ -355,7 +358,7 @@ void dp_tx_progress(struct dp_ep *ep, uint64_t now)
 		ep->recovering = false;
 		ep->dupacks = 0;
 		ep->rto_ns = 2 * ep->rto_ns < c->rto_max_ns ? 2 * ep->rto_ns
-							   : c->rto_max_ns;
+							    : c->rto_max_ns;
 		ep->rto_at = now + ep->rto_ns;
 	}
 	if (ep->rnr && now >= ep->hold_until)

@@ -55,7 +55,8 @@ static void ep_peer(struct tcp_ep *ep)
 	bool local = true, inet = false;
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0) {
-		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer, sizeof(ep->peer));
+		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer,
+				 sizeof(ep->peer));
 		inet = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
 		if (ss.ss_family == AF_INET)
 			local = (ntohl(((struct sockaddr_in *)&ss)
@@ -582,9 +583,9 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	struct tcp_ctx *c;
 	int ret;
 
-	if (attr && (attr->flags & ~(KN_TP_CTX_FORCE_EPOLL |
-				     KN_TP_CTX_ZC_LOOPBACK |
-				     KN_TP_CTX_TEST_KEYS)))
+	if (attr &&
+	    (attr->flags & ~(KN_TP_CTX_FORCE_EPOLL | KN_TP_CTX_ZC_LOOPBACK |
+			     KN_TP_CTX_TEST_KEYS)))
 		return -EINVAL;
 	if (attr && attr->max_msg > KN_WIRE_MAX_LEN)
 		return -EINVAL;

@@ -248,7 +248,8 @@ static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 	const char *what = right == KN_TP_REMOTE_WRITE ? "write" : "read";
 
 	if (!ep->grants.n) {
-		kn__tcp_ep_fail(ep, -EACCES,
+		kn__tcp_ep_fail(
+			ep, -EACCES,
 			"one-sided %s before anything was granted to this "
 			"peer",
 			what);
@@ -266,7 +267,8 @@ static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 		return NULL;
 	}
 	if (ep->rh.offset > g->len || ep->rh.length > g->len - ep->rh.offset) {
-		kn__tcp_ep_fail(ep, -EACCES,
+		kn__tcp_ep_fail(
+			ep, -EACCES,
 			"%s of [%llu, +%u) outside the %llu bytes of key 0x%x",
 			what, (unsigned long long)ep->rh.offset, ep->rh.length,
 			(unsigned long long)g->len, ep->rh.region);
@@ -365,7 +367,8 @@ static bool rx_start(struct tcp_ep *ep)
 		struct op *op = next_read(ep);
 
 		if (!op || op->len != h->length) {
-			kn__tcp_ep_fail(ep, -EPROTO,
+			kn__tcp_ep_fail(
+				ep, -EPROTO,
 				op ? "read answered with %u bytes, not %u"
 				   : "answer (%u bytes) to no read%.0u",
 				h->length, op ? op->len : 0);
@@ -385,7 +388,8 @@ static bool rx_start(struct tcp_ep *ep)
 		}
 		r = &ep->rq.v[ep->rq.head % KN_SWR_RQ_DEPTH];
 		if (h->length > r->len) {
-			kn__tcp_ep_fail(ep, -EMSGSIZE,
+			kn__tcp_ep_fail(
+				ep, -EMSGSIZE,
 				"message of %u bytes for a %u-byte recv",
 				h->length, r->len);
 			return false;

@@ -258,7 +258,8 @@ void kn__verbs_ep_established(struct vep *ep)
 		ep->listener = NULL;
 	}
 	ep->state = EP_OPEN;
-	kn__tp_addr_name(rdma_get_peer_addr(ep->id), ep->peer, sizeof(ep->peer));
+	kn__tp_addr_name(rdma_get_peer_addr(ep->id), ep->peer,
+			 sizeof(ep->peer));
 	kn__tp_cq_push_grow(&c->cq_ring, &comp, "verbs");
 	ret = send_info(ep);
 	if (ret)
@@ -323,7 +324,8 @@ static struct rdma_cm_id *on_connect_request(struct vctx *c,
 		reject(ev->id, EMFILE);
 		return ev->id;
 	}
-	kn__tp_addr_name(rdma_get_peer_addr(ev->id), ep->peer, sizeof(ep->peer));
+	kn__tp_addr_name(rdma_get_peer_addr(ev->id), ep->peer,
+			 sizeof(ep->peer));
 	ep->state = EP_ACCEPTING;
 	ep->listener = &l->base;
 	ret = hello_take(ep, ev->param.conn.private_data,

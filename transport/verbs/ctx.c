@@ -96,7 +96,8 @@ static int ctx_setup(struct vctx *c)
 		     "registration whose rkey works on every connection of "
 		     "this process, so a peer that knows the job secret and "
 		     "guesses another's rkey reaches that memory too",
-		     c->name, getenv("KANEL_RDMA_MW") ? " (KANEL_RDMA_MW=0)" : "");
+		     c->name,
+		     getenv("KANEL_RDMA_MW") ? " (KANEL_RDMA_MW=0)" : "");
 	c->pd = ibv_alloc_pd(c->verbs);
 	c->chan = ibv_create_comp_channel(c->verbs);
 	c->cq_size = 16 * SQ_DEPTH + SRQ_DEPTH;

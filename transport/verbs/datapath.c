@@ -311,12 +311,14 @@ void kn__verbs_ep_issue(struct vep *ep)
 				wr->opcode = IBV_WR_BIND_MW;
 				wr->bind_mw.mw = op->mw;
 				wr->bind_mw.rkey = op->rkey;
-				wr->bind_mw.bind_info = (struct ibv_mw_bind_info){
-					.mr = op->bind_mr,
-					.addr = (uintptr_t)op->laddr,
-					.length = op->len,
-					.mw_access_flags = op->mw_access,
-				};
+				wr->bind_mw.bind_info =
+					(struct ibv_mw_bind_info){
+						.mr = op->bind_mr,
+						.addr = (uintptr_t)op->laddr,
+						.length = op->len,
+						.mw_access_flags =
+							op->mw_access,
+					};
 				sge->length = 0;
 				op->last_seq = ep->next_seq;
 				ep->op_issue++;

@@ -273,7 +273,7 @@ struct vctx {
 	struct ibv_mr *inbox_mr, *outbox_mr;
 	struct info *infos; /* per endpoint slot, INFO's source */
 	struct ibv_mr *infos_mr;
-	bool mw2;	     /* type-2 memory windows: grants bind them */
+	bool mw2; /* type-2 memory windows: grants bind them */
 	struct vgrant *grants;
 	/* endpoints by slot, with generations; qp_num -> slot hash */
 	struct vep *slots[MAX_EPS];
