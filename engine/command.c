@@ -90,20 +90,6 @@ const char *kn_config_metrics(const struct kn_config *cfg)
 	return cfg && cfg->c.metrics[0] ? cfg->c.metrics : NULL;
 }
 
-bool kn__job_sums(uint32_t protocol, uint32_t optimizer)
-{
-	return optimizer == KN__CONFIG_SUM &&
-	       kn__sync_traits(protocol)->mean_model;
-}
-
-bool kn__job_deltas(uint32_t protocol, uint32_t optimizer)
-{
-	const struct kn__sync_traits *t = kn__sync_traits(protocol);
-
-	return t->local_steps ||
-	       (optimizer == KN__CONFIG_SUM && !t->mean_model);
-}
-
 void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 {
 	bool sum = c->optimizer == KN__CONFIG_SUM;

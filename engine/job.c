@@ -3,7 +3,9 @@
  * job.c - a job's protocol parameters as sync/ takes them, from the JOB
  * message every process gets: the one translation that the coordinator
  * (its planner), the servers (their chunk rules) and the workers (their
- * worker rule) all use, so that they run the same protocol.
+ * worker rule) all use, so that they run the same protocol; and what
+ * the job's protocol and optimizer make of a round, which the same three
+ * ask (roles.h).
  */
 #include <stdint.h>
 
@@ -22,4 +24,18 @@ void kn__job_sync_params(const struct kn__msg *job, uint32_t members,
 	out->max_workers = job->u.job.workers;
 	out->members = members;
 	out->bytes = 0;
+}
+
+bool kn__job_sums(uint32_t protocol, uint32_t optimizer)
+{
+	return optimizer == KN__CONFIG_SUM &&
+	       kn__sync_traits(protocol)->mean_model;
+}
+
+bool kn__job_deltas(uint32_t protocol, uint32_t optimizer)
+{
+	const struct kn__sync_traits *t = kn__sync_traits(protocol);
+
+	return t->local_steps ||
+	       (optimizer == KN__CONFIG_SUM && !t->mean_model);
 }

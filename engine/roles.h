@@ -47,7 +47,7 @@ void kn__job_info(const struct kn__config *cfg, struct kn_job_info *info);
  * workers' gradient buffers (kn__job_sums); under every other protocol
  * the workers push the delta their optimizer made, as ESP's and PSP's
  * always do, and the servers add the deltas to the model with the outer
- * update (kn__job_deltas).
+ * update (kn__job_deltas; both in job.c).
  */
 bool kn__job_sums(uint32_t protocol, uint32_t optimizer);
 bool kn__job_deltas(uint32_t protocol, uint32_t optimizer);
