@@ -56,7 +56,6 @@ static void put_f32(struct cursor *c, float f)
 	put_u32(c, v);
 }
 
-/* A string as u16 length + bytes (no NUL on the wire). */
 /* sync/'s parameter block, in its own order of words. */
 static void put_words(struct cursor *c, const struct kn__sync_params *p)
 {
@@ -67,6 +66,7 @@ static void put_words(struct cursor *c, const struct kn__sync_params *p)
 		put_u32(c, w[i]);
 }
 
+/* A string as u16 length + bytes (no NUL on the wire). */
 static void put_str(struct cursor *c, const char *s, size_t max)
 {
 	size_t n = strnlen(s, max);
@@ -322,7 +322,7 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 	return (int)c.pos;
 }
 
-/* A CGP cost-model or bound value: finite and not negative. */
+/* sync/'s parameter block, as put_words wrote it. */
 static void get_words(struct cursor *c, struct kn__sync_params *p)
 {
 	uint32_t w[KN__SYNC_PARAMS_WORDS];
@@ -508,4 +508,39 @@ const char *kn__msg_name(uint16_t type)
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
 		return names[type];
 	return "?";
+}
+
+void kn__msg_job_init(const struct kn__config *cfg, uint32_t optimizer,
+		      uint32_t rank, bool restore, struct kn__msg *out)
+{
+	*out = (struct kn__msg){ .type = KN__MSG_JOB };
+	out->u.job.workers = cfg->workers;
+	out->u.job.servers = cfg->servers;
+	out->u.job.protocol = cfg->sync;
+	out->u.job.proto = cfg->proto;
+	out->u.job.optimizer = optimizer;
+	out->u.job.chunk_bytes = cfg->chunk_bytes;
+	out->u.job.fuse_bytes = cfg->fuse_bytes;
+	out->u.job.push_window = cfg->push_window;
+	out->u.job.lr = cfg->lr;
+	out->u.job.momentum = cfg->momentum;
+	out->u.job.rank = rank;
+	out->u.job.restore = restore;
+}
+
+int kn__msg_job_config(const struct kn__msg *job, struct kn__config *cfg)
+{
+	if (job->type != KN__MSG_JOB)
+		return -EINVAL;
+	cfg->workers = job->u.job.workers;
+	cfg->servers = job->u.job.servers;
+	cfg->sync = job->u.job.protocol;
+	cfg->optimizer = (enum kn__config_optimizer)job->u.job.optimizer;
+	cfg->chunk_bytes = (uint32_t)job->u.job.chunk_bytes;
+	cfg->fuse_bytes = job->u.job.fuse_bytes;
+	cfg->push_window = job->u.job.push_window;
+	cfg->lr = job->u.job.lr;
+	cfg->momentum = job->u.job.momentum;
+	cfg->proto = job->u.job.proto;
+	return 0;
 }

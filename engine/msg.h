@@ -14,6 +14,7 @@
 #ifndef KN_ENGINE_MSG_H
 #define KN_ENGINE_MSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -163,5 +164,22 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap);
 int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m);
 
 const char *kn__msg_name(uint16_t type);
+
+/*
+ * The JOB message of the job @cfg describes, in @out: what every process
+ * of the job is told at its start.  @optimizer is the job's (--optimizer,
+ * or what AUTO became; enum kn__config_optimizer), @rank the receiver's
+ * own, @restore whether the servers start from their checkpoints.
+ */
+void kn__msg_job_init(const struct kn__config *cfg, uint32_t optimizer,
+		      uint32_t rank, bool restore, struct kn__msg *out);
+
+/*
+ * The inverse, for a process told its job: the fields of @cfg that a JOB
+ * message carries (counts, protocol, optimizer, sizes, rates and the
+ * protocols' parameters) from @job; the others are left as they are.
+ * 0, or -EINVAL when @job is not a JOB message (@cfg untouched).
+ */
+int kn__msg_job_config(const struct kn__msg *job, struct kn__config *cfg);
 
 #endif /* KN_ENGINE_MSG_H */

@@ -572,37 +572,13 @@ unsigned int kn_worker_size(const struct kn_worker *w)
 	return w->job.u.job.workers;
 }
 
-/*
- * The job as its coordinator set it up, as this worker was told when it
- * joined, into those fields of @cfg (the rest untouched): 0, or -EAGAIN
- * before the JOB message.
- */
-static int job_config(const struct kn_worker *w, struct kn__config *cfg)
-{
-	const struct kn__msg *j = &w->job;
-
-	if (j->type != KN__MSG_JOB)
-		return -EAGAIN;
-	cfg->workers = j->u.job.workers;
-	cfg->servers = j->u.job.servers;
-	cfg->sync = j->u.job.protocol;
-	cfg->optimizer = (enum kn__config_optimizer)j->u.job.optimizer;
-	cfg->chunk_bytes = (uint32_t)j->u.job.chunk_bytes;
-	cfg->fuse_bytes = j->u.job.fuse_bytes;
-	cfg->push_window = j->u.job.push_window;
-	cfg->lr = j->u.job.lr;
-	cfg->momentum = j->u.job.momentum;
-	cfg->proto = j->u.job.proto;
-	return 0;
-}
-
 int kn_worker_job(const struct kn_worker *w, struct kn_job_info *info)
 {
 	struct kn__config c = { 0 };
 
 	if (!w || !info)
 		return -EINVAL;
-	if (job_config(w, &c))
+	if (kn__msg_job_config(&w->job, &c))
 		return -EAGAIN; /* not after kn_worker_create: it waits */
 	kn__job_info(&c, info);
 	return 0;
