@@ -28,6 +28,9 @@
 #define MAGIC1	'A'
 #define VERSION 1u
 #define HDR_LEN 4u
+_Static_assert(KN_AUTH_CHALLENGE_LEN == HDR_LEN + KN_AUTH_NONCE_LEN &&
+		       KN_AUTH_CONFIRM_LEN == HDR_LEN + KN_AUTH_MAC_LEN,
+	       "a challenge is a nonce, a confirm a MAC, after the header");
 
 /* The MAC input: label, direction, the two nonces, role, id. */
 #define LABEL	   "kanel-auth-v1"
@@ -67,22 +70,36 @@ static bool hdr_ok(const uint8_t *in, size_t len, size_t want,
 	       in[2] == VERSION && in[3] == type;
 }
 
+/* A message whose body is one array of @n bytes after the header. */
+static void put_body(uint8_t *out, enum kn__auth_type type, const uint8_t *body,
+		     size_t n)
+{
+	put_hdr(out, type);
+	memcpy(out + HDR_LEN, body, n);
+}
+
+static int get_body(const void *buf, size_t len, enum kn__auth_type type,
+		    uint8_t *body, size_t n)
+{
+	const uint8_t *in = buf;
+
+	if (!hdr_ok(in, len, HDR_LEN + n, type))
+		return -EPROTO;
+	memcpy(body, in + HDR_LEN, n);
+	return 0;
+}
+
 void kn__auth_challenge_encode(const struct kn__auth_challenge *m,
 			       uint8_t out[KN_AUTH_CHALLENGE_LEN])
 {
-	put_hdr(out, KN__AUTH_CHALLENGE);
-	memcpy(out + HDR_LEN, m->nonce, KN_AUTH_NONCE_LEN);
+	put_body(out, KN__AUTH_CHALLENGE, m->nonce, KN_AUTH_NONCE_LEN);
 }
 
 int kn__auth_challenge_decode(const void *buf, size_t len,
 			      struct kn__auth_challenge *m)
 {
-	const uint8_t *in = buf;
-
-	if (!hdr_ok(in, len, KN_AUTH_CHALLENGE_LEN, KN__AUTH_CHALLENGE))
-		return -EPROTO;
-	memcpy(m->nonce, in + HDR_LEN, KN_AUTH_NONCE_LEN);
-	return 0;
+	return get_body(buf, len, KN__AUTH_CHALLENGE, m->nonce,
+			KN_AUTH_NONCE_LEN);
 }
 
 /* ANSWER: header, nonce, role, 3 reserved bytes, id, MAC. */
@@ -122,19 +139,13 @@ int kn__auth_answer_decode(const void *buf, size_t len,
 void kn__auth_confirm_encode(const struct kn__auth_confirm *m,
 			     uint8_t out[KN_AUTH_CONFIRM_LEN])
 {
-	put_hdr(out, KN__AUTH_CONFIRM);
-	memcpy(out + HDR_LEN, m->mac, KN_AUTH_MAC_LEN);
+	put_body(out, KN__AUTH_CONFIRM, m->mac, KN_AUTH_MAC_LEN);
 }
 
 int kn__auth_confirm_decode(const void *buf, size_t len,
 			    struct kn__auth_confirm *m)
 {
-	const uint8_t *in = buf;
-
-	if (!hdr_ok(in, len, KN_AUTH_CONFIRM_LEN, KN__AUTH_CONFIRM))
-		return -EPROTO;
-	memcpy(m->mac, in + HDR_LEN, KN_AUTH_MAC_LEN);
-	return 0;
+	return get_body(buf, len, KN__AUTH_CONFIRM, m->mac, KN_AUTH_MAC_LEN);
 }
 
 int kn__auth_hmac(const uint8_t *key, size_t key_len, const void *data,
