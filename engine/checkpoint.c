@@ -188,10 +188,20 @@ static const char *kind_of(const struct stat *st)
 	return "not a regular file";
 }
 
-/* Owned by us or root, as ssh wants of what it trusts. */
-static bool owner_ok(const struct stat *st)
+/*
+ * Owned by us or root, as ssh wants of what it trusts: 0, or -EPERM with
+ * "@who owned by uid ..." in @err and @fd closed.
+ */
+static int owner_check(const struct stat *st, int fd, const char *who,
+		       char *err, size_t errlen)
 {
-	return st->st_uid == geteuid() || st->st_uid == 0;
+	if (st->st_uid == geteuid() || st->st_uid == 0)
+		return 0;
+	seterr(err, errlen,
+	       "%s owned by uid %u, not by this user (uid %u) or root", who,
+	       (unsigned int)st->st_uid, (unsigned int)geteuid());
+	close(fd);
+	return -EPERM;
 }
 
 /*
@@ -201,6 +211,7 @@ static bool owner_ok(const struct stat *st)
  */
 static int dir_open(const char *dir, char *err, size_t errlen)
 {
+	char what[PATH_MAX + 32];
 	struct stat st;
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), e;
 
@@ -212,14 +223,10 @@ static int dir_open(const char *dir, char *err, size_t errlen)
 			close(fd);
 		return -e;
 	}
-	if (!owner_ok(&st)) {
-		seterr(err, errlen,
-		       "checkpoint folder %s is owned by uid %u, not by this "
-		       "user (uid %u) or root",
-		       dir, (unsigned int)st.st_uid, (unsigned int)geteuid());
-		close(fd);
-		return -EPERM;
-	}
+	snprintf(what, sizeof(what), "checkpoint folder %s is", dir);
+	e = owner_check(&st, fd, what, err, errlen);
+	if (e)
+		return e;
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
 		bool g = st.st_mode & S_IWGRP, o = st.st_mode & S_IWOTH;
 		const char *who = g && o ? "group- and world" : "group";
@@ -262,6 +269,7 @@ int kn__ckpt_dir_check(const char *dir, char *err, size_t errlen)
 static int open_file(const struct kn__ckpt_job *job, int dfd, const char *name,
 		     off_t *size, char *err, size_t errlen)
 {
+	char who[PATH_MAX + NAME_LEN + 8];
 	struct stat st;
 	int fd = openat(dfd, name,
 			O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC),
@@ -287,15 +295,10 @@ static int open_file(const struct kn__ckpt_job *job, int dfd, const char *name,
 		close(fd);
 		return -EPERM;
 	}
-	if (!owner_ok(&st)) {
-		seterr(err, errlen,
-		       "%s/%s: owned by uid %u, not by this user "
-		       "(uid %u) or root",
-		       job->dir, name, (unsigned int)st.st_uid,
-		       (unsigned int)geteuid());
-		close(fd);
-		return -EPERM;
-	}
+	snprintf(who, sizeof(who), "%s/%s:", job->dir, name);
+	e = owner_check(&st, fd, who, err, errlen);
+	if (e)
+		return e;
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
 		seterr(err, errlen,
 		       "%s/%s: group- or world-writable (mode "
