@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * msg.c - encoding and bounds-checked decoding of the control messages.
+ * msg.c - encoding and bounds-checked decoding of the control messages
+ * (one walk of each message's fields serves both), and the JOB message's
+ * mapping to and from a configuration.
  */
 #include <errno.h>
 #include <math.h>
@@ -10,201 +12,278 @@
 #include "msg.h"
 
 struct cursor {
-	uint8_t *w;	  /* encoding */
+	uint8_t *w;	  /* encoding: the bytes written; NULL when decoding */
 	const uint8_t *r; /* decoding */
 	size_t pos, cap;
 	int err;
 };
 
-static void put(struct cursor *c, const void *p, size_t n)
+/* A message that cannot be: -EINVAL to encode, -EPROTO decoded. */
+static void refuse(struct cursor *c)
+{
+	if (!c->err)
+		c->err = c->w ? -EINVAL : -EPROTO;
+}
+
+/*
+ * The fields: each one call, which writes *@v when encoding and reads it
+ * into *@v when decoding, so that one walk of a message (payload) is its
+ * layout both ways.  Decoding past the end reads zeros, and the message
+ * is refused.
+ */
+static void bytes(struct cursor *c, void *v, size_t n)
 {
 	if (c->err || n > c->cap - c->pos) {
-		c->err = -EINVAL;
+		refuse(c);
+		if (!c->w)
+			memset(v, 0, n);
 		return;
 	}
-	memcpy(c->w + c->pos, p, n);
+	if (c->w)
+		memcpy(c->w + c->pos, v, n);
+	else
+		memcpy(v, c->r + c->pos, n);
 	c->pos += n;
 }
 
-static void put_u16(struct cursor *c, uint16_t v)
+static void u16(struct cursor *c, uint16_t *v)
 {
-	uint8_t b[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
+	uint8_t b[2] = { (uint8_t)*v, (uint8_t)(*v >> 8) };
 
-	put(c, b, 2);
+	bytes(c, b, 2);
+	if (!c->w)
+		*v = (uint16_t)(b[0] | b[1] << 8);
 }
 
-static void put_u32(struct cursor *c, uint32_t v)
+static void u32(struct cursor *c, uint32_t *v)
 {
 	uint8_t b[4];
 
 	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-	put(c, b, 4);
+		b[i] = (uint8_t)(*v >> (8 * i));
+	bytes(c, b, 4);
+	if (c->w)
+		return;
+	*v = 0;
+	for (int i = 0; i < 4; i++)
+		*v |= (uint32_t)b[i] << (8 * i);
 }
 
-static void put_u64(struct cursor *c, uint64_t v)
+static void u64(struct cursor *c, uint64_t *v)
 {
-	put_u32(c, (uint32_t)v);
-	put_u32(c, (uint32_t)(v >> 32));
+	uint32_t lo = (uint32_t)*v, hi = (uint32_t)(*v >> 32);
+
+	u32(c, &lo);
+	u32(c, &hi);
+	if (!c->w)
+		*v = lo | (uint64_t)hi << 32;
 }
 
-static void put_f32(struct cursor *c, float f)
+/* A float or a signed word: its 32 bits. */
+static void bits32(struct cursor *c, void *v)
 {
-	uint32_t v;
+	uint32_t b;
 
-	memcpy(&v, &f, 4);
-	put_u32(c, v);
-}
-
-/* sync/'s parameter block, in its own order of words. */
-static void put_words(struct cursor *c, const struct kn__sync_params *p)
-{
-	uint32_t w[KN__SYNC_PARAMS_WORDS];
-
-	kn__sync_params_pack(p, w);
-	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
-		put_u32(c, w[i]);
+	memcpy(&b, v, 4);
+	u32(c, &b);
+	if (!c->w)
+		memcpy(v, &b, 4);
 }
 
 /* A string as u16 length + bytes (no NUL on the wire). */
-static void put_str(struct cursor *c, const char *s, size_t max)
+static void str(struct cursor *c, char *s, size_t max)
 {
-	size_t n = strnlen(s, max);
+	uint16_t n = c->w ? (uint16_t)strnlen(s, max) : 0;
 
-	if (n == max) {
-		c->err = -EINVAL;
+	if (c->w && strnlen(s, max) == max) {
+		refuse(c);
 		return;
 	}
-	put_u16(c, (uint16_t)n);
-	put(c, s, n);
-}
-
-static void put_rdesc(struct cursor *c, const struct kn__tp_rdesc *d)
-{
-	put_u64(c, d->addr);
-	put_u64(c, d->len);
-	put_u32(c, d->key);
-	put_u32(c, d->access);
-}
-
-/* An IPv4 or IPv6 address with its port: family u16, port u16, 16 bytes. */
-static void put_addr(struct cursor *c, const struct sockaddr_storage *ss)
-{
-	uint8_t ip[16] = { 0 };
-	uint16_t port = 0;
-
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *a = (const void *)ss;
-
-		memcpy(ip, &a->sin_addr, 4);
-		port = ntohs(a->sin_port);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const void *)ss;
-
-		memcpy(ip, &a->sin6_addr, 16);
-		port = ntohs(a->sin6_port);
-	} else {
-		c->err = -EINVAL;
-	}
-	put_u16(c, ss->ss_family == AF_INET6 ? 6 : 4);
-	put_u16(c, port);
-	put(c, ip, 16);
-}
-
-static void get(struct cursor *c, void *p, size_t n)
-{
-	if (c->err || n > c->cap - c->pos) {
-		c->err = -EPROTO;
-		memset(p, 0, n);
-		return;
-	}
-	memcpy(p, c->r + c->pos, n);
-	c->pos += n;
-}
-
-static uint16_t get_u16(struct cursor *c)
-{
-	uint8_t b[2];
-
-	get(c, b, 2);
-	return (uint16_t)(b[0] | b[1] << 8);
-}
-
-static uint32_t get_u32(struct cursor *c)
-{
-	uint8_t b[4];
-	uint32_t v = 0;
-
-	get(c, b, 4);
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)b[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get_u64(struct cursor *c)
-{
-	uint64_t lo = get_u32(c);
-
-	return lo | (uint64_t)get_u32(c) << 32;
-}
-
-static float get_f32(struct cursor *c)
-{
-	uint32_t v = get_u32(c);
-	float f;
-
-	memcpy(&f, &v, 4);
-	return f;
-}
-
-static void get_str(struct cursor *c, char *s, size_t max)
-{
-	uint16_t n = get_u16(c);
-
+	u16(c, &n);
 	if (n >= max) {
-		c->err = -EPROTO;
+		refuse(c);
 		s[0] = 0;
 		return;
 	}
-	get(c, s, n);
+	bytes(c, s, n);
+	if (c->w)
+		return;
 	s[c->err ? 0 : n] = 0;
 	if (!c->err && memchr(s, 0, n))
-		c->err = -EPROTO; /* an embedded NUL */
+		refuse(c); /* an embedded NUL */
 }
 
-static void get_rdesc(struct cursor *c, struct kn__tp_rdesc *d)
+static void rdesc(struct cursor *c, struct kn__tp_rdesc *d)
 {
-	d->addr = get_u64(c);
-	d->len = get_u64(c);
-	d->key = get_u32(c);
-	d->access = get_u32(c);
+	u64(c, &d->addr);
+	u64(c, &d->len);
+	u32(c, &d->key);
+	u32(c, &d->access);
 }
 
-static void get_addr(struct cursor *c, struct sockaddr_storage *ss)
+/* An IPv4 or IPv6 address with its port: family u16, port u16, 16 bytes. */
+static void addr(struct cursor *c, struct sockaddr_storage *ss)
 {
-	uint16_t fam = get_u16(c), port = get_u16(c);
-	uint8_t ip[16];
+	struct sockaddr_in *a4 = (void *)ss;
+	struct sockaddr_in6 *a6 = (void *)ss;
+	uint8_t ip[16] = { 0 };
+	uint16_t fam = ss->ss_family == AF_INET6 ? 6 : 4, port = 0;
 
-	get(c, ip, 16);
+	if (c->w && ss->ss_family == AF_INET) {
+		memcpy(ip, &a4->sin_addr, 4);
+		port = ntohs(a4->sin_port);
+	} else if (c->w && ss->ss_family == AF_INET6) {
+		memcpy(ip, &a6->sin6_addr, 16);
+		port = ntohs(a6->sin6_port);
+	} else if (c->w) {
+		refuse(c);
+	}
+	u16(c, &fam);
+	u16(c, &port);
+	bytes(c, ip, 16);
+	if (c->w)
+		return;
 	memset(ss, 0, sizeof(*ss));
 	if (fam == 4) {
-		struct sockaddr_in *a = (void *)ss;
-
 		for (int i = 4; i < 16; i++)
 			if (ip[i])
-				c->err = -EPROTO; /* one encoding only */
-
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		memcpy(&a->sin_addr, ip, 4);
+				refuse(c); /* one encoding only */
+		a4->sin_family = AF_INET;
+		a4->sin_port = htons(port);
+		memcpy(&a4->sin_addr, ip, 4);
 	} else if (fam == 6) {
-		struct sockaddr_in6 *a = (void *)ss;
-
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons(port);
-		memcpy(&a->sin6_addr, ip, 16);
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons(port);
+		memcpy(&a6->sin6_addr, ip, 16);
 	} else {
-		c->err = -EPROTO;
+		refuse(c);
+	}
+}
+
+/* sync/'s parameter block, in its own order of words. */
+static void words(struct cursor *c, struct kn__sync_params *p)
+{
+	uint32_t w[KN__SYNC_PARAMS_WORDS];
+
+	if (c->w)
+		kn__sync_params_pack(p, w);
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
+		u32(c, &w[i]);
+	if (!c->w)
+		kn__sync_params_unpack(p, w);
+}
+
+/*
+ * The payload of @m, written or read through @c: the one description of
+ * every message's layout.  Encoding only reads *@m.  The counts that
+ * size an array are checked before the array; what a value may be is
+ * checked after decoding (check).
+ */
+static void payload(struct cursor *c, struct kn__msg *m)
+{
+	switch (m->type) {
+	case KN__MSG_AUTH:
+		u32(c, &m->u.auth.len);
+		if (m->u.auth.len > KN__AUTH_MAX) {
+			refuse(c);
+			return; /* the array would not fit */
+		}
+		bytes(c, m->u.auth.data, m->u.auth.len);
+		break;
+	case KN__MSG_HELLO:
+		u32(c, &m->u.hello.role);
+		u32(c, &m->u.hello.rank);
+		addr(c, &m->u.hello.addr);
+		break;
+	case KN__MSG_JOB:
+		u32(c, &m->u.job.workers);
+		u32(c, &m->u.job.servers);
+		u32(c, &m->u.job.protocol);
+		u32(c, &m->u.job.optimizer);
+		u64(c, &m->u.job.chunk_bytes);
+		u32(c, &m->u.job.fuse_bytes);
+		u32(c, &m->u.job.push_window);
+		bits32(c, &m->u.job.lr);
+		bits32(c, &m->u.job.momentum);
+		words(c, &m->u.job.proto);
+		u32(c, &m->u.job.rank);
+		u32(c, &m->u.job.restore);
+		break;
+	case KN__MSG_TENSOR:
+		u32(c, &m->u.tensor.index);
+		u32(c, &m->u.tensor.dtype);
+		u64(c, &m->u.tensor.len);
+		str(c, m->u.tensor.key, KN__KEY_MAX);
+		break;
+	case KN__MSG_TENSORS_END:
+		u32(c, &m->u.tensors_end.count);
+		u32(c, &m->u.tensors_end.flags);
+		break;
+	case KN__MSG_BUFFERS:
+		u32(c, &m->u.buffers.index);
+		rdesc(c, &m->u.buffers.params);
+		rdesc(c, &m->u.buffers.grads);
+		break;
+	case KN__MSG_SLOTS:
+		rdesc(c, &m->u.slots.slots);
+		break;
+	case KN__MSG_READY:
+		u32(c, &m->u.ready.what);
+		break;
+	case KN__MSG_HEARTBEAT:
+	case KN__MSG_DONE:
+	case KN__MSG_SHUTDOWN:
+	case KN__MSG_RECOVER:
+		break;
+	case KN__MSG_MEMBER:
+		u32(c, &m->u.member.rank);
+		u32(c, &m->u.member.joined);
+		break;
+	case KN__MSG_ERROR:
+		bits32(c, &m->u.error.code);
+		str(c, m->u.error.text, KN__TEXT_MAX);
+		break;
+	case KN__MSG_RELEASE:
+		u32(c, &m->u.release.chunk);
+		u32(c, &m->u.release.steps);
+		u64(c, &m->u.release.epoch);
+		bits32(c, &m->u.release.hint);
+		u64(c, &m->u.release.version);
+		break;
+	case KN__MSG_TIMING:
+		bits32(c, &m->u.timing.seconds);
+		break;
+	case KN__MSG_PLAN:
+		u64(c, &m->u.plan.epoch);
+		u32(c, &m->u.plan.workers);
+		u32(c, &m->u.plan.first);
+		u32(c, &m->u.plan.count);
+		if (m->u.plan.count > KN__PLAN_PART) {
+			refuse(c);
+			return; /* the array would not fit */
+		}
+		for (uint32_t i = 0; i < m->u.plan.count; i++)
+			u32(c, &m->u.plan.steps[i]);
+		break;
+	case KN__MSG_BARRIER:
+		u64(c, &m->u.barrier.epoch);
+		break;
+	case KN__MSG_CHECKPOINTS:
+		u32(c, &m->u.checkpoints.any);
+		u32(c, &m->u.checkpoints.count);
+		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX) {
+			refuse(c);
+			return; /* the array would not fit */
+		}
+		for (uint32_t i = 0; i < m->u.checkpoints.count; i++)
+			u64(c, &m->u.checkpoints.versions[i]);
+		break;
+	case KN__MSG_RESTORE:
+		u64(c, &m->u.restore.version);
+		break;
+	default:
+		refuse(c);
+		break;
 	}
 }
 
@@ -214,103 +293,8 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 
 	if (cap < KN__MSG_HDR)
 		return -EINVAL;
-	switch (m->type) {
-	case KN__MSG_AUTH:
-		if (m->u.auth.len > KN__AUTH_MAX)
-			return -EINVAL;
-		put_u32(&c, m->u.auth.len);
-		put(&c, m->u.auth.data, m->u.auth.len);
-		break;
-	case KN__MSG_HELLO:
-		put_u32(&c, m->u.hello.role);
-		put_u32(&c, m->u.hello.rank);
-		put_addr(&c, &m->u.hello.addr);
-		break;
-	case KN__MSG_JOB:
-		put_u32(&c, m->u.job.workers);
-		put_u32(&c, m->u.job.servers);
-		put_u32(&c, m->u.job.protocol);
-		put_u32(&c, m->u.job.optimizer);
-		put_u64(&c, m->u.job.chunk_bytes);
-		put_u32(&c, m->u.job.fuse_bytes);
-		put_u32(&c, m->u.job.push_window);
-		put_f32(&c, m->u.job.lr);
-		put_f32(&c, m->u.job.momentum);
-		put_words(&c, &m->u.job.proto);
-		put_u32(&c, m->u.job.rank);
-		put_u32(&c, m->u.job.restore);
-		break;
-	case KN__MSG_TENSOR:
-		put_u32(&c, m->u.tensor.index);
-		put_u32(&c, m->u.tensor.dtype);
-		put_u64(&c, m->u.tensor.len);
-		put_str(&c, m->u.tensor.key, KN__KEY_MAX);
-		break;
-	case KN__MSG_TENSORS_END:
-		put_u32(&c, m->u.tensors_end.count);
-		put_u32(&c, m->u.tensors_end.flags);
-		break;
-	case KN__MSG_BUFFERS:
-		put_u32(&c, m->u.buffers.index);
-		put_rdesc(&c, &m->u.buffers.params);
-		put_rdesc(&c, &m->u.buffers.grads);
-		break;
-	case KN__MSG_SLOTS:
-		put_rdesc(&c, &m->u.slots.slots);
-		break;
-	case KN__MSG_READY:
-		put_u32(&c, m->u.ready.what);
-		break;
-	case KN__MSG_HEARTBEAT:
-	case KN__MSG_DONE:
-	case KN__MSG_SHUTDOWN:
-	case KN__MSG_RECOVER:
-		break;
-	case KN__MSG_MEMBER:
-		put_u32(&c, m->u.member.rank);
-		put_u32(&c, m->u.member.joined);
-		break;
-	case KN__MSG_ERROR:
-		put_u32(&c, (uint32_t)m->u.error.code);
-		put_str(&c, m->u.error.text, KN__TEXT_MAX);
-		break;
-	case KN__MSG_RELEASE:
-		put_u32(&c, m->u.release.chunk);
-		put_u32(&c, m->u.release.steps);
-		put_u64(&c, m->u.release.epoch);
-		put_f32(&c, m->u.release.hint);
-		put_u64(&c, m->u.release.version);
-		break;
-	case KN__MSG_TIMING:
-		put_f32(&c, m->u.timing.seconds);
-		break;
-	case KN__MSG_PLAN:
-		if (m->u.plan.count > KN__PLAN_PART)
-			return -EINVAL;
-		put_u64(&c, m->u.plan.epoch);
-		put_u32(&c, m->u.plan.workers);
-		put_u32(&c, m->u.plan.first);
-		put_u32(&c, m->u.plan.count);
-		for (uint32_t i = 0; i < m->u.plan.count; i++)
-			put_u32(&c, m->u.plan.steps[i]);
-		break;
-	case KN__MSG_BARRIER:
-		put_u64(&c, m->u.barrier.epoch);
-		break;
-	case KN__MSG_CHECKPOINTS:
-		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX)
-			return -EINVAL;
-		put_u32(&c, m->u.checkpoints.any);
-		put_u32(&c, m->u.checkpoints.count);
-		for (uint32_t i = 0; i < m->u.checkpoints.count; i++)
-			put_u64(&c, m->u.checkpoints.versions[i]);
-		break;
-	case KN__MSG_RESTORE:
-		put_u64(&c, m->u.restore.version);
-		break;
-	default:
-		return -EINVAL;
-	}
+	/* payload writes nothing into *m when encoding */
+	payload(&c, (struct kn__msg *)m);
 	if (c.err)
 		return c.err;
 	buf[0] = (uint8_t)m->type;
@@ -322,20 +306,62 @@ int kn__msg_encode(const struct kn__msg *m, uint8_t *buf, size_t cap)
 	return (int)c.pos;
 }
 
-/* sync/'s parameter block, as put_words wrote it. */
-static void get_words(struct cursor *c, struct kn__sync_params *p)
+/* What a decoded message's values may be: 0 or -EPROTO. */
+static int check(const struct kn__msg *m)
 {
-	uint32_t w[KN__SYNC_PARAMS_WORDS];
+	struct kn__sync_params proto;
+	bool ok = true;
 
-	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
-		w[i] = get_u32(c);
-	kn__sync_params_unpack(p, w);
+	switch (m->type) {
+	case KN__MSG_HELLO:
+		return m->u.hello.role < KN__ROLE_COORDINATOR ||
+				       m->u.hello.role > KN__ROLE_WORKER
+			       ? -EPROTO
+			       : 0;
+	case KN__MSG_JOB:
+		/* what sync/ would refuse is refused here (0: the default) */
+		proto = m->u.job.proto;
+		return m->u.job.restore > 1 || kn__sync_params_resolve(&proto)
+			       ? -EPROTO
+			       : 0;
+	case KN__MSG_TENSORS_END:
+		return m->u.tensors_end.flags & ~KN__TABLE_OWN_OPTIMIZER
+			       ? -EPROTO
+			       : 0;
+	case KN__MSG_MEMBER:
+		return m->u.member.joined > 1 ? -EPROTO : 0;
+	case KN__MSG_ERROR:
+		return m->u.error.code >= 0 ? -EPROTO : 0;
+	case KN__MSG_RELEASE:
+		return !(m->u.release.hint >= 0) || !isfinite(m->u.release.hint)
+			       ? -EPROTO
+			       : 0;
+	case KN__MSG_TIMING:
+		return !(m->u.timing.seconds >= 0) ||
+				       !isfinite(m->u.timing.seconds)
+			       ? -EPROTO
+			       : 0;
+	case KN__MSG_PLAN:
+		/* a part within the plan */
+		return m->u.plan.first > m->u.plan.workers ||
+				       m->u.plan.count > m->u.plan.workers -
+								 m->u.plan.first
+			       ? -EPROTO
+			       : 0;
+	case KN__MSG_CHECKPOINTS:
+		/* newest first, each once: what the coordinator intersects */
+		for (uint32_t i = 1; i < m->u.checkpoints.count; i++)
+			ok &= m->u.checkpoints.versions[i] <
+			      m->u.checkpoints.versions[i - 1];
+		return m->u.checkpoints.any > 1 || !ok ? -EPROTO : 0;
+	default:
+		return 0;
+	}
 }
 
 int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 {
 	struct cursor c = { .r = buf, .pos = KN__MSG_HDR };
-	struct kn__sync_params check;
 	uint32_t plen;
 
 	if (len < KN__MSG_HDR || len > KN__MSG_MAX)
@@ -348,136 +374,10 @@ int kn__msg_decode(const uint8_t *buf, size_t len, struct kn__msg *m)
 	c.cap = len;
 	memset(m, 0, sizeof(*m));
 	m->type = (uint16_t)(buf[0] | buf[1] << 8);
-	switch (m->type) {
-	case KN__MSG_AUTH:
-		m->u.auth.len = get_u32(&c);
-		if (m->u.auth.len > KN__AUTH_MAX)
-			return -EPROTO;
-		get(&c, m->u.auth.data, m->u.auth.len);
-		break;
-	case KN__MSG_HELLO:
-		m->u.hello.role = get_u32(&c);
-		m->u.hello.rank = get_u32(&c);
-		get_addr(&c, &m->u.hello.addr);
-		if (m->u.hello.role < KN__ROLE_COORDINATOR ||
-		    m->u.hello.role > KN__ROLE_WORKER)
-			return -EPROTO;
-		break;
-	case KN__MSG_JOB:
-		m->u.job.workers = get_u32(&c);
-		m->u.job.servers = get_u32(&c);
-		m->u.job.protocol = get_u32(&c);
-		m->u.job.optimizer = get_u32(&c);
-		m->u.job.chunk_bytes = get_u64(&c);
-		m->u.job.fuse_bytes = get_u32(&c);
-		m->u.job.push_window = get_u32(&c);
-		m->u.job.lr = get_f32(&c);
-		m->u.job.momentum = get_f32(&c);
-		get_words(&c, &m->u.job.proto);
-		m->u.job.rank = get_u32(&c);
-		m->u.job.restore = get_u32(&c);
-		if (m->u.job.restore > 1)
-			return -EPROTO;
-		/* what sync/ would refuse is refused here (0: the default) */
-		check = m->u.job.proto;
-		if (kn__sync_params_resolve(&check))
-			return -EPROTO;
-		break;
-	case KN__MSG_TENSOR:
-		m->u.tensor.index = get_u32(&c);
-		m->u.tensor.dtype = get_u32(&c);
-		m->u.tensor.len = get_u64(&c);
-		get_str(&c, m->u.tensor.key, KN__KEY_MAX);
-		break;
-	case KN__MSG_TENSORS_END:
-		m->u.tensors_end.count = get_u32(&c);
-		m->u.tensors_end.flags = get_u32(&c);
-		if (m->u.tensors_end.flags & ~KN__TABLE_OWN_OPTIMIZER)
-			return -EPROTO;
-		break;
-	case KN__MSG_BUFFERS:
-		m->u.buffers.index = get_u32(&c);
-		get_rdesc(&c, &m->u.buffers.params);
-		get_rdesc(&c, &m->u.buffers.grads);
-		break;
-	case KN__MSG_SLOTS:
-		get_rdesc(&c, &m->u.slots.slots);
-		break;
-	case KN__MSG_READY:
-		m->u.ready.what = get_u32(&c);
-		break;
-	case KN__MSG_HEARTBEAT:
-	case KN__MSG_DONE:
-	case KN__MSG_SHUTDOWN:
-	case KN__MSG_RECOVER:
-		break;
-	case KN__MSG_MEMBER:
-		m->u.member.rank = get_u32(&c);
-		m->u.member.joined = get_u32(&c);
-		if (m->u.member.joined > 1)
-			return -EPROTO;
-		break;
-	case KN__MSG_ERROR:
-		m->u.error.code = (int32_t)get_u32(&c);
-		get_str(&c, m->u.error.text, KN__TEXT_MAX);
-		if (m->u.error.code >= 0)
-			return -EPROTO;
-		break;
-	case KN__MSG_RELEASE:
-		m->u.release.chunk = get_u32(&c);
-		m->u.release.steps = get_u32(&c);
-		m->u.release.epoch = get_u64(&c);
-		m->u.release.hint = get_f32(&c);
-		m->u.release.version = get_u64(&c);
-		if (!(m->u.release.hint >= 0) || !isfinite(m->u.release.hint))
-			return -EPROTO;
-		break;
-	case KN__MSG_TIMING:
-		m->u.timing.seconds = get_f32(&c);
-		if (!(m->u.timing.seconds >= 0) ||
-		    !isfinite(m->u.timing.seconds))
-			return -EPROTO;
-		break;
-	case KN__MSG_PLAN:
-		m->u.plan.epoch = get_u64(&c);
-		m->u.plan.workers = get_u32(&c);
-		m->u.plan.first = get_u32(&c);
-		m->u.plan.count = get_u32(&c);
-		/* a part within the plan, and no more than one part's room */
-		if (m->u.plan.count > KN__PLAN_PART ||
-		    m->u.plan.first > m->u.plan.workers ||
-		    m->u.plan.count > m->u.plan.workers - m->u.plan.first)
-			return -EPROTO;
-		for (uint32_t i = 0; i < m->u.plan.count && !c.err; i++)
-			m->u.plan.steps[i] = get_u32(&c);
-		break;
-	case KN__MSG_BARRIER:
-		m->u.barrier.epoch = get_u64(&c);
-		break;
-	case KN__MSG_CHECKPOINTS:
-		m->u.checkpoints.any = get_u32(&c);
-		m->u.checkpoints.count = get_u32(&c);
-		if (m->u.checkpoints.any > 1 ||
-		    m->u.checkpoints.count > KN__MSG_CKPT_MAX)
-			return -EPROTO;
-		/* newest first, each once: what the coordinator intersects */
-		for (uint32_t i = 0; i < m->u.checkpoints.count && !c.err;
-		     i++) {
-			m->u.checkpoints.versions[i] = get_u64(&c);
-			if (i && m->u.checkpoints.versions[i] >=
-					 m->u.checkpoints.versions[i - 1])
-				return -EPROTO;
-		}
-		break;
-	case KN__MSG_RESTORE:
-		m->u.restore.version = get_u64(&c);
-		break;
-	default:
-		return -EPROTO;
-	}
+	payload(&c, m);
 	if (c.err || c.pos != len)
 		return -EPROTO; /* short, or bytes left over */
-	return 0;
+	return check(m);
 }
 
 const char *kn__msg_name(uint16_t type)
