@@ -50,24 +50,42 @@ static void challenge_and_answer(struct exchange *x, const uint8_t *key,
 	kn__auth_answer_encode(&x->ans, x->ans_buf);
 }
 
+/* The acceptor reads the answer @x carries. */
+static void read_answer(const struct exchange *x, struct kn__auth_answer *ans)
+{
+	cr_assert_eq(
+		kn__auth_answer_decode(x->ans_buf, sizeof(x->ans_buf), ans), 0);
+}
+
+/* Steps 1 and 2 with the job's secret, the answer read and accepted. */
+static void accepted(struct exchange *x, enum kn__role role, uint32_t id,
+		     struct kn__auth_answer *ans)
+{
+	challenge_and_answer(x, secret, SECRET_LEN, role, id);
+	read_answer(x, ans);
+	cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN, &x->ch, ans), 0);
+}
+
+/* Step 3: the acceptor's confirm of @ans, in @x and in bytes. */
+static void confirm(struct exchange *x, const struct kn__auth_answer *ans)
+{
+	cr_assert_eq(kn__auth_confirm_make(secret, SECRET_LEN, &x->ch, ans,
+					   &x->conf),
+		     0);
+	kn__auth_confirm_encode(&x->conf, x->conf_buf);
+}
+
 Test(auth, full_exchange_succeeds)
 {
 	struct exchange x;
 	struct kn__auth_answer ans;
 	struct kn__auth_confirm conf;
 
-	challenge_and_answer(&x, secret, SECRET_LEN, KN__ROLE_WORKER, 7);
-
 	/* acceptor */
-	cr_assert_eq(kn__auth_answer_decode(x.ans_buf, sizeof(x.ans_buf), &ans),
-		     0);
-	cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN, &x.ch, &ans), 0);
+	accepted(&x, KN__ROLE_WORKER, 7, &ans);
 	cr_assert_eq(ans.role, KN__ROLE_WORKER);
 	cr_assert_eq(ans.id, 7);
-	cr_assert_eq(
-		kn__auth_confirm_make(secret, SECRET_LEN, &x.ch, &ans, &x.conf),
-		0);
-	kn__auth_confirm_encode(&x.conf, x.conf_buf);
+	confirm(&x, &ans);
 
 	/* connector */
 	cr_assert_eq(
@@ -90,17 +108,9 @@ Test(auth, every_role_and_large_ids_pass)
 			struct exchange x;
 			struct kn__auth_answer ans;
 
-			challenge_and_answer(&x, secret, SECRET_LEN, roles[r],
-					     ids[i]);
-			cr_assert_eq(kn__auth_answer_decode(x.ans_buf,
-							    sizeof(x.ans_buf),
-							    &ans),
-				     0);
+			accepted(&x, roles[r], ids[i], &ans);
 			cr_assert_eq(ans.role, roles[r]);
 			cr_assert_eq(ans.id, ids[i]);
-			cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN,
-							   &x.ch, &ans),
-				     0);
 		}
 	}
 }
@@ -111,8 +121,7 @@ Test(auth, wrong_secret_fails_at_the_acceptor)
 	struct kn__auth_answer ans;
 
 	challenge_and_answer(&x, other, OTHER_LEN, KN__ROLE_SERVER, 1);
-	cr_assert_eq(kn__auth_answer_decode(x.ans_buf, sizeof(x.ans_buf), &ans),
-		     0);
+	read_answer(&x, &ans);
 	cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN, &x.ch, &ans),
 		     -EACCES);
 	/* a prefix of the secret is a different secret */
@@ -163,12 +172,8 @@ Test(auth, every_bit_of_the_confirm_is_covered)
 	struct kn__auth_answer ans;
 
 	challenge_and_answer(&x, secret, SECRET_LEN, KN__ROLE_SERVER, 0);
-	cr_assert_eq(kn__auth_answer_decode(x.ans_buf, sizeof(x.ans_buf), &ans),
-		     0);
-	cr_assert_eq(
-		kn__auth_confirm_make(secret, SECRET_LEN, &x.ch, &ans, &x.conf),
-		0);
-	kn__auth_confirm_encode(&x.conf, x.conf_buf);
+	read_answer(&x, &ans);
+	confirm(&x, &ans);
 	for (size_t i = 0; i < KN_AUTH_CONFIRM_LEN; i++) {
 		for (int bit = 0; bit < 8; bit++) {
 			uint8_t buf[KN_AUTH_CONFIRM_LEN];
@@ -197,12 +202,7 @@ Test(auth, an_old_answer_fails_a_new_challenge)
 	struct kn__auth_challenge fresh;
 	struct kn__auth_answer ans;
 
-	challenge_and_answer(&old, secret, SECRET_LEN, KN__ROLE_WORKER, 2);
-	cr_assert_eq(
-		kn__auth_answer_decode(old.ans_buf, sizeof(old.ans_buf), &ans),
-		0);
-	cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN, &old.ch, &ans),
-		     0);
+	accepted(&old, KN__ROLE_WORKER, 2, &ans);
 	/* an eavesdropper replays the bytes on a new connection */
 	cr_assert_eq(kn__auth_challenge_make(&fresh), 0);
 	cr_assert_neq(memcmp(fresh.nonce, old.ch.nonce, KN_AUTH_NONCE_LEN), 0);
@@ -217,8 +217,7 @@ Test(auth, a_fake_acceptor_is_detected)
 	struct kn__auth_confirm fake;
 
 	challenge_and_answer(&x, secret, SECRET_LEN, KN__ROLE_WORKER, 5);
-	cr_assert_eq(kn__auth_answer_decode(x.ans_buf, sizeof(x.ans_buf), &ans),
-		     0);
+	read_answer(&x, &ans);
 	/* it does not know the secret: it confirms with its own guess */
 	cr_assert_eq(
 		kn__auth_confirm_make(other, OTHER_LEN, &x.ch, &ans, &fake), 0);
