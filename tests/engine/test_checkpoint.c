@@ -170,6 +170,21 @@ static size_t total(void)
 }
 
 /* Write @version as @job, chunk 1 of job->chunks[1].count values. */
+/* A load of @version into chunks of zeros: what kn__ckpt_load says. */
+static int load_fresh(const struct kn__ckpt_job *job, uint64_t version,
+		      char *err, size_t errlen)
+{
+	struct kn__ckpt_chunk c[NCH];
+	float *mem = calloc(total(), sizeof(float));
+	int ret;
+
+	cr_assert_not_null(mem);
+	fill(c, mem, 0);
+	ret = kn__ckpt_load(job, version, c, err, errlen);
+	free(mem);
+	return ret;
+}
+
 static void write_as(const struct kn__ckpt_job *job, uint64_t version)
 {
 	struct kn__ckpt_chunk c[NCH];
@@ -374,8 +389,6 @@ Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
      .fini = remove_dir)
 {
 	struct kn__ckpt_job j = job_of(2);
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
 	uint32_t n, format = 2;
 	size_t len;
@@ -391,11 +404,9 @@ Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
 	cr_expect(logged_with(file_of(7), "format 2, sealed without the job "
 					  "secret"),
 		  "%s", logged.text[0]);
-	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&j, 7, c, err, sizeof(err)), -EBADMSG);
+	cr_expect_eq(load_fresh(&j, 7, err, sizeof(err)), -EBADMSG);
 	cr_expect(strstr(err, "not trusted"), "%s", err);
 	free(buf);
-	free(mem);
 }
 
 Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
@@ -404,8 +415,6 @@ Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
 	struct kn__ckpt_job j = job_of(3);
 	uint64_t v[8];
 	uint32_t n;
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 
 	write_version(4, 3);
 	write_version(8, 3);
@@ -415,10 +424,8 @@ Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
 	cr_expect_eq(v[0], 4);
 	cr_expect(logged_with(file_of(8), "record fails its checksum"), "%s",
 		  logged.text[0]);
-	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&j, 8, c, NULL, 0), -EBADMSG);
+	cr_expect_eq(load_fresh(&j, 8, NULL, 0), -EBADMSG);
 	check_version(4, 3);
-	free(mem);
 }
 
 Test(checkpoint, a_torn_file_or_header_is_passed_over, .init = make_dir,
@@ -471,23 +478,18 @@ Test(checkpoint, another_server_count_is_refused, .init = make_dir,
      .fini = remove_dir)
 {
 	struct kn__ckpt_job j = job_of(1);
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
 	uint32_t n = 99;
 	char err[512] = "";
 
 	write_version(5, 1);
-	fill(c, mem, 0);
 	j.nservers = 3;
-	cr_expect_eq(kn__ckpt_load(&j, 5, c, err, sizeof(err)), -EINVAL, "%s",
-		     err);
+	cr_expect_eq(load_fresh(&j, 5, err, sizeof(err)), -EINVAL, "%s", err);
 	cr_expect(strstr(err, "server 1 of 2"), "%s", err);
 	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), 0);
 	cr_expect_eq(n, 0);
 	j.dir = "/nonexistent/kanel";
 	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), -ENOENT);
-	free(mem);
 }
 
 /*
@@ -499,8 +501,6 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
      .fini = remove_dir)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
 	uint32_t n;
 	char err[512] = "";
@@ -513,11 +513,9 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
 	cr_expect(logged_with(file_of(8), "another model: chunk 5 of 8 "
 					  "values"),
 		  "%u lines: %s", logged.n, logged.text[0]);
-	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&ours, 8, c, err, sizeof(err)), -EINVAL);
+	cr_expect_eq(load_fresh(&ours, 8, err, sizeof(err)), -EINVAL);
 	cr_expect(strstr(err, "chunk 5"), "%s", err);
 	check_version(4, 2);
-	free(mem);
 }
 
 /*
@@ -568,8 +566,6 @@ Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
      .fini = remove_dir)
 {
 	struct kn__ckpt_job adam = job_of(3);
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
 	uint32_t n;
 	char err[512] = "";
@@ -579,10 +575,8 @@ Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
 	cr_expect_eq(n, 0);
 	cr_expect(logged_with(file_of(6), "optimizer momentum"), "%s",
 		  logged.text[0]);
-	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&adam, 6, c, err, sizeof(err)), -EINVAL);
+	cr_expect_eq(load_fresh(&adam, 6, err, sizeof(err)), -EINVAL);
 	cr_expect(strstr(err, "this job's is Adam"), "%s", err);
-	free(mem);
 }
 
 /*
@@ -766,8 +760,6 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
 {
 	struct kn__ckpt_job j = job_of(2),
 			    thief = job_as(2, counts[1], "guess");
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 	const float nan = NAN;
 	uint64_t v[8], off;
 	uint32_t n;
@@ -787,10 +779,8 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
 	cr_expect_eq(v[0], 4);
 	cr_expect(logged_with(file_of(8), "seal does not check"), "%s",
 		  logged.text[0]);
-	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&j, 8, c, err, sizeof(err)), -EBADMSG);
+	cr_expect_eq(load_fresh(&j, 8, err, sizeof(err)), -EBADMSG);
 	cr_expect(strstr(err, "seal"), "%s", err);
-	free(mem);
 }
 
 /*
@@ -801,8 +791,6 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
      .fini = remove_dir)
 {
 	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
-	struct kn__ckpt_chunk c[NCH];
-	float *mem = calloc(total(), sizeof(float));
 	uint64_t v[8];
 	uint32_t n;
 	char err[512] = "";
@@ -815,13 +803,11 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
 	list_as(&now, v, &n);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
-	fill(c, mem, 0);
-	cr_expect_eq(kn__ckpt_load(&now, 4, c, err, sizeof(err)), 0, "%s", err);
+	cr_expect_eq(load_fresh(&now, 4, err, sizeof(err)), 0, "%s", err);
 	write_as(&now, 6);
 	list_as(&old, v, &n); /* the old secret alone: 6 is not its */
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
-	free(mem);
 }
 
 /*
