@@ -92,6 +92,17 @@ Test(pool, small_passes_stay_on_the_caller)
 static float in[N][LEN], out1[LEN], out2[LEN];
 static uint16_t h[N][LEN], hout1[LEN], hout2[LEN];
 
+/* @dt's sum of @src into @one by one thread and into @many by @pool: the
+ * same @bytes. */
+static void assert_pool_sum(struct kn_kernel_pool *pool, void *one, void *many,
+			    size_t bytes, enum kn_dtype dt,
+			    const void *const *src, float alpha)
+{
+	cr_assert_eq(kn_sum(one, dt, src, N, dt, LEN, alpha), 0);
+	cr_assert_eq(kn_sum_pool(pool, many, dt, src, N, dt, LEN, alpha), 0);
+	cr_assert_eq(memcmp(one, many, bytes), 0);
+}
+
 Test(pool, sums_are_bit_identical_to_one_thread)
 {
 	struct kn_kernel_pool *pool;
@@ -107,20 +118,10 @@ Test(pool, sums_are_bit_identical_to_one_thread)
 	}
 	cr_assert_eq(kn_kernel_pool_create(3, &pool), 0);
 	kn__pool_threshold = 0;
-	cr_assert_eq(
-		kn_sum(out1, KN_DTYPE_FP32, src, N, KN_DTYPE_FP32, LEN, 0.2f),
-		0);
-	cr_assert_eq(kn_sum_pool(pool, out2, KN_DTYPE_FP32, src, N,
-				 KN_DTYPE_FP32, LEN, 0.2f),
-		     0);
-	cr_assert_eq(memcmp(out1, out2, sizeof(out1)), 0);
-	cr_assert_eq(
-		kn_sum(hout1, KN_DTYPE_BF16, hsrc, N, KN_DTYPE_BF16, LEN, 1.0f),
-		0);
-	cr_assert_eq(kn_sum_pool(pool, hout2, KN_DTYPE_BF16, hsrc, N,
-				 KN_DTYPE_BF16, LEN, 1.0f),
-		     0);
-	cr_assert_eq(memcmp(hout1, hout2, sizeof(hout1)), 0);
+	assert_pool_sum(pool, out1, out2, sizeof(out1), KN_DTYPE_FP32, src,
+			0.2f);
+	assert_pool_sum(pool, hout1, hout2, sizeof(hout1), KN_DTYPE_BF16, hsrc,
+			1.0f);
 	kn__pool_threshold = saved;
 	kn_kernel_pool_destroy(pool);
 }

@@ -267,27 +267,29 @@ Test(sum, invalid_arguments)
 {
 	float a[8] = { 0 }, o[8];
 	const void *src[2] = { a, a }, *bad[2] = { a, NULL };
+	const struct {
+		void *dst;
+		enum kn_dtype dst_type;
+		const void *const *src;
+		unsigned int n;
+		enum kn_dtype src_type;
+	} bad_sum[] = {
+		{ o, KN_DTYPE_FP32, src, 0, KN_DTYPE_FP32 },
+		{ NULL, KN_DTYPE_FP32, src, 2, KN_DTYPE_FP32 },
+		{ o, KN_DTYPE_FP32, NULL, 2, KN_DTYPE_FP32 },
+		{ o, KN_DTYPE_FP32, bad, 2, KN_DTYPE_FP32 },
+		{ o, KN_DTYPE_FP32, src, 2, (enum kn_dtype)9 },
+		/* the output is fp32 or the input dtype, nothing else */
+		{ o, KN_DTYPE_BF16, src, 2, KN_DTYPE_FP16 },
+		{ o, KN_DTYPE_FP16, src, 2, KN_DTYPE_FP32 },
+		{ o, (enum kn_dtype) - 1, src, 2, KN_DTYPE_FP16 },
+	};
 
-	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, src, 0, KN_DTYPE_FP32, 8, 1.0f),
-		     -EINVAL);
-	cr_assert_eq(
-		kn_sum(NULL, KN_DTYPE_FP32, src, 2, KN_DTYPE_FP32, 8, 1.0f),
-		-EINVAL);
-	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, NULL, 2, KN_DTYPE_FP32, 8, 1.0f),
-		     -EINVAL);
-	cr_assert_eq(kn_sum(o, KN_DTYPE_FP32, bad, 2, KN_DTYPE_FP32, 8, 1.0f),
-		     -EINVAL);
-	cr_assert_eq(
-		kn_sum(o, KN_DTYPE_FP32, src, 2, (enum kn_dtype)9, 8, 1.0f),
-		-EINVAL);
-	/* the output is fp32 or the input dtype, nothing else */
-	cr_assert_eq(kn_sum(o, KN_DTYPE_BF16, src, 2, KN_DTYPE_FP16, 8, 1.0f),
-		     -EINVAL);
-	cr_assert_eq(kn_sum(o, KN_DTYPE_FP16, src, 2, KN_DTYPE_FP32, 8, 1.0f),
-		     -EINVAL);
-	cr_assert_eq(
-		kn_sum(o, (enum kn_dtype) - 1, src, 2, KN_DTYPE_FP16, 8, 1.0f),
-		-EINVAL);
+	for (size_t i = 0; i < sizeof(bad_sum) / sizeof(bad_sum[0]); i++)
+		cr_assert_eq(kn_sum(bad_sum[i].dst, bad_sum[i].dst_type,
+				    bad_sum[i].src, bad_sum[i].n,
+				    bad_sum[i].src_type, 8, 1.0f),
+			     -EINVAL, "case %zu", i);
 	cr_assert_eq(kn_sum_inplace(NULL, src, 2, KN_DTYPE_FP32, 8, 1.0f),
 		     -EINVAL);
 	cr_assert_eq(kn_sum_inplace(o, NULL, 2, KN_DTYPE_FP32, 8, 1.0f),

@@ -21,6 +21,7 @@
 #include <criterion/criterion.h>
 
 #include "sim.h"
+#include "test_util.h"
 
 /* --- helpers ---------------------------------------------------------- */
 
@@ -64,25 +65,6 @@ static void temp_path(char *path, size_t cap)
 	fd = mkstemp(path);
 	cr_assert_geq(fd, 0, "mkstemp: %s", strerror(errno));
 	close(fd);
-}
-
-/* The whole of @path, NUL-terminated, in malloc'd memory. */
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-
-	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	cr_assert_not_null(buf);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
 }
 
 /* Cut the "wall_s" line, the one part of the JSON that may differ. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "imbalance.h"
+#include "test_util.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist"
 
@@ -108,22 +109,6 @@ static int run_with(char *const *argv, unsigned int sigint_after)
 static int run(char *const *argv)
 {
 	return run_with(argv, 0);
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-
-	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = calloc(1, (size_t)n + 1);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	return buf;
 }
 
 /* The number under @key in a summary JSON; NAN for null; fails if absent. */

@@ -402,8 +402,12 @@ static uint8_t *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-/* A gzip image file big enough for a deflate stream with some body. */
-static void write_big_gz_images(void)
+/*
+ * A training set whose gzip image file is big enough for a deflate stream
+ * with some body; that file's bytes, @gz_len of them (the caller frees
+ * them).
+ */
+static uint8_t *write_big_gz_set(size_t *gz_len)
 {
 	uint32_t dims[3] = { 64, 28, 28 };
 	size_t len = 64 * 28 * 28;
@@ -419,17 +423,16 @@ static void write_big_gz_images(void)
 	write_idx("train-images-idx3-ubyte.gz", 1, KN_IDX_MAGIC_IMAGES, dims, 3,
 		  px, len);
 	free(px);
+	write_labels("train", 1, 64, 0);
+	return slurp(in_dir("train-images-idx3-ubyte.gz", 1), gz_len);
 }
 
 Test(idx, corrupt_gzip_stream)
 {
 	const char *path = in_dir("train-images-idx3-ubyte.gz", 1);
 	size_t len;
-	uint8_t *gz;
+	uint8_t *gz = write_big_gz_set(&len);
 
-	write_big_gz_images();
-	write_labels("train", 1, 64, 0);
-	gz = slurp(path, &len);
 	cr_assert_gt(len, 200);
 	for (size_t i = len / 2; i < len / 2 + 16; i++)
 		gz[i] ^= 0x5a;
@@ -442,11 +445,8 @@ Test(idx, gzip_stream_cut_short)
 {
 	const char *path = in_dir("train-images-idx3-ubyte.gz", 1);
 	size_t len;
-	uint8_t *gz;
+	uint8_t *gz = write_big_gz_set(&len);
 
-	write_big_gz_images();
-	write_labels("train", 1, 64, 0);
-	gz = slurp(path, &len);
 	write_bytes("train-images-idx3-ubyte.gz", gz, len - 6, 0);
 	free(gz);
 	expect_failure("train", -EIO, path, "corrupt gzip", NULL);
