@@ -73,8 +73,12 @@ void kn__swr_grants_fini(struct kn__swr_grants *t)
 
 /* ---- posted recv buffers ---- */
 
-int kn__swr_rq_post(struct kn__swr_rq *q, char *buf, size_t len, void *user)
+int kn__swr_post_recv(struct kn__swr_ep *e, char *buf, size_t len, void *user)
 {
+	struct kn__swr_rq *q = &e->rq;
+
+	if (e->state == KN_SWR_ERROR)
+		return -ENOTCONN;
 	if (q->tail - q->head == KN_SWR_RQ_DEPTH)
 		return -EAGAIN;
 	q->v[q->tail++ % KN_SWR_RQ_DEPTH] = (struct kn__swr_recv){

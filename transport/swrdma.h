@@ -93,9 +93,6 @@ static inline bool kn__swr_rq_empty(const struct kn__swr_rq *q)
 	return q->head == q->tail;
 }
 
-/* Post [@buf, +@len) as the newest buffer: 0, or -EAGAIN when full. */
-int kn__swr_rq_post(struct kn__swr_rq *q, char *buf, size_t len, void *user);
-
 /*
  * Messages that arrived before a recv was posted for them, each in a
  * buffer of its own (malloc'd), oldest at head: a provider that cannot
@@ -263,6 +260,12 @@ bool kn__swr_ep_release(struct kn__swr_ep *e);
  * until the queue fills (the rest waits for the next poll).
  */
 void kn__swr_release_ready(struct kn__swr_ctx *c);
+
+/*
+ * Post [@buf, +@len) as @e's newest recv buffer, borrowed until its
+ * completion is reaped: 0, -ENOTCONN (failed), or -EAGAIN (full).
+ */
+int kn__swr_post_recv(struct kn__swr_ep *e, char *buf, size_t len, void *user);
 
 /* Queue a completion of @e's, growing the queue if it must. */
 void kn__swr_ep_push(struct kn__swr_ep *e, uint32_t op, void *user,

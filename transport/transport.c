@@ -332,10 +332,17 @@ static int check_local(const struct kn__tp_ep *ep, const struct kn__tp_mr *mr,
 	return 0;
 }
 
-static int check_remote(const struct kn__tp_rdesc *r, uint64_t off, size_t len,
-			uint32_t right)
+/* A one-sided post's local range, and its remote range @r needs @right. */
+static int check_one_sided(const struct kn__tp_ep *ep,
+			   const struct kn__tp_mr *mr, size_t off, size_t len,
+			   const struct kn__tp_rdesc *r, uint64_t roff,
+			   uint32_t right)
 {
-	if (!r || !(r->access & right) || !in_range(off, len, r->len))
+	int ret = check_local(ep, mr, off, len);
+
+	if (ret)
+		return ret;
+	if (!r || !(r->access & right) || !in_range(roff, len, r->len))
 		return -EINVAL;
 	return 0;
 }
@@ -345,27 +352,24 @@ int kn__tp_post_write_imm(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
 			  const struct kn__tp_rdesc *dst, uint64_t dst_off,
 			  uint32_t imm, void *user)
 {
-	int ret = check_local(ep, mr, off, len);
+	int ret = check_one_sided(ep, mr, off, len, dst, dst_off,
+				  KN_TP_REMOTE_WRITE);
 
-	if (!ret)
-		ret = check_remote(dst, dst_off, len, KN_TP_REMOTE_WRITE);
-	if (ret)
-		return ret;
-	return ep->ctx->ops->post_write_imm(ep, mr, off, len, dst, dst_off, imm,
-					    user);
+	return ret ? ret
+		   : ep->ctx->ops->post_write_imm(ep, mr, off, len, dst,
+						  dst_off, imm, user);
 }
 
 int kn__tp_post_read(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
 		     size_t len, const struct kn__tp_rdesc *src,
 		     uint64_t src_off, void *user)
 {
-	int ret = check_local(ep, mr, off, len);
+	int ret = check_one_sided(ep, mr, off, len, src, src_off,
+				  KN_TP_REMOTE_READ);
 
-	if (!ret)
-		ret = check_remote(src, src_off, len, KN_TP_REMOTE_READ);
-	if (ret)
-		return ret;
-	return ep->ctx->ops->post_read(ep, mr, off, len, src, src_off, user);
+	return ret ? ret
+		   : ep->ctx->ops->post_read(ep, mr, off, len, src, src_off,
+					     user);
 }
 
 int kn__tp_post_send(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,

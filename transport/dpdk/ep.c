@@ -430,15 +430,11 @@ int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 		 size_t len, void *user)
 {
 	struct dp_ep *ep = dp_ep(e);
-	int ret;
+	int ret = kn__swr_post_recv(&ep->sw, mr->addr + off, len, user);
 
-	if (ep->sw.state == KN_SWR_ERROR)
-		return -ENOTCONN;
-	ret = kn__swr_rq_post(&ep->sw.rq, mr->addr + off, len, user);
 	if (ret)
 		return ret;
-	kn__swr_held_match(
-		&ep->sw,
-		&ep->held); /* a message that waited for it lands now */
+	/* a message that waited for it lands now */
+	kn__swr_held_match(&ep->sw, &ep->held);
 	return 0;
 }

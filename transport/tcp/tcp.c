@@ -259,11 +259,8 @@ static int tcp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			 size_t len, void *user)
 {
 	struct tcp_ep *ep = tep(e);
-	int ret;
+	int ret = kn__swr_post_recv(&ep->sw, mr->addr + off, len, user);
 
-	if (ep->sw.state == KN_SWR_ERROR)
-		return -ENOTCONN;
-	ret = kn__swr_rq_post(&ep->sw.rq, mr->addr + off, len, user);
 	if (ret)
 		return ret;
 	if (ep->rx != RX_WAIT_RECV || ep->sw.state != KN_SWR_OPEN)
