@@ -11,8 +11,13 @@
  * each endpoint keeps the grants its peer may use: ranges of our regions
  * under random 32-bit keys, sorted by key, looked up for every one-sided
  * frame or segment that arrives.  Lookup is inline (it is on the receive
- * path); the rest is in swrdma.c.  Nothing here does I/O or knows a
- * provider's objects beyond the generic heads of transport_priv.h.
+ * path); the rest is in swrdma.c.
+ *
+ * Each provider's endpoint begins with struct kn__swr_ep and its
+ * context with struct kn__swr_ctx; its ops begin with struct kn__swr_op
+ * in an array of its own (the core steps through it by op_size).
+ * Nothing here does I/O: where failure must stop a socket or a port,
+ * the core calls the provider's hooks (struct kn__swr_prov).
  */
 #ifndef KN_TRANSPORT_SWRDMA_H
 #define KN_TRANSPORT_SWRDMA_H
