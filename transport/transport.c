@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,6 +121,40 @@ int kn__tp_random(void *buf, size_t len)
 	return 0;
 }
 
+int kn__tp_listen_fd(const struct sockaddr *addr, socklen_t addrlen,
+		     int backlog)
+{
+	int fd = socket(addr->sa_family,
+			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1, ret;
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, addr, addrlen) || listen(fd, backlog)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+int kn__tp_connect_fd(const struct sockaddr *addr, socklen_t addrlen)
+{
+	int fd = socket(addr->sa_family,
+			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, addr, addrlen) && errno != EINPROGRESS) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
 /* Endpoint failures: this window's start, lines logged, lines not. */
 static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
 static double fail_window;
@@ -190,6 +225,18 @@ void kn__tp_peer_vlog(const char *provider, const char *peer, const char *fmt,
 
 	snprintf(prefix, sizeof(prefix), "%s: peer %s", provider, peer);
 	kn__tp_vlog(prefix, fmt, ap);
+}
+
+void kn__tp_fail_vlog(const char *provider, const char *peer, int err,
+		      const char *why, va_list ap)
+{
+	char prefix[96], msg[256];
+
+	if (err == -ECONNRESET || err == -ECONNREFUSED || !kn__tp_fail_log_ok())
+		return;
+	vsnprintf(msg, sizeof(msg), why, ap);
+	snprintf(prefix, sizeof(prefix), "%s: peer %s", provider, peer);
+	log_line(prefix, "%s (%s); endpoint closed", msg, strerror(-err));
 }
 
 void kn__tp_vlog(const char *prefix, const char *fmt, va_list ap)
@@ -285,10 +332,17 @@ static int check_local(const struct kn__tp_ep *ep, const struct kn__tp_mr *mr,
 	return 0;
 }
 
-static int check_remote(const struct kn__tp_rdesc *r, uint64_t off, size_t len,
-			uint32_t right)
+/* A one-sided post's local range, and its remote range @r needs @right. */
+static int check_one_sided(const struct kn__tp_ep *ep,
+			   const struct kn__tp_mr *mr, size_t off, size_t len,
+			   const struct kn__tp_rdesc *r, uint64_t roff,
+			   uint32_t right)
 {
-	if (!r || !(r->access & right) || !in_range(off, len, r->len))
+	int ret = check_local(ep, mr, off, len);
+
+	if (ret)
+		return ret;
+	if (!r || !(r->access & right) || !in_range(roff, len, r->len))
 		return -EINVAL;
 	return 0;
 }
@@ -298,27 +352,24 @@ int kn__tp_post_write_imm(struct kn__tp_ep *ep, struct kn__tp_mr *mr,
 			  const struct kn__tp_rdesc *dst, uint64_t dst_off,
 			  uint32_t imm, void *user)
 {
-	int ret = check_local(ep, mr, off, len);
+	int ret = check_one_sided(ep, mr, off, len, dst, dst_off,
+				  KN_TP_REMOTE_WRITE);
 
-	if (!ret)
-		ret = check_remote(dst, dst_off, len, KN_TP_REMOTE_WRITE);
-	if (ret)
-		return ret;
-	return ep->ctx->ops->post_write_imm(ep, mr, off, len, dst, dst_off, imm,
-					    user);
+	return ret ? ret
+		   : ep->ctx->ops->post_write_imm(ep, mr, off, len, dst,
+						  dst_off, imm, user);
 }
 
 int kn__tp_post_read(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,
 		     size_t len, const struct kn__tp_rdesc *src,
 		     uint64_t src_off, void *user)
 {
-	int ret = check_local(ep, mr, off, len);
+	int ret = check_one_sided(ep, mr, off, len, src, src_off,
+				  KN_TP_REMOTE_READ);
 
-	if (!ret)
-		ret = check_remote(src, src_off, len, KN_TP_REMOTE_READ);
-	if (ret)
-		return ret;
-	return ep->ctx->ops->post_read(ep, mr, off, len, src, src_off, user);
+	return ret ? ret
+		   : ep->ctx->ops->post_read(ep, mr, off, len, src, src_off,
+					     user);
 }
 
 int kn__tp_post_send(struct kn__tp_ep *ep, struct kn__tp_mr *mr, size_t off,

@@ -145,6 +145,30 @@ void kn__tp_addr_name(const struct sockaddr *sa, char *buf, size_t size);
 void kn__tp_peer_vlog(const char *provider, const char *peer, const char *fmt,
 		      va_list ap) __attribute__((format(printf, 3, 0)));
 
+/*
+ * Log that an endpoint failed with @err because of @why: "kanel:
+ * @provider: peer @peer: <why> (<err>); endpoint closed".  Not for a
+ * peer that hung up or was not there (-ECONNRESET, -ECONNREFUSED: the
+ * DISCONNECT or CONNECT completion says so), nor past the rate of
+ * kn__tp_fail_log_ok().
+ */
+void kn__tp_fail_vlog(const char *provider, const char *peer, int err,
+		      const char *why, va_list ap)
+	__attribute__((format(printf, 4, 0)));
+
+/*
+ * A non-blocking TCP socket (close-on-exec) bound to @addr and listening
+ * with @backlog: its fd, or a negative errno.
+ */
+int kn__tp_listen_fd(const struct sockaddr *addr, socklen_t addrlen,
+		     int backlog);
+
+/*
+ * A non-blocking TCP socket (close-on-exec) connecting to @addr: its fd
+ * (the connection comes up, or fails, later), or a negative errno.
+ */
+int kn__tp_connect_fd(const struct sockaddr *addr, socklen_t addrlen);
+
 /* Fill @buf with @len bytes from the kernel's CSPRNG: 0 or -errno. */
 int kn__tp_random(void *buf, size_t len);
 

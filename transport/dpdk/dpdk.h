@@ -12,12 +12,13 @@
  *     rx.c   what arrives: decode, match to an endpoint, deliver
  *   hello.c  the handshake over the control connection
  *     tx.c   segmentation, the window, acknowledgements, retransmission
- *   core.c   an endpoint's queues: failure, release in post order, held
- *            messages and segments
+ *   core.c   what the endpoint core asks of the wire: stopping a failed
+ *            endpoint, the segments it holds after gaps
  * packet.c   the wire format, pure functions over bytes (packet.h)
  *
- * Below them all, transport/swrdma.c: the grant table and the recv queue,
- * shared with the tcp provider.
+ * Below them all, transport/swrdma.c: the endpoint core shared with the
+ * tcp provider (grants, the recv queue, the op ring and its release in
+ * post order, held messages, failure, cancel-on-close, the ready list).
  *
  * port.c uses ep.c, rx.c, tx.c and core.c; ep.c uses hello.c, tx.c and
  * core.c; rx.c uses hello.c, tx.c, core.c and packet.c; hello.c uses
@@ -38,16 +39,13 @@
 #include "swrdma.h"
 #include "transport_priv.h"
 
-#define DP_SQ_DEPTH 1024 /* posted operations per endpoint, in flight */
+#define DP_SQ_DEPTH KN_SWR_SQ_DEPTH /* posted operations per endpoint */
 /* messages awaiting acknowledgement: our posts and answers to reads */
 #define DP_TXQ_DEPTH (2 * DP_SQ_DEPTH)
 #define DP_BURST     32
 /* the largest post: a read's length travels in 32 bits */
 #define DP_MAX_POST  (1ull << 31)
 #define DP_HELLO_LEN 40
-/* messages that arrived before a recv was posted for them, held per
- * endpoint; beyond that the sender waits (RNR) */
-#define DP_UNEXP 64
 /* segments after a gap each endpoint holds until the gap fills */
 #define DP_OOO 512
 /* and all endpoints of a context together (mbufs of its pool) */
@@ -55,7 +53,7 @@
 
 struct dp_mr {
 	struct kn__tp_mr base;
-	struct dp_mr *prev, *next;
+	struct kn__list link; /* on the context's */
 	/* held by every segment the port still has of this region */
 	struct rte_mbuf_ext_shared_info shinfo;
 	bool zc;	 /* its pages may be handed to the port as they are */
@@ -66,11 +64,7 @@ struct dp_mr {
 
 /* A posted write_imm, read or send, from post to release. */
 struct dp_op {
-	uint32_t kind; /* KN_TP_OP_* */
-	int status;
-	bool done;
-	void *user;
-	uint64_t bytes;
+	struct kn__swr_op sw;
 	char *dst;	   /* READ: where the answer goes */
 	uint64_t len, got; /* READ: bytes asked, bytes landed */
 };
@@ -94,8 +88,6 @@ struct dp_msg {
 	bool gone;	     /* its region was deregistered under it */
 };
 
-enum dp_ep_state { DP_HANDSHAKE, DP_OPEN, DP_ERROR };
-
 /* What an epoll event of the context is about. */
 enum dp_handle_kind { DP_H_EP = 1, DP_H_LISTENER, DP_H_TIMER };
 
@@ -104,25 +96,21 @@ struct dp_handle {
 	int fd;
 };
 
+/*
+ * An endpoint.  In its core (swrdma.h): sw.client, we connected (else a
+ * listener accepted); sw.connect_event, a failed CONNECT is owed (a good
+ * one is reported as the handshake ends); sw.hidden, accepted with its
+ * handshake not done: not the user's yet, freed by the poll loop if it
+ * fails.
+ */
 struct dp_ep {
-	struct kn__tp_ep base;
+	struct kn__swr_ep sw;
 	struct dp_handle h; /* the control connection */
-	struct dp_ep *prev, *next;
-	/* on the context's ready list: it may have completions to release */
-	bool ready;
-	struct dp_ep *ready_prev, *ready_next;
-	enum dp_ep_state state;
-	bool client;	    /* we connected (else a listener accepted) */
-	bool connected;	    /* the control connection is up */
-	bool connect_event; /* a failed CONNECT is owed (a good one is
-				reported as the handshake ends) */
-	bool disc_event;    /* a DISCONNECT completion is owed */
-	bool hidden;	    /* accepted, handshake not done: not the
-				user's yet, freed by the poll loop if it
-				fails */
+	/* on the context's tx list: it has segments, acknowledgements or
+	 * timers to see to */
+	struct kn__list tx_link;
+	bool connected;		      /* the control connection is up */
 	struct dp_listener *listener; /* where it was accepted */
-	int error;
-	char peer_name[64];
 
 	/* handshake: what we sent and what came */
 	uint8_t hello_in[DP_HELLO_LEN];
@@ -133,11 +121,8 @@ struct dp_ep {
 	struct kn__dp_addr peer;
 	uint32_t max_payload; /* the smaller of the two ends' */
 
-	struct kn__swr_grants grants;
-
-	struct dp_op ops[DP_SQ_DEPTH]; /* ring: head released, tail */
-	uint32_t op_head, op_tail, rd_next;
-	struct kn__swr_rq rq; /* posted recv buffers */
+	struct dp_op ops[DP_SQ_DEPTH]; /* ring sw.ops */
+	uint32_t rd_next;
 
 	/* the send stream */
 	struct dp_msg txq[DP_TXQ_DEPTH];   /* head: oldest unacknowledged */
@@ -162,8 +147,9 @@ struct dp_ep {
 	uint64_t rx_next, rx_bytes;
 	struct kn__swr_recv rx_recv;
 	bool rx_unexp; /* rx_recv is ours: the message waits for a recv */
-	struct kn__swr_recv unexp[DP_UNEXP]; /* ring of held messages */
-	uint32_t ux_head, ux_tail;
+	/* messages that came before a recv was posted for them; beyond
+	 * KN_SWR_HELD the sender waits (RNR) */
+	struct kn__swr_held held;
 	/* segments that came after a gap, by seq % DP_OOO */
 	struct dp_held {
 		struct rte_mbuf *m; /* NULL: empty */
@@ -175,11 +161,11 @@ struct dp_ep {
 struct dp_listener {
 	struct kn__tp_listener base;
 	struct dp_handle h;
-	struct dp_listener *next;
+	struct kn__list link; /* on the context's */
 };
 
 struct dp_ctx {
-	struct kn__tp_ctx base;
+	struct kn__swr_ctx sw; /* its endpoints, the ready list, the CQ */
 	uint16_t port;
 	bool probed; /* we hot-plugged the port's vdev: remove it too */
 	bool started;
@@ -192,13 +178,11 @@ struct dp_ctx {
 	struct rte_mempool *pool, *ext_pool;
 	int epfd, tfd;
 	struct dp_handle timer;
-	struct kn__tp_cq cq;
-	struct dp_mr *mrs;
-	struct dp_ep *eps;
-	/* the endpoints that may have completions to release, oldest
-	 * first: poll visits these, not every endpoint */
-	struct dp_ep *ready_head, *ready_tail;
-	struct dp_listener *listeners;
+	struct kn__list mrs, listeners;
+	/* the endpoints with something to send or time (dp_tx_busy): the
+	 * poll's transmit and timer sweeps visit these, not every one */
+	struct kn__list tx_eps;
+	uint32_t nopen;	    /* endpoints open: the timer wakes while any is */
 	struct dp_ep **tab; /* by endpoint id */
 	uint32_t tab_cap;
 	struct rte_mbuf *tx[DP_BURST];
@@ -216,17 +200,22 @@ struct dp_ctx {
 
 static inline struct dp_ctx *dp_ctx(struct kn__tp_ctx *c)
 {
-	return container_of(c, struct dp_ctx, base);
+	return container_of(c, struct dp_ctx, sw.base);
 }
 
 static inline struct dp_ep *dp_ep(struct kn__tp_ep *e)
 {
-	return container_of(e, struct dp_ep, base);
+	return container_of(e, struct dp_ep, sw.base);
+}
+
+static inline struct dp_ep *dp_ep_of(struct kn__list *link)
+{
+	return container_of(link, struct dp_ep, sw.link);
 }
 
 static inline struct dp_ctx *dp_ep_ctx(const struct dp_ep *ep)
 {
-	return dp_ctx(ep->base.ctx);
+	return dp_ctx(ep->sw.base.ctx);
 }
 
 /* The monotonic clock, in ns: every timer of the provider runs on it. */
@@ -238,56 +227,16 @@ static inline uint64_t dp_now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/*
- * @ep may have something to release now (an operation done, a failure):
- * put it on its context's ready list for the next poll.
- */
-static inline void dp_ep_ready(struct dp_ep *ep)
+/* @ep has something to send or time: on the tx list for the poll. */
+static inline void dp_tx_busy(struct dp_ep *ep)
 {
-	struct dp_ctx *c = dp_ep_ctx(ep);
-
-	if (ep->ready)
-		return;
-	ep->ready = true;
-	ep->ready_next = NULL;
-	ep->ready_prev = c->ready_tail;
-	if (c->ready_tail)
-		c->ready_tail->ready_next = ep;
-	else
-		c->ready_head = ep;
-	c->ready_tail = ep;
-}
-
-/* Take @ep off its context's ready list, if it is there. */
-static inline void dp_ep_unready(struct dp_ep *ep)
-{
-	struct dp_ctx *c = dp_ep_ctx(ep);
-
-	if (!ep->ready)
-		return;
-	ep->ready = false;
-	if (ep->ready_prev)
-		ep->ready_prev->ready_next = ep->ready_next;
-	else
-		c->ready_head = ep->ready_next;
-	if (ep->ready_next)
-		ep->ready_next->ready_prev = ep->ready_prev;
-	else
-		c->ready_tail = ep->ready_prev;
+	if (!kn__list_on(&ep->tx_link))
+		kn__list_append(&dp_ep_ctx(ep)->tx_eps, &ep->tx_link);
 }
 
 /* core.c */
-void dp_ep_log(const struct dp_ep *ep, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-void dp_ep_fail(struct dp_ep *ep, int err, const char *why, ...)
-	__attribute__((format(printf, 3, 4)));
-/* Release @ep's finished work in order: false when the queue filled. */
-bool dp_ep_release(struct dp_ep *ep);
-/* Queue a completion of @ep's (the queue grows if it must). */
-void dp_ep_push(struct dp_ep *ep, uint32_t op, void *user, uint32_t imm,
-		uint64_t bytes);
-/* Hand held messages to posted recv buffers, oldest to oldest. */
-void dp_ep_match(struct dp_ep *ep);
+/* The wire's hooks for the endpoint core (failure). */
+extern const struct kn__swr_prov kn__dp_prov;
 /* Free what an endpoint holds after gaps. */
 void dp_ep_drop_held(struct dp_ep *ep);
 
@@ -297,6 +246,8 @@ void dp_tx_open(struct dp_ep *ep, uint64_t now);
 void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 	       uint64_t now);
 void dp_tx_progress(struct dp_ep *ep, uint64_t now);
+/* Whether @ep has nothing to send or time: off the tx list it goes. */
+bool dp_tx_idle(const struct dp_ep *ep);
 void dp_tx_flush(struct dp_ctx *c);
 /* An acknowledgement now: for a segment after a gap (a duplicate ack) */
 void dp_tx_ack_now(struct dp_ep *ep);

@@ -92,15 +92,15 @@ static int ep_new(struct dp_ctx *c, int fd, bool client, void *user,
 		return ret;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	ep->base = (struct kn__tp_ep){ &c->base, user };
+	kn__swr_ep_init(&ep->sw, &c->sw, user, ep->ops, sizeof(ep->ops[0]));
 	ep->h = (struct dp_handle){ DP_H_EP, fd };
-	ep->client = client;
-	ep->hidden = !client;
+	ep->sw.client = client;
+	ep->sw.hidden = !client;
 	ep->id = id;
-	ep->state = DP_HANDSHAKE;
+	ep->sw.state = KN_SWR_STARTING;
 	ep->snd_una = ep->snd_nxt = ep->snd_max = ep->snd_end = isn;
 	ep->rto_ns = 10 * 1000000ull; /* until a round trip is measured */
-	snprintf(ep->peer_name, sizeof(ep->peer_name), "?");
+	snprintf(ep->sw.peer_name, sizeof(ep->sw.peer_name), "?");
 	ev = (struct epoll_event){ .events = client ? EPOLLOUT : EPOLLIN,
 				   .data.ptr = &ep->h };
 	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev)) {
@@ -110,10 +110,7 @@ static int ep_new(struct dp_ctx *c, int fd, bool client, void *user,
 		return ret;
 	}
 	c->tab[id] = ep;
-	ep->next = c->eps;
-	if (ep->next)
-		ep->next->prev = ep;
-	c->eps = ep;
+	kn__list_push(&c->sw.eps, &ep->sw.link);
 	*out = ep;
 	return 0;
 }
@@ -122,15 +119,12 @@ static void ep_unlink(struct dp_ep *ep)
 {
 	struct dp_ctx *c = dp_ep_ctx(ep);
 
-	if (ep->prev)
-		ep->prev->next = ep->next;
-	else
-		c->eps = ep->next;
-	if (ep->next)
-		ep->next->prev = ep->prev;
+	kn__swr_ep_unlink(&ep->sw);
+	kn__list_del(&ep->tx_link);
 	c->tab[ep->id] = NULL;
-	dp_ep_unready(ep);
-	if (ep->state != DP_ERROR)
+	if (ep->sw.state == KN_SWR_OPEN)
+		c->nopen--;
+	if (ep->sw.state != KN_SWR_ERROR)
 		epoll_ctl(c->epfd, EPOLL_CTL_DEL, ep->h.fd, NULL);
 	close(ep->h.fd);
 }
@@ -138,19 +132,22 @@ static void ep_unlink(struct dp_ep *ep)
 static void ep_dealloc(struct dp_ep *ep)
 {
 	dp_ep_drop_held(ep);
-	for (; ep->ux_head != ep->ux_tail; ep->ux_head++)
-		free(ep->unexp[ep->ux_head % DP_UNEXP].buf);
+	kn__swr_held_fini(&ep->held);
 	if (ep->rx_unexp)
 		free(ep->rx_recv.buf);
-	kn__swr_grants_fini(&ep->grants);
+	kn__swr_ep_fini(&ep->sw);
 	munmap(ep, sizeof(*ep));
 }
 
 void dp_ep_reap(struct dp_ctx *c)
 {
-	for (struct dp_ep *ep = c->eps, *next; ep; ep = next) {
-		next = ep->next;
-		if (ep->hidden && ep->state == DP_ERROR) {
+	struct kn__list *n, *tmp;
+
+	kn__list_each_safe(n, tmp, &c->sw.eps)
+	{
+		struct dp_ep *ep = dp_ep_of(n);
+
+		if (ep->sw.hidden && ep->sw.state == KN_SWR_ERROR) {
 			ep_unlink(ep);
 			ep_dealloc(ep);
 		}
@@ -160,21 +157,9 @@ void dp_ep_reap(struct dp_ctx *c)
 void dp_ep_close(struct kn__tp_ep *e)
 {
 	struct dp_ep *ep = dp_ep(e);
-	struct dp_ctx *c = dp_ep_ctx(ep);
 
 	ep_unlink(ep);
-	for (; ep->op_head != ep->op_tail; ep->op_head++) {
-		struct dp_op *op = &ep->ops[ep->op_head % DP_SQ_DEPTH];
-		struct kn__tp_completion comp = {
-			.user = op->user,
-			.status = op->done ? op->status : -ECANCELED,
-			.op = op->kind,
-			.bytes = op->done && !op->status ? op->bytes : 0,
-		};
-
-		kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
-	}
-	kn__swr_rq_drop(&ep->rq, &c->cq, "dpdk");
+	kn__swr_ep_cancel(&ep->sw);
 	ep_dealloc(ep);
 }
 
@@ -186,8 +171,8 @@ static void name_peer(struct dp_ep *ep)
 	socklen_t len = sizeof(ss);
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0)
-		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer_name,
-				 sizeof(ep->peer_name));
+		kn__tp_addr_name((struct sockaddr *)&ss, ep->sw.peer_name,
+				 sizeof(ep->sw.peer_name));
 }
 
 /* The client's connection came up (or not): send our hello. */
@@ -200,7 +185,8 @@ static void connected(struct dp_ep *ep)
 	int err = 0, ret;
 
 	if (getsockopt(ep->h.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
-		dp_ep_fail(ep, -(err ? err : errno), "connect failed");
+		kn__swr_ep_fail(&ep->sw, -(err ? err : errno),
+				"connect failed");
 		return;
 	}
 	ep->connected = true;
@@ -208,7 +194,7 @@ static void connected(struct dp_ep *ep)
 	epoll_ctl(c->epfd, EPOLL_CTL_MOD, ep->h.fd, &ev);
 	ret = dp_ep_send_hello(ep);
 	if (ret)
-		dp_ep_fail(ep, ret, "cannot send the hello");
+		kn__swr_ep_fail(&ep->sw, ret, "cannot send the hello");
 }
 
 /* After the handshake the control connection only ever closes. */
@@ -218,13 +204,14 @@ static void control_readable(struct dp_ep *ep)
 	ssize_t n = recv(ep->h.fd, &b, 1, MSG_DONTWAIT);
 
 	if (n == 0)
-		dp_ep_fail(ep, -ECONNRESET, "peer closed the endpoint");
+		kn__swr_ep_fail(&ep->sw, -ECONNRESET,
+				"peer closed the endpoint");
 	else if (n > 0)
-		dp_ep_fail(ep, -EPROTO,
-			   "bytes on the control connection "
-			   "after the handshake");
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"bytes on the control connection "
+				"after the handshake");
 	else if (errno != EAGAIN && errno != EINTR)
-		dp_ep_fail(ep, -errno, "control connection failed");
+		kn__swr_ep_fail(&ep->sw, -errno, "control connection failed");
 }
 
 static void listener_accept(struct dp_ctx *c, struct dp_listener *l)
@@ -258,11 +245,11 @@ void dp_ctl_event(struct dp_ctx *c, struct dp_handle *h, uint32_t events)
 	if (h->kind == DP_H_EP) {
 		struct dp_ep *ep = container_of(h, struct dp_ep, h);
 
-		if (ep->state == DP_ERROR)
+		if (ep->sw.state == KN_SWR_ERROR)
 			return;
 		if (!ep->connected)
 			connected(ep);
-		else if (ep->state == DP_HANDSHAKE)
+		else if (ep->sw.state == KN_SWR_STARTING)
 			dp_ep_read_hello(ep);
 		else if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			control_readable(ep);
@@ -277,18 +264,10 @@ int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	struct dp_ctx *c = dp_ctx(ctx);
 	struct dp_listener *l;
 	struct epoll_event ev;
-	int fd, one = 1, ret;
+	int fd = kn__tp_listen_fd(addr, addrlen, 512), ret;
 
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
 	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, addr, addrlen) || listen(fd, 512)) {
-		ret = -errno;
-		close(fd);
-		return ret;
-	}
+		return fd;
 	l = calloc(1, sizeof(*l));
 	if (!l) {
 		close(fd);
@@ -303,8 +282,7 @@ int dp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		free(l);
 		return ret;
 	}
-	l->next = c->listeners;
-	c->listeners = l;
+	kn__list_push(&c->listeners, &l->link);
 	*out = &l->base;
 	return 0;
 }
@@ -323,19 +301,21 @@ void dp_listener_close(struct kn__tp_listener *lb)
 {
 	struct dp_listener *l = container_of(lb, struct dp_listener, base);
 	struct dp_ctx *c = dp_ctx(lb->ctx);
+	struct kn__list *n;
 
-	for (struct dp_listener **p = &c->listeners; *p; p = &(*p)->next)
-		if (*p == l) {
-			*p = l->next;
-			break;
-		}
+	kn__list_del(&l->link);
 	/* connections it accepted whose handshake is not done go too */
-	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
+	kn__list_each(n, &c->sw.eps)
+	{
+		struct dp_ep *ep = dp_ep_of(n);
+
 		if (ep->listener == l) {
 			ep->listener = NULL;
-			if (ep->hidden)
-				dp_ep_fail(ep, -ECANCELED, "listener closed");
+			if (ep->sw.hidden)
+				kn__swr_ep_fail(&ep->sw, -ECANCELED,
+						"listener closed");
 		}
+	}
 	dp_ep_reap(c);
 	epoll_ctl(c->epfd, EPOLL_CTL_DEL, l->h.fd, NULL);
 	close(l->h.fd);
@@ -346,22 +326,15 @@ int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 	       socklen_t addrlen, void *user, struct kn__tp_ep **out)
 {
 	struct dp_ep *ep;
-	int fd, ret;
+	int fd = kn__tp_connect_fd(addr, addrlen), ret;
 
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
 	if (fd < 0)
-		return -errno;
-	if (connect(fd, addr, addrlen) && errno != EINPROGRESS) {
-		ret = -errno;
-		close(fd);
-		return ret;
-	}
+		return fd;
 	ret = ep_new(dp_ctx(ctx), fd, true, user, &ep);
 	if (ret)
 		return ret;
-	kn__tp_addr_name(addr, ep->peer_name, sizeof(ep->peer_name));
-	*out = &ep->base;
+	kn__tp_addr_name(addr, ep->sw.peer_name, sizeof(ep->sw.peer_name));
+	*out = &ep->sw.base;
 	return 0;
 }
 
@@ -370,13 +343,13 @@ int dp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 int dp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 		uint64_t len, uint32_t access, struct kn__tp_rdesc *rdesc)
 {
-	return kn__swr_grant_add(&dp_ep(e)->grants, m, off, len, access, false,
-				 rdesc);
+	return kn__swr_grant_add(&dp_ep(e)->sw.grants, m, off, len, access,
+				 false, rdesc);
 }
 
 int dp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
 {
-	const struct dp_ep *ep = container_of(e, struct dp_ep, base);
+	const struct dp_ep *ep = container_of(e, struct dp_ep, sw.base);
 	socklen_t len = sizeof(*ss);
 
 	return getpeername(ep->h.fd, (struct sockaddr *)ss, &len) ? -errno : 0;
@@ -390,24 +363,25 @@ int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m, uint32_t kind,
 	struct dp_ep *ep = dp_ep(e);
 	struct dp_ctx *c = dp_ep_ctx(ep);
 	struct dp_msg msg = *m;
+	struct kn__swr_op *sop;
 	struct dp_op *op;
 	int ret;
 
-	if (ep->state == DP_ERROR)
-		return -ENOTCONN;
-	if (ep->op_tail - ep->op_head == DP_SQ_DEPTH)
-		return -EAGAIN;
-	msg.op_idx = ep->op_tail;
+	sop = kn__swr_op_new(&ep->sw, kind, user, &ret);
+	if (!sop)
+		return ret;
+	msg.op_idx = ep->sw.op_tail;
 	ret = dp_tx_queue(ep, &msg);
 	if (ret)
 		return ret;
-	op = &ep->ops[ep->op_tail++ % DP_SQ_DEPTH];
-	*op = (struct dp_op){ .kind = kind, .user = user };
+	op = container_of(sop, struct dp_op, sw);
+	*op = (struct dp_op){ .sw = *sop };
+	ep->sw.op_tail++;
 	if (kind == KN_TP_OP_READ) {
 		op->dst = read_dst;
 		op->len = m->total;
 	}
-	if (ep->state == DP_OPEN) {
+	if (ep->sw.state == KN_SWR_OPEN) {
 		dp_tx_progress(ep, dp_now_ns());
 		dp_tx_flush(c);
 	}
@@ -456,13 +430,11 @@ int dp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 		 size_t len, void *user)
 {
 	struct dp_ep *ep = dp_ep(e);
-	int ret;
+	int ret = kn__swr_post_recv(&ep->sw, mr->addr + off, len, user);
 
-	if (ep->state == DP_ERROR)
-		return -ENOTCONN;
-	ret = kn__swr_rq_post(&ep->rq, mr->addr + off, len, user);
 	if (ret)
 		return ret;
-	dp_ep_match(ep); /* a message that waited for it lands now */
+	/* a message that waited for it lands now */
+	kn__swr_held_match(&ep->sw, &ep->held);
 	return 0;
 }

@@ -72,16 +72,16 @@ static void hello_done(struct dp_ep *ep)
 	int ret;
 
 	if (kn__wire_get32(b) != HELLO_MAGIC || b[4] != HELLO_VERSION) {
-		dp_ep_fail(ep, -EPROTO,
-			   "not a kanel dpdk hello (is the peer "
-			   "on another transport?)");
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"not a kanel dpdk hello (is the peer "
+				"on another transport?)");
 		return;
 	}
 	if (maxp < MIN_PAYLOAD || !kn__wire_get32(b + 24) || !(b[20] | b[21]) ||
 	    (b[8] & 1)) {
-		dp_ep_fail(ep, -EPROTO,
-			   "hello with a bad payload size, id, "
-			   "port or MAC");
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"hello with a bad payload size, id, "
+				"port or MAC");
 		return;
 	}
 	memcpy(ep->peer.mac, b + 8, 6);
@@ -91,23 +91,24 @@ static void hello_done(struct dp_ep *ep)
 	ep->peer_token = kn__wire_get32(b + 28);
 	ep->rcv_nxt = kn__wire_get32(b + 32);
 	ep->max_payload = maxp < c->max_payload ? maxp : c->max_payload;
-	if (!ep->client && (ret = dp_ep_send_hello(ep))) {
-		dp_ep_fail(ep, ret, "cannot answer the hello");
+	if (!ep->sw.client && (ret = dp_ep_send_hello(ep))) {
+		kn__swr_ep_fail(&ep->sw, ret, "cannot answer the hello");
 		return;
 	}
-	ep->state = DP_OPEN;
-	ep->hidden = false;
+	ep->sw.state = KN_SWR_OPEN;
+	ep->sw.hidden = false;
+	c->nopen++;
 	/* reported now, before anything the peer sends can be: its first
 	 * message may be in the same burst as the packet that made us read
 	 * the hello (rx.c), and the user must see the endpoint first */
 	comp = (struct kn__tp_completion){
-		.user = ep->client     ? ep->base.user
+		.user = ep->sw.client  ? ep->sw.base.user
 			: ep->listener ? ep->listener->base.user
 				       : NULL,
-		.ep = &ep->base,
-		.op = ep->client ? KN_TP_OP_CONNECT : KN_TP_OP_ACCEPT,
+		.ep = &ep->sw.base,
+		.op = ep->sw.client ? KN_TP_OP_CONNECT : KN_TP_OP_ACCEPT,
 	};
-	kn__tp_cq_push_grow(&c->cq, &comp, "dpdk");
+	kn__tp_cq_push_grow(&c->sw.cq, &comp, "dpdk");
 	dp_tx_open(ep, dp_now_ns());
 	dp_tx_progress(ep, dp_now_ns()); /* what was posted meanwhile */
 }
@@ -116,13 +117,13 @@ void dp_ep_read_hello(struct dp_ep *ep)
 {
 	ssize_t n;
 
-	if (ep->state != DP_HANDSHAKE || !ep->connected)
+	if (ep->sw.state != KN_SWR_STARTING || !ep->connected)
 		return;
 	n = recv(ep->h.fd, ep->hello_in + ep->hello_got,
 		 DP_HELLO_LEN - ep->hello_got, MSG_DONTWAIT);
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-		dp_ep_fail(ep, n ? -errno : -ECONNRESET,
-			   "control connection closed in the handshake");
+		kn__swr_ep_fail(&ep->sw, n ? -errno : -ECONNRESET,
+				"control connection closed in the handshake");
 		return;
 	}
 	if (n < 0)

@@ -357,13 +357,15 @@ static int port_start(struct dp_ctx *c, const struct kn__tp_ctx_attr *attr)
 static void dp_ctx_destroy(struct kn__tp_ctx *ctx)
 {
 	struct dp_ctx *c = dp_ctx(ctx);
+	struct kn__list *n;
 
-	while (c->eps)
-		dp_ep_close(&c->eps->base);
-	while (c->listeners)
-		dp_listener_close(&c->listeners->base);
-	while (c->mrs)
-		kn__tp_mr_dereg(&c->mrs->base);
+	while ((n = kn__list_first(&c->sw.eps)))
+		dp_ep_close(&dp_ep_of(n)->sw.base);
+	while ((n = kn__list_first(&c->listeners)))
+		dp_listener_close(
+			&container_of(n, struct dp_listener, link)->base);
+	while ((n = kn__list_first(&c->mrs)))
+		kn__tp_mr_dereg(&container_of(n, struct dp_mr, link)->base);
 	for (unsigned int i = 0; i < c->ntx; i++)
 		rte_pktmbuf_free(c->tx[i]);
 	if (c->started) {
@@ -388,7 +390,7 @@ static void dp_ctx_destroy(struct kn__tp_ctx *ctx)
 		close(c->tfd);
 	if (c->epfd >= 0)
 		close(c->epfd);
-	kn__tp_cq_fini(&c->cq);
+	kn__tp_cq_fini(&c->sw.cq);
 	free(c->tab);
 	free(c);
 }
@@ -411,9 +413,13 @@ static int dp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->base.ops = &kn__tp_dpdk_ops;
-	c->base.name = "dpdk";
-	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : 4096;
+	kn__swr_ctx_init(&c->sw, &kn__dp_prov);
+	kn__list_init(&c->mrs);
+	kn__list_init(&c->listeners);
+	kn__list_init(&c->tx_eps);
+	c->sw.base.ops = &kn__tp_dpdk_ops;
+	c->sw.base.name = "dpdk";
+	c->sw.base.max_msg = attr && attr->max_msg ? attr->max_msg : 4096;
 	c->lock_fd = c->tfd = c->epfd = -1;
 	c->window = (uint32_t)env_u64("KANEL_DPDK_WINDOW", 256, 1, 4096);
 	c->rto_min_ns = env_u64("KANEL_DPDK_RTO_US", 1000, 10, 10000000) * 1000;
@@ -425,7 +431,7 @@ static int dp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	c->rnr_ns = 200 * 1000;
 	c->wake_ns = env_u64("KANEL_DPDK_WAKE_US", 200, 10, 1000000) * 1000;
 	c->zc_threshold = attr && attr->zc_threshold ? attr->zc_threshold : 512;
-	ret = kn__tp_cq_init(&c->cq,
+	ret = kn__tp_cq_init(&c->sw.cq,
 			     attr && attr->cq_depth ? attr->cq_depth : 4096);
 	if (ret) {
 		free(c);
@@ -441,7 +447,7 @@ static int dp_ctx_create(const struct kn__tp_ctx_attr *attr,
 			plog("no free port for this context (%s): see "
 			     "KANEL_DPDK_IFACES and KANEL_DPDK_PORT",
 			     strerror(-ret));
-		kn__tp_cq_fini(&c->cq);
+		kn__tp_cq_fini(&c->sw.cq);
 		free(c);
 		return ret == -EBUSY ? -ENODEV : ret;
 	}
@@ -455,10 +461,10 @@ static int dp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	if (!ret && epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->tfd, &ev))
 		ret = -errno;
 	if (ret) {
-		dp_ctx_destroy(&c->base);
+		dp_ctx_destroy(&c->sw.base);
 		return ret;
 	}
-	*out = &c->base;
+	*out = &c->sw.base;
 	return 0;
 }
 
@@ -511,10 +517,7 @@ static int dp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 	mr->shinfo.free_cb = ext_free;
 	rte_mbuf_ext_refcnt_set(&mr->shinfo, 1);
 	dma_map(c, mr);
-	mr->next = c->mrs;
-	if (mr->next)
-		mr->next->prev = mr;
-	c->mrs = mr;
+	kn__list_push(&c->mrs, &mr->link);
 	*out = &mr->base;
 	return 0;
 }
@@ -524,9 +527,13 @@ static void dp_mr_dereg(struct kn__tp_mr *m)
 	struct dp_mr *mr = container_of(m, struct dp_mr, base);
 	struct dp_ctx *c = dp_ctx(m->ctx);
 	uint64_t end = dp_now_ns() + 1000000000ull;
+	struct kn__list *n;
 
-	for (struct dp_ep *ep = c->eps; ep; ep = ep->next) {
-		kn__swr_grant_revoke(&ep->grants, m);
+	kn__list_each(n, &c->sw.eps)
+	{
+		struct dp_ep *ep = dp_ep_of(n);
+
+		kn__swr_grant_revoke(&ep->sw.grants, m);
 		/* answers to reads from it that still await their
 		 * acknowledgement: fail the endpoint if one must go again */
 		for (uint32_t i = ep->tx_head; i != ep->tx_tail; i++)
@@ -553,12 +560,7 @@ static void dp_mr_dereg(struct kn__tp_mr *m)
 					  (uintptr_t)mr->map_addr, mr->map_len);
 		rte_extmem_unregister(mr->map_addr, mr->map_len);
 	}
-	if (mr->prev)
-		mr->prev->next = mr->next;
-	else
-		c->mrs = mr->next;
-	if (mr->next)
-		mr->next->prev = mr->prev;
+	kn__list_del(&mr->link);
 	free(mr);
 }
 
@@ -590,14 +592,16 @@ static void ctl_poll(struct dp_ctx *c)
  */
 static void arm_timer(struct dp_ctx *c, uint64_t now)
 {
-	uint64_t at = UINT64_MAX;
+	uint64_t at = c->nopen ? now + c->wake_ns : UINT64_MAX;
 	struct itimerspec its = { 0 };
+	struct kn__list *n;
 
-	for (struct dp_ep *ep = c->eps; ep; ep = ep->next) {
-		uint64_t t = dp_tx_deadline(ep);
+	/* an endpoint off the tx list has no timer running */
+	kn__list_each(n, &c->tx_eps)
+	{
+		uint64_t t =
+			dp_tx_deadline(container_of(n, struct dp_ep, tx_link));
 
-		if (ep->state == DP_OPEN && now + c->wake_ns < t)
-			t = now + c->wake_ns;
 		if (t < at)
 			at = t;
 	}
@@ -627,7 +631,7 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	struct rte_mbuf *pkts[DP_BURST];
 	uint64_t now = dp_now_ns();
 	unsigned int got = 0;
-	struct dp_ep *rep;
+	struct kn__list *it, *tmp;
 	int n;
 
 	for (int round = 0; round < 8; round++) {
@@ -642,20 +646,18 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 	}
 	if (!got || !(++c->polls & 15))
 		ctl_poll(c);
-	for (struct dp_ep *ep = c->eps; ep; ep = ep->next)
+	kn__list_each_safe(it, tmp, &c->tx_eps)
+	{
+		struct dp_ep *ep = container_of(it, struct dp_ep, tx_link);
+
 		dp_tx_progress(ep, now);
-	dp_tx_flush(c);
-	/* off the list first, and back on (the next poll) if the queue
-	 * filled before all of it went */
-	while ((rep = c->ready_head)) {
-		dp_ep_unready(rep);
-		if (!dp_ep_release(rep)) {
-			dp_ep_ready(rep);
-			break;
-		}
+		if (dp_tx_idle(ep))
+			kn__list_del(it);
 	}
+	dp_tx_flush(c);
+	kn__swr_release_ready(&c->sw);
 	dp_ep_reap(c);
-	n = kn__tp_cq_take(&c->cq, out, max);
+	n = kn__tp_cq_take(&c->sw.cq, out, max);
 	if (!n)
 		arm_timer(c, now);
 	return n;
@@ -663,7 +665,7 @@ static int dp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 
 static int dp_fd(const struct kn__tp_ctx *ctx)
 {
-	return container_of(ctx, struct dp_ctx, base)->epfd;
+	return container_of(ctx, struct dp_ctx, sw.base)->epfd;
 }
 
 const struct kn__tp_ops kn__tp_dpdk_ops = {

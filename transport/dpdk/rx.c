@@ -34,23 +34,25 @@ static bool in_range(uint64_t off, uint64_t len, uint64_t size)
 static char *target(struct dp_ep *ep, const struct kn__dp_hdr *h, uint64_t len,
 		    uint32_t right)
 {
-	const struct kn__swr_grant *g = kn__swr_grant_find(&ep->grants, h->key);
+	const struct kn__swr_grant *g =
+		kn__swr_grant_find(&ep->sw.grants, h->key);
 
 	if (!g || !(g->access & right)) {
-		dp_ep_fail(ep, -EPERM,
-			   "%s of key %#x, which it was not "
-			   "granted",
-			   right == KN_TP_REMOTE_WRITE ? "write" : "read",
-			   h->key);
+		kn__swr_ep_fail(&ep->sw, -EPERM,
+				"%s of key %#x, which it was not "
+				"granted",
+				right == KN_TP_REMOTE_WRITE ? "write" : "read",
+				h->key);
 		return NULL;
 	}
 	if (!in_range(h->off, len, g->len)) {
-		dp_ep_fail(ep, -EINVAL,
-			   "%s of %llu bytes at %llu outside "
-			   "its grant of %llu bytes",
-			   right == KN_TP_REMOTE_WRITE ? "write" : "read",
-			   (unsigned long long)len, (unsigned long long)h->off,
-			   (unsigned long long)g->len);
+		kn__swr_ep_fail(&ep->sw, -EINVAL,
+				"%s of %llu bytes at %llu outside "
+				"its grant of %llu bytes",
+				right == KN_TP_REMOTE_WRITE ? "write" : "read",
+				(unsigned long long)len,
+				(unsigned long long)h->off,
+				(unsigned long long)g->len);
 		return NULL;
 	}
 	return g->mr->addr + g->off + h->off;
@@ -63,7 +65,8 @@ static bool out_of_place(struct dp_ep *ep, const struct kn__dp_hdr *h)
 
 	if (first == (ep->rx_op == 0) && (first || ep->rx_op == h->op))
 		return false;
-	dp_ep_fail(ep, -EPROTO, "segment of op %u out of its message", h->op);
+	kn__swr_ep_fail(&ep->sw, -EPROTO, "segment of op %u out of its message",
+			h->op);
 	return true;
 }
 
@@ -80,9 +83,10 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		ep->rx_next = h->off;
 		ep->rx_bytes = 0;
 	} else if (h->key != ep->rx_key || h->off != ep->rx_next) {
-		dp_ep_fail(ep, -EPROTO, "write segment at %llu, expected %llu",
-			   (unsigned long long)h->off,
-			   (unsigned long long)ep->rx_next);
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"write segment at %llu, expected %llu",
+				(unsigned long long)h->off,
+				(unsigned long long)ep->rx_next);
 		return;
 	}
 	dst = target(ep, h, h->len, KN_TP_REMOTE_WRITE);
@@ -92,8 +96,8 @@ static void on_write(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	ep->rx_next += h->len;
 	ep->rx_bytes += h->len;
 	if (h->flags & KN_DP_F_LAST) {
-		dp_ep_push(ep, KN_TP_OP_RECV_IMM, ep->base.user, h->imm,
-			   ep->rx_bytes);
+		kn__swr_ep_push(&ep->sw, KN_TP_OP_RECV_IMM, ep->sw.base.user,
+				h->imm, ep->rx_bytes);
 		ep->rx_op = 0;
 	}
 }
@@ -108,30 +112,31 @@ static void on_read_req(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (out_of_place(ep, h))
 		return;
 	if (h->total > DP_MAX_POST) {
-		dp_ep_fail(ep, -EMSGSIZE, "read of %u bytes", h->total);
+		kn__swr_ep_fail(&ep->sw, -EMSGSIZE, "read of %u bytes",
+				h->total);
 		return;
 	}
 	src = target(ep, h, h->total, KN_TP_REMOTE_READ);
 	if (!src)
 		return;
-	g = kn__swr_grant_find(&ep->grants, h->key);
+	g = kn__swr_grant_find(&ep->sw.grants, h->key);
 	m = (struct dp_msg){ .op = KN_DP_READ_RESP,
 			     .op_idx = UINT32_MAX,
 			     .src = src,
 			     .mr = container_of(g->mr, struct dp_mr, base),
 			     .len = h->total };
 	if (dp_tx_queue(ep, &m))
-		dp_ep_fail(ep, -EPROTO,
-			   "more reads outstanding than it may post");
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"more reads outstanding than it may post");
 }
 
 /* The oldest of our reads still waiting for its answer. */
 static struct dp_op *open_read(struct dp_ep *ep)
 {
-	for (; ep->rd_next != ep->op_tail; ep->rd_next++) {
+	for (; ep->rd_next != ep->sw.op_tail; ep->rd_next++) {
 		struct dp_op *op = &ep->ops[ep->rd_next % DP_SQ_DEPTH];
 
-		if (op->kind == KN_TP_OP_READ && !op->done)
+		if (op->sw.kind == KN_TP_OP_READ && !op->sw.done)
 			return op;
 	}
 	return NULL;
@@ -145,34 +150,36 @@ static void on_read_resp(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (out_of_place(ep, h))
 		return;
 	if (!op) {
-		dp_ep_fail(ep, -EPROTO, "read response with no read posted");
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"read response with no read posted");
 		return;
 	}
 	if (h->off != op->got || h->len > op->len - op->got ||
 	    ((h->flags & KN_DP_F_LAST) != 0) != (op->got + h->len == op->len)) {
-		dp_ep_fail(ep, -EPROTO,
-			   "read response of %u bytes at %llu for a read of "
-			   "%llu (%llu landed)",
-			   h->len, (unsigned long long)h->off,
-			   (unsigned long long)op->len,
-			   (unsigned long long)op->got);
+		kn__swr_ep_fail(
+			&ep->sw, -EPROTO,
+			"read response of %u bytes at %llu for a read of "
+			"%llu (%llu landed)",
+			h->len, (unsigned long long)h->off,
+			(unsigned long long)op->len,
+			(unsigned long long)op->got);
 		return;
 	}
 	memcpy(op->dst + op->got, p->payload, h->len);
 	op->got += h->len;
 	ep->rx_op = KN_DP_READ_RESP;
 	if (h->flags & KN_DP_F_LAST) {
-		op->done = true;
-		op->bytes = op->len;
+		op->sw.done = true;
+		op->sw.bytes = op->len;
 		ep->rx_op = 0;
 		ep->rd_next++;
-		dp_ep_ready(ep);
+		kn__swr_ep_ready(&ep->sw);
 	}
 }
 
 /*
  * A SEND segment: false if it must wait (RNR).  A message that finds no
- * recv posted is held in a buffer of its own (up to DP_UNEXP of them),
+ * recv posted is held in a buffer of its own (up to KN_SWR_HELD of them),
  * as a TCP socket buffer would hold it, so that the sender's SEND
  * completes once the message is here, whatever the receiver posts when.
  */
@@ -184,16 +191,18 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (out_of_place(ep, h))
 		return true;
 	if (h->flags & KN_DP_F_FIRST) {
-		if (!kn__swr_rq_empty(&ep->rq) && ep->ux_head == ep->ux_tail) {
-			ep->rx_recv = ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
+		if (!kn__swr_rq_empty(&ep->sw.rq) &&
+		    ep->held.head == ep->held.tail) {
+			ep->rx_recv =
+				ep->sw.rq.v[ep->sw.rq.head++ % KN_SWR_RQ_DEPTH];
 			ep->rx_unexp = false;
-		} else if (h->total > c->base.max_msg) {
-			dp_ep_fail(ep, -EMSGSIZE,
-				   "message of %u bytes, above "
-				   "the %u this end takes",
-				   h->total, c->base.max_msg);
+		} else if (h->total > c->sw.base.max_msg) {
+			kn__swr_ep_fail(&ep->sw, -EMSGSIZE,
+					"message of %u bytes, above "
+					"the %u this end takes",
+					h->total, c->sw.base.max_msg);
 			return true;
-		} else if (ep->ux_tail - ep->ux_head == DP_UNEXP ||
+		} else if (ep->held.tail - ep->held.head == KN_SWR_HELD ||
 			   !(ep->rx_recv.buf =
 				     malloc(h->total ? h->total : 1))) {
 			return false;
@@ -204,27 +213,29 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		}
 		if (h->total > ep->rx_recv.len) {
 			/* report the buffer with the failure, as tcp does */
-			ep->rq.head--;
-			dp_ep_fail(ep, -EMSGSIZE,
-				   "message of %u bytes for a recv buffer of "
-				   "%u",
-				   h->total, ep->rx_recv.len);
+			ep->sw.rq.head--;
+			kn__swr_ep_fail(
+				&ep->sw, -EMSGSIZE,
+				"message of %u bytes for a recv buffer of "
+				"%u",
+				h->total, ep->rx_recv.len);
 			return true;
 		}
 		ep->rx_op = KN_DP_SEND;
 		ep->rx_total = h->total;
 		ep->rx_bytes = 0;
 	} else if (h->total != ep->rx_total || h->off != ep->rx_bytes) {
-		dp_ep_fail(ep, -EPROTO,
-			   "send segment at %llu of %u, "
-			   "expected %llu of %u",
-			   (unsigned long long)h->off, h->total,
-			   (unsigned long long)ep->rx_bytes, ep->rx_total);
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"send segment at %llu of %u, "
+				"expected %llu of %u",
+				(unsigned long long)h->off, h->total,
+				(unsigned long long)ep->rx_bytes, ep->rx_total);
 		return true;
 	}
 	if (h->off != ep->rx_bytes ||
 	    ((h->flags & KN_DP_F_LAST) != 0) != (h->off + h->len == h->total)) {
-		dp_ep_fail(ep, -EPROTO, "send segment out of its message");
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"send segment out of its message");
 		return true;
 	}
 	memcpy(ep->rx_recv.buf + h->off, p->payload, h->len);
@@ -232,12 +243,12 @@ static bool on_send(struct dp_ep *ep, const struct kn__dp_pkt *p)
 	if (h->flags & KN_DP_F_LAST) {
 		ep->rx_op = 0;
 		if (ep->rx_unexp) {
-			ep->unexp[ep->ux_tail++ % DP_UNEXP] = ep->rx_recv;
+			ep->held.v[ep->held.tail++ % KN_SWR_HELD] = ep->rx_recv;
 			ep->rx_unexp = false;
-			dp_ep_match(ep);
+			kn__swr_held_match(&ep->sw, &ep->held);
 		} else {
-			dp_ep_push(ep, KN_TP_OP_RECV, ep->rx_recv.user, 0,
-				   h->total);
+			kn__swr_ep_push(&ep->sw, KN_TP_OP_RECV,
+					ep->rx_recv.user, 0, h->total);
 		}
 	}
 	return true;
@@ -263,7 +274,7 @@ static bool deliver(struct dp_ep *ep, const struct kn__dp_pkt *p)
 		}
 		break;
 	}
-	if (ep->state != DP_OPEN)
+	if (ep->sw.state != KN_SWR_OPEN)
 		return false;
 	ep->rcv_nxt++;
 	ep->ack_owed = true;
@@ -275,7 +286,7 @@ static void deliver_held(struct dp_ep *ep)
 {
 	struct dp_ctx *c = dp_ep_ctx(ep);
 
-	while (ep->nheld && ep->state == DP_OPEN) {
+	while (ep->nheld && ep->sw.state == KN_SWR_OPEN) {
 		struct dp_held *s = &ep->ooo[ep->rcv_nxt % DP_OOO];
 		struct rte_mbuf *m = s->m;
 
@@ -355,23 +366,24 @@ bool dp_rx_mbuf(struct dp_ctx *c, struct rte_mbuf *m, uint64_t now)
 		c->forged++;
 		return false;
 	}
-	if (ep->state == DP_HANDSHAKE)
+	if (ep->sw.state == KN_SWR_STARTING)
 		dp_ep_read_hello(ep); /* the peer's hello is likely there */
-	if (ep->state != DP_OPEN || !same_peer(ep, &p.src)) {
+	if (ep->sw.state != KN_SWR_OPEN || !same_peer(ep, &p.src)) {
 		c->forged++;
 		return false;
 	}
 	if (p.h.len > ep->max_payload) {
-		dp_ep_fail(ep, -EPROTO,
-			   "segment of %u bytes, above the %u "
-			   "agreed",
-			   p.h.len, ep->max_payload);
+		kn__swr_ep_fail(&ep->sw, -EPROTO,
+				"segment of %u bytes, above the %u "
+				"agreed",
+				p.h.len, ep->max_payload);
 		return false;
 	}
+	dp_tx_busy(ep); /* what comes may owe an ack, or open the window */
 	dp_tx_ack(ep, p.h.ack, p.h.flags & KN_DP_F_RNR, p.h.type == KN_DP_ACK,
 		  now);
-	if (ep->state == DP_OPEN && p.h.type == KN_DP_DATA)
+	if (ep->sw.state == KN_SWR_OPEN && p.h.type == KN_DP_DATA)
 		kept = on_data(ep, &p, m);
-	dp_ep_release(ep);
+	kn__swr_ep_release(&ep->sw);
 	return kept;
 }

@@ -44,8 +44,9 @@ int dp_tx_queue(struct dp_ep *ep, const struct dp_msg *m)
 	slot = &ep->txq[ep->tx_tail++ % DP_TXQ_DEPTH];
 	*slot = *m;
 	slot->nseg = 0;
-	if (ep->state == DP_OPEN)
+	if (ep->sw.state == KN_SWR_OPEN)
 		number(ep, slot);
+	dp_tx_busy(ep);
 	return 0;
 }
 
@@ -55,6 +56,7 @@ void dp_tx_open(struct dp_ep *ep, uint64_t now)
 	ep->progress_at = now;
 	for (uint32_t i = ep->tx_head; i != ep->tx_tail; i++)
 		number(ep, &ep->txq[i % DP_TXQ_DEPTH]);
+	dp_tx_busy(ep);
 }
 
 void dp_tx_flush(struct dp_ctx *c)
@@ -120,10 +122,10 @@ static bool seg_out(struct dp_ep *ep, const struct dp_msg *m, uint32_t i)
 	struct rte_mbuf *mb, *x = NULL;
 
 	if (m->gone) {
-		dp_ep_fail(ep, -ECANCELED,
-			   "the region a read was answered "
-			   "from was deregistered before the answer was "
-			   "acknowledged");
+		kn__swr_ep_fail(&ep->sw, -ECANCELED,
+				"the region a read was answered "
+				"from was deregistered before the answer was "
+				"acknowledged");
 		return false;
 	}
 	h.flags = (i == 0 ? KN_DP_F_FIRST : 0) |
@@ -262,8 +264,9 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 
 	if (d > 0) {
 		if (kn__dp_seq_diff(ack, ep->snd_max) > 0) {
-			dp_ep_fail(ep, -EPROTO,
-				   "acknowledgement of segments never sent");
+			kn__swr_ep_fail(
+				&ep->sw, -EPROTO,
+				"acknowledgement of segments never sent");
 			return;
 		}
 		if (ep->rtt_on && kn__dp_seq_diff(ack, ep->rtt_seq) > 0) {
@@ -280,9 +283,9 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 				struct dp_op *op =
 					&ep->ops[m->op_idx % DP_SQ_DEPTH];
 
-				op->done = true;
-				op->bytes = m->len;
-				dp_ep_ready(ep);
+				op->sw.done = true;
+				op->sw.bytes = m->len;
+				kn__swr_ep_ready(&ep->sw);
 			}
 			ep->tx_head++;
 		}
@@ -328,11 +331,18 @@ void dp_tx_ack(struct dp_ep *ep, uint32_t ack, bool rnr, bool pure,
 	}
 }
 
+bool dp_tx_idle(const struct dp_ep *ep)
+{
+	return ep->sw.state != KN_SWR_OPEN ||
+	       (!outstanding(ep) && !ep->rnr && ep->snd_nxt == ep->snd_end &&
+		!ep->ack_owed && !ep->rnr_owed);
+}
+
 uint64_t dp_tx_deadline(const struct dp_ep *ep)
 {
 	uint64_t t = UINT64_MAX;
 
-	if (ep->state != DP_OPEN)
+	if (ep->sw.state != KN_SWR_OPEN)
 		return t;
 	if (outstanding(ep))
 		t = ep->rto_at;
@@ -345,13 +355,13 @@ void dp_tx_progress(struct dp_ep *ep, uint64_t now)
 {
 	struct dp_ctx *c = dp_ep_ctx(ep);
 
-	if (ep->state != DP_OPEN)
+	if (ep->sw.state != KN_SWR_OPEN)
 		return;
 	if (outstanding(ep) && now >= ep->rto_at) {
 		if (now - ep->progress_at >= c->timeout_ns) {
-			dp_ep_fail(ep, -ETIMEDOUT,
-				   "no acknowledgement for %.1f s",
-				   (double)(now - ep->progress_at) * 1e-9);
+			kn__swr_ep_fail(&ep->sw, -ETIMEDOUT,
+					"no acknowledgement for %.1f s",
+					(double)(now - ep->progress_at) * 1e-9);
 			return;
 		}
 		go_back(ep);

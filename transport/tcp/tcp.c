@@ -18,9 +18,9 @@
  * tcp_uring.c, chosen when the context is created; see tcp_priv.h)
  * handles what is ready, then the finished work of the endpoints on the
  * context's ready list (those that may have some: ep_ready) moves to a
- * completion queue ring that poll drains.  Grants and the queue of
- * posted recv buffers are the ones the dpdk provider has too
- * (swrdma.h).
+ * completion queue ring that poll drains.  That endpoint core (grants,
+ * posted recv buffers, the op ring, failure, release, the ready list)
+ * is the one the dpdk provider has too (swrdma.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -55,8 +55,8 @@ static void ep_peer(struct tcp_ep *ep)
 	bool local = true, inet = false;
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)&ss, &len) == 0) {
-		kn__tp_addr_name((struct sockaddr *)&ss, ep->peer,
-				 sizeof(ep->peer));
+		kn__tp_addr_name((struct sockaddr *)&ss, ep->sw.peer_name,
+				 sizeof(ep->sw.peer_name));
 		inet = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
 		if (ss.ss_family == AF_INET)
 			local = (ntohl(((struct sockaddr_in *)&ss)
@@ -84,38 +84,35 @@ static struct tcp_ep *ep_alloc(void)
 
 void kn__tcp_ep_dealloc(struct tcp_ep *ep)
 {
-	kn__swr_grants_fini(&ep->grants);
+	kn__swr_ep_fini(&ep->sw);
 	munmap(ep, sizeof(*ep));
 }
 
-static int ep_new(struct tcp_ctx *c, int fd, enum ep_state state, void *user,
-		  struct tcp_ep **out)
+static int ep_new(struct tcp_ctx *c, int fd, enum kn__swr_state state,
+		  void *user, struct tcp_ep **out)
 {
 	struct tcp_ep *ep = ep_alloc();
 	int one = 1, ret;
 
 	if (!ep)
 		return -ENOMEM;
-	ep->base.ctx = &c->base;
-	ep->base.user = user;
+	kn__swr_ep_init(&ep->sw, &c->sw, user, ep->ops, sizeof(ep->ops[0]));
 	ep->h = (struct handle){ H_EP, fd };
-	ep->state = state;
+	ep->sw.state = state;
+	ep->sw.client = state == KN_SWR_STARTING;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	ep->rx_req = (struct req){ R_RX, ep };
 	ep->tx_req = (struct req){ R_TX, ep };
 	ep->zresp_req = (struct req){ R_TX_ZC, ep };
 	ep->conn_req = (struct req){ R_CONNECT, ep };
-	if (state == EP_OPEN)
+	if (state == KN_SWR_OPEN)
 		ep_peer(ep);
 	ret = c->drv->ep_add(ep);
 	if (ret) {
 		kn__tcp_ep_dealloc(ep);
 		return ret;
 	}
-	ep->next = c->eps;
-	if (c->eps)
-		c->eps->prev = ep;
-	c->eps = ep;
+	kn__list_push(&c->sw.eps, &ep->sw.link);
 	*out = ep;
 	return 0;
 }
@@ -125,22 +122,16 @@ static int tcp_connect(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 {
 	struct tcp_ctx *c = tctx(ctx);
 	struct tcp_ep *ep = NULL;
-	int fd, ret;
+	int fd = kn__tp_connect_fd(addr, addrlen), ret;
 
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
 	if (fd < 0)
-		return -errno;
-	if (connect(fd, addr, addrlen) && errno != EINPROGRESS) {
-		ret = -errno;
-		goto err_close;
-	}
-	ret = ep_new(c, fd, EP_CONNECTING, user, &ep);
+		return fd;
+	ret = ep_new(c, fd, KN_SWR_STARTING, user, &ep);
 	if (ret)
 		goto err_close;
-	ep->connect_event = true;
-	kn__tp_addr_name(addr, ep->peer, sizeof(ep->peer));
-	*out = &ep->base;
+	ep->sw.connect_event = true;
+	kn__tp_addr_name(addr, ep->sw.peer_name, sizeof(ep->sw.peer_name));
+	*out = &ep->sw.base;
 	return 0;
 
 err_close:
@@ -158,10 +149,10 @@ static int tcp_adopt(struct kn__tp_ctx *ctx, int fd, void *user,
 		ret = -errno;
 		goto err_close;
 	}
-	ret = ep_new(tctx(ctx), fd, EP_OPEN, user, &ep);
+	ret = ep_new(tctx(ctx), fd, KN_SWR_OPEN, user, &ep);
 	if (ret)
 		goto err_close;
-	*out = &ep->base;
+	*out = &ep->sw.base;
 	return 0;
 
 err_close:
@@ -176,10 +167,10 @@ int kn__tcp_ep_connected(struct tcp_ep *ep)
 
 	if (getsockopt(ep->h.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
 		err = -(err ? err : errno);
-		kn__tcp_ep_fail(ep, err, "connect failed");
+		kn__swr_ep_fail(&ep->sw, err, "connect failed");
 		return err;
 	}
-	ep->state = EP_OPEN;
+	ep->sw.state = KN_SWR_OPEN;
 	ep_peer(ep);
 	ep_ready(ep); /* its CONNECT completion */
 	return 0;
@@ -187,21 +178,7 @@ int kn__tcp_ep_connected(struct tcp_ep *ep)
 
 void kn__tcp_ep_free(struct tcp_ep *ep)
 {
-	struct tcp_ctx *c = ep_ctx(ep);
-
-	for (; ep->op_head != ep->op_tail; ep->op_head++) {
-		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
-
-		struct kn__tp_completion comp = {
-			.user = op->user,
-			.status = op->done ? op->status : -ECANCELED,
-			.op = op->kind,
-			.bytes = op->done && !op->status ? op->bytes : 0,
-		};
-
-		kn__tp_cq_push_grow(&c->cq, &comp, "tcp");
-	}
-	kn__swr_rq_drop(&ep->rq, &c->cq, "tcp");
+	kn__swr_ep_cancel(&ep->sw);
 	close(ep->h.fd);
 	kn__tcp_ep_dealloc(ep);
 }
@@ -209,46 +186,41 @@ void kn__tcp_ep_free(struct tcp_ep *ep)
 static void tcp_ep_close(struct kn__tp_ep *e)
 {
 	struct tcp_ep *ep = tep(e);
-	struct tcp_ctx *c = ep_ctx(ep);
 
-	if (ep->prev)
-		ep->prev->next = ep->next;
-	else
-		c->eps = ep->next;
-	if (ep->next)
-		ep->next->prev = ep->prev;
-	ep_unready(ep);
-	c->drv->ep_close(ep);
+	kn__swr_ep_unlink(&ep->sw);
+	ep_ctx(ep)->drv->ep_close(ep);
 }
 
 /* ---- posts ---- */
 
-static struct op *op_new(struct tcp_ep *ep, uint32_t kind, void *user)
+/*
+ * Queue a frame with header @h for a new op of @kind: its payload (a
+ * write_imm's, a send's) or its answer's destination (a read's) is
+ * [@buf, +@len).  Posting allocates nothing: the op lives in the ring.
+ */
+static int post(struct kn__tp_ep *e, uint32_t kind, char *buf, size_t len,
+		struct kn__wire_hdr h, void *user)
 {
+	struct tcp_ep *ep = tep(e);
+	struct kn__swr_op *sop;
 	struct op *op;
+	int ret;
 
-	if (ep->op_tail - ep->op_head == SQ_DEPTH)
-		return NULL;
-	op = &ep->ops[ep->op_tail % SQ_DEPTH];
-	*op = (struct op){ .kind = kind, .user = user };
-	return op;
-}
-
-static int op_post(struct tcp_ep *ep, struct op *op, struct kn__wire_hdr *h)
-{
-	h->seq = ep->tx_seq++;
-	kn__wire_encode(h, op->hdr);
-	ep->op_tail++;
+	sop = kn__swr_op_new(&ep->sw, kind, user, &ret);
+	if (!sop)
+		return ret;
+	op = container_of(sop, struct op, sw);
+	*op = (struct op){ .sw = *sop, .len = (uint32_t)len };
+	op->sw.bytes = len;
+	if (kind == KN_TP_OP_READ)
+		op->dst = buf;
+	else
+		op->payload = buf;
+	h.length = (uint32_t)len;
+	h.seq = ep->tx_seq++;
+	kn__wire_encode(&h, op->hdr);
+	ep->sw.op_tail++;
 	ep_ctx(ep)->drv->ep_post(ep);
-	return 0;
-}
-
-static int post_check(struct tcp_ep *ep)
-{
-	if (ep->state == EP_ERROR)
-		return -ENOTCONN;
-	if (ep->op_tail - ep->op_head == SQ_DEPTH)
-		return -EAGAIN;
 	return 0;
 }
 
@@ -257,75 +229,41 @@ static int tcp_post_write_imm(struct kn__tp_ep *e, struct kn__tp_mr *mr,
 			      const struct kn__tp_rdesc *dst, uint64_t dst_off,
 			      uint32_t imm, void *user)
 {
-	struct tcp_ep *ep = tep(e);
-	struct op *op;
-	int ret = post_check(ep);
-
-	if (ret)
-		return ret;
-	op = op_new(ep, KN_TP_OP_WRITE_IMM, user);
-	op->payload = mr->addr + off;
-	op->len = (uint32_t)len;
-	op->bytes = len;
-	return op_post(ep, op,
-		       &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
-					       .region = dst->key,
-					       .imm = imm,
-					       .offset = dst_off,
-					       .length = (uint32_t)len });
+	return post(e, KN_TP_OP_WRITE_IMM, mr->addr + off, len,
+		    (struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
+					   .region = dst->key,
+					   .imm = imm,
+					   .offset = dst_off },
+		    user);
 }
 
 static int tcp_post_read(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			 size_t len, const struct kn__tp_rdesc *src,
 			 uint64_t src_off, void *user)
 {
-	struct tcp_ep *ep = tep(e);
-	struct op *op;
-	int ret = post_check(ep);
-
-	if (ret)
-		return ret;
-	op = op_new(ep, KN_TP_OP_READ, user);
-	op->dst = mr->addr + off;
-	op->len = (uint32_t)len;
-	op->bytes = len;
-	return op_post(ep, op,
-		       &(struct kn__wire_hdr){ .op = KN_WIRE_READ_REQ,
-					       .region = src->key,
-					       .offset = src_off,
-					       .length = (uint32_t)len });
+	return post(e, KN_TP_OP_READ, mr->addr + off, len,
+		    (struct kn__wire_hdr){ .op = KN_WIRE_READ_REQ,
+					   .region = src->key,
+					   .offset = src_off },
+		    user);
 }
 
 static int tcp_post_send(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			 size_t len, void *user)
 {
-	struct tcp_ep *ep = tep(e);
-	struct op *op;
-	int ret = post_check(ep);
-
-	if (ret)
-		return ret;
-	op = op_new(ep, KN_TP_OP_SEND, user);
-	op->payload = mr->addr + off;
-	op->len = (uint32_t)len;
-	op->bytes = len;
-	return op_post(ep, op,
-		       &(struct kn__wire_hdr){ .op = KN_WIRE_SEND,
-					       .length = (uint32_t)len });
+	return post(e, KN_TP_OP_SEND, mr->addr + off, len,
+		    (struct kn__wire_hdr){ .op = KN_WIRE_SEND }, user);
 }
 
 static int tcp_post_recv(struct kn__tp_ep *e, struct kn__tp_mr *mr, size_t off,
 			 size_t len, void *user)
 {
 	struct tcp_ep *ep = tep(e);
-	int ret;
+	int ret = kn__swr_post_recv(&ep->sw, mr->addr + off, len, user);
 
-	if (ep->state == EP_ERROR)
-		return -ENOTCONN;
-	ret = kn__swr_rq_post(&ep->rq, mr->addr + off, len, user);
 	if (ret)
 		return ret;
-	if (ep->rx != RX_WAIT_RECV || ep->state != EP_OPEN)
+	if (ep->rx != RX_WAIT_RECV || ep->sw.state != KN_SWR_OPEN)
 		return 0;
 	ep_ctx(ep)->drv->ep_recv_posted(ep); /* the paused message lands */
 	return 0;
@@ -341,10 +279,7 @@ static int tcp_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 	if (!mr)
 		return -ENOMEM;
 	mr->base = (struct kn__tp_mr){ ctx, addr, len, access };
-	mr->next = tctx(ctx)->mrs;
-	if (mr->next)
-		mr->next->prev = mr;
-	tctx(ctx)->mrs = mr;
+	kn__list_push(&tctx(ctx)->mrs, &mr->link);
 	*out = &mr->base;
 	return 0;
 }
@@ -353,15 +288,11 @@ static void tcp_mr_dereg(struct kn__tp_mr *m)
 {
 	struct tcp_mr *mr = container_of(m, struct tcp_mr, base);
 	struct tcp_ctx *c = tctx(m->ctx);
+	struct kn__list *n;
 
-	for (struct tcp_ep *ep = c->eps; ep; ep = ep->next)
-		kn__swr_grant_revoke(&ep->grants, &mr->base);
-	if (mr->prev)
-		mr->prev->next = mr->next;
-	else
-		c->mrs = mr->next;
-	if (mr->next)
-		mr->next->prev = mr->prev;
+	kn__list_each(n, &c->sw.eps)
+		kn__swr_grant_revoke(&tep_of(n)->sw.grants, &mr->base);
+	kn__list_del(&mr->link);
 	free(mr);
 }
 
@@ -369,13 +300,13 @@ static int tcp_ep_grant(struct kn__tp_ep *e, struct kn__tp_mr *m, uint64_t off,
 			uint64_t len, uint32_t access,
 			struct kn__tp_rdesc *rdesc)
 {
-	return kn__swr_grant_add(&tep(e)->grants, m, off, len, access,
+	return kn__swr_grant_add(&tep(e)->sw.grants, m, off, len, access,
 				 tctx(e->ctx)->test_keys, rdesc);
 }
 
 static int tcp_ep_peer(const struct kn__tp_ep *e, struct sockaddr_storage *ss)
 {
-	const struct tcp_ep *ep = container_of(e, struct tcp_ep, base);
+	const struct tcp_ep *ep = container_of(e, struct tcp_ep, sw.base);
 	socklen_t len = sizeof(*ss);
 
 	if (getpeername(ep->h.fd, (struct sockaddr *)ss, &len))
@@ -391,17 +322,10 @@ static int tcp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 {
 	struct tcp_ctx *c = tctx(ctx);
 	struct tcp_listener *l;
-	int fd, one = 1, ret;
+	int fd = kn__tp_listen_fd(addr, addrlen, 128), ret;
 
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
 	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, addr, addrlen) || listen(fd, 128)) {
-		ret = -errno;
-		goto err_close;
-	}
+		return fd;
 	l = calloc(1, sizeof(*l));
 	if (!l) {
 		ret = -ENOMEM;
@@ -415,8 +339,7 @@ static int tcp_listen(struct kn__tp_ctx *ctx, const struct sockaddr *addr,
 		free(l);
 		goto err_close;
 	}
-	l->next = c->listeners;
-	c->listeners = l;
+	kn__list_push(&c->listeners, &l->link);
 	*out = &l->base;
 	return 0;
 
@@ -440,11 +363,7 @@ static void tcp_listener_close(struct kn__tp_listener *lb)
 	struct tcp_listener *l = container_of(lb, struct tcp_listener, base);
 	struct tcp_ctx *c = tctx(lb->ctx);
 
-	for (struct tcp_listener **p = &c->listeners; *p; p = &(*p)->next)
-		if (*p == l) {
-			*p = l->next;
-			break;
-		}
+	kn__list_del(&l->link);
 	/* stop listening now: the fd may outlive this call (io_uring) */
 	shutdown(l->h.fd, SHUT_RDWR);
 	c->drv->listener_close(l);
@@ -458,7 +377,7 @@ void kn__tcp_listener_accept(struct tcp_listener *l)
 		struct tcp_ep *ep = NULL;
 		int fd;
 
-		l->starved = !kn__tp_cq_room(&c->cq);
+		l->starved = !kn__tp_cq_room(&c->sw.cq);
 		if (l->starved)
 			return; /* the next poll that has room accepts */
 		fd = accept4(l->h.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -470,14 +389,14 @@ void kn__tcp_listener_accept(struct tcp_listener *l)
 					strerror(errno));
 			return;
 		}
-		if (ep_new(c, fd, EP_OPEN, NULL, &ep)) {
+		if (ep_new(c, fd, KN_SWR_OPEN, NULL, &ep)) {
 			close(fd);
 			continue;
 		}
-		kn__tp_cq_push(&c->cq, &(struct kn__tp_completion){
-					       .user = l->base.user,
-					       .ep = &ep->base,
-					       .op = KN_TP_OP_ACCEPT });
+		kn__tp_cq_push(&c->sw.cq, &(struct kn__tp_completion){
+						  .user = l->base.user,
+						  .ep = &ep->sw.base,
+						  .op = KN_TP_OP_ACCEPT });
 	}
 }
 
@@ -485,21 +404,13 @@ static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 		    int max)
 {
 	struct tcp_ctx *c = tctx(ctx);
-	struct tcp_ep *ep;
 	int ret, got;
 
 	ret = c->drv->progress(c);
 	if (ret)
 		return ret;
-	/* off the list first: releasing may make it ready again (kick) */
-	while ((ep = c->ready_head)) {
-		ep_unready(ep);
-		if (!kn__tcp_ep_release(ep)) {
-			ep_ready(ep); /* the queue is full: the next poll */
-			break;
-		}
-	}
-	got = kn__tp_cq_take(&c->cq, out, max);
+	kn__swr_release_ready(&c->sw);
+	got = kn__tp_cq_take(&c->sw.cq, out, max);
 	if (c->drv->flush)
 		c->drv->flush(c);
 	return got;
@@ -507,7 +418,7 @@ static int tcp_poll(struct kn__tp_ctx *ctx, struct kn__tp_completion *out,
 
 static int tcp_fd(const struct kn__tp_ctx *ctx)
 {
-	const struct tcp_ctx *c = container_of(ctx, struct tcp_ctx, base);
+	const struct tcp_ctx *c = container_of(ctx, struct tcp_ctx, sw.base);
 
 	return c->drv->fd(c);
 }
@@ -523,29 +434,20 @@ void kn__tcp_listener_free(struct tcp_listener *l)
 static void tcp_ctx_destroy(struct kn__tp_ctx *ctx)
 {
 	struct tcp_ctx *c = tctx(ctx);
+	struct kn__list *n, *tmp;
 
 	/* first, so that nothing below is still the kernel's */
 	c->drv->fini(c);
-	while (c->eps) {
-		struct tcp_ep *ep = c->eps;
-
-		c->eps = ep->next;
-		close(ep->h.fd);
-		kn__tcp_ep_dealloc(ep);
+	kn__list_each_safe(n, tmp, &c->sw.eps)
+	{
+		close(tep_of(n)->h.fd);
+		kn__tcp_ep_dealloc(tep_of(n));
 	}
-	while (c->mrs) {
-		struct tcp_mr *mr = c->mrs;
-
-		c->mrs = mr->next;
-		free(mr);
-	}
-	while (c->listeners) {
-		struct tcp_listener *l = c->listeners;
-
-		c->listeners = l->next;
-		kn__tcp_listener_free(l);
-	}
-	kn__tp_cq_fini(&c->cq);
+	kn__list_each_safe(n, tmp, &c->mrs)
+		free(container_of(n, struct tcp_mr, link));
+	kn__list_each_safe(n, tmp, &c->listeners)
+		kn__tcp_listener_free(tlistener_of(n));
+	kn__tp_cq_fini(&c->sw.cq);
 	free(c);
 }
 
@@ -565,7 +467,10 @@ static int ctx_alloc(const struct kn__tp_ctx_attr *attr, struct tcp_ctx **out)
 		if (!c)
 			return -ENOMEM;
 		c->drv = drivers[i];
-		c->base.name = drivers[i]->name;
+		c->sw.base.name = drivers[i]->name;
+		kn__swr_ctx_init(&c->sw, &kn__tcp_prov);
+		kn__list_init(&c->mrs);
+		kn__list_init(&c->listeners);
 		ret = c->drv->init(c, attr);
 		if (!ret) {
 			*out = c;
@@ -592,14 +497,14 @@ static int tcp_ctx_create(const struct kn__tp_ctx_attr *attr,
 	ret = ctx_alloc(attr, &c);
 	if (ret)
 		return ret;
-	c->base.ops = &kn__tp_tcp_ops;
-	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : MAX_MSG;
+	c->sw.base.ops = &kn__tp_tcp_ops;
+	c->sw.base.max_msg = attr && attr->max_msg ? attr->max_msg : MAX_MSG;
 	c->test_keys = attr && (attr->flags & KN_TP_CTX_TEST_KEYS);
 	c->zc_loopback = attr && (attr->flags & KN_TP_CTX_ZC_LOOPBACK);
-	ret = kn__tp_cq_init(&c->cq, depth);
+	ret = kn__tp_cq_init(&c->sw.cq, depth);
 	if (ret)
 		goto err_fini;
-	*out = &c->base;
+	*out = &c->sw.base;
 	return 0;
 
 err_fini:

@@ -36,10 +36,10 @@ static void ep_update_events(struct tcp_ep *ep)
 	struct epoll_event ev = { .data.ptr = &ep->h };
 	uint32_t want = 0;
 
-	if (ep->state == EP_CONNECTING)
+	if (ep->sw.state == KN_SWR_STARTING)
 		want = EPOLLOUT;
-	else if (ep->state == EP_OPEN)
-		want = (ep->rx == RX_WAIT_RECV || ep->rx_owed ? 0 : EPOLLIN) |
+	else if (ep->sw.state == KN_SWR_OPEN)
+		want = (ep->rx == RX_WAIT_RECV || ep->sw.owed ? 0 : EPOLLIN) |
 		       (tx_pending(ep) ? EPOLLOUT : 0);
 	if (want == ep->events)
 		return;
@@ -108,7 +108,7 @@ static int epoll_ep_add(struct tcp_ep *ep)
 {
 	struct epoll_event ev;
 
-	ep->events = ep->state == EP_CONNECTING ? EPOLLOUT : EPOLLIN;
+	ep->events = ep->sw.state == KN_SWR_STARTING ? EPOLLOUT : EPOLLIN;
 	ev = (struct epoll_event){ .events = ep->events, .data.ptr = &ep->h };
 	if (epoll_ctl(ep_epfd(ep), EPOLL_CTL_ADD, ep->h.fd, &ev))
 		return -errno;
@@ -117,7 +117,7 @@ static int epoll_ep_add(struct tcp_ep *ep)
 
 static void epoll_ep_post(struct tcp_ep *ep)
 {
-	if (ep->state == EP_OPEN && ep->tx == TX_NONE)
+	if (ep->sw.state == KN_SWR_OPEN && ep->tx == TX_NONE)
 		ep_tx(ep); /* the one syscall that moves the data */
 	else
 		ep_update_events(ep);
@@ -136,7 +136,7 @@ static void epoll_ep_stop(struct tcp_ep *ep)
 
 static void epoll_ep_close(struct tcp_ep *ep)
 {
-	if (ep->state != EP_ERROR)
+	if (ep->sw.state != KN_SWR_ERROR)
 		epoll_ctl(ep_epfd(ep), EPOLL_CTL_DEL, ep->h.fd, NULL);
 	kn__tcp_ep_free(ep);
 }
@@ -178,7 +178,7 @@ static int epoll_progress(struct tcp_ctx *c)
 			continue;
 		}
 		ep = container_of(h, struct tcp_ep, h);
-		if (ep->state == EP_CONNECTING) {
+		if (ep->sw.state == KN_SWR_STARTING) {
 			/* then send what was posted while connecting */
 			if (kn__tcp_ep_connected(ep) == 0)
 				ep_tx(ep);

@@ -19,131 +19,45 @@
  * bytes go (kn__tcp_rx_want), and reports what moved (kn__tcp_tx_got,
  * kn__tcp_rx_got).  One frame is on the wire at a time per socket, so
  * frames never interleave; answers to the peer's reads go first.
- * Anything malformed fails that endpoint alone (kn__tcp_ep_fail): it is
+ * Anything malformed fails that endpoint alone (kn__swr_ep_fail): it is
  * logged once, every pending operation completes with an error, and the
- * peer's socket is shut down.  Completions leave through
- * kn__tcp_ep_release, in post order.
+ * peer's socket is shut down (tcp_stop below).  Completions leave
+ * through kn__swr_ep_release, in post order.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "tcp_priv.h"
 
-void kn__tcp_ep_log(const struct tcp_ep *ep, const char *fmt, ...)
+/* ---- what the endpoint core asks of the wire (swrdma.h) ---- */
+
+/* @e failed: shut its socket (the peer sees it close, in-flight
+ * io_uring I/O ends too) and forget the frames it had under way. */
+static void tcp_stop(struct kn__swr_ep *e, enum kn__swr_state was)
 {
-	va_list ap;
+	struct tcp_ep *ep = container_of(e, struct tcp_ep, sw);
 
-	va_start(ap, fmt);
-	kn__tp_peer_vlog("tcp", ep->peer, fmt, ap);
-	va_end(ap);
-}
-
-/* ---- failure ---- */
-
-/*
- * Move @ep to the error state once: log @why, shut the socket (the peer
- * sees it close), and complete every pending operation, the oldest with
- * @err and the rest with -ECANCELED.  The completions leave through
- * kn__tcp_ep_release(), in order, DISCONNECT last.
- */
-void kn__tcp_ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
-{
-	bool first = true;
-	char msg[256];
-	va_list ap;
-
-	if (ep->state == EP_ERROR)
-		return;
-	va_start(ap, why);
-	vsnprintf(msg, sizeof(msg), why, ap);
-	va_end(ap);
-	/* a peer that hangs up or is not there yet is no news: DISCONNECT
-	 * and CONNECT say so; what else goes wrong is logged */
-	if (err != -ECONNRESET && err != -ECONNREFUSED && kn__tp_fail_log_ok())
-		kn__tcp_ep_log(ep, "%s (%s); endpoint closed", msg,
-			       strerror(-err));
-	if (ep->state == EP_CONNECTING) {
-		ep->connect_event = true;
-		ep->disc_event = false;
-	} else {
-		ep->disc_event = true;
-	}
-	ep->state = EP_ERROR;
-	ep->error = err;
-	shutdown(ep->h.fd, SHUT_RDWR); /* in-flight io_uring I/O ends too */
+	shutdown(ep->h.fd, SHUT_RDWR);
 	ep_ctx(ep)->drv->ep_stop(ep);
-	for (uint32_t i = ep->op_head; i != ep->op_tail; i++) {
-		struct op *op = &ep->ops[i % SQ_DEPTH];
-
-		if (op->done)
-			continue;
-		op->done = true;
-		op->status = first ? err : -ECANCELED;
-		first = false;
-	}
 	ep->tx = TX_NONE;
-	ep->op_sent = ep->op_tail;
+	ep->op_sent = ep->sw.op_tail;
 	ep->resp_head = ep->resp_tail;
-	ep->rx_owed = false;
-	ep_ready(ep);
+	(void)was;
 }
 
-/* ---- release: ring head to the completion queue, in order ---- */
-
-bool kn__tcp_ep_release(struct tcp_ep *ep)
+/* A received message's owed completion went: read the socket again. */
+static void tcp_resume(struct kn__swr_ep *e)
 {
-	struct tcp_ctx *c = ep_ctx(ep);
-	struct kn__tp_completion comp = { .ep = &ep->base };
-
-	if (ep->connect_event && ep->state != EP_CONNECTING) {
-		comp.op = KN_TP_OP_CONNECT;
-		comp.user = ep->base.user;
-		comp.status = ep->state == EP_ERROR ? ep->error : 0;
-		if (!kn__tp_cq_push(&c->cq, &comp))
-			return false;
-		ep->connect_event = false;
-	}
-	if (ep->rx_owed) {
-		if (!kn__tp_cq_push(&c->cq, &ep->rx_comp))
-			return false;
-		ep->rx_owed = false;
-		ep_kick(ep);
-	}
-	while (ep->op_head != ep->op_tail) {
-		struct op *op = &ep->ops[ep->op_head % SQ_DEPTH];
-
-		/* the kernel may still read a zero-copy send's buffer */
-		if (!op->done || op->zc_refs)
-			break;
-		comp = (struct kn__tp_completion){
-			.user = op->user,
-			.ep = &ep->base,
-			.status = op->status,
-			.op = op->kind,
-			.bytes = op->status ? 0 : op->bytes,
-		};
-		if (!kn__tp_cq_push(&c->cq, &comp))
-			return false;
-		ep->op_head++;
-	}
-	if (ep->state != EP_ERROR)
-		return true;
-	if (!kn__swr_rq_cancel(&ep->rq, &c->cq, &ep->base))
-		return false;
-	if (ep->disc_event) {
-		comp = (struct kn__tp_completion){ .user = ep->base.user,
-						   .ep = &ep->base,
-						   .status = ep->error,
-						   .op = KN_TP_OP_DISCONNECT };
-		if (!kn__tp_cq_push(&c->cq, &comp))
-			return false;
-		ep->disc_event = false;
-	}
-	return true;
+	ep_kick(container_of(e, struct tcp_ep, sw));
 }
+
+const struct kn__swr_prov kn__tcp_prov = {
+	.name = "tcp",
+	.stop = tcp_stop,
+	.resume = tcp_resume,
+};
 
 /* ---- transmit ---- */
 
@@ -159,12 +73,12 @@ bool kn__tcp_tx_want(struct tcp_ep *ep, size_t *payload_len)
 	const char *payload;
 	size_t plen;
 
-	if (ep->state != EP_OPEN)
+	if (ep->sw.state != KN_SWR_OPEN)
 		return false;
 	if (ep->tx == TX_NONE) {
 		if (ep->resp_head != ep->resp_tail)
 			ep->tx = TX_RESP;
-		else if (ep->op_sent != ep->op_tail)
+		else if (ep->op_sent != ep->sw.op_tail)
 			ep->tx = TX_OP;
 		else
 			return false;
@@ -181,7 +95,7 @@ bool kn__tcp_tx_want(struct tcp_ep *ep, size_t *payload_len)
 
 		hdr = op->hdr;
 		payload = op->payload;
-		plen = op->kind == KN_TP_OP_READ ? 0 : op->len;
+		plen = op->sw.kind == KN_TP_OP_READ ? 0 : op->len;
 	}
 	ep->tx_msg = (struct msghdr){ .msg_iov = ep->tx_iov };
 	if (ep->tx_done < KN_WIRE_HDR_LEN) {
@@ -206,7 +120,7 @@ void kn__tcp_tx_got(struct tcp_ep *ep, ssize_t n)
 	size_t plen;
 
 	if (n < 0) {
-		kn__tcp_ep_fail(ep, (int)n, "send failed");
+		kn__swr_ep_fail(&ep->sw, (int)n, "send failed");
 		return;
 	}
 	ep->tx_done += (size_t)n;
@@ -218,7 +132,7 @@ void kn__tcp_tx_got(struct tcp_ep *ep, ssize_t n)
 	} else {
 		struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
 
-		plen = op->kind == KN_TP_OP_READ ? 0 : op->len;
+		plen = op->sw.kind == KN_TP_OP_READ ? 0 : op->len;
 		if (ep->tx_done < KN_WIRE_HDR_LEN + plen)
 			return;
 		/*
@@ -226,8 +140,8 @@ void kn__tcp_tx_got(struct tcp_ep *ep, ssize_t n)
 		 * send when the kernel has let go of the buffer.
 		 */
 		op->sent = true;
-		if (op->kind != KN_TP_OP_READ && !op->zc_refs) {
-			op->done = true;
+		if (op->sw.kind != KN_TP_OP_READ && !op->sw.refs) {
+			op->sw.done = true;
 			ep_ready(ep);
 		}
 		ep->op_sent++;
@@ -244,31 +158,32 @@ void kn__tcp_tx_got(struct tcp_ep *ep, ssize_t n)
 static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 {
 	const struct kn__swr_grant *g =
-		kn__swr_grant_find(&ep->grants, ep->rh.region);
+		kn__swr_grant_find(&ep->sw.grants, ep->rh.region);
 	const char *what = right == KN_TP_REMOTE_WRITE ? "write" : "read";
 
-	if (!ep->grants.n) {
-		kn__tcp_ep_fail(
-			ep, -EACCES,
+	if (!ep->sw.grants.n) {
+		kn__swr_ep_fail(
+			&ep->sw, -EACCES,
 			"one-sided %s before anything was granted to this "
 			"peer",
 			what);
 		return NULL;
 	}
 	if (!g) {
-		kn__tcp_ep_fail(ep, -EACCES,
+		kn__swr_ep_fail(&ep->sw, -EACCES,
 				"%s with key 0x%x, never granted to this peer",
 				what, ep->rh.region);
 		return NULL;
 	}
 	if (!(g->access & right)) {
-		kn__tcp_ep_fail(ep, -EACCES, "%s of key 0x%x without the right",
-				what, ep->rh.region);
+		kn__swr_ep_fail(&ep->sw, -EACCES,
+				"%s of key 0x%x without the right", what,
+				ep->rh.region);
 		return NULL;
 	}
 	if (ep->rh.offset > g->len || ep->rh.length > g->len - ep->rh.offset) {
-		kn__tcp_ep_fail(
-			ep, -EACCES,
+		kn__swr_ep_fail(
+			&ep->sw, -EACCES,
 			"%s of [%llu, +%u) outside the %llu bytes of key 0x%x",
 			what, (unsigned long long)ep->rh.offset, ep->rh.length,
 			(unsigned long long)g->len, ep->rh.region);
@@ -280,12 +195,12 @@ static char *rx_region_range(struct tcp_ep *ep, uint32_t right)
 /* The oldest read we sent that has no answer yet, or NULL. */
 static struct op *next_read(struct tcp_ep *ep)
 {
-	if (ep->rd_next - ep->op_head > ep->op_sent - ep->op_head)
-		ep->rd_next = ep->op_head; /* released past it */
+	if (ep->rd_next - ep->sw.op_head > ep->op_sent - ep->sw.op_head)
+		ep->rd_next = ep->sw.op_head; /* released past it */
 	for (; ep->rd_next != ep->op_sent; ep->rd_next++) {
 		struct op *op = &ep->ops[ep->rd_next % SQ_DEPTH];
 
-		if (op->kind == KN_TP_OP_READ && !op->done)
+		if (op->sw.kind == KN_TP_OP_READ && !op->sw.done)
 			return op;
 	}
 	return NULL;
@@ -294,7 +209,7 @@ static struct op *next_read(struct tcp_ep *ep)
 /* A whole frame is in: report it (or owe the report) and start anew. */
 static void rx_complete(struct tcp_ep *ep)
 {
-	struct kn__tp_completion comp = { .ep = &ep->base };
+	struct kn__tp_completion comp = { .ep = &ep->sw.base };
 
 	ep->rx = RX_HDR;
 	ep->rx_hlen = 0;
@@ -302,14 +217,14 @@ static void rx_complete(struct tcp_ep *ep)
 	case T_READ: {
 		struct op *op = &ep->ops[ep->rd_next % SQ_DEPTH];
 
-		op->done = true;
+		op->sw.done = true;
 		ep->rd_next++;
 		ep_ready(ep);
 		return;
 	}
 	case T_RECV: {
 		struct kn__swr_recv *r =
-			&ep->rq.v[ep->rq.head++ % KN_SWR_RQ_DEPTH];
+			&ep->sw.rq.v[ep->sw.rq.head++ % KN_SWR_RQ_DEPTH];
 
 		comp.op = KN_TP_OP_RECV;
 		comp.user = r->user;
@@ -318,14 +233,14 @@ static void rx_complete(struct tcp_ep *ep)
 	}
 	case T_IMM:
 		comp.op = KN_TP_OP_RECV_IMM;
-		comp.user = ep->base.user;
+		comp.user = ep->sw.base.user;
 		comp.imm = ep->rh.imm;
 		comp.bytes = ep->rh.length;
 		break;
 	}
-	if (!kn__tp_cq_push(&ep_ctx(ep)->cq, &comp)) {
-		ep->rx_comp = comp;
-		ep->rx_owed = true;
+	if (!kn__tp_cq_push(&ep_ctx(ep)->sw.cq, &comp)) {
+		ep->sw.owed_comp = comp;
+		ep->sw.owed = true;
 		ep_ready(ep);
 	}
 }
@@ -347,7 +262,7 @@ static bool rx_start(struct tcp_ep *ep)
 		if (!src)
 			return false;
 		if (ep->resp_tail - ep->resp_head == SQ_DEPTH) {
-			kn__tcp_ep_fail(ep, -EPROTO,
+			kn__swr_ep_fail(&ep->sw, -EPROTO,
 					"more than %u reads outstanding",
 					SQ_DEPTH);
 			return false;
@@ -367,8 +282,8 @@ static bool rx_start(struct tcp_ep *ep)
 		struct op *op = next_read(ep);
 
 		if (!op || op->len != h->length) {
-			kn__tcp_ep_fail(
-				ep, -EPROTO,
+			kn__swr_ep_fail(
+				&ep->sw, -EPROTO,
 				op ? "read answered with %u bytes, not %u"
 				   : "answer (%u bytes) to no read%.0u",
 				h->length, op ? op->len : 0);
@@ -381,15 +296,15 @@ static bool rx_start(struct tcp_ep *ep)
 	case KN_WIRE_SEND: {
 		struct kn__swr_recv *r;
 
-		if (kn__swr_rq_empty(&ep->rq)) {
+		if (kn__swr_rq_empty(&ep->sw.rq)) {
 			ep->rx = RX_WAIT_RECV; /* until a recv is posted */
 			ep_kick(ep);
 			return true;
 		}
-		r = &ep->rq.v[ep->rq.head % KN_SWR_RQ_DEPTH];
+		r = &ep->sw.rq.v[ep->sw.rq.head % KN_SWR_RQ_DEPTH];
 		if (h->length > r->len) {
-			kn__tcp_ep_fail(
-				ep, -EMSGSIZE,
+			kn__swr_ep_fail(
+				&ep->sw, -EMSGSIZE,
 				"message of %u bytes for a %u-byte recv",
 				h->length, r->len);
 			return false;
@@ -415,11 +330,12 @@ static bool rx_start(struct tcp_ep *ep)
  */
 bool kn__tcp_rx_want(struct tcp_ep *ep, char **dst, size_t *len)
 {
-	while (ep->state == EP_OPEN && ep->rx == RX_WAIT_RECV &&
-	       !kn__swr_rq_empty(&ep->rq))
+	while (ep->sw.state == KN_SWR_OPEN && ep->rx == RX_WAIT_RECV &&
+	       !kn__swr_rq_empty(&ep->sw.rq))
 		if (!rx_start(ep))
 			return false;
-	if (ep->state != EP_OPEN || ep->rx_owed || ep->rx == RX_WAIT_RECV)
+	if (ep->sw.state != KN_SWR_OPEN || ep->sw.owed ||
+	    ep->rx == RX_WAIT_RECV)
 		return false;
 	if (ep->rx == RX_HDR) {
 		*dst = (char *)ep->rx_hdr + ep->rx_hlen;
@@ -438,11 +354,12 @@ void kn__tcp_rx_got(struct tcp_ep *ep, ssize_t n)
 	int err;
 
 	if (n == 0) {
-		kn__tcp_ep_fail(ep, -ECONNRESET, "connection closed by peer");
+		kn__swr_ep_fail(&ep->sw, -ECONNRESET,
+				"connection closed by peer");
 		return;
 	}
 	if (n < 0) {
-		kn__tcp_ep_fail(ep, (int)n, "receive failed");
+		kn__swr_ep_fail(&ep->sw, (int)n, "receive failed");
 		return;
 	}
 	if (ep->rx == RX_PAYLOAD) {
@@ -455,13 +372,13 @@ void kn__tcp_rx_got(struct tcp_ep *ep, ssize_t n)
 	ep->rx_hlen += (uint32_t)n;
 	if (ep->rx_hlen < KN_WIRE_HDR_LEN)
 		return;
-	err = kn__wire_decode(ep->rx_hdr, ep->base.ctx->max_msg, &ep->rh);
+	err = kn__wire_decode(ep->rx_hdr, ep->sw.base.ctx->max_msg, &ep->rh);
 	if (err) {
-		kn__tcp_ep_fail(ep, err, "malformed frame header");
+		kn__swr_ep_fail(&ep->sw, err, "malformed frame header");
 		return;
 	}
 	if (ep->rh.seq != ep->rx_seq++) {
-		kn__tcp_ep_fail(ep, -EPROTO, "frame %u out of sequence",
+		kn__swr_ep_fail(&ep->sw, -EPROTO, "frame %u out of sequence",
 				ep->rh.seq);
 		return;
 	}

@@ -15,13 +15,17 @@
  * and reached through the const table in ctx->drv, as Redis's ae.c
  * reaches ae_epoll.c: the framing code never names one.
  *
- * The grant table and the queue of posted recv buffers are swrdma.h's,
- * shared with the dpdk provider.
+ * The endpoint core (grants, posted recv buffers, the op ring and its
+ * release in post order, failure, the ready list) is swrdma.h's, shared
+ * with the dpdk provider: each endpoint and context begins with its
+ * half.
  *
  * The drivers call only what this header declares: the framing's
- * tx_want/tx_got and rx_want/rx_got, failure, the ready list, and the
- * life cycle of endpoints and listeners; the framing calls back into the
- * driver only through ep_kick() and the table's hooks.
+ * tx_want/tx_got and rx_want/rx_got, the core's failure and ready list,
+ * and the life cycle of endpoints and listeners; the framing calls back
+ * into the driver only through ep_kick() and the table's hooks.  The
+ * files call in one direction: the drivers use tcp.c and tcp_frame.c,
+ * tcp.c uses tcp_frame.c, and all of them use swrdma.c.
  */
 #ifndef KN_TCP_PRIV_H
 #define KN_TCP_PRIV_H
@@ -35,7 +39,7 @@
 #include "transport_priv.h"
 #include "wire.h"
 
-#define SQ_DEPTH   1024 /* posted operations per endpoint, in flight */
+#define SQ_DEPTH   KN_SWR_SQ_DEPTH /* posted operations per endpoint */
 #define RECV_CHUNK (1u << 30)
 
 enum handle_kind { H_EP = 1, H_LISTENER };
@@ -48,38 +52,42 @@ struct req {
 	void *obj; /* the endpoint or listener */
 };
 
+/* An endpoint's or listener's socket, and its I/O in the kernel. */
 struct handle {
 	enum handle_kind kind;
 	int fd;
+	/* io_uring: completions still to come; its cancel waits for room
+	 * in the SQ; once closed, on the driver's zombies until the
+	 * kernel has let go of it */
+	uint32_t inflight;
+	bool cancel_owed;
+	struct kn__list zombie;
 };
 
 struct tcp_mr {
 	struct kn__tp_mr base;
-	struct tcp_mr *prev, *next; /* the context's, freed with it */
+	struct kn__list link; /* on the context's, freed with it */
 };
 
 struct tcp_listener {
 	struct kn__tp_listener base;
 	struct handle h;
-	struct tcp_listener *next;
-	struct req req;	   /* io_uring: the multishot poll */
-	bool starved;	   /* connections wait for room in the CQ */
-	uint32_t inflight; /* io_uring: completions still to come */
+	struct kn__list link; /* on the context's */
+	struct req req;	      /* io_uring: the multishot poll */
+	bool starved;	      /* connections wait for room in the CQ */
 	bool closing;
-	bool rearm;	  /* io_uring: the poll waits for room in the SQ */
-	bool cancel_owed; /* io_uring: its cancel waits for room in the SQ */
+	bool rearm; /* io_uring: the poll waits for room in the SQ */
 };
 
-/* A posted write_imm, read or send, from post to release. */
+/*
+ * A posted write_imm, read or send, from post to release: done once
+ * sent and answered (read); sw.refs counts its zero-copy sends the
+ * kernel still holds.
+ */
 struct op {
-	uint32_t kind; /* KN_TP_OP_* */
-	int status;
-	bool sent;	  /* its frame is out */
-	bool done;	  /* sent and answered (read), released (zero-copy) */
-	uint32_t zc_refs; /* zero-copy sends of it the kernel still holds */
-	struct req zreq;  /* io_uring: tags its zero-copy sends */
-	void *user;
-	uint64_t bytes;
+	struct kn__swr_op sw;
+	bool sent;	 /* its frame is out */
+	struct req zreq; /* io_uring: tags its zero-copy sends */
 	uint8_t hdr[KN_WIRE_HDR_LEN];
 	const char *payload; /* WRITE_IMM, SEND */
 	char *dst;	     /* READ: where the answer goes */
@@ -93,28 +101,25 @@ struct resp {
 	uint32_t len;
 };
 
-enum ep_state { EP_CONNECTING, EP_OPEN, EP_ERROR };
 enum rx_state { RX_HDR, RX_WAIT_RECV, RX_PAYLOAD };
 enum rx_target { T_IMM, T_RECV, T_READ };
 enum tx_kind { TX_NONE, TX_OP, TX_RESP };
 
+/*
+ * An endpoint; sw.owed_comp is a received message's completion that
+ * found the CQ full (the socket is not read until it goes), and
+ * sw.closing means the io_uring driver waits for the kernel to let go.
+ */
 struct tcp_ep {
-	struct kn__tp_ep base;
+	struct kn__swr_ep sw;
 	struct handle h;
-	struct tcp_ep *prev, *next;
-	enum ep_state state;
-	int error;	    /* first failure, negative errno */
-	bool connect_event; /* a CONNECT completion is owed */
-	bool disc_event;    /* a DISCONNECT completion is owed */
-	uint32_t events;    /* epoll interest now registered */
-	char peer[64];
-	struct kn__swr_grants grants;
+	uint32_t events; /* epoll interest now registered */
 
-	struct op ops[SQ_DEPTH]; /* ring: head released, sent, tail */
-	uint32_t op_head, op_sent, op_tail, rd_next;
+	/* ring sw.ops: sw.op_head released, op_sent, sw.op_tail */
+	struct op ops[SQ_DEPTH];
+	uint32_t op_sent, rd_next;
 	struct resp resps[SQ_DEPTH];
 	uint32_t resp_head, resp_tail;
-	struct kn__swr_rq rq; /* posted recv buffers */
 
 	enum tx_kind tx;      /* the frame on the wire */
 	size_t tx_done;	      /* its bytes sent so far */
@@ -129,36 +134,23 @@ struct tcp_ep {
 	struct kn__wire_hdr rh;
 	char *rx_dst;
 	uint64_t rx_left;
-	bool rx_owed; /* rx_comp waits for room in the CQ */
-	struct kn__tp_completion rx_comp;
 
 	/* io_uring: at most one recv and one send in flight */
 	struct req rx_req, tx_req, zresp_req, conn_req;
-	bool rx_inflight, tx_inflight, closing;
-	bool cancel_owed;  /* its cancel waits for room in the SQ */
-	bool zc;	   /* zero-copy sends pay off: the peer is not local */
-	uint32_t inflight; /* completions still to come */
-
-	/* on the context's ready list: it may have completions to release */
-	bool ready;
-	struct tcp_ep *ready_prev, *ready_next;
+	bool rx_inflight, tx_inflight;
+	bool zc; /* zero-copy sends pay off: the peer is not local */
 };
 
 struct tcp_driver;
 
 /* The context; each driver's own begins with it (ctx_size below). */
 struct tcp_ctx {
-	struct kn__tp_ctx base;
+	struct kn__swr_ctx sw; /* its endpoints, the ready list, the CQ */
 	const struct tcp_driver *drv;
-	struct kn__tp_cq cq; /* completions not yet polled */
-	struct tcp_mr *mrs;
+	struct kn__list mrs;
 	bool test_keys;	  /* KN_TP_CTX_TEST_KEYS */
 	bool zc_loopback; /* KN_TP_CTX_ZC_LOOPBACK */
-	struct tcp_ep *eps;
-	/* the endpoints that may have completions to release, oldest
-	 * first: poll visits these, not every endpoint */
-	struct tcp_ep *ready_head, *ready_tail;
-	struct tcp_listener *listeners;
+	struct kn__list listeners;
 };
 
 /*
@@ -176,7 +168,7 @@ struct tcp_driver {
 	 * of theirs may still be the kernel's when it returns. */
 	void (*fini)(struct tcp_ctx *c);
 	/* Watch a new endpoint (connecting or open), not yet listed in
-	 * c->eps: 0, or a negative errno and the caller frees it. */
+	 * c->sw.eps: 0, or a negative errno and the caller frees it. */
 	int (*ep_add)(struct tcp_ep *ep);
 	/* The endpoint's state changed: ask for what it can do now. */
 	void (*ep_kick)(struct tcp_ep *ep);
@@ -186,7 +178,7 @@ struct tcp_driver {
 	void (*ep_recv_posted)(struct tcp_ep *ep);
 	/* The endpoint failed (ep_fail, its socket shut): stop watching. */
 	void (*ep_stop)(struct tcp_ep *ep);
-	/* Close an endpoint already taken off c->eps: free it with
+	/* Close an endpoint already taken off c's lists: free it with
 	 * kn__tcp_ep_free(), now or once the kernel has let go of it. */
 	void (*ep_close)(struct tcp_ep *ep);
 	/* Watch a new listener: 0, or a negative errno. */
@@ -215,56 +207,33 @@ extern const struct tcp_driver kn__tcp_uring_driver;
 
 static inline struct tcp_ctx *tctx(struct kn__tp_ctx *c)
 {
-	return container_of(c, struct tcp_ctx, base);
+	return container_of(c, struct tcp_ctx, sw.base);
 }
 
 static inline struct tcp_ep *tep(struct kn__tp_ep *e)
 {
-	return container_of(e, struct tcp_ep, base);
+	return container_of(e, struct tcp_ep, sw.base);
+}
+
+static inline struct tcp_ep *tep_of(struct kn__list *link)
+{
+	return container_of(link, struct tcp_ep, sw.link);
+}
+
+static inline struct tcp_listener *tlistener_of(struct kn__list *link)
+{
+	return container_of(link, struct tcp_listener, link);
 }
 
 static inline struct tcp_ctx *ep_ctx(const struct tcp_ep *ep)
 {
-	return tctx(ep->base.ctx);
+	return tctx(ep->sw.base.ctx);
 }
 
-/*
- * @ep may have something to release now (an operation done, an owed
- * completion, a state change): put it on its context's ready list for
- * the next poll.  A closing endpoint is gone from the list for good.
- */
+/* @ep may have something to release: on the ready list (swrdma.h). */
 static inline void ep_ready(struct tcp_ep *ep)
 {
-	struct tcp_ctx *c = ep_ctx(ep);
-
-	if (ep->ready || ep->closing)
-		return;
-	ep->ready = true;
-	ep->ready_next = NULL;
-	ep->ready_prev = c->ready_tail;
-	if (c->ready_tail)
-		c->ready_tail->ready_next = ep;
-	else
-		c->ready_head = ep;
-	c->ready_tail = ep;
-}
-
-/* Take @ep off its context's ready list, if it is there. */
-static inline void ep_unready(struct tcp_ep *ep)
-{
-	struct tcp_ctx *c = ep_ctx(ep);
-
-	if (!ep->ready)
-		return;
-	ep->ready = false;
-	if (ep->ready_prev)
-		ep->ready_prev->ready_next = ep->ready_next;
-	else
-		c->ready_head = ep->ready_next;
-	if (ep->ready_next)
-		ep->ready_next->ready_prev = ep->ready_prev;
-	else
-		c->ready_tail = ep->ready_prev;
+	kn__swr_ep_ready(&ep->sw);
 }
 
 /* After the endpoint's state changed: ask for what it can do now. */
@@ -277,27 +246,13 @@ static inline void ep_kick(struct tcp_ep *ep)
 static inline bool tx_pending(const struct tcp_ep *ep)
 {
 	return ep->tx != TX_NONE || ep->resp_head != ep->resp_tail ||
-	       ep->op_sent != ep->op_tail;
+	       ep->op_sent != ep->sw.op_tail;
 }
 
 /* tcp_frame.c: an endpoint's wire. */
 
-/* One log line about @ep: "kanel: tcp: peer HOST:PORT: ...". */
-void kn__tcp_ep_log(const struct tcp_ep *ep, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-/*
- * Move @ep to the error state once: log @why, shut the socket, and
- * complete every pending operation (through kn__tcp_ep_release).
- */
-void kn__tcp_ep_fail(struct tcp_ep *ep, int err, const char *why, ...)
-	__attribute__((format(printf, 3, 4)));
-
-/*
- * Move @ep's finished work to the completion queue, in order: false when
- * the queue filled before all of it went.
- */
-bool kn__tcp_ep_release(struct tcp_ep *ep);
+/* The wire's hooks for the endpoint core: failure, owed completions. */
+extern const struct kn__swr_prov kn__tcp_prov;
 
 /*
  * The next bytes to send, as ep->tx_msg over ep->tx_iov, or false when
@@ -321,7 +276,7 @@ void kn__tcp_rx_got(struct tcp_ep *ep, ssize_t n);
 
 /*
  * A connecting endpoint's socket became writable: 0 when it is open now,
- * else the negative errno it failed with (kn__tcp_ep_fail done).
+ * else the negative errno it failed with (kn__swr_ep_fail done).
  */
 int kn__tcp_ep_connected(struct tcp_ep *ep);
 

@@ -41,10 +41,10 @@ struct uring_ctx {
 	int ring_err;	/* the ring failed: every poll returns this */
 	size_t zc_threshold;
 	struct io_uring ring;
-	int ring_evfd;		/* signalled on completions: kn__tp_fd */
-	uint32_t cancels_owed;	/* cancellations waiting for room */
-	struct tcp_ep *zombies; /* closed, waiting for their completions */
-	struct tcp_listener *zombie_listeners;
+	int ring_evfd;	       /* signalled on completions: kn__tp_fd */
+	uint32_t cancels_owed; /* cancellations waiting for room */
+	/* handles closed, waiting for their completions */
+	struct kn__list zombies;
 };
 
 /* Tags submissions whose completion needs nothing (cancellations). */
@@ -157,21 +157,31 @@ static void cancel_fd(struct uring_ctx *u, int fd, bool *owed)
 	*owed = false;
 }
 
+static void retry_cancel(struct uring_ctx *u, struct handle *h)
+{
+	if (h->cancel_owed)
+		cancel_fd(u, h->fd, &h->cancel_owed);
+}
+
 /* Try again the cancellations that found no room. */
 static void retry_cancels(struct uring_ctx *u)
 {
-	struct tcp_ep *lists[] = { u->tcp.eps, u->zombies };
-	struct tcp_listener *llists[] = { u->tcp.listeners,
-					  u->zombie_listeners };
+	struct kn__list *n;
 
-	for (int i = 0; i < 2; i++)
-		for (struct tcp_ep *ep = lists[i]; ep; ep = ep->next)
-			if (ep->cancel_owed)
-				cancel_fd(u, ep->h.fd, &ep->cancel_owed);
-	for (int i = 0; i < 2; i++)
-		for (struct tcp_listener *l = llists[i]; l; l = l->next)
-			if (l->cancel_owed)
-				cancel_fd(u, l->h.fd, &l->cancel_owed);
+	kn__list_each(n, &u->tcp.sw.eps) retry_cancel(u, &tep_of(n)->h);
+	kn__list_each(n, &u->tcp.listeners)
+		retry_cancel(u, &tlistener_of(n)->h);
+	kn__list_each(n, &u->zombies)
+		retry_cancel(u, container_of(n, struct handle, zombie));
+}
+
+/* Free a zombie's endpoint or listener: the kernel let go of it. */
+static void zombie_free(struct handle *h)
+{
+	if (h->kind == H_EP)
+		kn__tcp_ep_free(container_of(h, struct tcp_ep, h));
+	else
+		kn__tcp_listener_free(container_of(h, struct tcp_listener, h));
 }
 
 /* (Re)arm @l's multishot poll; with no room, the next poll tries again. */
@@ -184,7 +194,7 @@ static void listener_arm(struct uring_ctx *u, struct tcp_listener *l)
 		return;
 	io_uring_prep_poll_multishot(sqe, l->h.fd, POLLIN);
 	io_uring_sqe_set_data(sqe, &l->req);
-	l->inflight++;
+	l->h.inflight++;
 }
 
 /* ---- transmit and receive ---- */
@@ -195,17 +205,19 @@ static void arm_rx(struct tcp_ep *ep)
 	char *dst;
 	size_t len;
 
-	if (ep->rx_inflight || ep->closing || !kn__tcp_rx_want(ep, &dst, &len))
+	if (ep->rx_inflight || ep->sw.closing ||
+	    !kn__tcp_rx_want(ep, &dst, &len))
 		return;
 	sqe = get_sqe(ep_uctx(ep));
 	if (!sqe) {
-		kn__tcp_ep_fail(ep, -EBUSY, "no room in the submission queue");
+		kn__swr_ep_fail(&ep->sw, -EBUSY,
+				"no room in the submission queue");
 		return;
 	}
 	io_uring_prep_recv(sqe, ep->h.fd, dst, len, 0);
 	io_uring_sqe_set_data(sqe, &ep->rx_req);
 	ep->rx_inflight = true;
-	ep->inflight++;
+	ep->h.inflight++;
 }
 
 static void arm_tx(struct tcp_ep *ep)
@@ -214,11 +226,12 @@ static void arm_tx(struct tcp_ep *ep)
 	struct io_uring_sqe *sqe;
 	size_t plen;
 
-	if (ep->tx_inflight || ep->closing || !kn__tcp_tx_want(ep, &plen))
+	if (ep->tx_inflight || ep->sw.closing || !kn__tcp_tx_want(ep, &plen))
 		return;
 	sqe = get_sqe(u);
 	if (!sqe) {
-		kn__tcp_ep_fail(ep, -EBUSY, "no room in the submission queue");
+		kn__swr_ep_fail(&ep->sw, -EBUSY,
+				"no room in the submission queue");
 		return;
 	}
 	if (ep->zc && plen >= u->zc_threshold) {
@@ -229,7 +242,7 @@ static void arm_tx(struct tcp_ep *ep)
 			struct op *op = &ep->ops[ep->op_sent % SQ_DEPTH];
 
 			op->zreq = (struct req){ R_TX_ZC, ep };
-			op->zc_refs++;
+			op->sw.refs++;
 			io_uring_sqe_set_data(sqe, &op->zreq);
 		} else {
 			io_uring_sqe_set_data(sqe, &ep->zresp_req);
@@ -239,7 +252,7 @@ static void arm_tx(struct tcp_ep *ep)
 		io_uring_sqe_set_data(sqe, &ep->tx_req);
 	}
 	ep->tx_inflight = true;
-	ep->inflight++;
+	ep->h.inflight++;
 }
 
 /* ---- endpoint and listener hooks ---- */
@@ -255,7 +268,7 @@ static int uring_ep_add(struct tcp_ep *ep)
 {
 	struct io_uring_sqe *sqe;
 
-	if (ep->state != EP_CONNECTING) {
+	if (ep->sw.state != KN_SWR_STARTING) {
 		arm_rx(ep);
 		return 0;
 	}
@@ -265,7 +278,7 @@ static int uring_ep_add(struct tcp_ep *ep)
 		return -EBUSY;
 	io_uring_prep_poll_add(sqe, ep->h.fd, POLLOUT);
 	io_uring_sqe_set_data(sqe, &ep->conn_req);
-	ep->inflight++;
+	ep->h.inflight++;
 	return 0;
 }
 
@@ -296,15 +309,14 @@ static void uring_ep_close(struct tcp_ep *ep)
 	 * zero-copy send): cancel, and free it only once every completion
 	 * has come back (uring_progress reaps it).
 	 */
-	ep->closing = true;
+	ep->sw.closing = true;
 	shutdown(ep->h.fd, SHUT_RDWR);
-	if (!ep->inflight) {
+	if (!ep->h.inflight) {
 		kn__tcp_ep_free(ep);
 		return;
 	}
-	cancel_fd(u, ep->h.fd, &ep->cancel_owed);
-	ep->next = u->zombies;
-	u->zombies = ep;
+	cancel_fd(u, ep->h.fd, &ep->h.cancel_owed);
+	kn__list_push(&u->zombies, &ep->h.zombie);
 	ring_submit(u);
 }
 
@@ -318,15 +330,14 @@ static void uring_listener_close(struct tcp_listener *l)
 {
 	struct uring_ctx *u = uctx(tctx(l->base.ctx));
 
-	if (!l->inflight) {
+	if (!l->h.inflight) {
 		kn__tcp_listener_free(l);
 		return;
 	}
 	/* freed when its poll's last completion is back */
 	l->closing = true;
-	cancel_fd(u, l->h.fd, &l->cancel_owed);
-	l->next = u->zombie_listeners;
-	u->zombie_listeners = l;
+	cancel_fd(u, l->h.fd, &l->h.cancel_owed);
+	kn__list_push(&u->zombies, &l->h.zombie);
 	ring_submit(u);
 }
 
@@ -337,7 +348,7 @@ static void listener_complete(struct uring_ctx *u, struct tcp_listener *l,
 			      const struct io_uring_cqe *cqe, bool more)
 {
 	if (!more)
-		l->inflight--;
+		l->h.inflight--;
 	if (l->closing)
 		return;
 	if (cqe->res < 0 && cqe->res != -ECANCELED)
@@ -369,24 +380,24 @@ static void uring_complete(struct uring_ctx *u, const struct io_uring_cqe *cqe)
 	}
 	ep = r->obj;
 	if (!more)
-		ep->inflight--;
+		ep->h.inflight--;
 	if (r->kind == R_TX_ZC && (cqe->flags & IORING_CQE_F_NOTIF)) {
 		/* the kernel let go of a zero-copy send's buffer */
 		if (r != &ep->zresp_req) {
 			struct op *op = container_of(r, struct op, zreq);
 
-			if (--op->zc_refs == 0 && op->sent &&
-			    op->kind != KN_TP_OP_READ)
-				op->done = true;
-			ep_ready(ep); /* released once zc_refs is 0 */
+			if (--op->sw.refs == 0 && op->sent &&
+			    op->sw.kind != KN_TP_OP_READ)
+				op->sw.done = true;
+			ep_ready(ep); /* released once its refs are 0 */
 		}
 		return;
 	}
 	if (r->kind == R_TX_ZC && !more && r != &ep->zresp_req) {
-		container_of(r, struct op, zreq)->zc_refs--; /* no notif */
+		container_of(r, struct op, zreq)->sw.refs--; /* no notif */
 		ep_ready(ep);
 	}
-	if (ep->closing || ep->state == EP_ERROR) {
+	if (ep->sw.closing || ep->sw.state == KN_SWR_ERROR) {
 		ep->rx_inflight &= r->kind != R_RX;
 		ep->tx_inflight &= r->kind == R_RX || r->kind == R_CONNECT;
 		return;
@@ -394,7 +405,8 @@ static void uring_complete(struct uring_ctx *u, const struct io_uring_cqe *cqe)
 	switch (r->kind) {
 	case R_CONNECT:
 		if (cqe->res < 0)
-			kn__tcp_ep_fail(ep, cqe->res, "connect: poll failed");
+			kn__swr_ep_fail(&ep->sw, cqe->res,
+					"connect: poll failed");
 		else if (kn__tcp_ep_connected(ep) == 0)
 			uring_ep_kick(ep);
 		break;
@@ -420,6 +432,7 @@ static int uring_progress(struct tcp_ctx *c)
 {
 	struct uring_ctx *u = uctx(c);
 	struct io_uring_cqe *cqe;
+	struct kn__list *it, *tmp;
 	unsigned int head, n = 0;
 	uint64_t v;
 	int ret;
@@ -442,7 +455,10 @@ static int uring_progress(struct tcp_ctx *c)
 	}
 	io_uring_cq_advance(&u->ring, n);
 	/* a multishot poll fires on new connections only */
-	for (struct tcp_listener *l = c->listeners; l; l = l->next) {
+	kn__list_each(it, &c->listeners)
+	{
+		struct tcp_listener *l = tlistener_of(it);
+
 		if (l->closing)
 			continue;
 		if (l->rearm)
@@ -452,29 +468,16 @@ static int uring_progress(struct tcp_ctx *c)
 	}
 	if (u->cancels_owed)
 		retry_cancels(u);
-	for (struct tcp_ep **p = &u->zombies; *p;) {
-		struct tcp_ep *ep = *p;
+	kn__list_each_safe(it, tmp, &u->zombies)
+	{
+		struct handle *h = container_of(it, struct handle, zombie);
 
-		if (ep->inflight) {
-			p = &ep->next;
+		if (h->inflight)
 			continue;
-		}
-		if (ep->cancel_owed)
+		if (h->cancel_owed)
 			u->cancels_owed--;
-		*p = ep->next;
-		kn__tcp_ep_free(ep);
-	}
-	for (struct tcp_listener **p = &u->zombie_listeners; *p;) {
-		struct tcp_listener *l = *p;
-
-		if (l->inflight) {
-			p = &l->next;
-			continue;
-		}
-		if (l->cancel_owed)
-			u->cancels_owed--;
-		*p = l->next;
-		kn__tcp_listener_free(l);
+		kn__list_del(it);
+		zombie_free(h);
 	}
 	/* the recvs and sends armed above are in flight while we sleep */
 	if (io_uring_sq_ready(&u->ring))
@@ -505,13 +508,21 @@ static int uring_fd(const struct tcp_ctx *c)
 
 static bool uring_busy(const struct uring_ctx *u)
 {
-	for (const struct tcp_ep *ep = u->tcp.eps; ep; ep = ep->next)
-		if (ep->inflight)
-			return true;
-	for (const struct tcp_listener *l = u->tcp.listeners; l; l = l->next)
-		if (l->inflight)
-			return true;
-	return u->zombies || u->zombie_listeners;
+	struct kn__list *n;
+
+	kn__list_each(n, &u->tcp.sw.eps) if (tep_of(n)->h.inflight) return true;
+	kn__list_each(
+		n,
+		&u->tcp.listeners) if (tlistener_of(n)->h.inflight) return true;
+	return !kn__list_empty(&u->zombies);
+}
+
+/* Shut @h's socket and cancel what the kernel still has of it. */
+static void stop_handle(struct uring_ctx *u, struct handle *h)
+{
+	shutdown(h->fd, SHUT_RDWR);
+	if (h->inflight)
+		cancel_fd(u, h->fd, &h->cancel_owed);
 }
 
 /*
@@ -523,18 +534,17 @@ static void uring_quiesce(struct uring_ctx *u)
 {
 	struct __kernel_timespec ts = { .tv_nsec = 1000000 };
 	struct io_uring_cqe *cqe;
+	struct kn__list *n;
 
-	for (struct tcp_ep *ep = u->tcp.eps; ep; ep = ep->next) {
-		ep->closing = true;
-		shutdown(ep->h.fd, SHUT_RDWR);
-		if (ep->inflight)
-			cancel_fd(u, ep->h.fd, &ep->cancel_owed);
+	kn__list_each(n, &u->tcp.sw.eps)
+	{
+		tep_of(n)->sw.closing = true;
+		stop_handle(u, &tep_of(n)->h);
 	}
-	for (struct tcp_listener *l = u->tcp.listeners; l; l = l->next) {
-		l->closing = true;
-		shutdown(l->h.fd, SHUT_RDWR);
-		if (l->inflight)
-			cancel_fd(u, l->h.fd, &l->cancel_owed);
+	kn__list_each(n, &u->tcp.listeners)
+	{
+		tlistener_of(n)->closing = true;
+		stop_handle(u, &tlistener_of(n)->h);
 	}
 	for (int i = 0; i < 1000 && uring_busy(u); i++) {
 		int ret;
@@ -553,23 +563,24 @@ static void uring_quiesce(struct uring_ctx *u)
 static void uring_fini(struct tcp_ctx *c)
 {
 	struct uring_ctx *u = uctx(c);
+	struct kn__list *n, *tmp;
 
 	uring_quiesce(u);
 	/* exiting the ring cancels and waits for what is in flight */
 	io_uring_queue_exit(&u->ring);
 	close(u->ring_evfd);
-	while (u->zombies) {
-		struct tcp_ep *ep = u->zombies;
+	/* what is left reports nothing: the context goes */
+	kn__list_each_safe(n, tmp, &u->zombies)
+	{
+		struct handle *h = container_of(n, struct handle, zombie);
 
-		u->zombies = ep->next;
-		close(ep->h.fd);
-		kn__tcp_ep_dealloc(ep);
-	}
-	while (u->zombie_listeners) {
-		struct tcp_listener *l = u->zombie_listeners;
-
-		u->zombie_listeners = l->next;
-		kn__tcp_listener_free(l);
+		if (h->kind == H_EP) {
+			close(h->fd);
+			kn__tcp_ep_dealloc(container_of(h, struct tcp_ep, h));
+		} else {
+			kn__tcp_listener_free(
+				container_of(h, struct tcp_listener, h));
+		}
 	}
 }
 
@@ -592,6 +603,7 @@ static int uring_init(struct tcp_ctx *c, const struct kn__tp_ctx_attr *attr)
 	struct io_uring_probe *probe;
 	int ret;
 
+	kn__list_init(&u->zombies);
 	if (attr && (attr->flags & KN_TP_CTX_FORCE_EPOLL))
 		return -EOPNOTSUPP;
 	ret = io_uring_queue_init_params(RING_ENTRIES, &u->ring, &p);

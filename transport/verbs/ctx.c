@@ -182,6 +182,9 @@ static int verbs_ctx_create(const struct kn__tp_ctx_attr *attr,
 	if (!c)
 		return -ENOMEM;
 	c->base.ops = &kn__tp_verbs_ops;
+	kn__list_init(&c->mrs);
+	c->ep_free = kn__verbs_ep_free;
+	c->ep_established = kn__verbs_ep_established;
 	c->base.name = c->name;
 	c->base.max_msg = attr && attr->max_msg ? attr->max_msg : 4096;
 	c->epfd = c->evfd = -1;
@@ -219,6 +222,7 @@ fail:
 static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 {
 	struct vctx *c = vctx_of(ctx);
+	struct kn__list *n, *tmp;
 
 	for (uint32_t s = 0; s < MAX_EPS; s++)
 		if (c->slots[s])
@@ -226,12 +230,8 @@ static void verbs_ctx_destroy(struct kn__tp_ctx *ctx)
 	while (c->listeners)
 		kn__verbs_listener_close(&c->listeners->base);
 	kn__verbs_grants_drop(c, NULL, NULL);
-	while (c->mrs) {
-		struct vmr *m = c->mrs;
-
-		c->mrs = m->next;
-		free(m);
-	}
+	kn__list_each_safe(n, tmp, &c->mrs)
+		free(container_of(n, struct vmr, link));
 	while (c->regs) {
 		struct reg *r = c->regs;
 

@@ -81,19 +81,16 @@ static bool drained(const struct vep *ep)
 
 void kn__verbs_ep_fail(struct vep *ep, int err, const char *why, ...)
 {
-	char msg[256];
 	bool first = true;
 	va_list ap;
 
 	if (ep->state == EP_ERROR)
 		return;
-	va_start(ap, why);
-	vsnprintf(msg, sizeof(msg), why, ap);
-	va_end(ap);
-	/* as over tcp: a peer hanging up or not listening is no news */
-	if (!ep->zombie && err != -ECONNRESET && err != -ECONNREFUSED &&
-	    kn__tp_fail_log_ok())
-		ep_log(ep, "%s (%s); endpoint closed", msg, strerror(-err));
+	if (!ep->zombie) { /* closed: nobody to tell */
+		va_start(ap, why);
+		kn__tp_fail_vlog("verbs", ep->peer, err, why, ap);
+		va_end(ap);
+	}
 	if (ep->state == EP_RESOLVING) {
 		ep_ctx(ep)->resolving--;
 		ep->report_connect = true;
@@ -233,7 +230,7 @@ void kn__verbs_ep_release(struct vep *ep)
 	}
 	ep->report_disc = false;
 	if (ep->zombie)
-		kn__verbs_ep_free(ep);
+		c->ep_free(ep);
 	return;
 full:
 	ready(ep); /* the rest at the next poll */
@@ -477,7 +474,7 @@ static void on_recv_wc(struct vctx *c, const struct ibv_wc *wc)
 	}
 	/* data can beat the ESTABLISHED event: it proves the connection */
 	if (ep && ep->state == EP_ACCEPTING)
-		kn__verbs_ep_established(ep);
+		c->ep_established(ep);
 	if (!ep || ep->zombie || ep->state != EP_OPEN) {
 		kn__verbs_bounce_repost(c, idx);
 		return;

@@ -182,10 +182,7 @@ int kn__verbs_mr_reg(struct kn__tp_ctx *ctx, void *addr, size_t len,
 	m->base.len = len;
 	m->base.access = access;
 	m->reg = r;
-	m->next = c->mrs;
-	if (c->mrs)
-		c->mrs->prev = m;
-	c->mrs = m;
+	kn__list_push(&c->mrs, &m->link);
 	*out = &m->base;
 	return 0;
 }
@@ -196,12 +193,7 @@ void kn__verbs_mr_dereg(struct kn__tp_mr *mr)
 	struct vctx *c = vctx_of(mr->ctx);
 	struct reg *r = m->reg;
 
-	if (m->prev)
-		m->prev->next = m->next;
-	else
-		c->mrs = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
+	kn__list_del(&m->link);
 	free(m);
 	if (--r->refs)
 		return;

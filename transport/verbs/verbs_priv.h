@@ -56,10 +56,11 @@
  * (endpoints, their queue pairs and handshake, rdma_cm and async
  * events, listeners) -> mr.c (registrations, RLIMIT_MEMLOCK accounting,
  * grants) -> datapath.c (posts, work requests, completions and their
- * release).  Two calls go back up, both from datapath.c into conn.c: a
- * zombie endpoint whose flush is done is freed (kn__verbs_ep_free), and
- * data that beats the ESTABLISHED event establishes the connection
- * (kn__verbs_ep_established).  The hot path (post, issue, poll the CQ,
+ * release).  Two things datapath.c needs are conn.c's, and it reaches
+ * them through hooks ctx.c sets in the context, so that no file calls
+ * one above it: a zombie endpoint whose flush is done is freed
+ * (c->ep_free), and data that beats the ESTABLISHED event establishes
+ * the connection (c->ep_established).  Both are cold.  The hot path (post, issue, poll the CQ,
  * release) lives in datapath.c, so that its helpers inline there.
  */
 #ifndef KN_TRANSPORT_VERBS_PRIV_H
@@ -72,6 +73,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "list.h"
 #include "transport_priv.h"
 
 #define MAX_EPS	    1024 /* endpoints (and zombies) per context */
@@ -231,7 +233,7 @@ struct reg {
 struct vmr {
 	struct kn__tp_mr base;
 	struct reg *reg;
-	struct vmr *prev, *next;
+	struct kn__list link; /* on the context's */
 };
 
 /*
@@ -248,6 +250,10 @@ struct dev_alarm {
 
 struct vctx {
 	struct kn__tp_ctx base;
+	/* conn.c's, for datapath.c (set by ctx.c): kn__verbs_ep_free and
+	 * kn__verbs_ep_established */
+	void (*ep_free)(struct vep *ep);
+	void (*ep_established)(struct vep *ep);
 	char name[32];
 	struct ibv_context **devices; /* rdma_cm's, held while we live */
 	struct ibv_context *verbs;
@@ -286,7 +292,7 @@ struct vctx {
 	struct vlistener *listeners;
 	unsigned int resolving;
 	struct reg *regs;
-	struct vmr *mrs;
+	struct kn__list mrs;
 	struct kn__tp_cq cq_ring; /* completions waiting for kn__tp_poll */
 };
 
