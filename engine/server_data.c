@@ -195,7 +195,7 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 		/* the coordinator's plan, which no worker is to blame for */
 		kn__log(&s->node, "chunk %u: the rule refused plan %llu: %s",
 			ch->idx, (unsigned long long)ev->epoch, strerror(-n));
-		kn__srv_fatal(s, -EPROTO, "a plan the protocol refuses");
+		srv_fatal(s, -EPROTO, "a plan the protocol refuses");
 		return true;
 	}
 	if (n < 0) {
@@ -220,7 +220,7 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 					     t - ch->round_t);
 			ch->round_t = 0;
 			if (o < 0 || kn__srv_apply(s, ch, a, o)) {
-				kn__srv_fatal(s, -EIO, "an apply failed");
+				srv_fatal(s, -EIO, "an apply failed");
 				return true;
 			}
 			kn__hist_add(&s->stages.apply, kn__now() - t);
@@ -251,7 +251,7 @@ void kn__srv_event(struct server *s, struct srv_chunk *ch,
 	if (ch->qhead == ch->qtail && feed(s, ch, ev))
 		return;
 	if (ch->qtail - ch->qhead == ch->qcap) {
-		kn__srv_fatal(s, -ENOBUFS, "a chunk's event queue overflowed");
+		srv_fatal(s, -ENOBUFS, "a chunk's event queue overflowed");
 		return;
 	}
 	ch->queue[ch->qtail++ % ch->qcap] = *ev;

@@ -5,7 +5,7 @@
  * fp32 master copy and optimizer state per chunk, and one chunk rule
  * (sync/) per chunk that says when to apply what and whom to release.
  *
- * The files, one concern each:
+ * The files, one concern each, each calling only those below it:
  *   server.c        the role's entry point and loop, start-up (the
  *                   layout, the chunks), the control messages;
  *   server_data.c   the data path: pushes in as events of the chunk
@@ -189,10 +189,19 @@ static inline const void *slot_ptr(struct server *s, const struct srv_chunk *ch,
 	return s->slots + kn__layout_slot(s->layout, ch->idx, worker, parity);
 }
 
-/* ---- server.c ---- */
-
 /* Log @why and end the server's loop with @status. */
-void kn__srv_fatal(struct server *s, int status, const char *why);
+static inline void srv_fatal(struct server *s, int status, const char *why)
+{
+	kn__log(&s->node, "%s", why);
+	s->status = status;
+	s->done = true;
+}
+
+/*
+ * The files' functions, called top to bottom: server.c calls those of
+ * server_data.c and server_ckpt.c, server_data.c those of server_apply.c
+ * and server_ckpt.c, and these two call none (no circle).
+ */
 
 /* ---- server_data.c: the data path ---- */
 
@@ -203,6 +212,7 @@ void kn__srv_on_written(struct kn__node *n, void *user, int status);
 /* Feed @ev to @ch's rule now, or queue it behind the events waiting. */
 void kn__srv_event(struct server *s, struct srv_chunk *ch,
 		   const struct kn__sync_event *ev);
+/* Start @ch's rule from its master copy (worker 0's INIT, a restore). */
 void kn__srv_init_chunk(struct server *s, struct srv_chunk *ch);
 void kn__srv_join(struct server *s, uint32_t w);
 void kn__srv_leave(struct server *s, uint32_t w);
@@ -221,7 +231,10 @@ int kn__srv_setup_checkpoints(struct server *s);
 void kn__srv_checkpoint(struct server *s, struct srv_chunk *ch,
 			uint64_t version);
 int kn__srv_offer_checkpoints(struct server *s);
-void kn__srv_on_restore(struct server *s, uint64_t version);
+/* RESTORE: @version loaded into every chunk, their rules started anew
+ * (each chunk is then to be initialized: kn__srv_init_chunk).  0, or
+ * the server failed (logged). */
+int kn__srv_restore(struct server *s, uint64_t version);
 void kn__srv_on_recover(struct server *s);
 
 #endif /* KN_ENGINE_SERVER_PRIV_H */
