@@ -436,7 +436,6 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 		/* its slots are free: it is no member any more */
 		s->workers[ch->peer_rank].ch = NULL;
 		s->workers[ch->peer_rank].ready = false;
-		kn__srv_pend_drop(s, ch->peer_rank);
 		kn__srv_leave(s, ch->peer_rank);
 	}
 }
@@ -470,7 +469,6 @@ static void server_free(struct server *s)
 		for (uint32_t w = 0; w < s->layout->nworkers; w++) {
 			free(s->workers[w].params);
 			free(s->workers[w].grads);
-			free(s->workers[w].pend);
 		}
 	for (int i = 0; i < CKPT_OPEN; i++)
 		kn__ckpt_abort(s->ckpt[i]); /* unsealed: never a checkpoint */
@@ -634,7 +632,6 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 				break;
 			}
 		}
-		kn__srv_flush_pending(&s);
 		heartbeat(&s);
 		ret = kn__node_step(&s.node, 100, -1);
 		if (ret < 0) {

@@ -10,7 +10,7 @@
  *                   layout, the chunks), the control messages;
  *   server_data.c   the data path: pushes in as events of the chunk
  *                   rules, their actions carried out, releases written
- *                   back (and kept while the transport has no room);
+ *                   back;
  *   server_apply.c  an APPLY: the sum or the optimizer's update over
  *                   the contributions, into an out buffer;
  *   server_ckpt.c   checkpoints: written as chunks make their versions,
@@ -62,12 +62,6 @@
  * behind (ASP) gets its oldest file abandoned. */
 #define CKPT_OPEN 2
 
-/* A release whose write waits: the chunk and the out buffer it is from. */
-struct srv_pending {
-	uint32_t chunk;
-	int out;
-};
-
 struct srv_worker {
 	struct kn__chan *ch;
 	struct kn__tp_rdesc *params, *grads; /* per tensor */
@@ -75,10 +69,6 @@ struct srv_worker {
 	bool ready;	/* buffers known, slots sent */
 	bool member;	/* in the chunk rules' membership */
 	uint32_t steps; /* local steps its last release asked for */
-	/* releases the transport had no room for (-EAGAIN), in order:
-	 * pend[phead .. pn), posted as its writes complete */
-	struct srv_pending *pend;
-	uint32_t phead, pn, pcap;
 };
 
 struct srv_chunk {
@@ -217,8 +207,6 @@ void kn__srv_init_chunk(struct server *s, struct srv_chunk *ch);
 void kn__srv_join(struct server *s, uint32_t w);
 void kn__srv_leave(struct server *s, uint32_t w);
 void kn__srv_timing(struct server *s, uint32_t w, double seconds);
-void kn__srv_flush_pending(struct server *s);
-void kn__srv_pend_drop(struct server *s, uint32_t w);
 
 /* ---- server_apply.c ---- */
 

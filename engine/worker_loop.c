@@ -281,11 +281,6 @@ void *kn__wk_progress(void *arg)
 			if (kn__wk_send_table(w))
 				kn__wk_fail(w, -ENOTCONN);
 		}
-		if (w->state == WK_SERVERS) {
-			kn__wk_send_init(w);
-			if (w->skipping)
-				kn__wk_post_skips(w);
-		}
 		kn__wk_advance(w);
 		heartbeat(w);
 		if (w->lost_err &&

@@ -238,8 +238,7 @@ struct kn_worker {
 	int next_priority; /* the registration order's */
 	uint32_t delivered_once;
 	uint32_t skipping; /* BSP: rounds we sit out before we start */
-	/* the next chunk whose INIT (worker 0), whose SKIP to post: what
-	 * the transport had no room for is posted from the loop */
+	/* the next chunk whose INIT (worker 0), whose SKIP to post */
 	uint32_t init_next, skip_next;
 	struct wk_op ops[MAX_OPS];
 	uint64_t next_id, first_unposted, first_undone;
@@ -312,7 +311,6 @@ void kn__wk_go_to_servers(struct kn_worker *w);
 void kn__wk_send_buffers(struct kn_worker *w, struct wk_server *ws);
 void kn__wk_send_init(struct kn_worker *w);
 void kn__wk_ready_to_start(struct kn_worker *w);
-void kn__wk_post_skips(struct kn_worker *w);
 void kn__wk_first_model_in(struct kn_worker *w);
 
 /* ---- worker_fuse.c: fused groups ---- */

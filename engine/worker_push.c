@@ -3,7 +3,7 @@
  * worker_push.c - the worker's data path, in the progress thread:
  * operations in order, each chunk's pushes taken while it has a free
  * slot, their writes posted most urgent first within the push window
- * and as far as the transport has room (its completions bring us back),
+ * (the node queues what the transport has no room for),
  * the answers (PULL writes) counted, and operations done once every
  * answer they wait for is in.
  */
@@ -128,15 +128,13 @@ static void schedule(struct kn_worker *w)
 			if (w->window && w->inflight &&
 			    w->inflight + kc->bytes > w->window)
 				return; /* the window is full */
-			ret = kn__tp_post_write_imm(
-				s->ch->ep, t->gmr,
+			/* the chunk's record is the write's context */
+			ret = kn__chan_write(
+				s->ch, t->gmr,
 				kc->first * kn_dtype_size(t->d.dtype),
 				kc->bytes, &s->slots,
 				kn__layout_own_slot(l, c, parity),
 				kn__imm(KN__IMM_PUSH, parity, c), wc);
-			if (ret == -EAGAIN)
-				return; /* the transport's queue is full: its
-					 * completions bring us back */
 			if (ret) {
 				kn__log(&w->node, "push to server %u: %s",
 					kc->server, strerror(-ret));
