@@ -313,8 +313,6 @@ static struct kn__chan *chan_new(struct kn__node *n, struct kn__tp_ep *ep,
 		ch->free_sends[ch->nfree++] = RECVS + i;
 	snprintf(ch->name, sizeof(ch->name), "a new peer");
 	ch->next = n->chans;
-	if (n->chans)
-		n->chans->prev = ch;
 	n->chans = ch;
 	return ch;
 }
@@ -573,19 +571,17 @@ static void chan_close_status(struct kn__chan *ch, int status)
  */
 static void sweep(struct kn__node *n)
 {
-	for (struct kn__chan *ch = n->chans, *next; ch; ch = next) {
-		next = ch->next;
+	for (struct kn__chan *ch = n->chans; ch; ch = ch->next)
 		if (ch->closed && !ch->ep)
 			pend_cancel(ch);
-		if (!ch->closed || ch->outstanding || !pend_empty(ch))
-			continue;
-		if (ch->prev)
-			ch->prev->next = ch->next;
-		else
-			n->chans = ch->next;
-		if (ch->next)
-			ch->next->prev = ch->prev;
-		chan_free(ch);
+	/* no role runs here: the list stays as it is while it is cut */
+	for (struct kn__chan **pp = &n->chans, *ch; (ch = *pp);) {
+		if (ch->closed && !ch->outstanding && pend_empty(ch)) {
+			*pp = ch->next;
+			chan_free(ch);
+		} else {
+			pp = &ch->next;
+		}
 	}
 }
 

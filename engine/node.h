@@ -87,9 +87,9 @@ struct kn__chan {
 	uint32_t peer_role, peer_rank;
 	struct kn__auth_challenge challenge; /* the handshake's state */
 	struct kn__auth_answer answer;
-	void *user; /* the role's */
-	struct kn__chan *prev, *next;
-	char name[64]; /* "worker 3" once known, the address before */
+	void *user;	       /* the role's */
+	struct kn__chan *next; /* the node's list */
+	char name[64];	       /* "worker 3" once known, the address before */
 	struct sockaddr_storage addr; /* a connector's peer */
 	socklen_t addrlen;
 	double retry_at; /* 0, or when to connect again */
