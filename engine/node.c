@@ -47,13 +47,17 @@ enum chan_state {
 };
 
 /*
- * Messages beyond the send buffers wait in a list, in order, and leave
- * as buffers come back (a start-up sends one message per tensor).
+ * A post that waits on its channel's pending list: a write (@mr set) or
+ * a message (@mr NULL, @data its encoded bytes, ours).  See kn__chan_write.
  */
-struct kn__chan_backlog {
-	struct kn__chan_backlog *next;
-	size_t len;
-	uint8_t data[];
+struct kn__chan_pend {
+	struct kn__tp_mr *mr;
+	void *user; /* a write's context */
+	uint8_t *data;
+	size_t off, len;
+	struct kn__tp_rdesc dst;
+	uint64_t dst_off;
+	uint32_t imm;
 };
 
 /* A posted message buffer; the post's user pointer. */
@@ -235,12 +239,10 @@ int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,
 
 static void chan_free(struct kn__chan *ch)
 {
-	while (ch->backlog) {
-		struct kn__chan_backlog *b = ch->backlog;
-
-		ch->backlog = b->next;
-		free(b);
-	}
+	for (uint32_t i = ch->pq_head; i != ch->pq_tail; i++)
+		free(ch->pq[i & (ch->pq_cap - 1)].data);
+	free(ch->pq);
+	free(ch->wq);
 	kn__tp_mr_dereg(ch->mr);
 	if (ch->buf)
 		munmap(ch->buf, CHAN_BYTES);
@@ -311,8 +313,6 @@ static struct kn__chan *chan_new(struct kn__node *n, struct kn__tp_ep *ep,
 		ch->free_sends[ch->nfree++] = RECVS + i;
 	snprintf(ch->name, sizeof(ch->name), "a new peer");
 	ch->next = n->chans;
-	if (n->chans)
-		n->chans->prev = ch;
 	n->chans = ch;
 	return ch;
 }
@@ -332,47 +332,158 @@ static int post_send(struct kn__chan *ch, uint32_t idx, size_t len)
 }
 
 /*
- * Post the backlog while there are send buffers and the transport takes
- * them; a full transport queue (-EAGAIN: writes fill it too) keeps the
- * rest for the next dispatch.
+ * Room for one more in the ring *@v of *@cap elements of @size bytes
+ * (a power of two, or 0), [@head, @tail) in use with free-running
+ * indices: doubled when full, the elements keeping their indices.
  */
-static void flush_backlog(struct kn__chan *ch)
+static int ring_room(void **v, uint32_t *cap, size_t size, uint32_t head,
+		     uint32_t tail)
 {
-	while (ch->backlog && ch->nfree && ch->ep) {
-		struct kn__chan_backlog *b = ch->backlog;
-		uint32_t idx = ch->free_sends[--ch->nfree];
+	uint32_t ncap = *cap ? 2 * *cap : 64;
+	char *nv;
+
+	if (tail - head < *cap)
+		return 0;
+	nv = malloc((size_t)ncap * size);
+	if (!nv)
+		return -ENOMEM;
+	for (uint32_t i = head; i != tail; i++)
+		memcpy(nv + (size_t)(i & (ncap - 1)) * size,
+		       (char *)*v + (size_t)(i & (*cap - 1)) * size, size);
+	free(*v);
+	*v = nv;
+	*cap = ncap;
+	return 0;
+}
+
+/*
+ * Post a write on @ch's endpoint.  The transport's context is the
+ * channel, and the role's @user goes into the channel's ring of writes
+ * in flight: an endpoint's posts complete in the order they were posted,
+ * so the completion takes the oldest (and the channel outlives its
+ * writes: they count as outstanding).
+ */
+static int post_write(struct kn__chan *ch, struct kn__tp_mr *mr, size_t off,
+		      size_t len, const struct kn__tp_rdesc *dst,
+		      uint64_t dst_off, uint32_t imm, void *user)
+{
+	int ret = ring_room((void **)&ch->wq, &ch->wq_cap, sizeof(*ch->wq),
+			    ch->wq_head, ch->wq_tail);
+
+	if (!ret)
+		ret = kn__tp_post_write_imm(ch->ep, mr, off, len, dst, dst_off,
+					    imm, ch);
+	if (ret)
+		return ret;
+	ch->wq[ch->wq_tail++ & (ch->wq_cap - 1)] = user;
+	ch->outstanding++;
+	return 0;
+}
+
+static bool pend_empty(const struct kn__chan *ch)
+{
+	return ch->pq_head == ch->pq_tail;
+}
+
+/* @e waits behind what waits on @ch already. */
+static int pend_add(struct kn__chan *ch, const struct kn__chan_pend *e)
+{
+	int ret = ring_room((void **)&ch->pq, &ch->pq_cap, sizeof(*ch->pq),
+			    ch->pq_head, ch->pq_tail);
+
+	if (!ret)
+		ch->pq[ch->pq_tail++ & (ch->pq_cap - 1)] = *e;
+	return ret;
+}
+
+/*
+ * Post what waits on @ch, oldest first, while the transport takes it
+ * and a message finds a send buffer: called from the completions of
+ * @ch's posts, which make that room.  A write that fails here completes
+ * with its error, a message that fails closes the channel.
+ */
+static void drain(struct kn__chan *ch)
+{
+	struct kn__node *n = ch->node;
+
+	while (!pend_empty(ch) && ch->ep) {
+		struct kn__chan_pend e = ch->pq[ch->pq_head & (ch->pq_cap - 1)];
+		uint32_t idx;
 		int ret;
 
-		memcpy(slot(ch, idx), b->data, b->len);
-		ret = post_send(ch, idx, b->len);
+		if (e.mr) {
+			ret = post_write(ch, e.mr, e.off, e.len, &e.dst,
+					 e.dst_off, e.imm, e.user);
+		} else {
+			if (!ch->nfree)
+				return; /* a send's completion brings us back */
+			idx = ch->free_sends[--ch->nfree];
+			memcpy(slot(ch, idx), e.data, e.len);
+			ret = post_send(ch, idx, e.len);
+		}
 		if (ret == -EAGAIN)
 			return;
-		ch->backlog = b->next;
-		if (!ch->backlog)
-			ch->backlog_tail = NULL;
-		if (ret)
+		ch->pq_head++;
+		free(e.data);
+		if (ret && e.mr && n->ops->written)
+			n->ops->written(n, e.user, ret);
+		else if (ret && !e.mr)
 			kn__chan_close(ch);
-		free(b);
+	}
+}
+
+/* @ch is closed and its endpoint gone: what waits never leaves. */
+static void pend_cancel(struct kn__chan *ch)
+{
+	struct kn__node *n = ch->node;
+
+	while (!pend_empty(ch)) {
+		struct kn__chan_pend e =
+			ch->pq[ch->pq_head++ & (ch->pq_cap - 1)];
+
+		free(e.data);
+		if (e.mr && n->ops->written)
+			n->ops->written(n, e.user, -ECANCELED);
 	}
 }
 
 static bool sends_pending(const struct kn__chan *ch)
 {
-	return ch->nfree < SENDS || ch->backlog;
+	return ch->nfree < SENDS || !pend_empty(ch);
+}
+
+int kn__chan_write(struct kn__chan *ch, struct kn__tp_mr *mr, size_t off,
+		   size_t len, const struct kn__tp_rdesc *dst, uint64_t dst_off,
+		   uint32_t imm, void *user)
+{
+	if (ch->closed || !ch->ep)
+		return -ENOTCONN;
+	if (pend_empty(ch)) {
+		int ret = post_write(ch, mr, off, len, dst, dst_off, imm, user);
+
+		if (ret != -EAGAIN)
+			return ret;
+	}
+	/* the transport's queue is full, or others wait: behind them */
+	return pend_add(ch, &(struct kn__chan_pend){ .mr = mr,
+						     .user = user,
+						     .off = off,
+						     .len = len,
+						     .dst = *dst,
+						     .dst_off = dst_off,
+						     .imm = imm });
 }
 
 int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
 {
-	struct kn__chan_backlog *b;
-	uint32_t idx;
-	int len;
+	struct kn__chan_pend e = { 0 };
+	int len, ret;
 
 	if (ch->closed)
 		return -ENOTCONN;
-	if (ch->nfree && !ch->backlog) {
-		int ret;
+	if (ch->nfree && pend_empty(ch)) {
+		uint32_t idx = ch->free_sends[--ch->nfree];
 
-		idx = ch->free_sends[--ch->nfree];
 		len = kn__msg_encode(m, slot(ch, idx), KN__MSG_MAX);
 		if (len < 0) {
 			ch->free_sends[ch->nfree++] = idx;
@@ -381,24 +492,17 @@ int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m)
 		ret = post_send(ch, idx, (size_t)len);
 		if (ret != -EAGAIN)
 			return ret;
-		/* the transport's queue is full: into the backlog */
 	}
-	b = malloc(sizeof(*b) + KN__MSG_MAX);
-	if (!b)
+	/* no send buffer, no room in the transport, or others wait */
+	e.data = malloc(KN__MSG_MAX);
+	if (!e.data)
 		return -ENOMEM;
-	len = kn__msg_encode(m, b->data, KN__MSG_MAX);
-	if (len < 0) {
-		free(b);
-		return len;
-	}
-	b->len = (size_t)len;
-	b->next = NULL;
-	if (ch->backlog_tail)
-		ch->backlog_tail->next = b;
-	else
-		ch->backlog = b;
-	ch->backlog_tail = b;
-	return 0;
+	len = kn__msg_encode(m, e.data, KN__MSG_MAX);
+	e.len = len < 0 ? 0 : (size_t)len;
+	ret = len < 0 ? len : pend_add(ch, &e);
+	if (ret)
+		free(e.data);
+	return ret;
 }
 
 /* Send an ERROR with @text, logging nothing. */
@@ -459,20 +563,25 @@ static void chan_close_status(struct kn__chan *ch, int status)
 	 */
 }
 
-/* Free the closed channels that the transport holds nothing of. */
+/*
+ * What waited on a closed channel whose endpoint is gone completes with
+ * -ECANCELED, from here (the progress loop), never from inside the
+ * role's own kn__chan_close; then free the closed channels that the
+ * transport holds nothing of.
+ */
 static void sweep(struct kn__node *n)
 {
-	for (struct kn__chan *ch = n->chans, *next; ch; ch = next) {
-		next = ch->next;
-		if (!ch->closed || ch->outstanding)
-			continue;
-		if (ch->prev)
-			ch->prev->next = ch->next;
-		else
-			n->chans = ch->next;
-		if (ch->next)
-			ch->next->prev = ch->prev;
-		chan_free(ch);
+	for (struct kn__chan *ch = n->chans; ch; ch = ch->next)
+		if (ch->closed && !ch->ep)
+			pend_cancel(ch);
+	/* no role runs here: the list stays as it is while it is cut */
+	for (struct kn__chan **pp = &n->chans, *ch; (ch = *pp);) {
+		if (ch->closed && !ch->outstanding && pend_empty(ch)) {
+			*pp = ch->next;
+			chan_free(ch);
+		} else {
+			pp = &ch->next;
+		}
 	}
 }
 
@@ -695,10 +804,20 @@ static void on_recv(struct kn__chan *ch, struct kn__chan_post *p,
 		kn__chan_close(ch);
 }
 
+/* A lingering close ends once its last message has left. */
+static void linger_end(struct kn__chan *ch, int status)
+{
+	if (ch->ep && (!sends_pending(ch) || status)) {
+		kn__tp_ep_close(ch->ep);
+		ch->ep = NULL;
+	}
+}
+
 static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 {
 	struct kn__chan *ch;
 	struct kn__chan_post *p;
+	void *user;
 
 	switch (c->op) {
 	case KN_TP_OP_ACCEPT:
@@ -754,14 +873,10 @@ static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 		ch->outstanding--;
 		if (p->send) {
 			ch->free_sends[ch->nfree++] = p->idx;
-			flush_backlog(ch);
+			drain(ch);
 		}
 		if (ch->closed) {
-			/* a lingering close, once its last message has left */
-			if (ch->ep && (!sends_pending(ch) || c->status)) {
-				kn__tp_ep_close(ch->ep);
-				ch->ep = NULL;
-			}
+			linger_end(ch, c->status);
 			return;
 		}
 		if (c->status)
@@ -776,9 +891,14 @@ static void dispatch(struct kn__node *n, const struct kn__tp_completion *c)
 			n->ops->imm(n, ch, c->imm, c->bytes);
 		return;
 	case KN_TP_OP_WRITE_IMM:
-	case KN_TP_OP_READ:
+		ch = c->user;
+		ch->outstanding--;
+		user = ch->wq[ch->wq_head++ & (ch->wq_cap - 1)];
 		if (n->ops->written)
-			n->ops->written(n, c->user, c->status);
+			n->ops->written(n, user, c->status);
+		drain(ch);
+		if (ch->closed)
+			linger_end(ch, c->status);
 		return;
 	}
 }
@@ -871,10 +991,6 @@ void kn__node_dispatch(struct kn__node *n, const struct kn__tp_completion *c,
 {
 	for (int i = 0; i < count; i++)
 		dispatch(n, &c[i]);
-	/* completions made room: what waited for it goes now */
-	for (struct kn__chan *ch = n->chans; ch && count; ch = ch->next)
-		if (ch->backlog)
-			flush_backlog(ch);
 	sweep(n);
 }
 

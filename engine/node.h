@@ -37,7 +37,8 @@ struct kn__node_ops {
 	void (*closed)(struct kn__node *n, struct kn__chan *ch, int status);
 	void (*imm)(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 		    uint64_t bytes);
-	/* a data write the role posted has completed */
+	/* a write the role posted (kn__chan_write) has completed: @user
+	 * is its context */
 	void (*written)(struct kn__node *n, void *user, int status);
 };
 
@@ -86,13 +87,18 @@ struct kn__chan {
 	uint32_t peer_role, peer_rank;
 	struct kn__auth_challenge challenge; /* the handshake's state */
 	struct kn__auth_answer answer;
-	void *user; /* the role's */
-	struct kn__chan *prev, *next;
-	char name[64]; /* "worker 3" once known, the address before */
+	void *user;	       /* the role's */
+	struct kn__chan *next; /* the node's list */
+	char name[64];	       /* "worker 3" once known, the address before */
 	struct sockaddr_storage addr; /* a connector's peer */
 	socklen_t addrlen;
 	double retry_at; /* 0, or when to connect again */
-	struct kn__chan_backlog *backlog, *backlog_tail;
+	/* the contexts of the writes in flight, oldest first */
+	void **wq;
+	uint32_t wq_head, wq_tail, wq_cap;
+	/* the pending queue: posts waiting for room, oldest first */
+	struct kn__chan_pend *pq;
+	uint32_t pq_head, pq_tail, pq_cap;
 };
 
 int kn__node_init(struct kn__node *n, const char *transport, uint32_t self_role,
@@ -123,8 +129,29 @@ int kn__node_wait(struct kn__node *n, int timeout_ms, int extra_fd,
 void kn__node_dispatch(struct kn__node *n, const struct kn__tp_completion *c,
 		       int count);
 
+/*
+ * One pending queue per channel, drained by completions (as UCX's
+ * uct_ep_pending_add): a post the transport has no room for (-EAGAIN),
+ * or a message with no free send buffer, waits on the channel's queue
+ * and is posted from the completions of the channel's own posts, which
+ * make the room, in the order posted; anything posted while others wait
+ * goes behind them.  So a role just posts, and never sees -EAGAIN.
+ */
+
 /* Send @m on @ch (copied: the caller's message is free at return). */
 int kn__chan_send(struct kn__chan *ch, const struct kn__msg *m);
+/*
+ * Write @len bytes at @off of @mr into the peer's region @dst at
+ * @dst_off, then deliver @imm to the peer (kn__tp_post_write_imm), now
+ * or once there is room.  The role's written() gets @user and the
+ * status once it completes; a write still waiting when the channel
+ * closes completes with -ECANCELED, from the progress loop.  @mr's
+ * range is borrowed until then; @dst is copied.  0, or a negative errno
+ * (-ENOTCONN: the channel is closed or failed; -EINVAL; -ENOMEM).
+ */
+int kn__chan_write(struct kn__chan *ch, struct kn__tp_mr *mr, size_t off,
+		   size_t len, const struct kn__tp_rdesc *dst, uint64_t dst_off,
+		   uint32_t imm, void *user);
 /* An ERROR message with a text, and a log line. */
 void kn__chan_send_error(struct kn__chan *ch, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

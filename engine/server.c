@@ -18,13 +18,6 @@
 #include "roles.h"
 #include "server_priv.h"
 
-void kn__srv_fatal(struct server *s, int status, const char *why)
-{
-	kn__log(&s->node, "%s", why);
-	s->status = status;
-	s->done = true;
-}
-
 /* ---- start-up ---- */
 
 static int setup_chunks(struct server *s)
@@ -106,15 +99,14 @@ static void on_table_end(struct server *s, uint32_t count)
 	int ret;
 
 	if (count != s->ntable) {
-		kn__srv_fatal(s, -EPROTO,
-			      "the coordinator's tensor table is torn");
+		srv_fatal(s, -EPROTO, "the coordinator's tensor table is torn");
 		return;
 	}
 	ret = kn__layout_build(s->table, s->ntable, s->job.u.job.servers,
 			       s->job.u.job.workers, s->job.u.job.chunk_bytes,
 			       &s->layout);
 	if (ret) {
-		kn__srv_fatal(s, ret, "the tensor table makes no layout");
+		srv_fatal(s, ret, "the tensor table makes no layout");
 		return;
 	}
 	l = s->layout;
@@ -122,7 +114,7 @@ static void on_table_end(struct server *s, uint32_t count)
 	s->slots = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
 	s->workers = calloc(l->nworkers, sizeof(*s->workers));
 	if (!s->slots || !s->workers) {
-		kn__srv_fatal(s, -ENOMEM, "out of memory for the slot area");
+		srv_fatal(s, -ENOMEM, "out of memory for the slot area");
 		return;
 	}
 	ret = kn__tp_mr_reg(s->node.ctx, s->slots, bytes ? bytes : 1,
@@ -130,16 +122,16 @@ static void on_table_end(struct server *s, uint32_t count)
 	if (!ret)
 		ret = setup_chunks(s);
 	if (ret) {
-		kn__srv_fatal(s, ret, "allocating the chunks failed");
+		srv_fatal(s, ret, "allocating the chunks failed");
 		return;
 	}
 	ret = kn__srv_setup_checkpoints(s);
 	if (ret) {
-		kn__srv_fatal(s, ret, "no checkpoints can be written");
+		srv_fatal(s, ret, "no checkpoints can be written");
 		return;
 	}
 	if (s->job.u.job.restore && kn__srv_offer_checkpoints(s)) {
-		kn__srv_fatal(s, -EINVAL, "no checkpoints to offer");
+		srv_fatal(s, -EINVAL, "no checkpoints to offer");
 		return;
 	}
 	if (s->cfg->verbose)
@@ -233,11 +225,11 @@ static void on_plan(struct server *s, const struct kn__msg *m)
 	    (m->u.plan.first == 0) != (s->plan_have == 0) ||
 	    (m->u.plan.first && m->u.plan.epoch != s->plan_epoch) ||
 	    m->u.plan.first != s->plan_have) {
-		kn__srv_fatal(s, -EPROTO, "a plan out of order");
+		srv_fatal(s, -EPROTO, "a plan out of order");
 		return;
 	}
 	if (!s->plan && !(s->plan = calloc(nw, sizeof(*s->plan)))) {
-		kn__srv_fatal(s, -ENOMEM, "out of memory");
+		srv_fatal(s, -ENOMEM, "out of memory");
 		return;
 	}
 	s->plan_epoch = m->u.plan.epoch;
@@ -268,19 +260,19 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 			kn__sync_traits(m->u.job.protocol)->release_info;
 		if (m->u.job.workers == 0 ||
 		    m->u.job.workers > KN_CONFIG_MAX_COUNT)
-			kn__srv_fatal(s, -EPROTO, "a job without workers");
+			srv_fatal(s, -EPROTO, "a job without workers");
 		return;
 	case KN__MSG_TENSOR: {
 		struct kn__tensor_desc *t;
 
 		if (s->layout || m->u.tensor.index != s->ntable ||
 		    s->ntable >= KN__CHUNK_MAX) {
-			kn__srv_fatal(s, -EPROTO, "tensor table out of order");
+			srv_fatal(s, -EPROTO, "tensor table out of order");
 			return;
 		}
 		t = realloc(s->table, (s->ntable + 1) * sizeof(*t));
 		if (!t) {
-			kn__srv_fatal(s, -ENOMEM, "out of memory");
+			srv_fatal(s, -ENOMEM, "out of memory");
 			return;
 		}
 		s->table = t;
@@ -308,7 +300,11 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 		on_plan(s, m);
 		return;
 	case KN__MSG_RESTORE:
-		kn__srv_on_restore(s, m->u.restore.version);
+		/* the file's values, version 0 of each chunk's new rule, to
+		 * every worker that came meanwhile */
+		if (kn__srv_restore(s, m->u.restore.version) == 0)
+			for (uint32_t k = 0; k < s->nchunks; k++)
+				kn__srv_init_chunk(s, &s->chunks[k]);
 		return;
 	case KN__MSG_RECOVER:
 		kn__srv_on_recover(s);
@@ -334,8 +330,8 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 		s->done = true;
 		return;
 	default:
-		kn__srv_fatal(s, -EPROTO,
-			      "an unexpected message from the coordinator");
+		srv_fatal(s, -EPROTO,
+			  "an unexpected message from the coordinator");
 	}
 }
 
@@ -440,7 +436,6 @@ static void on_closed(struct kn__node *n, struct kn__chan *ch, int status)
 		/* its slots are free: it is no member any more */
 		s->workers[ch->peer_rank].ch = NULL;
 		s->workers[ch->peer_rank].ready = false;
-		kn__srv_pend_drop(s, ch->peer_rank);
 		kn__srv_leave(s, ch->peer_rank);
 	}
 }
@@ -474,7 +469,6 @@ static void server_free(struct server *s)
 		for (uint32_t w = 0; w < s->layout->nworkers; w++) {
 			free(s->workers[w].params);
 			free(s->workers[w].grads);
-			free(s->workers[w].pend);
 		}
 	for (int i = 0; i < CKPT_OPEN; i++)
 		kn__ckpt_abort(s->ckpt[i]); /* unsealed: never a checkpoint */
@@ -638,7 +632,6 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 				break;
 			}
 		}
-		kn__srv_flush_pending(&s);
 		heartbeat(&s);
 		ret = kn__node_step(&s.node, 100, -1);
 		if (ret < 0) {

@@ -298,22 +298,23 @@ int kn__srv_offer_checkpoints(struct server *s)
 	return 0;
 }
 
-/* RESTORE: load @version into every chunk, then take the INITs that
- * came meanwhile (their values are not used: the file's are). */
-void kn__srv_on_restore(struct server *s, uint64_t version)
+/* RESTORE: load @version into every chunk and restart their rules; the
+ * caller then takes the INITs that came meanwhile (their values are not
+ * used: the file's are). */
+int kn__srv_restore(struct server *s, uint64_t version)
 {
 	char err[512];
 	struct kn__ckpt_chunk *st;
 	int ret;
 
 	if (!s->restoring) {
-		kn__srv_fatal(s, -EPROTO, "a RESTORE out of place");
-		return;
+		srv_fatal(s, -EPROTO, "a RESTORE out of place");
+		return -EPROTO;
 	}
 	st = calloc(s->nchunks + 1, sizeof(*st));
 	if (!st) {
-		kn__srv_fatal(s, -ENOMEM, "out of memory");
-		return;
+		srv_fatal(s, -ENOMEM, "out of memory");
+		return -ENOMEM;
 	}
 	for (uint32_t k = 0; k < s->nchunks; k++)
 		st[k] = ckpt_state(s, k);
@@ -329,8 +330,8 @@ void kn__srv_on_restore(struct server *s, uint64_t version)
 	if (ret) {
 		kn__log(&s->node, "restoring version %llu: %s",
 			(unsigned long long)version, err);
-		kn__srv_fatal(s, ret, "the checkpoint cannot be loaded");
-		return;
+		srv_fatal(s, ret, "the checkpoint cannot be loaded");
+		return ret;
 	}
 	kn__log(&s->node, "restored version %llu", (unsigned long long)version);
 	kn__ckpt_remove_newer(&s->ckjob, version);
@@ -346,14 +347,11 @@ void kn__srv_on_restore(struct server *s, uint64_t version)
 		struct srv_chunk *ch = &s->chunks[k];
 
 		if (ch->initialized && restart_chunk(s, ch)) {
-			kn__srv_fatal(s, -ENOMEM,
-				      "out of memory for a chunk rule");
-			return;
+			srv_fatal(s, -ENOMEM, "out of memory for a chunk rule");
+			return -ENOMEM;
 		}
-		/* the file's values, version 0 of the chunk's new rule, to
-		 * every worker that came meanwhile */
-		kn__srv_init_chunk(s, ch);
 	}
+	return 0;
 }
 
 /*
@@ -364,7 +362,7 @@ void kn__srv_on_restore(struct server *s, uint64_t version)
 void kn__srv_on_recover(struct server *s)
 {
 	if (!s->layout || s->restoring) {
-		kn__srv_fatal(s, -EPROTO, "a RECOVER out of place");
+		srv_fatal(s, -EPROTO, "a RECOVER out of place");
 		return;
 	}
 	for (uint32_t w = 0; w < s->layout->nworkers; w++)
@@ -375,5 +373,5 @@ void kn__srv_on_recover(struct server *s)
 		s->ckpt[i] = NULL;
 	}
 	if (kn__srv_offer_checkpoints(s))
-		kn__srv_fatal(s, -EINVAL, "no checkpoints to offer");
+		srv_fatal(s, -EINVAL, "no checkpoints to offer");
 }

@@ -4,9 +4,9 @@
  * immediate becomes an event of its chunk's rule, whose actions are
  * carried out (APPLY into a free out buffer, RELEASE as a PULL write to
  * each worker, BARRIER to the coordinator); an event that needs an out
- * buffer while none is free waits in the chunk's queue, and a release
- * the transport has no room for waits in its worker's pending list,
- * both drained as writes complete.  Workers joining and leaving, and
+ * buffer while none is free waits in the chunk's queue, drained as
+ * writes complete (a release the transport has no room for waits in
+ * the node's pending queue of its channel).  Workers joining and leaving, and
  * worker 0's initial values (INIT), are events of the rules too.
  */
 #include <errno.h>
@@ -18,8 +18,8 @@
 
 /* ---- the data path ---- */
 
-/* Write the newest version of @ch into worker @w's buffer. */
-/* The write of a release to worker @w from out buffer @out of @ch. */
+/* The write of a release to worker @w from out buffer @out of @ch: now,
+ * or once the node's pending queue lets it go. */
 static int post_release(struct server *s, struct srv_chunk *ch, uint32_t w,
 			int out)
 {
@@ -32,72 +32,9 @@ static int post_release(struct server *s, struct srv_chunk *ch, uint32_t w,
 		      : &sw->params[ch->c->tensor];
 	wr = &s->writes[(ch - s->chunks) * NOUT + out];
 	wr->t = kn__now();
-	return kn__tp_post_write_imm(sw->ch->ep, ch->out_mr[out], 0,
-				     ch->c->bytes, dst,
-				     ch->c->first * kn_dtype_size(ch->dtype),
-				     kn__imm(KN__IMM_PULL, 0, ch->idx), wr);
-}
-
-/* Keep a release for later: the transport's queue to @sw is full. */
-static int pend_push(struct srv_worker *sw, uint32_t chunk, int out)
-{
-	if (sw->pn == sw->pcap && sw->phead) {
-		memmove(sw->pend, sw->pend + sw->phead,
-			(sw->pn - sw->phead) * sizeof(*sw->pend));
-		sw->pn -= sw->phead;
-		sw->phead = 0;
-	}
-	if (sw->pn == sw->pcap) {
-		uint32_t cap = sw->pcap ? 2 * sw->pcap : 64;
-		struct srv_pending *p = realloc(sw->pend, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		sw->pend = p;
-		sw->pcap = cap;
-	}
-	sw->pend[sw->pn++] = (struct srv_pending){ chunk, out };
-	return 0;
-}
-
-/* Post the releases that waited for room, in order, while there is. */
-void kn__srv_flush_pending(struct server *s)
-{
-	for (uint32_t w = 0; s->workers && w < s->layout->nworkers; w++) {
-		struct srv_worker *sw = &s->workers[w];
-
-		while (sw->phead < sw->pn && sw->ch) {
-			const struct srv_pending *p = &sw->pend[sw->phead];
-			int ret = post_release(s, &s->chunks[p->chunk], w,
-					       p->out);
-
-			if (ret == -EAGAIN)
-				break;
-			if (ret) {
-				kn__log(&s->node, "%s: release of chunk %u: %s",
-					sw->ch->name, s->chunks[p->chunk].idx,
-					strerror(-ret));
-				kn__chan_close(sw->ch);
-				break;
-			}
-			sw->phead++;
-		}
-		if (sw->phead == sw->pn)
-			sw->phead = sw->pn = 0;
-	}
-}
-
-/* Worker @w is gone: its waiting releases will not be written. */
-void kn__srv_pend_drop(struct server *s, uint32_t w)
-{
-	struct srv_worker *sw = &s->workers[w];
-
-	for (; sw->phead < sw->pn; sw->phead++) {
-		struct srv_chunk *ch = &s->chunks[sw->pend[sw->phead].chunk];
-
-		ch->refs[sw->pend[sw->phead].out]--;
-	}
-	sw->phead = sw->pn = 0;
+	return kn__chan_write(sw->ch, ch->out_mr[out], 0, ch->c->bytes, dst,
+			      ch->c->first * kn_dtype_size(ch->dtype),
+			      kn__imm(KN__IMM_PULL, 0, ch->idx), wr);
 }
 
 static void release(struct server *s, struct srv_chunk *ch,
@@ -129,10 +66,7 @@ static void release(struct server *s, struct srv_chunk *ch,
 		m.u.release.hint = a->hint >= 0 ? a->hint : 0;
 		kn__chan_send(sw->ch, &m);
 	}
-	/* behind the releases already waiting, or at once */
-	ret = sw->phead < sw->pn ? -EAGAIN : post_release(s, ch, w, ch->cur);
-	if (ret == -EAGAIN)
-		ret = pend_push(sw, (uint32_t)(ch - s->chunks), ch->cur);
+	ret = post_release(s, ch, w, ch->cur);
 	if (ret) {
 		kn__log(&s->node, "%s: release of chunk %u: %s", sw->ch->name,
 			ch->idx, strerror(-ret));
@@ -195,7 +129,7 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 		/* the coordinator's plan, which no worker is to blame for */
 		kn__log(&s->node, "chunk %u: the rule refused plan %llu: %s",
 			ch->idx, (unsigned long long)ev->epoch, strerror(-n));
-		kn__srv_fatal(s, -EPROTO, "a plan the protocol refuses");
+		srv_fatal(s, -EPROTO, "a plan the protocol refuses");
 		return true;
 	}
 	if (n < 0) {
@@ -220,7 +154,7 @@ static bool feed(struct server *s, struct srv_chunk *ch,
 					     t - ch->round_t);
 			ch->round_t = 0;
 			if (o < 0 || kn__srv_apply(s, ch, a, o)) {
-				kn__srv_fatal(s, -EIO, "an apply failed");
+				srv_fatal(s, -EIO, "an apply failed");
 				return true;
 			}
 			kn__hist_add(&s->stages.apply, kn__now() - t);
@@ -251,7 +185,7 @@ void kn__srv_event(struct server *s, struct srv_chunk *ch,
 	if (ch->qhead == ch->qtail && feed(s, ch, ev))
 		return;
 	if (ch->qtail - ch->qhead == ch->qcap) {
-		kn__srv_fatal(s, -ENOBUFS, "a chunk's event queue overflowed");
+		srv_fatal(s, -ENOBUFS, "a chunk's event queue overflowed");
 		return;
 	}
 	ch->queue[ch->qtail++ % ch->qcap] = *ev;
@@ -419,9 +353,10 @@ void kn__srv_on_written(struct kn__node *n, void *user, int status)
 	struct srv_write *wr = user;
 	struct srv_chunk *ch = wr->chunk;
 
-	(void)status; /* a failed write fails its endpoint: closed() */
+	/* a failed write fails its endpoint (closed()), a cancelled one
+	 * was for a worker gone: either way the buffer is free of it */
+	(void)status;
 	kn__hist_add(&srv_of(n)->stages.write, kn__now() - wr->t);
 	ch->refs[wr->out]--;
-	kn__srv_flush_pending(srv_of(n)); /* the transport has room again */
 	drain_queue(srv_of(n), ch);
 }

@@ -5,12 +5,12 @@
  * fp32 master copy and optimizer state per chunk, and one chunk rule
  * (sync/) per chunk that says when to apply what and whom to release.
  *
- * The files, one concern each:
+ * The files, one concern each, each calling only those below it:
  *   server.c        the role's entry point and loop, start-up (the
  *                   layout, the chunks), the control messages;
  *   server_data.c   the data path: pushes in as events of the chunk
  *                   rules, their actions carried out, releases written
- *                   back (and kept while the transport has no room);
+ *                   back;
  *   server_apply.c  an APPLY: the sum or the optimizer's update over
  *                   the contributions, into an out buffer;
  *   server_ckpt.c   checkpoints: written as chunks make their versions,
@@ -62,12 +62,6 @@
  * behind (ASP) gets its oldest file abandoned. */
 #define CKPT_OPEN 2
 
-/* A release whose write waits: the chunk and the out buffer it is from. */
-struct srv_pending {
-	uint32_t chunk;
-	int out;
-};
-
 struct srv_worker {
 	struct kn__chan *ch;
 	struct kn__tp_rdesc *params, *grads; /* per tensor */
@@ -75,10 +69,6 @@ struct srv_worker {
 	bool ready;	/* buffers known, slots sent */
 	bool member;	/* in the chunk rules' membership */
 	uint32_t steps; /* local steps its last release asked for */
-	/* releases the transport had no room for (-EAGAIN), in order:
-	 * pend[phead .. pn), posted as its writes complete */
-	struct srv_pending *pend;
-	uint32_t phead, pn, pcap;
 };
 
 struct srv_chunk {
@@ -189,10 +179,19 @@ static inline const void *slot_ptr(struct server *s, const struct srv_chunk *ch,
 	return s->slots + kn__layout_slot(s->layout, ch->idx, worker, parity);
 }
 
-/* ---- server.c ---- */
-
 /* Log @why and end the server's loop with @status. */
-void kn__srv_fatal(struct server *s, int status, const char *why);
+static inline void srv_fatal(struct server *s, int status, const char *why)
+{
+	kn__log(&s->node, "%s", why);
+	s->status = status;
+	s->done = true;
+}
+
+/*
+ * The files' functions, called top to bottom: server.c calls those of
+ * server_data.c and server_ckpt.c, server_data.c those of server_apply.c
+ * and server_ckpt.c, and these two call none (no circle).
+ */
 
 /* ---- server_data.c: the data path ---- */
 
@@ -203,12 +202,11 @@ void kn__srv_on_written(struct kn__node *n, void *user, int status);
 /* Feed @ev to @ch's rule now, or queue it behind the events waiting. */
 void kn__srv_event(struct server *s, struct srv_chunk *ch,
 		   const struct kn__sync_event *ev);
+/* Start @ch's rule from its master copy (worker 0's INIT, a restore). */
 void kn__srv_init_chunk(struct server *s, struct srv_chunk *ch);
 void kn__srv_join(struct server *s, uint32_t w);
 void kn__srv_leave(struct server *s, uint32_t w);
 void kn__srv_timing(struct server *s, uint32_t w, double seconds);
-void kn__srv_flush_pending(struct server *s);
-void kn__srv_pend_drop(struct server *s, uint32_t w);
 
 /* ---- server_apply.c ---- */
 
@@ -221,7 +219,10 @@ int kn__srv_setup_checkpoints(struct server *s);
 void kn__srv_checkpoint(struct server *s, struct srv_chunk *ch,
 			uint64_t version);
 int kn__srv_offer_checkpoints(struct server *s);
-void kn__srv_on_restore(struct server *s, uint64_t version);
+/* RESTORE: @version loaded into every chunk, their rules started anew
+ * (each chunk is then to be initialized: kn__srv_init_chunk).  0, or
+ * the server failed (logged). */
+int kn__srv_restore(struct server *s, uint64_t version);
 void kn__srv_on_recover(struct server *s);
 
 #endif /* KN_ENGINE_SERVER_PRIV_H */

@@ -174,10 +174,7 @@ void kn__wk_send_buffers(struct kn_worker *w, struct wk_server *ws)
 	kn__chan_send(ws->ch, &m);
 }
 
-/*
- * Every server has our buffers: worker 0 writes the initial model, as
- * far as the transport has room (the progress loop posts the rest).
- */
+/* Every server has our buffers: worker 0 writes the initial model. */
 void kn__wk_send_init(struct kn_worker *w)
 {
 	const struct kn__layout *l = w->layout;
@@ -189,14 +186,11 @@ void kn__wk_send_init(struct kn_worker *w)
 		const struct kn__chunk *kc = &l->chunks[c];
 		const struct wk_tensor *t = &w->tensors[kc->tensor];
 		struct wk_server *s = &w->servers[kc->server];
-		int ret = kn__tp_post_write_imm(
-			s->ch->ep, t->pmr,
-			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
-			&s->slots, kn__layout_own_slot(l, c, 0),
+		int ret = kn__chan_write(
+			s->ch, t->pmr, kc->first * kn_dtype_size(t->d.dtype),
+			kc->bytes, &s->slots, kn__layout_own_slot(l, c, 0),
 			kn__imm(KN__IMM_INIT, 0, c), NULL);
 
-		if (ret == -EAGAIN)
-			return;
 		if (ret) {
 			kn__wk_fail(w, ret);
 			return;
@@ -219,8 +213,8 @@ void kn__wk_ready_to_start(struct kn_worker *w)
 	kn__chan_send(w->coord, &m);
 }
 
-/* The SKIPs first_model_in asked for, as far as the transport has room. */
-void kn__wk_post_skips(struct kn_worker *w)
+/* The SKIPs first_model_in asked for. */
+static void post_skips(struct kn_worker *w)
 {
 	const struct kn__layout *l = w->layout;
 
@@ -237,13 +231,10 @@ void kn__wk_post_skips(struct kn_worker *w)
 
 		if (!wc->skip)
 			continue;
-		ret = kn__tp_post_write_imm(
-			s->ch->ep, t->gmr,
-			kc->first * kn_dtype_size(t->d.dtype), kc->bytes,
-			&s->slots, kn__layout_own_slot(l, c, parity),
+		ret = kn__chan_write(
+			s->ch, t->gmr, kc->first * kn_dtype_size(t->d.dtype),
+			kc->bytes, &s->slots, kn__layout_own_slot(l, c, parity),
 			kn__imm(KN__IMM_SKIP, parity, c), NULL);
-		if (ret == -EAGAIN)
-			return;
 		if (ret) {
 			kn__log(&w->node, "sitting out a round of chunk %u: %s",
 				c, strerror(-ret));
@@ -283,7 +274,7 @@ void kn__wk_first_model_in(struct kn_worker *w)
 		w->skipping++;
 	}
 	w->skip_next = 0;
-	kn__wk_post_skips(w);
+	post_skips(w);
 	if (w->skipping)
 		kn__log(&w->node,
 			"rejoined with %u of %u chunks a round behind the "

@@ -19,20 +19,9 @@
  * push buffer; once every member's is in, the group is one push of one
  * chunk, written when that chunk has a free slot.  A member's n-th push
  * goes into the group's n-th: a member pushed again before the rest of
- * its group waits (as its operation, and those after it, do).
+ * its group waits (as its operation, and those after it, do).  The data
+ * path (worker_push.c) takes a group's push once all are in.
  */
-/* A group whose members are all in: its push, once a slot is free. */
-void kn__wk_post_group(struct kn_worker *w, uint32_t i)
-{
-	struct wk_tensor *t = &w->tensors[i];
-
-	if (w->state != WK_RUNNING || t->contributed < t->nmembers ||
-	    !kn__wk_take_push(w, w->layout->first_chunk[i], t))
-		return;
-	t->gen++;
-	t->contributed = 0;
-	t->sending = true;
-}
 
 /* Member @mi's gradient into its group, if the group takes it now. */
 static bool contribute(struct kn_worker *w, uint32_t mi)
@@ -45,8 +34,7 @@ static bool contribute(struct kn_worker *w, uint32_t mi)
 		return false;
 	memcpy((char *)t->grads + m->offset * es, m->grads, m->d.len * es);
 	m->pushes++;
-	if (++t->contributed == t->nmembers)
-		kn__wk_post_group(w, m->wire);
+	t->contributed++;
 	return true;
 }
 
@@ -81,17 +69,6 @@ void kn__wk_unpack(struct kn_worker *w, const struct wk_tensor *t)
 		memcpy(to, (const char *)t->inbox + m->offset * es,
 		       m->d.len * es);
 	}
-}
-
-/* 64-byte aligned, zeroed: a fused group's buffers, the local ones. */
-void *kn__wk_zalloc64(size_t bytes)
-{
-	size_t n = (bytes + 63) & ~(size_t)63;
-	void *p = aligned_alloc(64, n ? n : 64);
-
-	if (p)
-		memset(p, 0, n ? n : 64);
-	return p;
 }
 
 void kn__wk_fused_free(struct wk_tensor *t)

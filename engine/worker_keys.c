@@ -13,6 +13,14 @@
 
 #include "worker_priv.h"
 
+/* qsort's order of struct wk_tensor: by key. */
+int kn__wk_by_key(const void *a, const void *b)
+{
+	const struct wk_tensor *x = a, *y = b;
+
+	return strcmp(x->d.key, y->d.key);
+}
+
 /* FNV-1a: the key table's hash. */
 static uint32_t key_hash(const char *key)
 {

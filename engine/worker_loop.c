@@ -4,7 +4,7 @@
  * context (the io_uring ring has one issuer), runs the job's protocol
  * with the lock held and sleeps without it; the control messages from
  * the coordinator and the servers, lost peers, heartbeats, TIMING and
- * DONE; and failure, which ends every operation and wait.
+ * DONE.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,24 +14,6 @@
 #include "worker_priv.h"
 
 /* ---- in the progress thread ---- */
-
-/* Everything fails with @err: ops, waits, the state. */
-void kn__wk_fail(struct kn_worker *w, int err)
-{
-	if (w->state == WK_FAILED)
-		return;
-	w->state = WK_FAILED;
-	w->error = err;
-	for (uint64_t id = w->first_undone; id < w->next_id; id++) {
-		struct wk_op *op = &w->ops[id % MAX_OPS];
-
-		if (!op->done) {
-			op->done = true;
-			op->status = err;
-		}
-	}
-	pthread_cond_broadcast(&w->cond);
-}
 
 /*
  * The mean of the timings reported since the last TIMING, sent where its
@@ -298,11 +280,6 @@ void *kn__wk_progress(void *arg)
 			w->state = WK_TABLE;
 			if (kn__wk_send_table(w))
 				kn__wk_fail(w, -ENOTCONN);
-		}
-		if (w->state == WK_SERVERS) {
-			kn__wk_send_init(w);
-			if (w->skipping)
-				kn__wk_post_skips(w);
 		}
 		kn__wk_advance(w);
 		heartbeat(w);

@@ -5,21 +5,23 @@
  * context and runs the job's protocol, and the application's calls,
  * which hand it requests under a lock and wait on a condition variable.
  *
- * The files, one concern each:
+ * The files, one concern each, each calling only those below it:
  *   worker.c       the public API (kanel.h's kn_worker_*), the
- *                  application's side: create, register, post, wait,
+ *                  application's side: create, register, post,
  *                  destroy;
  *   worker_loop.c  the progress thread: its loop, the control messages
- *                  from the coordinator and the servers, failure;
- *   worker_boot.c  start-up: the tensor table, the layout, the buffers
- *                  granted to the servers, the first model (INIT, SKIP);
+ *                  from the coordinator and the servers;
+ *   worker_rule.c  kn_worker_step_done: the local-step protocols' worker
+ *                  rule, on the program's thread;
  *   worker_push.c  the data path: operations, pushes taken per chunk,
  *                  writes posted by priority within the window, their
  *                  completions and the answers (PULL writes);
+ *   worker_boot.c  start-up: the tensor table, the layout, the buffers
+ *                  granted to the servers, the first model (INIT, SKIP);
  *   worker_fuse.c  fused groups of small tensors;
- *   worker_keys.c  the program's keys to the tensors: the key table;
- *   worker_rule.c  kn_worker_step_done: the local-step protocols' worker
- *                  rule, on the program's thread.
+ *   worker_base.c  the handoff to the thread (wake, an operation's post,
+ *                  test and wait), failure, aligned buffers;
+ *   worker_keys.c  the program's keys to the tensors: the key table.
  *
  * Threading: everything in struct kn_worker is under w->lock, except
  * what is marked as the application's own (kn_worker_step_done's state,
@@ -134,11 +136,12 @@ struct wk_chunk {
 	/*
 	 * pushed: pushes taken (each has its answer due: expect); written:
 	 * those whose write was posted, in priority order across chunks;
-	 * wdone: those whose write completed.  owner[n % 4]: push n's op
-	 * or group, told when its write completes.
+	 * wdone: those whose write completed.  op[n % 4]: push n's op,
+	 * told when its write completes (a fused group's chunk: NULL, the
+	 * group is told).
 	 */
 	uint64_t pushed, written, wdone, expect, delivered;
-	void *owner[4];
+	struct wk_op *op[4];
 	/* ESP, PSP: a release is delivered once both its write and its
 	 * RELEASE message are in, whichever comes first */
 	uint64_t writes, infos;
@@ -235,8 +238,7 @@ struct kn_worker {
 	int next_priority; /* the registration order's */
 	uint32_t delivered_once;
 	uint32_t skipping; /* BSP: rounds we sit out before we start */
-	/* the next chunk whose INIT (worker 0), whose SKIP to post: what
-	 * the transport had no room for is posted from the loop */
+	/* the next chunk whose INIT (worker 0), whose SKIP to post */
 	uint32_t init_next, skip_next;
 	struct wk_op ops[MAX_OPS];
 	uint64_t next_id, first_unposted, first_undone;
@@ -275,13 +277,32 @@ static inline struct kn_worker *wk_of(struct kn__node *n)
 	return n->role;
 }
 
+/*
+ * The files' functions, in the order above: each file calls only those
+ * of files after it, never one before (the calls make no circle).
+ */
+
 /* ---- worker_loop.c: the progress thread ---- */
 
 /* The thread's body (pthread_create's), and the node's callbacks. */
 void *kn__wk_progress(void *arg);
 extern const struct kn__node_ops kn__wk_ops;
-/* Everything fails with @err: ops, waits, the state. */
-void kn__wk_fail(struct kn_worker *w, int err);
+
+/* ---- worker_rule.c: the local-step rule, on the program's thread ---- */
+
+int kn__wk_local_buffers(struct wk_tensor *t, uint32_t optimizer);
+void kn__wk_local_free(struct wk_tensor *t);
+int kn__wk_local_start(struct kn_worker *w);
+int kn__wk_local_wait(struct kn_worker *w);
+int kn__wk_report_timing(struct kn_worker *w, double seconds);
+
+/* ---- worker_push.c: the data path, in the thread ---- */
+
+void kn__wk_advance(struct kn_worker *w);
+void kn__wk_delivered(struct kn_worker *w, uint32_t c);
+void kn__wk_on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
+		   uint64_t bytes);
+void kn__wk_on_written(struct kn__node *n, void *user, int status);
 
 /* ---- worker_boot.c: start-up, in the thread ---- */
 
@@ -290,40 +311,38 @@ void kn__wk_go_to_servers(struct kn_worker *w);
 void kn__wk_send_buffers(struct kn_worker *w, struct wk_server *ws);
 void kn__wk_send_init(struct kn_worker *w);
 void kn__wk_ready_to_start(struct kn_worker *w);
-void kn__wk_post_skips(struct kn_worker *w);
 void kn__wk_first_model_in(struct kn_worker *w);
-
-/* ---- worker_push.c: the data path, in the thread ---- */
-
-bool kn__wk_take_push(struct kn_worker *w, uint32_t c, void *owner);
-void kn__wk_advance(struct kn_worker *w);
-void kn__wk_delivered(struct kn_worker *w, uint32_t c);
-void kn__wk_on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
-		   uint64_t bytes);
-void kn__wk_on_written(struct kn__node *n, void *user, int status);
 
 /* ---- worker_fuse.c: fused groups ---- */
 
-void kn__wk_post_group(struct kn_worker *w, uint32_t i);
+/* @op's part of group @i copied in: true once all of it is. */
 bool kn__wk_push_fused(struct kn_worker *w, struct wk_op *op, uint32_t i);
 void kn__wk_unpack(struct kn_worker *w, const struct wk_tensor *t);
 /* At kn_worker_start, under the lock: the groups of the table. */
 int kn__wk_fuse(struct kn_worker *w);
 void kn__wk_fused_free(struct wk_tensor *t);
-void *kn__wk_zalloc64(size_t bytes);
 
-/* ---- worker.c: the application's side ---- */
+/* ---- worker_base.c: what every file above may call ---- */
 
 /* Tell the thread there is news (with the lock or without). */
 void kn__wk_wake(struct kn_worker *w);
+/* Wait under the lock until @cond(w, arg), failure or @timeout_ms; log
+ * a timeout with @what unless it is NULL. */
+int kn__wk_wait_for(struct kn_worker *w,
+		    bool (*cond)(struct kn_worker *, uint64_t), uint64_t arg,
+		    int timeout_ms, const char *what);
+/* Everything fails with @err: ops, waits, the state. */
+void kn__wk_fail(struct kn_worker *w, int err);
 /* Post an operation on @key (NULL: every tensor); takes the lock. */
 int kn__wk_post_op(struct kn_worker *w, const char *key, bool push, bool pull,
 		   uint64_t *handle);
+/* 64-byte aligned and zeroed. */
+void *kn__wk_zalloc64(size_t bytes);
+
+/* ---- worker_keys.c: keys to tensors, at the bottom ---- */
+
 /* qsort's order of struct wk_tensor: by key. */
 int kn__wk_by_key(const void *a, const void *b);
-
-/* ---- worker_keys.c: keys to tensors ---- */
-
 /*
  * @key's tensor: a wire tensor's index, MEMBER_BIT | a member's, or
  * UINT32_MAX for NULL (every tensor); -ENOENT for a key not registered.
@@ -336,13 +355,5 @@ int kn__wk_keys_find(const struct kn_worker *w, const struct wk_keys *k,
 		     const char *key, uint32_t *idx);
 /* kn_worker_start, under the lock, once the table is final. */
 int kn__wk_keys_build(struct kn_worker *w);
-
-/* ---- worker_rule.c: the local-step rule, on the program's thread ---- */
-
-int kn__wk_local_buffers(struct wk_tensor *t, uint32_t optimizer);
-void kn__wk_local_free(struct wk_tensor *t);
-int kn__wk_local_start(struct kn_worker *w);
-int kn__wk_local_wait(struct kn_worker *w);
-int kn__wk_report_timing(struct kn_worker *w, double seconds);
 
 #endif /* KN_ENGINE_WORKER_PRIV_H */

@@ -3,7 +3,7 @@
  * worker_push.c - the worker's data path, in the progress thread:
  * operations in order, each chunk's pushes taken while it has a free
  * slot, their writes posted most urgent first within the push window
- * and as far as the transport has room (its completions bring us back),
+ * (the node queues what the transport has no room for),
  * the answers (PULL writes) counted, and operations done once every
  * answer they wait for is in.
  */
@@ -77,21 +77,34 @@ static void ready_set(struct kn_worker *w, uint32_t c, bool on)
 }
 
 /*
- * Take a push of chunk @c for @owner (an op, or a group's tensor): its
- * answer is due from now on, its write goes when schedule() picks it.
- * False while both of the chunk's slots are taken.
+ * Take a push of chunk @c for @op (NULL: the push of the chunk's fused
+ * group): its answer is due from now on, its write goes when schedule()
+ * picks it.  False while both of the chunk's slots are taken.
  */
-bool kn__wk_take_push(struct kn_worker *w, uint32_t c, void *owner)
+static bool take_push(struct kn_worker *w, uint32_t c, struct wk_op *op)
 {
 	struct wk_chunk *wc = &w->chunks[c];
 
 	if (wc->expect - wc->delivered >= 2 || wc->pushed - wc->wdone >= 4)
 		return false;
-	wc->owner[wc->pushed % 4] = owner;
+	wc->op[wc->pushed % 4] = op;
 	wc->pushed++;
 	wc->expect++;
 	ready_set(w, c, true);
 	return true;
+}
+
+/* Group @i's members are all in: its push, once a slot is free. */
+static void post_group(struct kn_worker *w, uint32_t i)
+{
+	struct wk_tensor *t = &w->tensors[i];
+
+	if (w->state != WK_RUNNING || t->contributed < t->nmembers ||
+	    !take_push(w, w->layout->first_chunk[i], NULL))
+		return;
+	t->gen++;
+	t->contributed = 0;
+	t->sending = true;
 }
 
 /* Post the waiting writes, most urgent chunk first, within the window. */
@@ -115,15 +128,13 @@ static void schedule(struct kn_worker *w)
 			if (w->window && w->inflight &&
 			    w->inflight + kc->bytes > w->window)
 				return; /* the window is full */
-			ret = kn__tp_post_write_imm(
-				s->ch->ep, t->gmr,
+			/* the chunk's record is the write's context */
+			ret = kn__chan_write(
+				s->ch, t->gmr,
 				kc->first * kn_dtype_size(t->d.dtype),
 				kc->bytes, &s->slots,
 				kn__layout_own_slot(l, c, parity),
 				kn__imm(KN__IMM_PUSH, parity, c), wc);
-			if (ret == -EAGAIN)
-				return; /* the transport's queue is full: its
-					 * completions bring us back */
 			if (ret) {
 				kn__log(&w->node, "push to server %u: %s",
 					kc->server, strerror(-ret));
@@ -173,13 +184,15 @@ void kn__wk_advance(struct kn_worker *w)
 			if (!op->t_first)
 				op->t_first = kn__now();
 			if (t->nmembers) {
-				if (!kn__wk_push_fused(w, op, kc->tensor))
+				bool in = kn__wk_push_fused(w, op, kc->tensor);
+
+				/* whoever's part completed the group */
+				post_group(w, kc->tensor);
+				if (!in)
 					goto wait; /* the group is busy */
-				if (w->state != WK_RUNNING)
-					return;
 				continue;
 			}
-			if (!kn__wk_take_push(w, c, op))
+			if (!take_push(w, c, op))
 				goto wait; /* both slots taken */
 			op->writes++;
 		}
@@ -232,7 +245,7 @@ void kn__wk_delivered(struct kn_worker *w, uint32_t c)
 			kn__wk_ready_to_start(w);
 	}
 	if (t->nmembers) /* a slot is free */
-		kn__wk_post_group(w, w->layout->chunks[c].tensor);
+		post_group(w, w->layout->chunks[c].tensor);
 	check_ops(w);
 	kn__wk_advance(w);
 }
@@ -255,36 +268,33 @@ void kn__wk_on_imm(struct kn__node *n, struct kn__chan *ch, uint32_t imm,
 	kn__wk_delivered(w, c);
 }
 
+/*
+ * A write of ours is done.  Its context says which: a push's is its
+ * chunk's record (the chunk's op, or its group, is told), an INIT's or a
+ * SKIP's is NULL (nothing waits for those).
+ */
 void kn__wk_on_written(struct kn__node *n, void *user, int status)
 {
 	struct kn_worker *w = wk_of(n);
-	struct wk_op *op = user;
-	uintptr_t u = (uintptr_t)user;
+	struct wk_chunk *wc = user;
+	struct wk_tensor *t;
+	struct wk_op *op;
+	uint32_t c;
 
-	if (!op)
-		return; /* an INIT write */
+	if (!wc)
+		return;
 	if (status)
 		kn__wk_fail(w, status);
-	if (u >= (uintptr_t)w->chunks &&
-	    u < (uintptr_t)(w->chunks + w->layout->nchunks)) {
-		struct wk_chunk *wc = user;
-		uint32_t c = (uint32_t)(wc - w->chunks);
-		void *owner = wc->owner[wc->wdone++ % 4];
-		uintptr_t o = (uintptr_t)owner;
-
-		w->inflight -= w->layout->chunks[c].bytes;
-		if (o >= (uintptr_t)w->tensors &&
-		    o < (uintptr_t)(w->tensors + w->ntensors)) {
-			/* a group's: its buffer takes the next push now */
-			((struct wk_tensor *)owner)->sending = false;
-		} else {
-			op = owner;
-			if (--op->writes == 0)
-				op->t_sent = kn__now();
-		}
-		/* the window has room, a group may take more */
-		kn__wk_advance(w);
-		return;
+	c = (uint32_t)(wc - w->chunks);
+	t = &w->tensors[w->layout->chunks[c].tensor];
+	op = wc->op[wc->wdone++ % 4];
+	w->inflight -= w->layout->chunks[c].bytes;
+	if (t->nmembers) {
+		/* a group's: its buffer takes the next push now */
+		t->sending = false;
+	} else if (--op->writes == 0) {
+		op->t_sent = kn__now();
 	}
-	check_ops(w);
+	/* the window has room, a group may take more */
+	kn__wk_advance(w);
 }
