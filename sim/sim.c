@@ -184,23 +184,41 @@ static int check_config(const struct kn__sim_config *c, char *err,
 	return 0;
 }
 
-/* The vectors and per-worker arrays, all zeroed. */
+/*
+ * The vectors and per-worker arrays, all zeroed, carved out of one block
+ * (s->mem), each part on a cache line of its own, so that one free()
+ * undoes them.
+ */
 static int alloc_arrays(struct kn__sim *s)
 {
 	size_t n = s->n, d = s->d, m = s->m;
+	const size_t len[] = {
+		5 * d * sizeof(double),	      /* h, xs, x, sum, vel */
+		8 * n * d * sizeof(double),   /* xl ... slots */
+		4 * n * m * sizeof(uint64_t), /* ver_read, ver_in, slot_ver */
+		m * sizeof(*s->srv),
+		n * sizeof(*s->w),
+		n * sizeof(*s->iw),
+		kn__sync_max_actions(&s->params) * sizeof(*s->out),
+		n * sizeof(*s->on_cpu),
+		n * m, /* await */
+	};
+	size_t off[sizeof(len) / sizeof(len[0]) + 1] = { 0 };
 
-	s->h = calloc(5 * d, sizeof(double));
-	s->srv = calloc(m, sizeof(*s->srv));
-	s->w = calloc(n, sizeof(*s->w));
-	s->iw = calloc(n, sizeof(*s->iw));
-	s->xl = calloc(8 * n * d, sizeof(double));
-	s->ver_read = calloc(4 * n * m, sizeof(uint64_t));
-	s->await = calloc(n * m, 1);
-	s->out = calloc(kn__sync_max_actions(&s->params), sizeof(*s->out));
-	s->on_cpu = calloc(n, sizeof(*s->on_cpu));
-	if (!s->h || !s->srv || !s->w || !s->iw || !s->xl || !s->ver_read ||
-	    !s->await || !s->out || !s->on_cpu)
+	for (size_t i = 0; i < sizeof(len) / sizeof(len[0]); i++)
+		off[i + 1] = off[i] + (len[i] + 63) / 64 * 64;
+	s->mem = calloc(1, off[sizeof(len) / sizeof(len[0])]);
+	if (!s->mem)
 		return -ENOMEM;
+	s->h = (void *)(s->mem + off[0]);
+	s->xl = (void *)(s->mem + off[1]);
+	s->ver_read = (void *)(s->mem + off[2]);
+	s->srv = (void *)(s->mem + off[3]);
+	s->w = (void *)(s->mem + off[4]);
+	s->iw = (void *)(s->mem + off[5]);
+	s->out = (void *)(s->mem + off[6]);
+	s->on_cpu = (void *)(s->mem + off[7]);
+	s->await = s->mem + off[8];
 	s->xs = s->h + d;
 	s->x = s->xs + d;
 	s->sum = s->x + d;
@@ -380,9 +398,7 @@ void kn__sim_destroy(struct kn__sim *sim)
 	if (!sim)
 		return;
 	free(sim->curve);
-	free(sim->free);
-	free(sim->pool);
-	free(sim->heap);
+	kn__sim_events_fini(sim);
 	for (uint32_t i = 0; i < sim->nplans; i++)
 		free(sim->plans[i].v);
 	free(sim->plans);
@@ -393,15 +409,7 @@ void kn__sim_destroy(struct kn__sim *sim)
 	if (sim->srv)
 		for (uint32_t sv = 0; sv < sim->m; sv++)
 			kn__sync_rule_destroy(sim->srv[sv].rule);
-	free(sim->out);
-	free(sim->on_cpu);
-	free(sim->await);
-	free(sim->ver_read);
-	free(sim->xl);
-	free(sim->iw);
-	free(sim->w);
-	free(sim->srv);
-	free(sim->h);
+	free(sim->mem);
 	free(sim);
 }
 

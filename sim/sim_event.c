@@ -108,3 +108,10 @@ struct hent kn__sim_heap_pop(struct kn__sim *s)
 		s->heap[i] = last;
 	return top;
 }
+
+void kn__sim_events_fini(struct kn__sim *s)
+{
+	free(s->free);
+	free(s->pool);
+	free(s->heap);
+}

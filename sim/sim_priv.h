@@ -155,6 +155,7 @@ struct kn__sim {
 	uint32_t ndone;
 	bool ran;
 	char err[256];
+	unsigned char *mem; /* where the arrays above live: alloc_arrays() */
 };
 
 /* --- randomness: splitmix64 streams ----------------------------------- */
@@ -210,6 +211,8 @@ int kn__sim_fail(struct kn__sim *s, int err, const char *fmt, ...)
 int kn__sim_schedule(struct kn__sim *s, double t, const struct event *ev);
 /* Take the earliest event off the heap; the caller frees its entry. */
 struct hent kn__sim_heap_pop(struct kn__sim *s);
+/* Free the heap and the event pool (kn__sim_destroy). */
+void kn__sim_events_fini(struct kn__sim *s);
 
 /* sim_server.c: the servers' chunk rules and the planner */
 /* Feed @ev to the chunk rule of server @sv and carry out its actions. */

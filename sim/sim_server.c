@@ -19,24 +19,19 @@
 
 static const char *ev_name(uint32_t type)
 {
-	switch (type) {
-	case KN__SYNC_EV_PUSH:
-		return "PUSH";
-	case KN__SYNC_EV_JOIN:
-		return "JOIN";
-	case KN__SYNC_EV_LEAVE:
-		return "LEAVE";
-	case KN__SYNC_EV_TIMING:
-		return "TIMING";
-	case KN__SYNC_EV_TIMER:
-		return "TIMER";
-	case KN__SYNC_EV_PLAN:
-		return "PLAN";
-	case KN__SYNC_EV_BARRIER:
-		return "BARRIER";
-	default:
-		return "?";
-	}
+	static const char *const names[] = {
+		[KN__SYNC_EV_PUSH] = "PUSH",
+		[KN__SYNC_EV_JOIN] = "JOIN",
+		[KN__SYNC_EV_LEAVE] = "LEAVE",
+		[KN__SYNC_EV_TIMING] = "TIMING",
+		[KN__SYNC_EV_TIMER] = "TIMER",
+		[KN__SYNC_EV_PLAN] = "PLAN",
+		[KN__SYNC_EV_BARRIER] = "BARRIER",
+	};
+
+	return type < sizeof(names) / sizeof(names[0]) && names[type]
+		       ? names[type]
+		       : "?";
 }
 
 /* Sum the contributions with their weights and take the SGD step. */

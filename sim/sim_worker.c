@@ -20,14 +20,9 @@
 
 static const char *wev_name(uint32_t type)
 {
-	switch (type) {
-	case KN__SYNC_WEV_STEP:
-		return "STEP";
-	case KN__SYNC_WEV_PUSHED:
-		return "PUSHED";
-	default:
-		return "RELEASE";
-	}
+	return type == KN__SYNC_WEV_STEP     ? "STEP"
+	       : type == KN__SYNC_WEV_PUSHED ? "PUSHED"
+					     : "RELEASE";
 }
 
 static int wcall(struct kn__sim *s, uint32_t i,
