@@ -160,8 +160,6 @@ static double bench_size(size_t bytes)
 	double *tp_s = calloc((size_t)njobs * cfg.reps, sizeof(*tp_s));
 	double tp_gbps, ratio1 = NAN;
 	size_t count[1] = { bytes / sizeof(float) };
-	struct stats tp;
-	char size[32];
 
 	if (!r || !tp_s)
 		bench_check(-ENOMEM, "calloc");
@@ -170,14 +168,7 @@ static double bench_size(size_t bytes)
 			bench_job(cfg.workers[w], cfg.servers[v], 1, count,
 				  KN_DTYPE_FP32, bytes, &r[n],
 				  tp_s + (size_t)n * cfg.reps);
-	tp = summarize(tp_s, (size_t)njobs * cfg.reps);
-	tp_gbps = (double)bytes / tp.med;
-	fprintf(cfg.csv ? stderr : stdout,
-		"# transport stream of %s: median %.3f GB/s, min %.3f, max "
-		"%.3f (%u samples)\n",
-		size_name(bytes, size, sizeof(size)), tp_gbps,
-		(double)bytes / tp.max, (double)bytes / tp.min,
-		njobs * cfg.reps);
+	tp_gbps = baseline_show(bytes, "", tp_s, njobs * cfg.reps);
 	for (unsigned int i = 0; i < njobs; i++) {
 		r[i].tp_gbps = tp_gbps;
 		r[i].ratio = r[i].gbps / tp_gbps;
@@ -257,8 +248,6 @@ static void bench_model(const size_t (*jobs)[2], unsigned int njobs)
 	struct result *r = calloc((size_t)njobs * 2, sizeof(*r));
 	double *tp_s = calloc((size_t)njobs * 2 * cfg.reps, sizeof(*tp_s));
 	double tp_gbps;
-	struct stats tp;
-	char size[32];
 
 	if (!r || !tp_s)
 		bench_check(-ENOMEM, "calloc");
@@ -282,14 +271,8 @@ static void bench_model(const size_t (*jobs)[2], unsigned int njobs)
 		free(r);
 		return;
 	}
-	tp = summarize(tp_s, (size_t)njobs * 2 * cfg.reps);
-	tp_gbps = (double)tp_bytes / tp.med;
-	fprintf(cfg.csv ? stderr : stdout,
-		"# transport stream of %s messages: median %.3f GB/s, min "
-		"%.3f, max %.3f (%u samples)\n",
-		size_name(tp_bytes, size, sizeof(size)), tp_gbps,
-		(double)tp_bytes / tp.max, (double)tp_bytes / tp.min,
-		njobs * 2 * cfg.reps);
+	tp_gbps = baseline_show(tp_bytes, " messages", tp_s,
+				njobs * 2 * cfg.reps);
 	for (unsigned int j = 0; j < njobs; j++) {
 		r[2 * j].tp_gbps = tp_gbps;
 		r[2 * j].ratio = r[2 * j].gbps / tp_gbps;

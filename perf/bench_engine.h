@@ -143,6 +143,10 @@ const char *size_name(size_t bytes, char *buf, size_t cap);
 void emit(const struct result *r);
 void emit_model(const struct result *m, const struct result *one);
 void emit_forward(const struct result *m, size_t bytes);
+/* The transport's GB/s, the median of @n samples (ns per message of
+ * @bytes) on a comment line; @what follows the size there. */
+double baseline_show(size_t bytes, const char *what, double *tp_s,
+		     unsigned int n);
 /* --stages: where the time of the job just ended went, by stage. */
 void stages_show(size_t workers, size_t servers, size_t bytes);
 

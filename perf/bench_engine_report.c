@@ -141,3 +141,23 @@ void emit_forward(const struct result *m, size_t bytes)
 	       m->eng.med / compute);
 	fflush(stdout);
 }
+
+/*
+ * The baseline of a table: the median, min and max of @n transport
+ * samples (ns per message of @bytes, sorted in place) in GB/s, said on
+ * a comment line (@what after the size).  Returns the median's GB/s.
+ */
+double baseline_show(size_t bytes, const char *what, double *tp_s,
+		     unsigned int n)
+{
+	struct stats tp = summarize(tp_s, n);
+	double gbps = (double)bytes / tp.med;
+	char size[32];
+
+	fprintf(cfg.csv ? stderr : stdout,
+		"# transport stream of %s%s: median %.3f GB/s, min %.3f, max "
+		"%.3f (%u samples)\n",
+		size_name(bytes, size, sizeof(size)), what, gbps,
+		(double)bytes / tp.max, (double)bytes / tp.min, n);
+	return gbps;
+}
