@@ -141,7 +141,7 @@ static const char *const own_flags[] = {
 static int set_option(struct kn__train_opts *o, const char *flag,
 		      const char *val)
 {
-	unsigned long u;
+	unsigned long u = 0; /* read after a failed parse too, then ignored */
 	int ret = 0;
 
 	if (strcmp(flag, "--model") == 0) {
