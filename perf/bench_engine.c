@@ -641,18 +641,16 @@ int main(int argc, char **argv)
 				   "0's parameters are back (slowest "
 				   "worker); compute = the passes alone; "
 				   "window in KiB\n");
-			if (cfg.csv)
-				printf("model,dtype,workers,servers,tensors,"
-				       "order,push_window,step_us,first_us,"
-				       "compute_us,step_vs_compute\n");
-			else
-				printf("%-9s %5s %7s %7s %7s %8s %9s %10s %10s "
-				       "%10s %10s %8s\n",
-				       "model", "dtype", "workers", "servers",
-				       "tensors", "order", "window", "step_ms",
-				       "min_ms", "first_ms", "compute_ms",
-				       "vs_comp");
-			fflush(stdout);
+			bench_header(cfg.csv,
+				     "model,dtype,workers,servers,tensors,"
+				     "order,push_window,step_us,first_us,"
+				     "compute_us,step_vs_compute",
+				     "%-9s %5s %7s %7s %7s %8s %9s %10s %10s "
+				     "%10s %10s %8s\n",
+				     "model", "dtype", "workers", "servers",
+				     "tensors", "order", "window", "step_ms",
+				     "min_ms", "first_ms", "compute_ms",
+				     "vs_comp");
 			bench_model((const size_t(*)[2])jobs, njobs);
 			tp_stop();
 			return 0;
@@ -660,29 +658,25 @@ int main(int argc, char **argv)
 		fprintf(f, "# step = every tensor pushed and pulled once; "
 			   "single = one tensor of the model's bytes, its own "
 			   "job; vs_single = step / single\n");
-		if (cfg.csv)
-			printf("model,dtype,workers,servers,tensors,bytes,"
-			       "median_us,gbps,ratio_vs_transport,single_us,"
-			       "vs_single\n");
-		else
-			printf("%-9s %5s %7s %7s %7s %8s %10s %10s %10s %7s "
-			       "%7s %6s %10s %6s\n",
-			       "model", "dtype", "workers", "servers",
-			       "tensors", "MiB", "step_ms", "min_ms", "max_ms",
-			       "GB/s", "tp_GB/s", "ratio", "single_ms", "vs_1");
-		fflush(stdout);
+		bench_header(cfg.csv,
+			     "model,dtype,workers,servers,tensors,bytes,"
+			     "median_us,gbps,ratio_vs_transport,single_us,"
+			     "vs_single",
+			     "%-9s %5s %7s %7s %7s %8s %10s %10s %10s %7s "
+			     "%7s %6s %10s %6s\n",
+			     "model", "dtype", "workers", "servers", "tensors",
+			     "MiB", "step_ms", "min_ms", "max_ms", "GB/s",
+			     "tp_GB/s", "ratio", "single_ms", "vs_1");
 		bench_model((const size_t(*)[2])jobs, njobs);
 		tp_stop();
 		return 0;
 	}
-	if (cfg.csv)
-		printf("workers,servers,bytes,median_us,gbps,"
-		       "ratio_vs_transport\n");
-	else
-		printf("%7s %7s %6s %11s %11s %11s %8s %8s %6s\n", "workers",
-		       "servers", "size", "median_us", "min_us", "max_us",
-		       "GB/s", "tp_GB/s", "ratio");
-	fflush(stdout);
+	bench_header(cfg.csv,
+		     "workers,servers,bytes,median_us,gbps,"
+		     "ratio_vs_transport",
+		     "%7s %7s %6s %11s %11s %11s %8s %8s %6s\n", "workers",
+		     "servers", "size", "median_us", "min_us", "max_us", "GB/s",
+		     "tp_GB/s", "ratio");
 	for (unsigned int s = 0; s < cfg.nsizes; s++) {
 		double ratio1 = bench_size(cfg.sizes[s]);
 

@@ -2,13 +2,14 @@
 /*
  * bench_util.h - what the benchmarks in perf/ share: the monotonic clock
  * in ns, the exit on a failed call, the median, min and max of a set of
- * samples, and the parsing of list options ("4K,1M,64M", "fp32,bf16")
+ * samples, a table's header (CSV or text), and the parsing of list options ("4K,1M,64M", "fp32,bf16")
  * with errors that name the option and exit 2.
  */
 #ifndef KN_PERF_BENCH_UTIL_H
 #define KN_PERF_BENCH_UTIL_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,25 @@ static inline struct stats summarize(double *sample, size_t n)
 		.min = sample[0],
 		.max = sample[n - 1],
 	};
+}
+
+/*
+ * A table's header line on stdout: with --csv (@csv) the CSV column
+ * names @csv_names, else the text columns @fmt makes of its arguments.
+ */
+static inline void __attribute__((format(printf, 3, 4)))
+bench_header(bool csv, const char *csv_names, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (csv) {
+		printf("%s\n", csv_names);
+	} else {
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+	}
+	fflush(stdout);
 }
 
 static inline void __attribute__((noreturn))
