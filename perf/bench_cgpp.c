@@ -122,13 +122,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (csv)
-		printf("solver,n,median_ms,lambda,tau_max,feasible,"
-		       "gap_to_oracle\n");
-	else
-		printf("%-18s %-4s %6s %10s %10s %10s %12s %8s %3s %10s\n",
-		       "model", "alg", "n", "median_ms", "min_ms", "max_ms",
-		       "lambda", "tau_max", "ok", "gap");
+	bench_header(csv,
+		     "solver,n,median_ms,lambda,tau_max,feasible,"
+		     "gap_to_oracle",
+		     "%-18s %-4s %6s %10s %10s %10s %12s %8s %3s %10s\n",
+		     "model", "alg", "n", "median_ms", "min_ms", "max_ms",
+		     "lambda", "tau_max", "ok", "gap");
 
 	for (size_t mi = 0; mi < sizeof(models) / sizeof(models[0]); mi++) {
 		for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]);

@@ -815,13 +815,12 @@ static void print_header(const struct stats triad[2])
 		fprintf(f, "# KANEL_NT_THRESHOLD=%s\n", nt);
 	else
 		fprintf(f, "# KANEL_NT_THRESHOLD unset: library default\n");
-	if (cfg.csv)
-		printf("kernel,dtype,n_inputs,bytes,median_ns,gbps,"
-		       "frac_of_stream,ratio_vs_pairwise\n");
-	else
-		printf("%-12s %-5s %3s %6s %11s %11s %11s %8s %6s %6s\n",
-		       "kernel", "dtype", "N", "size", "median_us", "min_us",
-		       "max_us", "GB/s", "frac", "ratio");
+	bench_header(cfg.csv,
+		     "kernel,dtype,n_inputs,bytes,median_ns,gbps,"
+		     "frac_of_stream,ratio_vs_pairwise",
+		     "%-12s %-5s %3s %6s %11s %11s %11s %8s %6s %6s\n",
+		     "kernel", "dtype", "N", "size", "median_us", "min_us",
+		     "max_us", "GB/s", "frac", "ratio");
 	emit("triad", KN_DTYPE_FP32, 2, cfg.triad_bytes, &triad[0], bytes,
 	     stream_gbps, NAN);
 	if (!isnan(triad[1].med))

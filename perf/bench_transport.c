@@ -965,12 +965,10 @@ static void bench_all(double *rtt)
 			"# %ld CPUs, load average %.2f: other busy processes "
 			"slow the busy-polling sides most\n",
 			sysconf(_SC_NPROCESSORS_ONLN), load[0]);
-	if (cfg.csv)
-		printf("provider,test,bytes,median_us,gbps,ratio_vs_socket\n");
-	else
-		printf("%-14s %-8s %6s %11s %11s %11s %8s %6s\n", "provider",
-		       "test", "size", "median_us", "min_us", "max_us", "GB/s",
-		       "ratio");
+	bench_header(
+		cfg.csv, "provider,test,bytes,median_us,gbps,ratio_vs_socket",
+		"%-14s %-8s %6s %11s %11s %11s %8s %6s\n", "provider", "test",
+		"size", "median_us", "min_us", "max_us", "GB/s", "ratio");
 	for (unsigned int i = 0; i < cfg.nsizes; i++)
 		bench_size(PINGPONG, cfg.sizes[i], rtt);
 	for (unsigned int i = 0; i < cfg.nssizes; i++)

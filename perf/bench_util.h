@@ -1,19 +1,40 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * bench_util.h - what the benchmarks in perf/ share: the median, min and
- * max of a set of samples, and the parsing of list options ("4K,1M,64M",
- * "fp32,bf16") with errors that name the option and exit 2.
+ * bench_util.h - what the benchmarks in perf/ share: the monotonic clock
+ * in ns, the exit on a failed call, the median, min and max of a set of
+ * samples, a table's header (CSV or text), and the parsing of list options ("4K,1M,64M", "fp32,bf16")
+ * with errors that name the option and exit 2.
  */
 #ifndef KN_PERF_BENCH_UTIL_H
 #define KN_PERF_BENCH_UTIL_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BENCH_MAX_LIST 32 /* entries of a list option */
+
+static inline double bench_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/* A call that failed (@ret a negative errno) ends the program: exit 1. */
+static inline void bench_check(int ret, const char *call)
+{
+	if (ret < 0) {
+		fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name,
+			call, strerror(-ret));
+		exit(1);
+	}
+}
 
 struct stats {
 	double med, min, max;
@@ -36,6 +57,25 @@ static inline struct stats summarize(double *sample, size_t n)
 		.min = sample[0],
 		.max = sample[n - 1],
 	};
+}
+
+/*
+ * A table's header line on stdout: with --csv (@csv) the CSV column
+ * names @csv_names, else the text columns @fmt makes of its arguments.
+ */
+static inline void __attribute__((format(printf, 3, 4)))
+bench_header(bool csv, const char *csv_names, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (csv) {
+		printf("%s\n", csv_names);
+	} else {
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+	}
+	fflush(stdout);
 }
 
 static inline void __attribute__((noreturn))

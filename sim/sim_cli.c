@@ -414,14 +414,11 @@ static void json_u64(FILE *f, const char *key, uint64_t v)
  * The summary as one JSON object, wall_s last and alone on its line:
  * everything before it is a function of the options and the seed.
  */
-static int write_json(const struct cli *c, const struct kn__sim_result *r)
+static void write_json(FILE *f, const struct cli *c,
+		       const struct kn__sim_result *r)
 {
 	const struct kn__sim_config *g = &c->cfg;
-	FILE *f = fopen(c->json, "w");
-	int ret = 0;
 
-	if (!f)
-		goto err;
 	fprintf(f, "{\n  \"protocol\": \"%s\",\n",
 		kn__sync_protocol_name(g->sync.protocol));
 	json_u64(f, "workers", g->workers);
@@ -465,31 +462,34 @@ static int write_json(const struct cli *c, const struct kn__sim_result *r)
 	json_u64(f, "regroups", r->regroups);
 	json_u64(f, "events", r->events);
 	fprintf(f, "  \"wall_s\": %.3f\n}\n", r->wall_s);
-	if (fclose(f))
-		goto err;
-	return 0;
-err:
-	ret = -errno;
-	fprintf(stderr, "%s: %s: %s\n", c->prog, c->json, strerror(errno));
-	return ret;
 }
 
-static int write_curve(const struct cli *c, const struct kn__sim_result *r)
+static void write_curve(FILE *f, const struct cli *c,
+			const struct kn__sim_result *r)
 {
-	FILE *f = fopen(c->curve, "w");
-	int ret = 0;
-
-	if (!f)
-		goto err;
+	(void)c;
 	fprintf(f, "t_s,loss\n");
 	for (size_t i = 0; i < r->ncurve; i++)
 		fprintf(f, "%.9g,%.9g\n", r->curve[i].t, r->curve[i].loss);
-	if (fclose(f))
-		goto err;
-	return 0;
-err:
+}
+
+typedef void write_fn(FILE *f, const struct cli *c,
+		      const struct kn__sim_result *r);
+
+/* @path written by @fn: 0, or -errno once said on stderr. */
+static int write_file(const struct cli *c, const char *path, write_fn *fn,
+		      const struct kn__sim_result *r)
+{
+	FILE *f = fopen(path, "w");
+	int ret;
+
+	if (f) {
+		fn(f, c, r);
+		if (fclose(f) == 0)
+			return 0;
+	}
 	ret = -errno;
-	fprintf(stderr, "%s: %s: %s\n", c->prog, c->curve, strerror(errno));
+	fprintf(stderr, "%s: %s: %s\n", c->prog, path, strerror(errno));
 	return ret;
 }
 
@@ -567,9 +567,9 @@ int kn_sim_main(int argc, char **argv)
 						 &c.time_to_target) == 0;
 	summary(&c, &res);
 	ret = 0;
-	if (c.json && write_json(&c, &res))
+	if (c.json && write_file(&c, c.json, write_json, &res))
 		ret = 1;
-	if (c.curve && write_curve(&c, &res))
+	if (c.curve && write_file(&c, c.curve, write_curve, &res))
 		ret = 1;
 	kn__sim_destroy(sim);
 	return ret;

@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * train.h - `kanel train`'s parts (docs/training.md):
- * - train.c: the options, and the worker: Fashion-MNIST minibatches
- *   through the model, the injected delay, one push and pull per step,
- *   and on rank 0 the evaluator, which tests snapshots of the global
- *   model on a thread of its own so the worker never waits for it;
+ * - train.c: the command (kn__train_main) and a whole job on this
+ *   machine, its workers' reports read from a pipe;
+ * - train_options.c: the trainer's own options and its usage;
+ * - train_worker.c: the worker: Fashion-MNIST minibatches through the
+ *   model, the injected delay, one push and pull per step, and on rank
+ *   0 the evaluator, which tests snapshots of the global model on a
+ *   thread of its own so the worker never waits for it;
  * - train_report.c: what the workers report (status and evaluations, as
  *   text lines on a pipe in a local job), gathered into the live
  *   progress line, the summary, the curve CSV and the summary JSON.
+ * train.c calls the other three; they do not call train.c.
  */
 #ifndef KN_TOOL_TRAIN_H
 #define KN_TOOL_TRAIN_H
 
+#include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "kanel.h"
 #include "model.h"
@@ -69,6 +76,65 @@ struct kn__train_results {
 	double stale_mean;
 	bool rank0_only; /* joined a job: only rank 0's figures are here */
 };
+
+/* kanel train's workers when neither --workers nor KANEL_WORKERS says */
+#define KN__TRAIN_DEFAULT_WORKERS "4"
+/* where a local job's workers find the training set it shares */
+#define KN__TRAIN_DATA_FD_ENV "KANEL_TRAIN_DATA_FD"
+
+/* Ctrl-C (SIGINT) or SIGTERM: stop after this step and report. */
+extern volatile sig_atomic_t kn__train_stop_requested;
+
+static inline void kn__train_on_stop(int sig)
+{
+	(void)sig;
+	kn__train_stop_requested++;
+}
+
+static inline void kn__train_catch_stop(int sig)
+{
+	struct sigaction sa = { .sa_handler = kn__train_on_stop };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
+static inline double kn__train_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleep @s seconds, through signals. */
+static inline void kn__train_sleep(double s)
+{
+	struct timespec until;
+	double end = kn__train_now() + s;
+
+	if (s <= 0)
+		return;
+	until.tv_sec = (time_t)end;
+	until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
+	       EINTR)
+		;
+}
+
+/* train_options.c */
+void kn__train_usage(FILE *out);
+/*
+ * Take the trainer's options out of @argv (in place; --protocol becomes
+ * --sync), leaving the job's for kn_config_parse: 0, or -EINVAL (said).
+ */
+int kn__train_take_options(int *argc, char **argv, struct kn__train_opts *o,
+			   bool *help);
+
+/* train_worker.c: this process is worker kn_config_rank(@cfg) of the
+ * job; @report_fd the pipe of a local job, or -1.  The exit code. */
+int kn__train_run_worker(const struct kn__train_opts *o,
+			 const struct kn_config *cfg, int report_fd);
 
 /* train_report.c */
 int kn__results_init(struct kn__train_results *r, unsigned int workers);

@@ -323,16 +323,35 @@ void kn__results_summary(const struct kn__train_results *r,
 	fflush(out);
 }
 
-int kn__results_write_curve(const struct kn__train_results *r, const char *path)
+typedef void write_fn(FILE *f, const struct kn__train_results *r,
+		      const struct kn__train_opts *o,
+		      const struct kn_job_info *job);
+
+/* @path written by @fn: 0, or -errno once logged. */
+static int write_file(const char *path, write_fn *fn,
+		      const struct kn__train_results *r,
+		      const struct kn__train_opts *o,
+		      const struct kn_job_info *job)
 {
 	FILE *f = fopen(path, "w");
-	int ret = 0;
+	int ret;
 
-	if (!f) {
-		ret = -errno;
-		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
-		return ret;
+	if (f) {
+		fn(f, r, o, job);
+		if (fclose(f) == 0)
+			return 0;
 	}
+	ret = -errno;
+	kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
+	return ret;
+}
+
+static void write_curve(FILE *f, const struct kn__train_results *r,
+			const struct kn__train_opts *o,
+			const struct kn_job_info *job)
+{
+	(void)o;
+	(void)job;
 	fprintf(f, "t_s,steps,epoch,test_accuracy,test_loss,final\n");
 	for (size_t i = 0; i < r->nevals; i++) {
 		const struct kn__train_eval *e = &r->evals[i];
@@ -340,11 +359,11 @@ int kn__results_write_curve(const struct kn__train_results *r, const char *path)
 		fprintf(f, "%.3f,%" PRIu64 ",%.4f,%.4f,%.4f,%d\n", e->t,
 			e->iters, e->epoch, e->accuracy, e->loss, e->final);
 	}
-	if (fclose(f)) {
-		ret = -errno;
-		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
-	}
-	return ret;
+}
+
+int kn__results_write_curve(const struct kn__train_results *r, const char *path)
+{
+	return write_file(path, write_curve, r, NULL, NULL);
 }
 
 /* A number, or null where it is not one (JSON has no NaN). */
@@ -356,19 +375,12 @@ static void json_num(FILE *f, const char *key, double v, bool last)
 		fprintf(f, "  \"%s\": null%s\n", key, last ? "" : ",");
 }
 
-int kn__results_write_json(const struct kn__train_results *r,
-			   const struct kn__train_opts *o,
-			   const struct kn_job_info *job, const char *path)
+static void write_json(FILE *f, const struct kn__train_results *r,
+		       const struct kn__train_opts *o,
+		       const struct kn_job_info *job)
 {
 	const struct kn__train_eval *fin = final_eval(r);
-	FILE *f = fopen(path, "w");
-	int ret = 0;
 
-	if (!f) {
-		ret = -errno;
-		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
-		return ret;
-	}
 	fprintf(f, "{\n  \"protocol\": \"%s\",\n  \"model\": \"%s\",\n",
 		job->protocol_name, kn__model_name(o->model));
 	fprintf(f, "  \"workers\": %u,\n  \"servers\": %u,\n", r->workers,
@@ -400,9 +412,11 @@ int kn__results_write_json(const struct kn__train_results *r,
 		 false);
 	fprintf(f, "  \"figures_of\": \"%s\"\n}\n",
 		r->rank0_only ? "worker 0" : "all workers");
-	if (fclose(f)) {
-		ret = -errno;
-		kn__tool_log("kanel train: %s: %s\n", path, strerror(-ret));
-	}
-	return ret;
+}
+
+int kn__results_write_json(const struct kn__train_results *r,
+			   const struct kn__train_opts *o,
+			   const struct kn_job_info *job, const char *path)
+{
+	return write_file(path, write_json, r, o, job);
 }

@@ -8,8 +8,9 @@ those after `--layer sim/` hold the simulator to sync/: no header of
 engine/, transport/ or kernels/; those after `--layer launch/` hold the
 job launcher to libc.  And the public-only sources of perf/
 (--public-only SOURCE, e.g. bench_engine.c), checked by reading them:
-they include kanel.h, bench_util.h (read the same way), launch.h (the
-job launcher, libc only) and system headers only.
+they include kanel.h, bench_util.h and bench_engine.h (both read the
+same way), launch.h (the job launcher, libc only) and system headers
+only.
 Usage: check_layering.py BUILD_DIR [--public-only SOURCE]...
 [--layer NAME HEADER=TARGET_PATH...]..."""
 import os
@@ -17,7 +18,7 @@ import re
 import subprocess
 import sys
 
-PUBLIC = ('kanel.h', 'bench_util.h', 'launch.h')
+PUBLIC = ('kanel.h', 'bench_util.h', 'bench_engine.h', 'launch.h')
 INCLUDE = re.compile(r'\s*#\s*include\b\s*(.*)')
 
 

@@ -106,6 +106,27 @@ static int gz_failed(gzFile f, const char *path, char *err, size_t errlen)
 	}
 }
 
+/*
+ * The stream ended early or is not what it should be: zlib's error if it
+ * had one (gz_failed), else -EINVAL with the sentence @fmt makes.
+ */
+__attribute__((format(printf, 5, 6))) static int
+gz_short(gzFile f, const char *path, char *err, size_t errlen, const char *fmt,
+	 ...)
+{
+	int ret = gz_failed(f, path, err, errlen);
+	va_list ap;
+
+	if (ret)
+		return ret;
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
 static uint32_t be32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
@@ -170,14 +191,10 @@ static int read_data(gzFile f, const char *path, const char *what, size_t len,
 		buf = bigger;
 	}
 	if (got < len) {
-		ret = gz_failed(f, path, err, errlen);
-		if (!ret) {
-			seterr(err, errlen,
+		ret = gz_short(f, path, err, errlen,
 			       "%s is truncated: expected %zu bytes of %s, got "
 			       "%zu",
 			       path, len, what, got);
-			ret = -EINVAL;
-		}
 		goto free_buf;
 	}
 	if (read_full(f, &extra, 1)) {
@@ -207,7 +224,7 @@ int kn__idx_read(const char *path, uint32_t magic, uint32_t dims[3],
 	uint32_t d[3] = { 1, 1, 1 };
 	struct stat st;
 	uint32_t got_magic;
-	uint8_t *buf;
+	uint8_t *buf = NULL; /* read_data() sets it whenever it returns 0 */
 	size_t n, need;
 	gzFile f;
 	int fd, ret;
@@ -254,28 +271,20 @@ int kn__idx_read(const char *path, uint32_t magic, uint32_t dims[3],
 	gzbuffer(f, KN_IDX_GZBUF);
 	/* Transparent mode would read anything: a .gz name promises gzip. */
 	if (ends_with(path, ".gz") && gzdirect(f)) {
-		ret = gz_failed(f, path, err, errlen);
-		if (!ret) {
-			seterr(err, errlen,
+		ret = gz_short(f, path, err, errlen,
 			       "%s is not a gzip file though its name ends in "
 			       ".gz",
 			       path);
-			ret = -EINVAL;
-		}
 		goto close_file;
 	}
 
 	need = 4 + 4 * (size_t)ndims;
 	n = read_full(f, head, need);
 	if (n < need) {
-		ret = gz_failed(f, path, err, errlen);
-		if (!ret) {
-			seterr(err, errlen,
+		ret = gz_short(f, path, err, errlen,
 			       "%s is truncated: expected a %zu-byte IDX "
 			       "header, got %zu bytes",
 			       path, need, n);
-			ret = -EINVAL;
-		}
 		/* Too short for the dimensions, yet the magic may be wrong. */
 		if (n < 4 || be32(head) == magic)
 			goto close_file;
