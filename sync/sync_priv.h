@@ -9,7 +9,7 @@
  * protocol and adds only its own checks.  A hook that returns a negative
  * errno must have changed nothing.  Each protocol is one file (bsp.c,
  * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table, which
- * registry.c lists with its number and name.
+ * registry.c declares and lists with its number and name.
  */
 #ifndef KN_SYNC_PRIV_H
 #define KN_SYNC_PRIV_H
@@ -182,12 +182,6 @@ struct kn__sync_ops {
 /* registry.c: @protocol's table, NULL for an unknown one. */
 const struct kn__sync_ops *kn__sync_ops_of(uint32_t protocol);
 
-extern const struct kn__sync_ops kn__sync_bsp_ops;
-extern const struct kn__sync_ops kn__sync_asp_ops;
-extern const struct kn__sync_ops kn__sync_ssp_ops;
-extern const struct kn__sync_ops kn__sync_esp_ops;
-extern const struct kn__sync_ops kn__sync_predicted_ops;
-extern const struct kn__sync_ops kn__sync_cgp_ops;
 int kn__sync_zipline(const double *t, uint32_t n, uint32_t R, uint32_t *k);
 
 /*

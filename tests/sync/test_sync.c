@@ -91,14 +91,14 @@ static void assert_bsp_round(const struct kn__sync_action *a, int n,
 
 Test(rules, protocol_names_round_trip)
 {
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_BSP), "bsp");
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_ASP), "asp");
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_SSP), "ssp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_BSP), "bsp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_ASP), "asp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_SSP), "ssp");
 	cr_assert_null(kn__sync_protocol_name(99));
 	cr_assert_null(kn__sync_protocol_name(UINT32_MAX));
-	cr_assert_eq(kn__sync_protocol_parse("bsp"), KN__SYNC_BSP);
-	cr_assert_eq(kn__sync_protocol_parse("asp"), KN__SYNC_ASP);
-	cr_assert_eq(kn__sync_protocol_parse("ssp"), KN__SYNC_SSP);
+	cr_assert_eq(kn__sync_protocol_parse("bsp"), KN_SYNC_BSP);
+	cr_assert_eq(kn__sync_protocol_parse("asp"), KN_SYNC_ASP);
+	cr_assert_eq(kn__sync_protocol_parse("ssp"), KN_SYNC_SSP);
 	cr_assert_eq(kn__sync_protocol_parse("BSP"), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse("hogwild"), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse(""), -EINVAL);
@@ -120,8 +120,7 @@ Test(rules, every_name_a_protocol_goes_by_is_listed_once)
 	}
 	cr_assert_eq(i, sizeof(want) / sizeof(want[0]));
 	/* the printed name is the first */
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_PREDICTED),
-			 "predicted");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_PSP), "predicted");
 	cr_assert_str_eq(kn__sync_cgp_solver_name(KN__SYNC_CGP_AUTO), "auto");
 	cr_assert_eq(kn__sync_cgp_solver_parse("pls"), KN__SYNC_CGP_PLS);
 	cr_assert_eq(kn__sync_cgp_solver_parse("PLS"), -EINVAL);
@@ -132,6 +131,24 @@ Test(rules, every_name_a_protocol_goes_by_is_listed_once)
 	cr_assert_eq(i, 3);
 }
 
+/* The public names are the registry's. */
+Test(rules, the_public_names_are_the_registry_s)
+{
+	enum kn_sync e;
+	uint32_t p;
+	const char *name;
+	unsigned int i;
+
+	cr_assert_str_eq(kn_sync_name(KN_SYNC_PSP), "predicted");
+	cr_assert_null(kn_sync_name((enum kn_sync)99));
+	for (i = 0; (name = kn_sync_name_at(i, &e)); i++) {
+		cr_assert_str_eq(name, kn__sync_protocol_name_at(i, &p));
+		cr_assert_eq((uint32_t)e, p);
+	}
+	cr_assert_null(kn__sync_protocol_name_at(i, &p));
+	cr_assert_null(kn_sync_name_at(0, NULL));
+}
+
 /* What the engine reads instead of comparing ids: one row per protocol. */
 Test(rules, traits_say_what_each_protocol_asks)
 {
@@ -140,17 +157,17 @@ Test(rules, traits_say_what_each_protocol_asks)
 		bool local_steps, mean_model, skips, release_info;
 		uint32_t timing, plans;
 	} want[] = {
-		{ KN__SYNC_BSP, false, true, true, false, KN__SYNC_TIMING_NONE,
+		{ KN_SYNC_BSP, false, true, true, false, KN__SYNC_TIMING_NONE,
 		  KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_ASP, false, false, false, false,
-		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_SSP, false, false, false, false,
-		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_ESP, true, false, false, true, KN__SYNC_TIMING_RULES,
+		{ KN_SYNC_ASP, false, false, false, false, KN__SYNC_TIMING_NONE,
 		  KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_PREDICTED, true, false, false, true,
+		{ KN_SYNC_SSP, false, false, false, false, KN__SYNC_TIMING_NONE,
+		  KN__SYNC_PLANS_NONE },
+		{ KN_SYNC_ESP, true, false, false, true, KN__SYNC_TIMING_RULES,
+		  KN__SYNC_PLANS_NONE },
+		{ KN_SYNC_PSP, true, false, false, true,
 		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_STEPS },
-		{ KN__SYNC_CGP, false, false, false, false,
+		{ KN_SYNC_CGP, false, false, false, false,
 		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_GROUPS },
 	};
 	const struct kn__sync_traits *none = kn__sync_traits(99);
@@ -163,8 +180,8 @@ Test(rules, traits_say_what_each_protocol_asks)
 		cr_assert_eq(t->mean_model, want[i].mean_model);
 		cr_assert_eq(t->skips, want[i].skips);
 		cr_assert_eq(t->release_info, want[i].release_info);
-		cr_assert_eq(t->delta_ratio, want[i].protocol == KN__SYNC_ESP);
-		cr_assert_eq(t->model_bytes, want[i].protocol == KN__SYNC_CGP);
+		cr_assert_eq(t->delta_ratio, want[i].protocol == KN_SYNC_ESP);
+		cr_assert_eq(t->model_bytes, want[i].protocol == KN_SYNC_CGP);
 		cr_assert_eq(t->timing, want[i].timing);
 		cr_assert_eq(t->plans, want[i].plans);
 	}
@@ -181,8 +198,8 @@ Test(rules, traits_say_what_each_protocol_asks)
 Test(rules, an_apply_says_whether_it_is_a_share_of_a_round)
 {
 	struct kn__sync_action out[MAXACT];
-	struct kn__sync_rule *bsp = rule_new(KN__SYNC_BSP, MAXW, 2);
-	struct kn__sync_rule *asp = rule_new(KN__SYNC_ASP, MAXW, 2);
+	struct kn__sync_rule *bsp = rule_new(KN_SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *asp = rule_new(KN_SYNC_ASP, MAXW, 2);
 
 	cr_assert_eq(push(asp, 0, 0, 0, 0, out), 2);
 	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
@@ -201,7 +218,7 @@ Test(rules, an_apply_says_whether_it_is_a_share_of_a_round)
  */
 Test(rules, the_parameter_table_covers_the_block_once)
 {
-	struct kn__sync_params zero = { KN__SYNC_BSP, 4, 4 }, res = zero,
+	struct kn__sync_params zero = { KN_SYNC_BSP, 4, 4 }, res = zero,
 			       back = zero;
 	uint32_t words[KN__SYNC_PARAMS_WORDS], again[KN__SYNC_PARAMS_WORDS];
 	uint32_t seen = 0;
@@ -243,10 +260,52 @@ Test(rules, the_parameter_table_covers_the_block_once)
 	cr_assert_eq(words[15], 0);
 }
 
+/*
+ * The public query is the table, row for row, and a block's values come
+ * out exact (a float's by its value, a choice's by its index).
+ */
+Test(rules, the_public_query_is_the_parameter_table)
+{
+	struct kn__sync_params p = { KN_SYNC_BSP, 4, 4 };
+	struct kn_sync_param q;
+	unsigned int i;
+
+	p.gamma = 0.3f;
+	p.solver = KN__SYNC_CGP_PLS;
+	cr_assert_eq(kn__sync_params_resolve(&p), 0);
+	for (i = 0; kn_sync_param_at(i, &q) == 0; i++) {
+		const struct kn__sync_param *t = &kn__sync_param_table[i];
+		double v = kn__sync_param_value(&p, i);
+
+		cr_assert_str_eq(q.name, t->name);
+		cr_assert_str_eq(q.option, t->flag);
+		cr_assert_str_eq(q.variable, t->env);
+		cr_assert_str_eq(q.default_value, t->deflt);
+		cr_assert_str_eq(q.help, t->help);
+		cr_assert_eq((uint32_t)q.type, t->type);
+		cr_assert_eq(q.min, t->lo);
+		cr_assert_eq(q.max, t->hi);
+		cr_assert_eq(q.min_closed, t->lo_closed);
+		cr_assert_eq(q.type == KN_SYNC_PARAM_CHOICE, q.choices != NULL);
+		if (strcmp(q.name, "gamma") == 0)
+			cr_assert_eq(v, (double)0.3f);
+		if (strcmp(q.name, "max_skip") == 0)
+			cr_assert_eq(v, 8.0);
+		if (q.type == KN_SYNC_PARAM_CHOICE) {
+			cr_assert_str_eq(q.choices[(unsigned int)v], "pls");
+			cr_assert_str_eq(q.choices[KN__SYNC_CGP_AUTO], "auto");
+			cr_assert_null(q.choices[3]);
+		}
+	}
+	cr_assert_eq(i, KN__SYNC_PARAMS_WORDS);
+	cr_assert_eq(kn_sync_param_at(i, &q), -ENOENT);
+	cr_assert_eq(kn_sync_param_at(0, NULL), -EINVAL);
+}
+
 /* Out of its table's range is refused, and the block left as it was. */
 Test(rules, a_parameter_out_of_range_is_refused_untouched)
 {
-	struct kn__sync_params p = { KN__SYNC_SSP, 4, 4 }, before;
+	struct kn__sync_params p = { KN_SYNC_SSP, 4, 4 }, before;
 
 	p.staleness = (1u << 20) + 1;
 	before = p;
@@ -266,12 +325,12 @@ Test(rules, a_parameter_out_of_range_is_refused_untouched)
 
 Test(rules, max_actions_per_protocol)
 {
-	struct kn__sync_params p = { KN__SYNC_BSP, 8, 8 };
+	struct kn__sync_params p = { KN_SYNC_BSP, 8, 8 };
 
 	cr_assert_eq(kn__sync_max_actions(&p), 9);
 	p.max_workers = 1000;
 	cr_assert_eq(kn__sync_max_actions(&p), 1001);
-	p.protocol = KN__SYNC_ASP;
+	p.protocol = KN_SYNC_ASP;
 	cr_assert_eq(kn__sync_max_actions(&p), 2);
 	p.protocol = 99;
 	cr_assert_eq(kn__sync_max_actions(&p), 0);
@@ -281,21 +340,21 @@ Test(rules, max_actions_per_protocol)
 Test(rules, create_refuses_bad_params_and_leaves_out_alone)
 {
 	struct kn__sync_params bad[] = {
-		{ KN__SYNC_BSP, 0, 0 },
-		{ KN__SYNC_BSP, 4, 5 },
+		{ KN_SYNC_BSP, 0, 0 },
+		{ KN_SYNC_BSP, 4, 5 },
 		{ 99, 4, 4 },
-		{ KN__SYNC_ASP, KN__SYNC_MAX_WORKERS + 1, 0 },
-		{ KN__SYNC_SSP, 4, 4, .gamma = NAN },
-		{ KN__SYNC_SSP, 4, 4, .theta = -1 },
-		{ KN__SYNC_SSP, 4, 4, .alpha = 1.5f },
-		{ KN__SYNC_SSP, 4, 4, .miss = NAN },
-		{ KN__SYNC_SSP, 4, 4, .max_steps = 1025 },
+		{ KN_SYNC_ASP, KN__SYNC_MAX_WORKERS + 1, 0 },
+		{ KN_SYNC_SSP, 4, 4, .gamma = NAN },
+		{ KN_SYNC_SSP, 4, 4, .theta = -1 },
+		{ KN_SYNC_SSP, 4, 4, .alpha = 1.5f },
+		{ KN_SYNC_SSP, 4, 4, .miss = NAN },
+		{ KN_SYNC_SSP, 4, 4, .max_steps = 1025 },
 	};
 	struct kn__sync_rule *sentinel = (struct kn__sync_rule *)&bad;
 	struct kn__sync_rule *rule = sentinel;
 	struct kn__sync_planner *planner = (struct kn__sync_planner *)&bad;
 	struct kn__sync_worker *worker = (struct kn__sync_worker *)&bad;
-	struct kn__sync_params ok = { KN__SYNC_BSP, 4, 0 };
+	struct kn__sync_params ok = { KN_SYNC_BSP, 4, 0 };
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cr_assert_eq(kn__sync_rule_create(&bad[i], &rule), -EINVAL,
@@ -325,7 +384,7 @@ Test(rules, create_refuses_bad_params_and_leaves_out_alone)
 
 Test(bsp, completes_only_when_every_member_pushed)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1, 2, 3 };
 
@@ -340,7 +399,7 @@ Test(bsp, completes_only_when_every_member_pushed)
 
 Test(bsp, actions_in_worker_id_order_whatever_the_arrival_order)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t order[] = { 3, 1, 0, 2 };
 	const uint32_t slot[] = { 1, 0, 1, 0 }; /* by worker id */
@@ -365,7 +424,7 @@ Test(bsp, actions_in_worker_id_order_whatever_the_arrival_order)
 Test(bsp, weights_are_the_mean_and_sum_to_one)
 {
 	for (uint32_t m = 1; m <= MAXW; m++) {
-		struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, m);
+		struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, m);
 		struct kn__sync_action out[MAXACT];
 		double sum = 0;
 		int n = 0;
@@ -385,7 +444,7 @@ Test(bsp, weights_are_the_mean_and_sum_to_one)
 
 Test(bsp, versions_increase_by_one_per_round)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1, 2 };
 
@@ -402,7 +461,7 @@ Test(bsp, versions_increase_by_one_per_round)
 
 Test(bsp, second_push_in_a_round_is_refused_and_changes_nothing)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1 };
 
@@ -416,7 +475,7 @@ Test(bsp, second_push_in_a_round_is_refused_and_changes_nothing)
 
 Test(bsp, replayed_or_off_version_push_is_refused)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1 };
 
@@ -435,7 +494,7 @@ Test(bsp, replayed_or_off_version_push_is_refused)
 
 Test(bsp, leave_of_the_last_waited_for_member_completes_the_round)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t rest[] = { 0, 2 };
 
@@ -453,7 +512,7 @@ Test(bsp, leave_of_the_last_waited_for_member_completes_the_round)
 
 Test(bsp, leave_after_push_drops_the_contribution)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t rest[] = { 1, 2 };
 
@@ -466,7 +525,7 @@ Test(bsp, leave_after_push_drops_the_contribution)
 
 Test(bsp, a_round_without_members_never_completes)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t five[] = { 5 };
 
@@ -483,7 +542,7 @@ Test(bsp, a_round_without_members_never_completes)
 
 Test(bsp, join_releases_the_current_version_and_joins_the_round)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t three[] = { 0, 1, 5 };
 
@@ -501,7 +560,7 @@ Test(bsp, join_releases_the_current_version_and_joins_the_round)
 
 Test(bsp, rejoin_after_leave_starts_its_clock_afresh)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1 };
 
@@ -535,7 +594,7 @@ static int skip(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
  */
 Test(bsp, a_skipper_is_released_with_the_round_it_sat_out)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t both[] = { 0, 1 }, three[] = { 0, 1, 5 };
 
@@ -560,7 +619,7 @@ Test(bsp, a_skipper_is_released_with_the_round_it_sat_out)
 
 Test(bsp, a_skip_that_completes_the_round_releases_everyone)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
@@ -582,7 +641,7 @@ Test(bsp, a_skip_that_completes_the_round_releases_everyone)
 
 Test(bsp, a_round_of_skippers_only_applies_nothing)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 1);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 1);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 2, out), 1);
@@ -598,7 +657,7 @@ Test(bsp, a_round_of_skippers_only_applies_nothing)
 
 Test(bsp, skips_that_break_the_round_are_refused_and_change_nothing)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
@@ -616,7 +675,7 @@ Test(bsp, skips_that_break_the_round_are_refused_and_change_nothing)
 	cr_assert_eq(skip(rule, 1, 1, 0, out), -EINVAL, "an old version");
 	kn__sync_rule_destroy(rule);
 	/* no round to sit out elsewhere */
-	rule = rule_new(KN__SYNC_ASP, MAXW, 2);
+	rule = rule_new(KN_SYNC_ASP, MAXW, 2);
 	cr_assert_eq(skip(rule, 0, 0, 0, out), -EINVAL);
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 2, "the clock is unused");
 	kn__sync_rule_destroy(rule);
@@ -657,22 +716,22 @@ static void refusals(uint32_t protocol)
 	/* none of it changed the membership or the version */
 	cr_assert_eq(kn__sync_rule_version(rule), 0);
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 0 : 2);
+		     protocol == KN_SYNC_BSP ? 0 : 2);
 	cr_assert_eq(push(rule, 1, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 0 : 2);
+		     protocol == KN_SYNC_BSP ? 0 : 2);
 	cr_assert_eq(push(rule, 2, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 4 : 2);
+		     protocol == KN_SYNC_BSP ? 4 : 2);
 	kn__sync_rule_destroy(rule);
 }
 
 Test(bsp, refuses_bad_worker_ids_and_membership_errors)
 {
-	refusals(KN__SYNC_BSP);
+	refusals(KN_SYNC_BSP);
 }
 
 Test(asp, refuses_bad_worker_ids_and_membership_errors)
 {
-	refusals(KN__SYNC_ASP);
+	refusals(KN_SYNC_ASP);
 }
 
 static void timing_and_timer_do_nothing(uint32_t protocol)
@@ -693,24 +752,24 @@ static void timing_and_timer_do_nothing(uint32_t protocol)
 	};
 
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 0 : 2);
+		     protocol == KN_SYNC_BSP ? 0 : 2);
 	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
 	cr_assert_eq(kn__sync_rule_event(rule, &timer, out), 0);
 	timing.worker = 6; /* not a member, but a valid id */
 	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
 	cr_assert_eq(kn__sync_rule_version(rule),
-		     protocol == KN__SYNC_BSP ? 0 : 1);
+		     protocol == KN_SYNC_BSP ? 0 : 1);
 	kn__sync_rule_destroy(rule);
 }
 
 Test(bsp, timing_and_timer_do_nothing)
 {
-	timing_and_timer_do_nothing(KN__SYNC_BSP);
+	timing_and_timer_do_nothing(KN_SYNC_BSP);
 }
 
 Test(asp, timing_and_timer_do_nothing)
 {
-	timing_and_timer_do_nothing(KN__SYNC_ASP);
+	timing_and_timer_do_nothing(KN_SYNC_ASP);
 }
 
 /* --- ASP ---------------------------------------------------------------- */
@@ -737,7 +796,7 @@ static void assert_asp_apply(const struct kn__sync_action *a, int n,
 /* A push is one worker's share of a round: weight 1/n. */
 Test(asp, every_push_is_applied_at_once)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 
 	assert_asp_apply(out, push(rule, 2, 0, 0, 1, out), 2, 1, 1, 1.0f / 3,
@@ -755,7 +814,7 @@ Test(asp, every_push_is_applied_at_once)
  */
 Test(asp, staleness_in_rounds_damps_the_learning_rate)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 
 	/* worker 0 alone makes versions 1, 2, 3 (staleness 0 each) */
@@ -781,7 +840,7 @@ Test(asp, staleness_in_rounds_damps_the_learning_rate)
 
 Test(asp, push_from_the_future_or_seen_before_is_refused)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
@@ -799,7 +858,7 @@ Test(asp, push_from_the_future_or_seen_before_is_refused)
 /* The share follows the membership. */
 Test(asp, join_releases_the_current_version_leave_stops_pushes)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 1);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 1);
 	struct kn__sync_action out[MAXACT];
 
 	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 1.0f, 1.0f);
@@ -852,12 +911,12 @@ static void planner_has_no_plans(uint32_t protocol)
 
 Test(planner, bsp_emits_nothing)
 {
-	planner_has_no_plans(KN__SYNC_BSP);
+	planner_has_no_plans(KN_SYNC_BSP);
 }
 
 Test(planner, asp_emits_nothing)
 {
-	planner_has_no_plans(KN__SYNC_ASP);
+	planner_has_no_plans(KN_SYNC_ASP);
 }
 
 static int wev(struct kn__sync_worker *w, uint32_t type, uint32_t *next)
@@ -910,12 +969,12 @@ static void worker_communicates_every_step(uint32_t protocol)
 
 Test(worker, bsp_communicates_after_every_step)
 {
-	worker_communicates_every_step(KN__SYNC_BSP);
+	worker_communicates_every_step(KN_SYNC_BSP);
 }
 
 Test(worker, asp_communicates_after_every_step)
 {
-	worker_communicates_every_step(KN__SYNC_ASP);
+	worker_communicates_every_step(KN_SYNC_ASP);
 }
 
 /* --- randomized, against a reference model ---------------------------- */
@@ -1021,10 +1080,10 @@ static void randomized(uint32_t protocol, uint64_t seed)
 			valid = ev.worker < MAXW && w->member &&
 				ev.version <= m->version &&
 				!(w->clocked && ev.clock <= w->clock);
-			if (protocol == KN__SYNC_BSP)
+			if (protocol == KN_SYNC_BSP)
 				valid = valid && !w->pending &&
 					ev.version == m->version;
-			expect = protocol == KN__SYNC_BSP ? 0 : 2;
+			expect = protocol == KN_SYNC_BSP ? 0 : 2;
 			break;
 		case KN__SYNC_EV_JOIN:
 			valid = ev.worker < MAXW && !w->member;
@@ -1069,7 +1128,7 @@ static void randomized(uint32_t protocol, uint64_t seed)
 			nmembers += m->w[k].member;
 			npending += m->w[k].member && m->w[k].pending;
 		}
-		if (protocol == KN__SYNC_BSP &&
+		if (protocol == KN_SYNC_BSP &&
 		    (ev.type == KN__SYNC_EV_PUSH ||
 		     ev.type == KN__SYNC_EV_LEAVE) &&
 		    nmembers > 0 && npending == nmembers) {
@@ -1109,7 +1168,7 @@ static void randomized(uint32_t protocol, uint64_t seed)
 			cw->pending = false;
 			assert_release(&out[1 + k], c->worker, m->version + 1);
 			cw->held = m->version + 1;
-			if (protocol == KN__SYNC_BSP) {
+			if (protocol == KN_SYNC_BSP) {
 				cr_assert_eq(c->weight,
 					     1.0f / (float)out[0].ncontrib);
 				cr_assert_eq(out[0].lr_scale, 1.0f);
@@ -1133,7 +1192,7 @@ static void randomized(uint32_t protocol, uint64_t seed)
 	/* every accepted push was applied once, or dropped, or is pending */
 	for (uint32_t id = 0; id < m->npush; id++)
 		cr_assert_leq(m->applied[id], 1);
-	if (protocol == KN__SYNC_ASP)
+	if (protocol == KN_SYNC_ASP)
 		for (uint32_t id = 0; id < m->npush; id++)
 			cr_assert_eq(m->applied[id], 1, "push %u", id);
 	cr_log_info("%s: %u applies, %u refusals, %u dropped, %u pushes",
@@ -1142,7 +1201,7 @@ static void randomized(uint32_t protocol, uint64_t seed)
 	/* the sequence exercised what it is meant to */
 	cr_assert_gt(rounds, 3000, "only %u applies", rounds);
 	cr_assert_gt(refused, 3000, "only %u refusals", refused);
-	if (protocol == KN__SYNC_BSP)
+	if (protocol == KN_SYNC_BSP)
 		cr_assert_gt(dropped, 300, "only %u dropped pushes", dropped);
 	cr_assert_eq(kn__sync_rule_version(rule), rounds);
 	free(m);
@@ -1151,10 +1210,10 @@ static void randomized(uint32_t protocol, uint64_t seed)
 
 Test(bsp, randomized_sequences_match_the_model)
 {
-	randomized(KN__SYNC_BSP, 0x6b616e656cULL);
+	randomized(KN_SYNC_BSP, 0x6b616e656cULL);
 }
 
 Test(asp, randomized_sequences_match_the_model)
 {
-	randomized(KN__SYNC_ASP, 0x73796e63ULL);
+	randomized(KN_SYNC_ASP, 0x73796e63ULL);
 }
