@@ -21,27 +21,27 @@
 /* What a chunk rule keeps per worker id. */
 struct kn__sync_wstate {
 	bool member;
-	bool pushed;	/* BSP: has a contribution in the current round */
-	bool skipped;	/* BSP: sits the current round out (SKIP) */
+	bool pushed;	/* rounds: has a contribution in the current one */
+	bool skipped;	/* rounds: sits the current one out (SKIP) */
 	bool clocked;	/* a push was accepted since it became a member */
-	uint32_t slot;	/* BSP: where this round's contribution lies */
+	uint32_t slot;	/* rounds: where this round's contribution lies */
 	uint64_t clock; /* the clock of the last accepted push */
-	/* the protocols' own, zero at creation and at a JOIN */
-	bool blocked;	/* SSP, ESP: pushed, release held back */
-	uint32_t steps; /* PSP: the local steps of its pushed contribution */
-	uint64_t syncs; /* SSP, ESP: its sync count P (the bound below) */
+	/* the bound's (SSP, ESP), zero at creation and at a JOIN */
+	bool blocked;	/* pushed, release held back */
+	uint64_t syncs; /* its sync count P (the bound below) */
 };
 
 struct kn__sync_rule {
 	const struct kn__sync_ops *ops;
 	struct kn__sync_params params;
-	uint64_t version;  /* the version the rule has made so far */
-	uint32_t nmembers; /* members now */
-	uint32_t npushed;  /* BSP: members with a contribution this round */
-	uint32_t nskipped; /* BSP: members sitting this round out */
-	struct kn__sync_wstate *w;	  /* [max_workers] */
+	uint64_t version;	   /* the version the rule has made so far */
+	uint32_t nmembers;	   /* members now */
+	uint32_t npushed;	   /* rounds: members with a contribution */
+	uint32_t nskipped;	   /* rounds: members sitting this round out */
+	struct kn__sync_wstate *w; /* [max_workers] */
 	struct kn__sync_contrib *contrib; /* [max_workers], APPLY points here */
-	/* PSP: the plan in force and one waiting for the next barrier */
+	/* a protocol that plans (traits.plans: PSP, CGP): the plan in
+	 * force and one waiting for the next barrier; NULL for others */
 	uint64_t epoch, next_epoch;
 	bool have_next;
 	uint32_t *plan, *next_plan; /* [max_workers] each, zeroed */
@@ -52,8 +52,9 @@ struct kn__sync_rule {
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
 	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */
-	struct kn__sync_esp_rule *esp; /* ESP: its step times (esp.c) */
-	struct kn__sync_cgp_rule *cgp; /* CGP: its groups (cgp.c) */
+	/* the protocol's own state, a struct its file defines, made by
+	 * its @rule_init (esp.c: step times, cgp.c: groups); NULL */
+	void *own;
 };
 
 struct kn__sync_planner {
@@ -62,12 +63,14 @@ struct kn__sync_planner {
 	uint64_t epoch;
 	uint32_t nmembers;
 	bool *member; /* [max_workers] */
-	/* PSP, CGP: predicted seconds per step, the plan in force */
+	/* a protocol that plans (PSP, CGP): predicted seconds per step,
+	 * the plan in force; NULL for the others */
 	double *pred;	/* [max_workers], 0: no timing yet */
 	uint32_t *plan; /* [max_workers], zeroed */
 	bool changed;	/* PSP, CGP: a JOIN or LEAVE since the last plan */
-	struct kn__sync_psp_planner *psp; /* PSP: barriers, misses */
-	struct kn__sync_cgp_planner *cgp; /* CGP: groups, solver (cgp.c) */
+	/* the protocol's own state, made by its @planner_init, as the
+	 * rule's (predicted.c: barriers, misses; cgp.c: groups, solver) */
+	void *own;
 };
 
 /* Where a worker rule stands between two events. */
@@ -124,6 +127,12 @@ static inline struct kn__sync_psp_worker *
 kn__sync_psp_worker_of(struct kn__sync_worker *rule)
 {
 	return (struct kn__sync_psp_worker *)(void *)rule->own;
+}
+
+static inline struct kn__sync_psp_planner *
+kn__sync_psp_planner_of(const struct kn__sync_planner *planner)
+{
+	return (struct kn__sync_psp_planner *)planner->own;
 }
 
 typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);

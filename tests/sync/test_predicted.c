@@ -317,8 +317,7 @@ Test(predicted, name_and_max_actions)
 {
 	struct kn__sync_params p = { KN_SYNC_PSP, 100, 3 };
 
-	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_PSP),
-			 "predicted");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_PSP), "predicted");
 	cr_assert_eq(kn__sync_protocol_parse("predicted"), KN_SYNC_PSP);
 	/* PSP, as the theses call it */
 	cr_assert_eq(kn__sync_protocol_parse("psp"), KN_SYNC_PSP);
@@ -787,7 +786,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
-	cr_assert(planner->psp->fallback);
+	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	/* more misses, a joiner: still one step each, no new plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -795,7 +794,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out),
 		     0);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
-	cr_assert(planner->psp->fallback);
+	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	kn__sync_planner_destroy(planner);
 
 	/* a miss that holds afterwards is one change of speed: no fallback */
@@ -809,7 +808,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
-	cr_assert(!planner->psp->fallback);
+	cr_assert(!kn__sync_psp_planner_of(planner)->fallback);
 	kn__sync_planner_destroy(planner);
 }
 
@@ -839,12 +838,12 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		cr_assert_eq(
 			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 			0, "hold %d of 3", b + 1);
-	cr_assert(planner->psp->fallback);
+	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	/* the third in a row: out, with the plan that fits {1, 2.5, 8} */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert(!planner->psp->fallback);
+	cr_assert(!kn__sync_psp_planner_of(planner)->fallback);
 	/* and back to the usual rules: a steady cluster keeps its plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
