@@ -73,19 +73,17 @@ struct kn__sync_cgp_rule {
 	bool barrier;	      /* every group is done: waiting for a plan */
 };
 
+/* @rule's CGP state (its @own); a const rule's too, as in esp.c. */
 static struct kn__sync_cgp_rule *cgp_rule(const struct kn__sync_rule *rule)
 {
-	return rule->own;
+	return (struct kn__sync_cgp_rule *)(void *)rule->own;
 }
 
 static int rule_init(struct kn__sync_rule *rule)
 {
 	uint32_t max = rule->params.max_workers;
-	struct kn__sync_cgp_rule *c = calloc(1, sizeof(*c));
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 
-	if (!c)
-		return -ENOMEM;
-	rule->own = c;
 	c->g = calloc(max, sizeof(*c->g));
 	c->group_of = malloc(max * sizeof(*c->group_of));
 	c->order = calloc(max, sizeof(*c->order));
@@ -102,13 +100,10 @@ static void rule_fini(struct kn__sync_rule *rule)
 {
 	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 
-	if (!c)
-		return;
 	free(c->g);
 	free(c->group_of);
 	free(c->order);
 	free(c->scratch);
-	free(c);
 }
 
 static void release(const struct kn__sync_rule *rule,
@@ -402,17 +397,14 @@ struct kn__sync_cgp_planner {
 static struct kn__sync_cgp_planner *
 cgp_planner(const struct kn__sync_planner *planner)
 {
-	return planner->own;
+	return (struct kn__sync_cgp_planner *)(void *)planner->own;
 }
 
 static int planner_init(struct kn__sync_planner *planner)
 {
 	uint32_t max = planner->params.max_workers;
-	struct kn__sync_cgp_planner *c = calloc(1, sizeof(*c));
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 
-	if (!c)
-		return -ENOMEM;
-	planner->own = c;
 	c->group = calloc(max, sizeof(*c->group));
 	c->base = calloc(max, sizeof(*c->base));
 	c->ids = calloc(max, sizeof(*c->ids));
@@ -440,8 +432,6 @@ static void planner_fini(struct kn__sync_planner *planner)
 {
 	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 
-	if (!c)
-		return;
 	kn__cgpp_pls_destroy(c->archive);
 	free(c->group);
 	free(c->base);
@@ -455,7 +445,6 @@ static void planner_fini(struct kn__sync_planner *planner)
 	free(c->label);
 	free(c->sum);
 	free(c->count);
-	free(c);
 }
 
 /* C_sync(m), the cost model's. */
@@ -852,4 +841,6 @@ const struct kn__sync_ops kn__sync_cgp_ops = {
 	.rule_fini = rule_fini,
 	.planner_init = planner_init,
 	.planner_fini = planner_fini,
+	.rule_size = sizeof(struct kn__sync_cgp_rule),
+	.planner_size = sizeof(struct kn__sync_cgp_planner),
 };

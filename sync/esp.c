@@ -39,7 +39,7 @@ struct esp_member {
 	double peak;	 /* its peak seconds per step, slowly falling */
 };
 
-/* ESP's own state in a chunk rule (rule->own). */
+/* ESP's own state in a chunk rule (its @own, ops->rule_size). */
 struct kn__sync_esp_rule {
 	struct esp_member *m; /* [max_workers] */
 	/* the members' step times are even (rounds, lead 0), and the
@@ -48,30 +48,23 @@ struct kn__sync_esp_rule {
 	uint32_t timings;
 };
 
+/* @rule's ESP state; a const rule's too, as its arrays are not it. */
 static struct kn__sync_esp_rule *esp_of(const struct kn__sync_rule *rule)
 {
-	return rule->own;
+	return (struct kn__sync_esp_rule *)(void *)rule->own;
 }
 
 static int rule_init(struct kn__sync_rule *rule)
 {
-	struct kn__sync_esp_rule *e = calloc(1, sizeof(*e));
+	struct kn__sync_esp_rule *e = esp_of(rule);
 
-	if (!e)
-		return -ENOMEM;
-	rule->own = e;
 	e->m = calloc(rule->params.max_workers, sizeof(*e->m));
 	return e->m ? 0 : -ENOMEM;
 }
 
 static void rule_fini(struct kn__sync_rule *rule)
 {
-	struct kn__sync_esp_rule *e = esp_of(rule);
-
-	if (!e)
-		return;
-	free(e->m);
-	free(e);
+	free(esp_of(rule)->m);
 }
 
 /* "Not looked for yet" for the slowest member. */
@@ -363,11 +356,7 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		}
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
-		if (rule->state != KN__SYNC_WS_PUSH)
-			return -EINVAL;
-		rule->state = KN__SYNC_WS_WAIT;
-		*next = KN__SYNC_NEXT_WAIT;
-		return 0;
+		return kn__sync_worker_pushed(rule, next);
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* in RUN only as a joiner's first release */
 		cost = ev->rtt + (double)ev->hint;
@@ -397,5 +386,6 @@ const struct kn__sync_ops kn__sync_esp_ops = {
 	.worker_event = esp_worker_event,
 	.rule_init = rule_init,
 	.rule_fini = rule_fini,
+	.rule_size = sizeof(struct kn__sync_esp_rule),
 	.worker_size = sizeof(struct esp_worker),
 };

@@ -566,11 +566,8 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 
 static int planner_init(struct kn__sync_planner *planner)
 {
-	struct kn__sync_psp_planner *ps = calloc(1, sizeof(*ps));
+	struct kn__sync_psp_planner *ps = kn__sync_psp_planner_of(planner);
 
-	if (!ps)
-		return -ENOMEM;
-	planner->own = ps;
 	ps->reported =
 		calloc(planner->params.max_workers, sizeof(*ps->reported));
 	return ps->reported ? 0 : -ENOMEM;
@@ -578,12 +575,7 @@ static int planner_init(struct kn__sync_planner *planner)
 
 static void planner_fini(struct kn__sync_planner *planner)
 {
-	struct kn__sync_psp_planner *ps = kn__sync_psp_planner_of(planner);
-
-	if (!ps)
-		return;
-	free(ps->reported);
-	free(ps);
+	free(kn__sync_psp_planner_of(planner)->reported);
 }
 
 /* One APPLY and a RELEASE for every worker that can be a member. */
@@ -608,5 +600,6 @@ const struct kn__sync_ops kn__sync_predicted_ops = {
 	.worker_event = psp_worker_event,
 	.planner_init = planner_init,
 	.planner_fini = planner_fini,
+	.planner_size = sizeof(struct kn__sync_psp_planner),
 	.worker_size = sizeof(struct kn__sync_psp_worker),
 };

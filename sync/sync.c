@@ -84,7 +84,7 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 
 	if (!ops || !rule)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
+	r = calloc(1, sizeof(*r) + ops->rule_size);
 	if (!r)
 		return -ENOMEM;
 	r->ops = ops;
@@ -407,7 +407,7 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 
 	if (!ops || !planner)
 		return -EINVAL;
-	p = calloc(1, sizeof(*p));
+	p = calloc(1, sizeof(*p) + ops->planner_size);
 	if (!p)
 		return -ENOMEM;
 	p->ops = ops;
@@ -521,6 +521,15 @@ void kn__sync_worker_destroy(struct kn__sync_worker *rule)
 	free(rule);
 }
 
+int kn__sync_worker_pushed(struct kn__sync_worker *rule, uint32_t *next)
+{
+	if (rule->state != KN__SYNC_WS_PUSH)
+		return -EINVAL;
+	rule->state = KN__SYNC_WS_WAIT;
+	*next = KN__SYNC_NEXT_WAIT;
+	return 0;
+}
+
 /* BSP and ASP: push after every step, wait for every release. */
 static int worker_every_step(struct kn__sync_worker *rule,
 			     const struct kn__sync_worker_event *ev,
@@ -534,11 +543,7 @@ static int worker_every_step(struct kn__sync_worker *rule,
 		*next = KN__SYNC_NEXT_PUSH;
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
-		if (rule->state != KN__SYNC_WS_PUSH)
-			return -EINVAL;
-		rule->state = KN__SYNC_WS_WAIT;
-		*next = KN__SYNC_NEXT_WAIT;
-		return 0;
+		return kn__sync_worker_pushed(rule, next);
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* in RUN only as a joiner's first release */
 		if (rule->state == KN__SYNC_WS_PUSH)

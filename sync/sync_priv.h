@@ -52,9 +52,10 @@ struct kn__sync_rule {
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
 	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */
-	/* the protocol's own state, a struct its file defines, made by
-	 * its @rule_init (esp.c: step times, cgp.c: groups); NULL */
-	void *own;
+	/* the protocol's own state, ops->rule_size bytes, zero at
+	 * creation: a struct its file defines (esp.c: step times, cgp.c:
+	 * groups), whose arrays its @rule_init makes */
+	max_align_t own[];
 };
 
 struct kn__sync_planner {
@@ -68,9 +69,9 @@ struct kn__sync_planner {
 	double *pred;	/* [max_workers], 0: no timing yet */
 	uint32_t *plan; /* [max_workers], zeroed */
 	bool changed;	/* PSP, CGP: a JOIN or LEAVE since the last plan */
-	/* the protocol's own state, made by its @planner_init, as the
+	/* the protocol's own state, ops->planner_size bytes, as the
 	 * rule's (predicted.c: barriers, misses; cgp.c: groups, solver) */
-	void *own;
+	max_align_t own[];
 };
 
 /* Where a worker rule stands between two events. */
@@ -130,9 +131,9 @@ kn__sync_psp_worker_of(struct kn__sync_worker *rule)
 }
 
 static inline struct kn__sync_psp_planner *
-kn__sync_psp_planner_of(const struct kn__sync_planner *planner)
+kn__sync_psp_planner_of(struct kn__sync_planner *planner)
 {
-	return (struct kn__sync_psp_planner *)planner->own;
+	return (struct kn__sync_psp_planner *)(void *)planner->own;
 }
 
 typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
@@ -161,13 +162,14 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
- * @worker_size is the size of the protocol's own state in a worker rule
- * (struct kn__sync_worker's @own), 0 for none.
+ * @rule_size, @planner_size and @worker_size are the sizes of the
+ * protocol's own state in each machine (its @own), 0 for none.
  * @traits says what the protocol asks of the engine and the simulator
  * (sync.h, struct kn__sync_traits), which is all they know of it.
- * @rule_init and @planner_init, where set, make the protocol's own state
+ * @rule_init and @planner_init, where set, make the arrays of that state
  * once the machine is otherwise complete (0 or -ENOMEM); @rule_fini and
- * @planner_fini free it, and take a machine whose init failed.
+ * @planner_fini free them, and take a machine whose init failed or
+ * never ran (its state all zero).
  */
 struct kn__sync_ops {
 	struct kn__sync_traits traits;
@@ -185,8 +187,15 @@ struct kn__sync_ops {
 	kn__sync_rule_fini_fn *rule_fini;
 	kn__sync_planner_init_fn *planner_init;
 	kn__sync_planner_fini_fn *planner_fini;
-	size_t worker_size;
+	size_t rule_size, planner_size, worker_size;
 };
+
+/*
+ * A worker rule's PUSHED where the push is followed by the wait for its
+ * release (every rule but PSP's, which may step meanwhile): WAIT, or
+ * -EINVAL when no push was asked for.
+ */
+int kn__sync_worker_pushed(struct kn__sync_worker *rule, uint32_t *next);
 
 /* registry.c: @protocol's table, NULL for an unknown one. */
 const struct kn__sync_ops *kn__sync_ops_of(uint32_t protocol);
