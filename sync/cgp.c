@@ -819,19 +819,15 @@ static int cgp_planner_event(struct kn__sync_planner *planner,
 	}
 }
 
-/* An APPLY, a RELEASE for every worker, and a BARRIER. */
-static uint32_t cgp_max_actions(const struct kn__sync_params *params)
-{
-	return 2 + params->max_workers;
-}
-
 const struct kn__sync_ops kn__sync_cgp_ops = {
 	.traits = {
 		.model_bytes = true,
 		.timing = KN__SYNC_TIMING_PLANNER,
 		.plans = KN__SYNC_PLANS_GROUPS,
 	},
-	.max_actions = cgp_max_actions,
+	/* an APPLY, a RELEASE for every worker, and a BARRIER */
+	.actions_fixed = 2,
+	.actions_per_worker = 1,
 	.push = cgp_push,
 	.join = cgp_join,
 	.leave = cgp_leave,

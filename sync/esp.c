@@ -315,12 +315,6 @@ static int esp_leave(struct kn__sync_rule *rule,
 	return releases(rule, NONE, ev->t, out);
 }
 
-/* One APPLY and a RELEASE for every worker that can be a member. */
-static uint32_t esp_max_actions(const struct kn__sync_params *params)
-{
-	return 1 + params->max_workers;
-}
-
 /* ESP's own state in a worker rule (ops->worker_size). */
 struct esp_worker {
 	uint32_t steps; /* local steps since the last push */
@@ -378,7 +372,9 @@ const struct kn__sync_ops kn__sync_esp_ops = {
 		.delta_ratio = true,
 		.timing = KN__SYNC_TIMING_RULES,
 	},
-	.max_actions = esp_max_actions,
+	/* one APPLY and a RELEASE for every worker that can be a member */
+	.actions_fixed = 1,
+	.actions_per_worker = 1,
 	.push = esp_push,
 	.join = esp_join,
 	.leave = esp_leave,

@@ -578,12 +578,6 @@ static void planner_fini(struct kn__sync_planner *planner)
 	free(kn__sync_psp_planner_of(planner)->reported);
 }
 
-/* One APPLY and a RELEASE for every worker that can be a member. */
-static uint32_t psp_max_actions(const struct kn__sync_params *params)
-{
-	return 1 + params->max_workers;
-}
-
 const struct kn__sync_ops kn__sync_predicted_ops = {
 	.traits = {
 		.local_steps = true,
@@ -591,7 +585,9 @@ const struct kn__sync_ops kn__sync_predicted_ops = {
 		.timing = KN__SYNC_TIMING_PLANNER,
 		.plans = KN__SYNC_PLANS_STEPS,
 	},
-	.max_actions = psp_max_actions,
+	/* one APPLY and a RELEASE for every worker that can be a member */
+	.actions_fixed = 1,
+	.actions_per_worker = 1,
 	.push = psp_push,
 	.join = psp_join,
 	.leave = psp_leave,

@@ -39,7 +39,9 @@ uint32_t kn__sync_max_actions(const struct kn__sync_params *params)
 	struct kn__sync_params p;
 	const struct kn__sync_ops *ops = check_params(params, &p);
 
-	return ops ? ops->max_actions(&p) : 0;
+	return ops ? ops->actions_fixed +
+			       ops->actions_per_worker * p.max_workers
+		   : 0;
 }
 
 /*

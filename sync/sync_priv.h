@@ -136,7 +136,6 @@ kn__sync_psp_planner_of(struct kn__sync_planner *planner)
 	return (struct kn__sync_psp_planner *)(void *)planner->own;
 }
 
-typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
 typedef int kn__sync_rule_event_fn(struct kn__sync_rule *rule,
 				   const struct kn__sync_event *ev,
 				   struct kn__sync_action *out);
@@ -173,7 +172,9 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  */
 struct kn__sync_ops {
 	struct kn__sync_traits traits;
-	kn__sync_max_actions_fn *max_actions;
+	/* the most actions one call writes (kn__sync_max_actions): this
+	 * many, plus this many for each of max_workers */
+	uint32_t actions_fixed, actions_per_worker;
 	kn__sync_rule_event_fn *push;
 	kn__sync_rule_event_fn *skip;
 	kn__sync_rule_event_fn *join;
