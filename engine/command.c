@@ -119,6 +119,8 @@ void kn__job_info(const struct kn__config *c, struct kn_job_info *info)
 		.outer_lr = c->proto.outer_lr,
 		.outer_momentum = c->proto.outer_momentum,
 	};
+	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
+		info->params[i] = kn__sync_param_value(&c->proto, i);
 }
 
 int kn_config_job(const struct kn_config *cfg, struct kn_job_info *info)

@@ -77,7 +77,7 @@ struct kn__config {
 	struct kn__config_addr coordinator;
 	struct kn__config_addr listen; /* a server's bind address */
 	enum kn__config_transport transport;
-	uint32_t sync; /* enum kn__sync_protocol, named by sync/ */
+	uint32_t sync; /* enum kn_sync, named by sync/ */
 	enum kn__config_optimizer optimizer;
 	uint32_t chunk_bytes; /* a multiple of 4, at least 4 KiB */
 	uint32_t fuse_bytes;  /* tensors below it are fused; 0: none */

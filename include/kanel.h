@@ -364,7 +364,10 @@ KN_EXPORT int kn_worker_step(struct kn_worker *w, const char *key);
  * says what each protocol does with a step).
  */
 
-/* The synchronization protocols (docs/protocols.md). */
+/*
+ * The synchronization protocols (docs/protocols.md): the one enum that
+ * names them, in the library and out of it.
+ */
 enum kn_sync {
 	KN_SYNC_BSP = 0,
 	KN_SYNC_ASP = 1,
@@ -373,6 +376,53 @@ enum kn_sync {
 	KN_SYNC_PSP = 4, /* Predicted Synchronization Parallel ("predicted") */
 	KN_SYNC_CGP = 5,
 };
+
+/* The name of @protocol ("bsp", ..., "predicted", "cgp"), NULL for none. */
+KN_EXPORT const char *kn_sync_name(enum kn_sync protocol);
+
+/*
+ * The @i-th name the --sync option takes, from 0: each protocol's name,
+ * then the other names it goes by (as "psp"), with its protocol in
+ * @protocol; NULL past the last.  A program lists the protocols so.
+ */
+KN_EXPORT const char *kn_sync_name_at(unsigned int i, enum kn_sync *protocol);
+
+/*
+ * The protocols' parameters: one table, the library's, from which its
+ * options and KANEL_* variables, the job's message, the simulator's
+ * options, struct kn_job_info's @params and this query all come, so
+ * that a program (the Python package) that lists them learns of a new
+ * one with no edit.
+ */
+enum kn_sync_param_type {
+	KN_SYNC_PARAM_UINT = 1,	  /* an unsigned integer in [min, max] */
+	KN_SYNC_PARAM_FLOAT = 2,  /* a float above min (from min if
+				   * min_closed), below max */
+	KN_SYNC_PARAM_CHOICE = 3, /* one of @choices, its index the value */
+};
+
+struct kn_sync_param {
+	const char *name;     /* "staleness": its name in kanel.Job */
+	const char *option;   /* "--staleness" */
+	const char *variable; /* "KANEL_STALENESS" */
+	enum kn_sync_param_type type;
+	const char *default_value; /* as an option's value: "3", "auto" */
+	double min, max;
+	int min_closed;
+	/* CHOICE: the names by value, NULL-terminated; else NULL */
+	const char *const *choices;
+	const char *help; /* which protocols read it, and what for */
+};
+
+/* Room for the parameters in struct kn_job_info; the table has fewer. */
+#define KN_SYNC_PARAMS_MAX 32
+
+/*
+ * Parameter @i of the table, from 0, into @param (its strings are the
+ * library's, valid for its lifetime): 0, -ENOENT past the last, or
+ * -EINVAL for a NULL @param.  Thread-safe.
+ */
+KN_EXPORT int kn_sync_param_at(unsigned int i, struct kn_sync_param *param);
 
 /* What the job a worker joined runs, as its coordinator was told. */
 struct kn_job_info {
@@ -388,7 +438,8 @@ struct kn_job_info {
 			  * program stepped it */
 	float lr, momentum;
 	unsigned int workers, servers;
-	/* the protocols' parameters (docs/configuration.md) */
+	/* some of the protocols' parameters by name, for the programs
+	 * written against them (docs/configuration.md) */
 	unsigned int staleness;		/* SSP's s, ESP's s_e */
 	unsigned int max_skip;		/* ESP's H_max */
 	float gamma, theta;		/* ESP */
@@ -397,6 +448,9 @@ struct kn_job_info {
 	float alpha, miss;		/* PSP (alpha: CGP too) */
 	float bound;			/* CGP's S */
 	float outer_lr, outer_momentum; /* the servers' update of deltas */
+	/* every one of them, params[i] being kn_sync_param_at(i)'s (a
+	 * CHOICE's by its index), exact: a new one appears here alone */
+	double params[KN_SYNC_PARAMS_MAX];
 };
 
 /* Fill @info from the job: 0, or -EINVAL for NULL arguments. */

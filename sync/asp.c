@@ -39,15 +39,10 @@ static int asp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	return 1;
 }
 
-static uint32_t asp_max_actions(const struct kn__sync_params *params)
-{
-	(void)params;
-	return 2;
-}
-
 const struct kn__sync_ops kn__sync_asp_ops = {
 	/* no traits: gradients, no plans, no timings */
-	.max_actions = asp_max_actions,
+	/* an APPLY and the pusher's RELEASE */
+	.actions_fixed = 2,
 	.push = asp_push,
 	.join = asp_join,
 };

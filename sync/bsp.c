@@ -66,18 +66,14 @@ static int bsp_leave(struct kn__sync_rule *rule,
 	return complete(rule, out);
 }
 
-/* One APPLY and a RELEASE for every worker that can be a member. */
-static uint32_t bsp_max_actions(const struct kn__sync_params *params)
-{
-	return 1 + params->max_workers;
-}
-
 const struct kn__sync_ops kn__sync_bsp_ops = {
 	.traits = {
 		.mean_model = true,
 		.skips = true,
 	},
-	.max_actions = bsp_max_actions,
+	/* one APPLY and a RELEASE for every worker that can be a member */
+	.actions_fixed = 1,
+	.actions_per_worker = 1,
 	.push = bsp_push,
 	.skip = bsp_skip,
 	.join = bsp_join,

@@ -73,14 +73,17 @@ struct kn__sync_cgp_rule {
 	bool barrier;	      /* every group is done: waiting for a plan */
 };
 
+/* @rule's CGP state (its @own); a const rule's too, as in esp.c. */
+static struct kn__sync_cgp_rule *cgp_rule(const struct kn__sync_rule *rule)
+{
+	return (struct kn__sync_cgp_rule *)(void *)rule->own;
+}
+
 static int rule_init(struct kn__sync_rule *rule)
 {
 	uint32_t max = rule->params.max_workers;
-	struct kn__sync_cgp_rule *c = calloc(1, sizeof(*c));
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 
-	if (!c)
-		return -ENOMEM;
-	rule->cgp = c;
 	c->g = calloc(max, sizeof(*c->g));
 	c->group_of = malloc(max * sizeof(*c->group_of));
 	c->order = calloc(max, sizeof(*c->order));
@@ -95,15 +98,12 @@ static int rule_init(struct kn__sync_rule *rule)
 
 static void rule_fini(struct kn__sync_rule *rule)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 
-	if (!c)
-		return;
 	free(c->g);
 	free(c->group_of);
 	free(c->order);
 	free(c->scratch);
-	free(c);
 }
 
 static void release(const struct kn__sync_rule *rule,
@@ -121,7 +121,7 @@ static void release(const struct kn__sync_rule *rule,
  */
 static int switch_plan(struct kn__sync_rule *rule, struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 	uint32_t max = rule->params.max_workers, n = 0, pos = 0;
 
 	memcpy(rule->plan, rule->next_plan, max * sizeof(*rule->plan));
@@ -184,7 +184,7 @@ static int switch_plan(struct kn__sync_rule *rule, struct kn__sync_action *out)
 /* Every group waits: switch if the next plan is here, else ask for it. */
 static int barrier(struct kn__sync_rule *rule, struct kn__sync_action *out)
 {
-	rule->cgp->barrier = true;
+	cgp_rule(rule)->barrier = true;
 	if (rule->have_next)
 		return switch_plan(rule, out);
 	out[0] = (struct kn__sync_action){
@@ -198,7 +198,7 @@ static int barrier(struct kn__sync_rule *rule, struct kn__sync_action *out)
 static int warm_complete(struct kn__sync_rule *rule,
 			 struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 	uint32_t n = kn__sync_round_complete(rule, out);
 	int ret;
 
@@ -231,7 +231,7 @@ static int warm_complete(struct kn__sync_rule *rule,
 static int group_complete(struct kn__sync_rule *rule, uint32_t k,
 			  struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 	struct group *g = &c->g[k];
 	uint32_t n = 0, nout;
 	double m = (double)(c->applied - g->applied) / rule->nmembers;
@@ -270,7 +270,7 @@ static int group_complete(struct kn__sync_rule *rule, uint32_t k,
 static int cgp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
 	uint32_t k = c->group_of[ev->worker];
 	struct group *g;
@@ -298,7 +298,7 @@ static int cgp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 static int cgp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 
 	c->group_of[ev->worker] = NONE;
 	if (rule->epoch != 0 || c->barrier)
@@ -313,7 +313,7 @@ static int cgp_leave(struct kn__sync_rule *rule,
 		     const struct kn__sync_event *ev,
 		     struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
 	uint32_t k = c->group_of[ev->worker];
 	struct group *g;
@@ -350,7 +350,7 @@ static int cgp_leave(struct kn__sync_rule *rule,
 static int cgp_plan(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_rule *c = rule->cgp;
+	struct kn__sync_cgp_rule *c = cgp_rule(rule);
 	uint32_t max = rule->params.max_workers;
 
 	if (ev->epoch != rule->epoch + 1 || rule->have_next)
@@ -394,14 +394,17 @@ struct kn__sync_cgp_planner {
 	struct kn__cgpp_pls *archive; /* PLS: from the last search */
 };
 
+static struct kn__sync_cgp_planner *
+cgp_planner(const struct kn__sync_planner *planner)
+{
+	return (struct kn__sync_cgp_planner *)(void *)planner->own;
+}
+
 static int planner_init(struct kn__sync_planner *planner)
 {
 	uint32_t max = planner->params.max_workers;
-	struct kn__sync_cgp_planner *c = calloc(1, sizeof(*c));
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 
-	if (!c)
-		return -ENOMEM;
-	planner->cgp = c;
 	c->group = calloc(max, sizeof(*c->group));
 	c->base = calloc(max, sizeof(*c->base));
 	c->ids = calloc(max, sizeof(*c->ids));
@@ -427,10 +430,8 @@ static int planner_init(struct kn__sync_planner *planner)
 
 static void planner_fini(struct kn__sync_planner *planner)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 
-	if (!c)
-		return;
 	kn__cgpp_pls_destroy(c->archive);
 	free(c->group);
 	free(c->base);
@@ -444,7 +445,6 @@ static void planner_fini(struct kn__sync_planner *planner)
 	free(c->label);
 	free(c->sum);
 	free(c->count);
-	free(c);
 }
 
 /* C_sync(m), the cost model's. */
@@ -476,7 +476,7 @@ static int cmp_speed(const void *a, const void *b)
  */
 static int sort_members(struct kn__sync_planner *planner, uint32_t *count)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 	uint32_t max = planner->params.max_workers, n = 0;
 	double slowest = 0;
 	struct by_speed *v;
@@ -516,7 +516,7 @@ static int eval_labels(struct kn__sync_planner *planner, uint32_t n,
 		       const uint32_t *label, uint32_t ngroups,
 		       struct kn__cgpp_eval *out)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 
 	for (uint32_t k = 0; k < ngroups; k++) {
 		c->gtime[k] = 0;
@@ -545,7 +545,7 @@ static int eval_labels(struct kn__sync_planner *planner, uint32_t n,
 static int solve(struct kn__sync_planner *planner, uint32_t n, bool fresh,
 		 struct kn__cgpp_eval *best)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 	const struct kn__sync_params *p = &planner->params;
 	struct kn__cgpp inst = {
 		.t = c->t,
@@ -638,7 +638,7 @@ static bool same_groups(struct kn__sync_cgp_planner *c, uint32_t n,
  */
 static void fold_timings(struct kn__sync_planner *planner)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 	double alpha = planner->params.alpha;
 
 	for (uint32_t i = 0; i < planner->params.max_workers; i++) {
@@ -670,7 +670,7 @@ static void fold_timings(struct kn__sync_planner *planner)
 static int plan_next(struct kn__sync_planner *planner,
 		     struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 	const struct kn__sync_params *p = &planner->params;
 	uint32_t max = p->max_workers, n, ngroups = c->ngroups;
 	bool drift = false, fresh, regrouped = false, homeless = false;
@@ -784,7 +784,7 @@ static int cgp_planner_event(struct kn__sync_planner *planner,
 			     const struct kn__sync_event *ev,
 			     struct kn__sync_action *out)
 {
-	struct kn__sync_cgp_planner *c = planner->cgp;
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 	uint32_t w = ev->worker;
 
 	switch (ev->type) {
@@ -819,19 +819,15 @@ static int cgp_planner_event(struct kn__sync_planner *planner,
 	}
 }
 
-/* An APPLY, a RELEASE for every worker, and a BARRIER. */
-static uint32_t cgp_max_actions(const struct kn__sync_params *params)
-{
-	return 2 + params->max_workers;
-}
-
 const struct kn__sync_ops kn__sync_cgp_ops = {
 	.traits = {
 		.model_bytes = true,
 		.timing = KN__SYNC_TIMING_PLANNER,
 		.plans = KN__SYNC_PLANS_GROUPS,
 	},
-	.max_actions = cgp_max_actions,
+	/* an APPLY, a RELEASE for every worker, and a BARRIER */
+	.actions_fixed = 2,
+	.actions_per_worker = 1,
 	.push = cgp_push,
 	.join = cgp_join,
 	.leave = cgp_leave,
@@ -841,4 +837,6 @@ const struct kn__sync_ops kn__sync_cgp_ops = {
 	.rule_fini = rule_fini,
 	.planner_init = planner_init,
 	.planner_fini = planner_fini,
+	.rule_size = sizeof(struct kn__sync_cgp_rule),
+	.planner_size = sizeof(struct kn__sync_cgp_planner),
 };

@@ -39,7 +39,7 @@ struct esp_member {
 	double peak;	 /* its peak seconds per step, slowly falling */
 };
 
-/* ESP's own state in a chunk rule (rule->esp). */
+/* ESP's own state in a chunk rule (its @own, ops->rule_size). */
 struct kn__sync_esp_rule {
 	struct esp_member *m; /* [max_workers] */
 	/* the members' step times are even (rounds, lead 0), and the
@@ -48,23 +48,23 @@ struct kn__sync_esp_rule {
 	uint32_t timings;
 };
 
+/* @rule's ESP state; a const rule's too, as its arrays are not it. */
+static struct kn__sync_esp_rule *esp_of(const struct kn__sync_rule *rule)
+{
+	return (struct kn__sync_esp_rule *)(void *)rule->own;
+}
+
 static int rule_init(struct kn__sync_rule *rule)
 {
-	struct kn__sync_esp_rule *e = calloc(1, sizeof(*e));
+	struct kn__sync_esp_rule *e = esp_of(rule);
 
-	if (!e)
-		return -ENOMEM;
-	rule->esp = e;
 	e->m = calloc(rule->params.max_workers, sizeof(*e->m));
 	return e->m ? 0 : -ENOMEM;
 }
 
 static void rule_fini(struct kn__sync_rule *rule)
 {
-	if (!rule->esp)
-		return;
-	free(rule->esp->m);
-	free(rule->esp);
+	free(esp_of(rule)->m);
 }
 
 /* "Not looked for yet" for the slowest member. */
@@ -129,7 +129,7 @@ static float hint(const struct kn__sync_rule *rule, uint32_t i, uint32_t *m,
 	k = *m != i ? *m : slowest(rule, i);
 	if (k == NONE)
 		return 0;
-	s = &rule->esp->m[k];
+	s = &esp_of(rule)->m[k];
 	wait = s->last_t + s->interval - t;
 	if (!(wait > 0))
 		return 0;
@@ -167,7 +167,7 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
 	struct kn__sync_wstate *w = &rule->w[ev->worker];
-	struct esp_member *e = &rule->esp->m[ev->worker];
+	struct esp_member *e = &esp_of(rule)->m[ev->worker];
 	/* sync.c refused versions from the future: tau >= 0 */
 	uint64_t tau = rule->version - ev->version;
 	float rounds;
@@ -225,9 +225,11 @@ static int esp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
  */
 static void set_rounds(struct kn__sync_rule *rule, bool rounds)
 {
-	if (rounds == rule->esp->balanced)
+	struct kn__sync_esp_rule *e = esp_of(rule);
+
+	if (rounds == e->balanced)
 		return;
-	rule->esp->balanced = rounds;
+	e->balanced = rounds;
 	rule->lead = rounds ? 0 : rule->params.staleness;
 	if (!rounds)
 		rule->held_pmin = UINT64_MAX;
@@ -244,7 +246,7 @@ static bool balanced(const struct kn__sync_rule *rule)
 	double lo = INFINITY, hi = 0;
 
 	for (uint32_t i = 0; i < rule->params.max_workers; i++) {
-		const struct esp_member *s = &rule->esp->m[i];
+		const struct esp_member *s = &esp_of(rule)->m[i];
 
 		if (!rule->w[i].member)
 			continue;
@@ -269,7 +271,8 @@ static int esp_timing(struct kn__sync_rule *rule,
 		      const struct kn__sync_event *ev,
 		      struct kn__sync_action *out)
 {
-	struct esp_member *w = &rule->esp->m[ev->worker];
+	struct kn__sync_esp_rule *e = esp_of(rule);
+	struct esp_member *w = &e->m[ev->worker];
 
 	(void)out;
 	if (!rule->w[ev->worker].member)
@@ -278,8 +281,8 @@ static int esp_timing(struct kn__sync_rule *rule,
 	w->peak = ev->value >= w->peak
 			  ? ev->value
 			  : w->peak + PEAK_FALL * (ev->value - w->peak);
-	if (++rule->esp->timings >= rule->nmembers) {
-		rule->esp->timings = 0;
+	if (++e->timings >= rule->nmembers) {
+		e->timings = 0;
 		set_rounds(rule, balanced(rule));
 	}
 	return 0;
@@ -294,11 +297,13 @@ static int esp_timing(struct kn__sync_rule *rule,
 static int esp_join(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
+	struct kn__sync_esp_rule *e = esp_of(rule);
+
 	/* a joiner starts afresh, as sync.c's part of its state does */
-	rule->esp->m[ev->worker] = (struct esp_member){ 0 };
+	e->m[ev->worker] = (struct esp_member){ 0 };
 	/* no step time from it yet: the bound until every member has one */
 	set_rounds(rule, false);
-	rule->esp->timings = 0;
+	e->timings = 0;
 	return releases(rule, ev->worker, ev->t, out);
 }
 
@@ -308,12 +313,6 @@ static int esp_leave(struct kn__sync_rule *rule,
 		     struct kn__sync_action *out)
 {
 	return releases(rule, NONE, ev->t, out);
-}
-
-/* One APPLY and a RELEASE for every worker that can be a member. */
-static uint32_t esp_max_actions(const struct kn__sync_params *params)
-{
-	return 1 + params->max_workers;
 }
 
 /* ESP's own state in a worker rule (ops->worker_size). */
@@ -351,11 +350,7 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		}
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
-		if (rule->state != KN__SYNC_WS_PUSH)
-			return -EINVAL;
-		rule->state = KN__SYNC_WS_WAIT;
-		*next = KN__SYNC_NEXT_WAIT;
-		return 0;
+		return kn__sync_worker_pushed(rule, next);
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* in RUN only as a joiner's first release */
 		cost = ev->rtt + (double)ev->hint;
@@ -377,7 +372,9 @@ const struct kn__sync_ops kn__sync_esp_ops = {
 		.delta_ratio = true,
 		.timing = KN__SYNC_TIMING_RULES,
 	},
-	.max_actions = esp_max_actions,
+	/* one APPLY and a RELEASE for every worker that can be a member */
+	.actions_fixed = 1,
+	.actions_per_worker = 1,
 	.push = esp_push,
 	.join = esp_join,
 	.leave = esp_leave,
@@ -385,5 +382,6 @@ const struct kn__sync_ops kn__sync_esp_ops = {
 	.worker_event = esp_worker_event,
 	.rule_init = rule_init,
 	.rule_fini = rule_fini,
+	.rule_size = sizeof(struct kn__sync_esp_rule),
 	.worker_size = sizeof(struct esp_worker),
 };

@@ -457,6 +457,16 @@ static void format_number(double v, char buf[32])
 	}
 }
 
+/* "NAME:X:Y", the spec of the models with two numbers, into @tmp. */
+static int format_two(char tmp[160], const char *name, double x, double y)
+{
+	char a[32], b[32];
+
+	format_number(x, a);
+	format_number(y, b);
+	return snprintf(tmp, 160, "%s:%s:%s", name, a, b);
+}
+
 int kn__imb_format(const struct kn__imb *m, char *buf, size_t cap)
 {
 	char a[32], b[32], c[32], tmp[160];
@@ -467,14 +477,10 @@ int kn__imb_format(const struct kn__imb *m, char *buf, size_t cap)
 		len = snprintf(tmp, sizeof(tmp), "none");
 		break;
 	case KN__IMB_PERSISTENT:
-		format_number(m->fraction, a);
-		format_number(m->factor, b);
-		len = snprintf(tmp, sizeof(tmp), "persistent:%s:%s", a, b);
+		len = format_two(tmp, "persistent", m->fraction, m->factor);
 		break;
 	case KN__IMB_RANDOM:
-		format_number(m->p, a);
-		format_number(m->factor, b);
-		len = snprintf(tmp, sizeof(tmp), "random:%s:%s", a, b);
+		len = format_two(tmp, "random", m->p, m->factor);
 		break;
 	case KN__IMB_EPISODIC:
 		format_number(m->period, a);
@@ -484,9 +490,7 @@ int kn__imb_format(const struct kn__imb *m, char *buf, size_t cap)
 			       m->k, c);
 		break;
 	case KN__IMB_PERIODIC:
-		format_number(m->period, a);
-		format_number(m->amplitude, b);
-		len = snprintf(tmp, sizeof(tmp), "periodic:%s:%s", a, b);
+		len = format_two(tmp, "periodic", m->period, m->amplitude);
 		break;
 	default:
 		return -EINVAL;

@@ -4,8 +4,10 @@
  * the table of its parameters (kn__sync_param_table: each one's option,
  * variable, default, range and help), from which the engine's options,
  * the simulator's and the defaults and checks here are all made, the
- * names of CGP's solvers, and the block's one encoding as words, which
- * the engine's JOB message carries.  A new parameter is a field in
+ * names of CGP's solvers, the block's one encoding as words, which the
+ * engine's JOB message carries, and the public query of the table
+ * (kn_sync_param_at: struct kn_job_info's params and the Python
+ * package's mirror come from it).  A new parameter is a field in
  * sync.h, a row here and its lines in the docs.  No protocol code: the
  * message decoders (and their fuzz target) link it alone.
  */
@@ -20,63 +22,64 @@
 _Static_assert(sizeof(float) == sizeof(uint32_t),
 	       "a float parameter is one word");
 
-/* In the order the engine's usage lists them; @word is their place in
- * the JOB message (kn__sync_params_pack), which never changes. */
-#define F(field) offsetof(struct kn__sync_params, field)
+/* In the order the engine's usage lists them (and kn_sync_param_at
+ * numbers them); @word is their place in the JOB message
+ * (kn__sync_params_pack), which never changes.  A row's name is its
+ * field's. */
+#define F(field) #field, offsetof(struct kn__sync_params, field)
 const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS] = {
-	{ "--staleness", "KANEL_STALENESS", "--staleness", "S",
-	  KN__SYNC_PARAM_U32, F(staleness), 0, "3", 1, 1u << 20, false,
+	{ F(staleness), "--staleness", "KANEL_STALENESS", "--staleness", "S",
+	  KN__SYNC_PARAM_U32, 0, "3", 1, 1u << 20, false,
 	  "SSP, ESP: pushes a worker may run ahead of the slowest" },
-	{ "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "--max-skip", "H",
-	  KN__SYNC_PARAM_U32, F(max_skip), 1, "8", 1, 1u << 20, false,
+	{ F(max_skip), "--esp-max-skip", "KANEL_ESP_MAX_SKIP", "--max-skip",
+	  "H", KN__SYNC_PARAM_U32, 1, "8", 1, 1u << 20, false,
 	  "ESP: local steps after which a push is due" },
-	{ "--esp-gamma", "KANEL_ESP_GAMMA", "--gamma", "G",
-	  KN__SYNC_PARAM_FLOAT, F(gamma), 4, "1", 0, INFINITY, false,
+	{ F(gamma), "--esp-gamma", "KANEL_ESP_GAMMA", "--gamma", "G",
+	  KN__SYNC_PARAM_FLOAT, 4, "1", 0, INFINITY, false,
 	  "ESP: push when the expected cost is at most G local steps" },
-	{ "--esp-theta", "KANEL_ESP_THETA", "--theta", "T",
-	  KN__SYNC_PARAM_FLOAT, F(theta), 5, "0.01", 0, INFINITY, false,
+	{ F(theta), "--esp-theta", "KANEL_ESP_THETA", "--theta", "T",
+	  KN__SYNC_PARAM_FLOAT, 5, "0.01", 0, INFINITY, false,
 	  "ESP: or when the model moved by T relative to its last version" },
-	{ "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "--max-steps", "R",
-	  KN__SYNC_PARAM_U32, F(max_steps), 2, "15", 1, 1024, false,
+	{ F(max_steps), "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "--max-steps",
+	  "R", KN__SYNC_PARAM_U32, 2, "15", 1, 1024, false,
 	  "predicted: most local steps a plan gives, 1 to 1024" },
-	{ "--psp-warmup", "KANEL_PSP_WARMUP", "--warmup", "B",
-	  KN__SYNC_PARAM_U32, F(warmup), 3, "3", 1, 1u << 20, false,
+	{ F(warmup), "--psp-warmup", "KANEL_PSP_WARMUP", "--warmup", "B",
+	  KN__SYNC_PARAM_U32, 3, "3", 1, 1u << 20, false,
 	  "predicted, cgp: barriers under BSP before the first plan" },
 	/* (0, 1]: the range is half-open, so the top is just above 1 */
-	{ "--psp-alpha", "KANEL_PSP_ALPHA", "--alpha", "A",
-	  KN__SYNC_PARAM_FLOAT, F(alpha), 6, "0.5", 0, 1.0000001, false,
+	{ F(alpha), "--psp-alpha", "KANEL_PSP_ALPHA", "--alpha", "A",
+	  KN__SYNC_PARAM_FLOAT, 6, "0.5", 0, 1.0000001, false,
 	  "predicted, cgp: weight of the newest timing, (0, 1]" },
-	{ "--psp-miss", "KANEL_PSP_MISS", "--miss", "M", KN__SYNC_PARAM_FLOAT,
-	  F(miss), 7, "0.25", 0, 1.0000001, false,
+	{ F(miss), "--psp-miss", "KANEL_PSP_MISS", "--miss", "M",
+	  KN__SYNC_PARAM_FLOAT, 7, "0.25", 0, 1.0000001, false,
 	  "predicted: re-plan when a prediction misses by more, (0, 1]" },
-	{ "--cgp-solver", "KANEL_CGP_SOLVER", "--cgp-solver", "S",
-	  KN__SYNC_PARAM_SOLVER, F(solver), 8, "auto", 0, 0, false,
+	{ F(solver), "--cgp-solver", "KANEL_CGP_SOLVER", "--cgp-solver", "S",
+	  KN__SYNC_PARAM_SOLVER, 8, "auto", 0, 0, false,
 	  "cgp: how workers are grouped; auto: aga up to 128 workers, pls "
 	  "above" },
-	{ "--cgp-bound", "KANEL_CGP_BOUND", "--cgp-bound", "S",
-	  KN__SYNC_PARAM_FLOAT, F(bound), 11, "4", 0, INFINITY, false,
+	{ F(bound), "--cgp-bound", "KANEL_CGP_BOUND", "--cgp-bound", "S",
+	  KN__SYNC_PARAM_FLOAT, 11, "4", 0, INFINITY, false,
 	  "cgp: most staleness the groups may cause, above 0" },
-	{ "--cgp-epoch", "KANEL_CGP_EPOCH", "--cgp-epoch", "R",
-	  KN__SYNC_PARAM_U32, F(epoch_rounds), 9, "20", 1,
-	  KN__SYNC_CGP_MAX_ROUNDS, false,
+	{ F(epoch_rounds), "--cgp-epoch", "KANEL_CGP_EPOCH", "--cgp-epoch", "R",
+	  KN__SYNC_PARAM_U32, 9, "20", 1, KN__SYNC_CGP_MAX_ROUNDS, false,
 	  "cgp: rounds the fastest group runs between two barriers, 1 to "
 	  "4095" },
-	{ "--cgp-period", "KANEL_CGP_PERIOD", "--cgp-period", "T",
-	  KN__SYNC_PARAM_U32, F(period), 10, "100", 1, UINT32_MAX, false,
+	{ F(period), "--cgp-period", "KANEL_CGP_PERIOD", "--cgp-period", "T",
+	  KN__SYNC_PARAM_U32, 10, "100", 1, UINT32_MAX, false,
 	  "cgp: iterations between regroup checks, 1 or more" },
 	/* the simulator prices syncs from its own network: none of its */
-	{ "--cgp-latency", "KANEL_CGP_LATENCY", NULL, "SECONDS",
-	  KN__SYNC_PARAM_FLOAT, F(latency), 12, "100e-6", 0, INFINITY, false,
+	{ F(latency), "--cgp-latency", "KANEL_CGP_LATENCY", NULL, "SECONDS",
+	  KN__SYNC_PARAM_FLOAT, 12, "100e-6", 0, INFINITY, false,
 	  "cgp: fixed seconds of a sync in its cost model, above 0" },
-	{ "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH", NULL, "BYTES_PER_S",
-	  KN__SYNC_PARAM_FLOAT, F(bandwidth), 13, "1e9", 0, INFINITY, false,
+	{ F(bandwidth), "--cgp-bandwidth", "KANEL_CGP_BANDWIDTH", NULL,
+	  "BYTES_PER_S", KN__SYNC_PARAM_FLOAT, 13, "1e9", 0, INFINITY, false,
 	  "cgp: bytes per second the servers take in, in its cost model" },
-	{ "--outer-lr", "KANEL_OUTER_LR", "--outer-lr", "RATE",
-	  KN__SYNC_PARAM_FLOAT, F(outer_lr), 14, "1", 0, INFINITY, false,
+	{ F(outer_lr), "--outer-lr", "KANEL_OUTER_LR", "--outer-lr", "RATE",
+	  KN__SYNC_PARAM_FLOAT, 14, "1", 0, INFINITY, false,
 	  "esp, predicted: the servers' rate on the mean model delta, "
 	  "above 0" },
-	{ "--outer-momentum", "KANEL_OUTER_MOMENTUM", "--outer-momentum", "MU",
-	  KN__SYNC_PARAM_FLOAT, F(outer_momentum), 15, "0", 0, 1, true,
+	{ F(outer_momentum), "--outer-momentum", "KANEL_OUTER_MOMENTUM",
+	  "--outer-momentum", "MU", KN__SYNC_PARAM_FLOAT, 15, "0", 0, 1, true,
 	  "esp, predicted: Nesterov momentum of the servers' update, in "
 	  "[0, 1)" },
 };
@@ -94,12 +97,17 @@ static const struct solver {
 
 #define NSOLVERS (sizeof(solvers) / sizeof(solvers[0]))
 
+/* The same by value: a CHOICE's choices (kn_sync_param_at). */
+static const char *const solver_names[] = {
+	[KN__SYNC_CGP_AUTO] = "auto",
+	[KN__SYNC_CGP_AGA] = "aga",
+	[KN__SYNC_CGP_PLS] = "pls",
+	NULL,
+};
+
 const char *kn__sync_cgp_solver_name(uint32_t solver)
 {
-	for (uint32_t i = 0; i < NSOLVERS; i++)
-		if (solvers[i].solver == solver)
-			return solvers[i].name;
-	return NULL;
+	return solver < NSOLVERS ? solver_names[solver] : NULL;
 }
 
 int kn__sync_cgp_solver_parse(const char *name)
@@ -219,4 +227,41 @@ void kn__sync_params_unpack(struct kn__sync_params *p,
 	for (uint32_t i = 0; i < KN__SYNC_PARAMS_WORDS; i++)
 		set_word(p, &kn__sync_param_table[i],
 			 w[kn__sync_param_table[i].word]);
+}
+
+double kn__sync_param_value(const struct kn__sync_params *p, uint32_t i)
+{
+	const struct kn__sync_param *t = &kn__sync_param_table[i];
+	uint32_t w = word_of(p, t);
+
+	return t->type == KN__SYNC_PARAM_FLOAT ? (double)float_of(w)
+					       : (double)w;
+}
+
+_Static_assert(KN__SYNC_PARAMS_WORDS <= KN_SYNC_PARAMS_MAX,
+	       "struct kn_job_info has room for every parameter");
+
+int kn_sync_param_at(unsigned int i, struct kn_sync_param *param)
+{
+	const struct kn__sync_param *t;
+
+	if (!param)
+		return -EINVAL;
+	if (i >= KN__SYNC_PARAMS_WORDS)
+		return -ENOENT;
+	t = &kn__sync_param_table[i];
+	*param = (struct kn_sync_param){
+		.name = t->name,
+		.option = t->flag,
+		.variable = t->env,
+		.type = (enum kn_sync_param_type)t->type,
+		.default_value = t->deflt,
+		.min = t->lo,
+		.max = t->hi,
+		.min_closed = t->lo_closed,
+		.choices =
+			t->type == KN__SYNC_PARAM_SOLVER ? solver_names : NULL,
+		.help = t->help,
+	};
+	return 0;
 }

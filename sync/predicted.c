@@ -200,7 +200,6 @@ static int complete(struct kn__sync_rule *rule, struct kn__sync_action *out)
 static int psp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 		    struct kn__sync_action *out)
 {
-	struct kn__sync_wstate *w = &rule->w[ev->worker];
 	uint32_t steps = ev->steps ? ev->steps : 1;
 
 	/*
@@ -210,7 +209,6 @@ static int psp_push(struct kn__sync_rule *rule, const struct kn__sync_event *ev,
 	 */
 	if (steps > 2 * rule->params.max_steps || kn__sync_round_push(rule, ev))
 		return -EINVAL;
-	w->steps = steps;
 	return complete(rule, out);
 }
 
@@ -350,15 +348,14 @@ static void fallback_plan(struct kn__sync_planner *planner)
 static int barrier(struct kn__sync_planner *planner,
 		   struct kn__sync_action *out)
 {
-	uint64_t warmup = planner->params.warmup,
-		 next = planner->psp->barriers + 1;
-	uint32_t misses = planner->psp->missed ? planner->psp->misses + 1 : 0;
-	uint32_t holds = planner->psp->missed ? 0 : planner->psp->holds + 1;
-	bool replan = false, fallback = planner->psp->fallback;
+	struct kn__sync_psp_planner *ps = kn__sync_psp_planner_of(planner);
+	uint64_t warmup = planner->params.warmup, next = ps->barriers + 1;
+	uint32_t misses = ps->missed ? ps->misses + 1 : 0;
+	uint32_t holds = ps->missed ? 0 : ps->holds + 1;
+	bool replan = false, fallback = ps->fallback;
 	int ret;
 
-	if (planner->nmembers == 0 ||
-	    planner->psp->nreported < planner->nmembers)
+	if (planner->nmembers == 0 || ps->nreported < planner->nmembers)
 		return 0;
 	if (fallback) {
 		/* out only with a plan that fits, once predictions hold */
@@ -368,8 +365,7 @@ static int barrier(struct kn__sync_planner *planner,
 		replan = fallback = true;
 	} else {
 		replan = next == warmup ||
-			 (next > warmup &&
-			  (planner->psp->missed || planner->changed));
+			 (next > warmup && (ps->missed || planner->changed));
 	}
 	if (replan && !fallback) {
 		ret = make_plan(planner);
@@ -379,15 +375,14 @@ static int barrier(struct kn__sync_planner *planner,
 		fallback_plan(planner);
 	}
 	/* saturated: only "this many in a row" is ever asked */
-	planner->psp->misses =
-		misses < FALLBACK_MISSES ? misses : FALLBACK_MISSES;
-	planner->psp->holds = holds < FALLBACK_HOLDS ? holds : FALLBACK_HOLDS;
-	planner->psp->fallback = fallback;
-	planner->psp->barriers = next;
-	planner->psp->missed = false;
-	planner->psp->nreported = 0;
-	memset(planner->psp->reported, 0,
-	       planner->params.max_workers * sizeof(*planner->psp->reported));
+	ps->misses = misses < FALLBACK_MISSES ? misses : FALLBACK_MISSES;
+	ps->holds = holds < FALLBACK_HOLDS ? holds : FALLBACK_HOLDS;
+	ps->fallback = fallback;
+	ps->barriers = next;
+	ps->missed = false;
+	ps->nreported = 0;
+	memset(ps->reported, 0,
+	       planner->params.max_workers * sizeof(*ps->reported));
 	if (!replan)
 		return 0;
 	planner->changed = false;
@@ -406,8 +401,8 @@ static int planner_timing(struct kn__sync_planner *planner,
 	uint32_t w = ev->worker;
 	double value = ev->value > PRED_MIN ? ev->value : PRED_MIN;
 	double old = planner->pred[w], alpha = planner->params.alpha;
-	bool was_reported = planner->psp->reported[w],
-	     was_missed = planner->psp->missed;
+	struct kn__sync_psp_planner *ps = kn__sync_psp_planner_of(planner);
+	bool was_reported = ps->reported[w], was_missed = ps->missed;
 	int ret;
 
 	/* ZipLine needs R x t finite: such a time is no measurement */
@@ -426,22 +421,22 @@ static int planner_timing(struct kn__sync_planner *planner,
 		 * again at the next barrier, and the plan that fits would
 		 * come barriers later.
 		 */
-		planner->psp->missed = true;
+		ps->missed = true;
 		planner->pred[w] = value;
 	} else {
 		planner->pred[w] = alpha * value + (1 - alpha) * old;
 	}
 	if (!was_reported) {
-		planner->psp->reported[w] = true;
-		planner->psp->nreported++;
+		ps->reported[w] = true;
+		ps->nreported++;
 	}
 	ret = barrier(planner, out);
 	if (ret < 0) {
 		planner->pred[w] = old;
-		planner->psp->missed = was_missed;
+		ps->missed = was_missed;
 		if (!was_reported) {
-			planner->psp->reported[w] = false;
-			planner->psp->nreported--;
+			ps->reported[w] = false;
+			ps->nreported--;
 		}
 	}
 	return ret;
@@ -451,6 +446,7 @@ static int psp_planner_event(struct kn__sync_planner *planner,
 			     const struct kn__sync_event *ev,
 			     struct kn__sync_action *out)
 {
+	struct kn__sync_psp_planner *ps = kn__sync_psp_planner_of(planner);
 	uint32_t w = ev->worker;
 
 	switch (ev->type) {
@@ -462,9 +458,9 @@ static int psp_planner_event(struct kn__sync_planner *planner,
 		planner->changed = true;
 		return 0;
 	case KN__SYNC_EV_LEAVE:
-		if (planner->psp->reported[w]) {
-			planner->psp->reported[w] = false;
-			planner->psp->nreported--;
+		if (ps->reported[w]) {
+			ps->reported[w] = false;
+			ps->nreported--;
 		}
 		planner->changed = true;
 		/* the barrier may have waited only for the leaver */
@@ -570,11 +566,8 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 
 static int planner_init(struct kn__sync_planner *planner)
 {
-	struct kn__sync_psp_planner *ps = calloc(1, sizeof(*ps));
+	struct kn__sync_psp_planner *ps = kn__sync_psp_planner_of(planner);
 
-	if (!ps)
-		return -ENOMEM;
-	planner->psp = ps;
 	ps->reported =
 		calloc(planner->params.max_workers, sizeof(*ps->reported));
 	return ps->reported ? 0 : -ENOMEM;
@@ -582,16 +575,7 @@ static int planner_init(struct kn__sync_planner *planner)
 
 static void planner_fini(struct kn__sync_planner *planner)
 {
-	if (!planner->psp)
-		return;
-	free(planner->psp->reported);
-	free(planner->psp);
-}
-
-/* One APPLY and a RELEASE for every worker that can be a member. */
-static uint32_t psp_max_actions(const struct kn__sync_params *params)
-{
-	return 1 + params->max_workers;
+	free(kn__sync_psp_planner_of(planner)->reported);
 }
 
 const struct kn__sync_ops kn__sync_predicted_ops = {
@@ -601,7 +585,9 @@ const struct kn__sync_ops kn__sync_predicted_ops = {
 		.timing = KN__SYNC_TIMING_PLANNER,
 		.plans = KN__SYNC_PLANS_STEPS,
 	},
-	.max_actions = psp_max_actions,
+	/* one APPLY and a RELEASE for every worker that can be a member */
+	.actions_fixed = 1,
+	.actions_per_worker = 1,
 	.push = psp_push,
 	.join = psp_join,
 	.leave = psp_leave,
@@ -610,5 +596,6 @@ const struct kn__sync_ops kn__sync_predicted_ops = {
 	.worker_event = psp_worker_event,
 	.planner_init = planner_init,
 	.planner_fini = planner_fini,
+	.planner_size = sizeof(struct kn__sync_psp_planner),
 	.worker_size = sizeof(struct kn__sync_psp_worker),
 };

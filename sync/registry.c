@@ -5,11 +5,9 @@
  * traits.  The engine's options, the simulator's and every log line take
  * their names from here, and the engine and the simulator learn what a
  * protocol asks of them from its traits (kn__sync_traits), so a new
- * protocol is its own file, one row here and one number in sync.h's enum
- * (and kanel.h's, which is ABI).
- *
- * The numbers are kanel.h's public enum kn_sync: the asserts below are
- * the only place that ties the two.
+ * protocol is its own file, its ops table's declaration and one row here,
+ * and its number in kanel.h's enum kn_sync (ABI, the one enum that names
+ * a protocol), which is also the row's index.
  */
 #include <errno.h>
 #include <string.h>
@@ -17,27 +15,27 @@
 #include "kanel.h"
 #include "sync_priv.h"
 
-_Static_assert(KN__SYNC_BSP == (int)KN_SYNC_BSP &&
-		       KN__SYNC_ASP == (int)KN_SYNC_ASP &&
-		       KN__SYNC_SSP == (int)KN_SYNC_SSP &&
-		       KN__SYNC_ESP == (int)KN_SYNC_ESP &&
-		       KN__SYNC_PREDICTED == (int)KN_SYNC_PSP &&
-		       KN__SYNC_CGP == (int)KN_SYNC_CGP,
-	       "sync/'s protocol numbers are kanel.h's enum kn_sync");
+/* The protocols' ops tables, each defined in the protocol's own file. */
+extern const struct kn__sync_ops kn__sync_bsp_ops;
+extern const struct kn__sync_ops kn__sync_asp_ops;
+extern const struct kn__sync_ops kn__sync_ssp_ops;
+extern const struct kn__sync_ops kn__sync_esp_ops;
+extern const struct kn__sync_ops kn__sync_predicted_ops;
+extern const struct kn__sync_ops kn__sync_cgp_ops;
 
-/* Indexed by enum kn__sync_protocol. */
+/* Indexed by enum kn_sync. */
 static const struct protocol {
 	const char *name;  /* the one printed */
 	const char *alias; /* another name parsed as this one, or NULL */
 	const struct kn__sync_ops *ops;
 } registry[] = {
-	[KN__SYNC_BSP] = { "bsp", NULL, &kn__sync_bsp_ops },
-	[KN__SYNC_ASP] = { "asp", NULL, &kn__sync_asp_ops },
-	[KN__SYNC_SSP] = { "ssp", NULL, &kn__sync_ssp_ops },
-	[KN__SYNC_ESP] = { "esp", NULL, &kn__sync_esp_ops },
+	[KN_SYNC_BSP] = { "bsp", NULL, &kn__sync_bsp_ops },
+	[KN_SYNC_ASP] = { "asp", NULL, &kn__sync_asp_ops },
+	[KN_SYNC_SSP] = { "ssp", NULL, &kn__sync_ssp_ops },
+	[KN_SYNC_ESP] = { "esp", NULL, &kn__sync_esp_ops },
 	/* psp: the theses' name for it */
-	[KN__SYNC_PREDICTED] = { "predicted", "psp", &kn__sync_predicted_ops },
-	[KN__SYNC_CGP] = { "cgp", NULL, &kn__sync_cgp_ops },
+	[KN_SYNC_PSP] = { "predicted", "psp", &kn__sync_predicted_ops },
+	[KN_SYNC_CGP] = { "cgp", NULL, &kn__sync_cgp_ops },
 };
 
 #define NPROTOCOLS (sizeof(registry) / sizeof(registry[0]))
@@ -80,4 +78,22 @@ const char *kn__sync_protocol_name_at(uint32_t i, uint32_t *protocol)
 		i -= registry[p].alias ? 2 : 1;
 	}
 	return NULL;
+}
+
+const char *kn_sync_name(enum kn_sync protocol)
+{
+	return kn__sync_protocol_name((uint32_t)protocol);
+}
+
+const char *kn_sync_name_at(unsigned int i, enum kn_sync *protocol)
+{
+	uint32_t p;
+	const char *name;
+
+	if (!protocol)
+		return NULL;
+	name = kn__sync_protocol_name_at(i, &p);
+	if (name)
+		*protocol = (enum kn_sync)p;
+	return name;
 }

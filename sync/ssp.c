@@ -57,16 +57,9 @@ static int ssp_leave(struct kn__sync_rule *rule,
 	return (int)kn__sync_bound_release(rule, rule->version, out);
 }
 
-/* An APPLY, the pusher's RELEASE and every held worker's. */
-static uint32_t ssp_max_actions(const struct kn__sync_params *params)
-{
-	return 2 + params->max_workers;
-}
-
 const struct kn__sync_ops kn__sync_ssp_ops = {
 	/* no traits: gradients, no plans, no timings */
-	.max_actions = ssp_max_actions,
-	.push = ssp_push,
-	.join = ssp_join,
-	.leave = ssp_leave,
+	/* an APPLY, the pusher's RELEASE and every held worker's */
+	.actions_fixed = 2, .actions_per_worker = 1, .push = ssp_push,
+	.join = ssp_join,   .leave = ssp_leave,
 };

@@ -39,7 +39,9 @@ uint32_t kn__sync_max_actions(const struct kn__sync_params *params)
 	struct kn__sync_params p;
 	const struct kn__sync_ops *ops = check_params(params, &p);
 
-	return ops ? ops->max_actions(&p) : 0;
+	return ops ? ops->actions_fixed +
+			       ops->actions_per_worker * p.max_workers
+		   : 0;
 }
 
 /*
@@ -79,54 +81,40 @@ int kn__sync_rule_create(const struct kn__sync_params *params,
 {
 	struct kn__sync_params p;
 	const struct kn__sync_ops *ops = check_params(params, &p);
+	uint32_t max = params ? params->max_workers : 0;
 	struct kn__sync_rule *r;
 
 	if (!ops || !rule)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
+	r = calloc(1, sizeof(*r) + ops->rule_size);
 	if (!r)
-		goto err_rule;
-	r->w = calloc(params->max_workers, sizeof(*r->w));
-	if (!r->w)
-		goto err_wstate;
-	r->contrib = calloc(params->max_workers, sizeof(*r->contrib));
-	if (!r->contrib)
-		goto err_contrib;
-	r->plan = calloc(2 * (size_t)params->max_workers, sizeof(*r->plan));
-	if (!r->plan)
-		goto err_plan;
-	r->next_plan = r->plan + params->max_workers;
-	r->ring = calloc((size_t)p.staleness + 2, sizeof(*r->ring));
-	if (!r->ring)
-		goto err_ring;
-	r->held = calloc(params->max_workers, sizeof(*r->held));
-	if (!r->held)
-		goto err_held;
-	r->ring[0] = params->members; /* everyone's count starts at 0 */
+		return -ENOMEM;
 	r->ops = ops;
 	r->params = p;
 	r->lead = p.staleness;
+	r->w = calloc(max, sizeof(*r->w));
+	r->contrib = calloc(max, sizeof(*r->contrib));
+	r->ring = calloc((size_t)p.staleness + 2, sizeof(*r->ring));
+	r->held = calloc(max, sizeof(*r->held));
+	if (ops->traits.plans != KN__SYNC_PLANS_NONE) {
+		r->plan = calloc(2 * (size_t)max, sizeof(*r->plan));
+		r->next_plan = r->plan ? r->plan + max : NULL;
+	}
+	if (!r->w || !r->contrib || !r->ring || !r->held ||
+	    (ops->traits.plans != KN__SYNC_PLANS_NONE && !r->plan))
+		goto err_rule;
+	r->ring[0] = params->members; /* everyone's count starts at 0 */
 	for (uint32_t i = 0; i < params->members; i++)
 		r->w[i].member = true;
 	r->nmembers = params->members;
-	if (ops->rule_init && ops->rule_init(r)) {
-		kn__sync_rule_destroy(r);
-		return -ENOMEM;
-	}
+	/* the protocol's own state last: it may read the membership */
+	if (ops->rule_init && ops->rule_init(r))
+		goto err_rule;
 	*rule = r;
 	return 0;
 
-err_held:
-	free(r->ring);
-err_ring:
-	free(r->plan);
-err_plan:
-	free(r->contrib);
-err_contrib:
-	free(r->w);
-err_wstate:
-	free(r);
-err_rule:
+err_rule: /* destroy frees what there is, the protocol's too */
+	kn__sync_rule_destroy(r);
 	return -ENOMEM;
 }
 
@@ -416,41 +404,34 @@ int kn__sync_planner_create(const struct kn__sync_params *params,
 {
 	struct kn__sync_params resolved;
 	const struct kn__sync_ops *ops = check_params(params, &resolved);
+	uint32_t max = params ? params->max_workers : 0;
 	struct kn__sync_planner *p;
 
 	if (!ops || !planner)
 		return -EINVAL;
-	p = calloc(1, sizeof(*p));
+	p = calloc(1, sizeof(*p) + ops->planner_size);
 	if (!p)
-		goto err_planner;
-	p->member = calloc(params->max_workers, sizeof(*p->member));
-	if (!p->member)
-		goto err_member;
-	p->pred = calloc(params->max_workers, sizeof(*p->pred));
-	if (!p->pred)
-		goto err_pred;
-	p->plan = calloc(params->max_workers, sizeof(*p->plan));
-	if (!p->plan)
-		goto err_plan;
+		return -ENOMEM;
 	p->ops = ops;
 	p->params = resolved;
+	p->member = calloc(max, sizeof(*p->member));
+	if (ops->traits.plans != KN__SYNC_PLANS_NONE) {
+		p->pred = calloc(max, sizeof(*p->pred));
+		p->plan = calloc(max, sizeof(*p->plan));
+	}
+	if (!p->member || (ops->traits.plans != KN__SYNC_PLANS_NONE &&
+			   (!p->pred || !p->plan)))
+		goto err_planner;
 	for (uint32_t i = 0; i < params->members; i++)
 		p->member[i] = true;
 	p->nmembers = params->members;
-	if (ops->planner_init && ops->planner_init(p)) {
-		kn__sync_planner_destroy(p);
-		return -ENOMEM;
-	}
+	if (ops->planner_init && ops->planner_init(p))
+		goto err_planner;
 	*planner = p;
 	return 0;
 
-err_plan:
-	free(p->pred);
-err_pred:
-	free(p->member);
-err_member:
-	free(p);
-err_planner:
+err_planner: /* as the rule's */
+	kn__sync_planner_destroy(p);
 	return -ENOMEM;
 }
 
@@ -542,6 +523,15 @@ void kn__sync_worker_destroy(struct kn__sync_worker *rule)
 	free(rule);
 }
 
+int kn__sync_worker_pushed(struct kn__sync_worker *rule, uint32_t *next)
+{
+	if (rule->state != KN__SYNC_WS_PUSH)
+		return -EINVAL;
+	rule->state = KN__SYNC_WS_WAIT;
+	*next = KN__SYNC_NEXT_WAIT;
+	return 0;
+}
+
 /* BSP and ASP: push after every step, wait for every release. */
 static int worker_every_step(struct kn__sync_worker *rule,
 			     const struct kn__sync_worker_event *ev,
@@ -555,11 +545,7 @@ static int worker_every_step(struct kn__sync_worker *rule,
 		*next = KN__SYNC_NEXT_PUSH;
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
-		if (rule->state != KN__SYNC_WS_PUSH)
-			return -EINVAL;
-		rule->state = KN__SYNC_WS_WAIT;
-		*next = KN__SYNC_NEXT_WAIT;
-		return 0;
+		return kn__sync_worker_pushed(rule, next);
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* in RUN only as a joiner's first release */
 		if (rule->state == KN__SYNC_WS_PUSH)

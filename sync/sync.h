@@ -30,25 +30,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kanel.h"
+
 /*
- * The protocols.  The numbers are the public enum kn_sync of kanel.h
- * (its values are ABI: a worker reports them in struct kn_job_info, and
- * the JOB message carries them), which sync.c's registry asserts, once;
- * this enum is kept rather than kanel.h included here so that the layer
- * and the simulator build against sync.h alone.  Every other layer
- * names a protocol by this number or by its name (kn__sync_protocol_*),
+ * The protocols are kanel.h's public enum kn_sync, the one enum that
+ * names them (its values are ABI: a worker reports them in struct
+ * kn_job_info, and the JOB message carries them).  Every other layer
+ * names a protocol by that number or by its name (kn__sync_protocol_*),
  * and asks for what it needs through kn__sync_traits(): the registry in
- * sync.c is the one list of protocols.
+ * registry.c is the one list of protocols.
  */
-enum kn__sync_protocol {
-	KN__SYNC_BSP = 0,
-	KN__SYNC_ASP = 1,
-	KN__SYNC_SSP = 2,
-	KN__SYNC_ESP = 3,
-	KN__SYNC_PREDICTED = 4, /* PSP: Predicted Synchronization Parallel */
-	KN__SYNC_CGP = 5,	/* Cooperative Grouping Parallel */
-	KN__SYNC_DEFAULT = KN__SYNC_BSP, /* what a job runs unless told */
-};
+#define KN__SYNC_DEFAULT KN_SYNC_BSP /* what a job runs unless told */
 
 /* CGP: how the planner solves CGPP (sync/cgpp.h). */
 enum kn__sync_cgp_solver {
@@ -67,7 +59,7 @@ enum kn__sync_cgp_solver {
  * refuse values out of range.
  */
 struct kn__sync_params {
-	uint32_t protocol;    /* enum kn__sync_protocol */
+	uint32_t protocol;    /* enum kn_sync */
 	uint32_t max_workers; /* worker ids are 0 .. max_workers - 1 */
 	uint32_t members;     /* workers 0 .. members - 1 start as members */
 	uint32_t
@@ -113,20 +105,23 @@ void kn__sync_params_unpack(struct kn__sync_params *params,
  * and a new parameter is one row here and one field above.  Every row is
  * one 32-bit word of the JOB message (kn__sync_params_pack), at @word.
  */
+/* kanel.h's enum kn_sync_param_type, as kn_sync_param_at tells it */
 enum kn__sync_param_type {
-	KN__SYNC_PARAM_U32 = 1, /* uint32_t, from lo to hi */
-	KN__SYNC_PARAM_FLOAT,	/* float: above lo (from lo if lo_closed),
-				 * below hi, finite */
-	KN__SYNC_PARAM_SOLVER,	/* uint32_t: a CGP solver, by its name */
+	KN__SYNC_PARAM_U32 = KN_SYNC_PARAM_UINT, /* uint32_t, lo to hi */
+	/* float: above lo (from lo if lo_closed), below hi, finite */
+	KN__SYNC_PARAM_FLOAT = KN_SYNC_PARAM_FLOAT,
+	/* uint32_t: a CGP solver, by its name */
+	KN__SYNC_PARAM_SOLVER = KN_SYNC_PARAM_CHOICE,
 };
 
 struct kn__sync_param {
+	const char *name;  /* its field above, and kanel.Job's: "max_skip" */
+	size_t off;	   /* offsetof(struct kn__sync_params, that field) */
 	const char *flag;  /* the engine's option, "--esp-max-skip" */
 	const char *env;   /* its variable, "KANEL_ESP_MAX_SKIP" */
 	const char *sim;   /* the simulator's option; NULL: it has none */
 	const char *arg;   /* the value's name in a usage line */
 	uint32_t type;	   /* enum kn__sync_param_type */
-	size_t off;	   /* offsetof(struct kn__sync_params, its field) */
 	uint32_t word;	   /* its index in kn__sync_params_pack's words */
 	const char *deflt; /* the default, written as an option's value */
 	double lo, hi;
@@ -135,6 +130,10 @@ struct kn__sync_param {
 };
 
 extern const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS];
+
+/* The value of row @i of the table in @params, as kn_job_info's
+ * params[i] holds it. */
+double kn__sync_param_value(const struct kn__sync_params *params, uint32_t i);
 
 /*
  * What a protocol asks of whoever runs it (the engine, the simulator),

@@ -9,7 +9,7 @@
  * protocol and adds only its own checks.  A hook that returns a negative
  * errno must have changed nothing.  Each protocol is one file (bsp.c,
  * asp.c, ssp.c, esp.c, predicted.c, cgp.c) that defines its table, which
- * registry.c lists with its number and name.
+ * registry.c declares and lists with its number and name.
  */
 #ifndef KN_SYNC_PRIV_H
 #define KN_SYNC_PRIV_H
@@ -21,27 +21,27 @@
 /* What a chunk rule keeps per worker id. */
 struct kn__sync_wstate {
 	bool member;
-	bool pushed;	/* BSP: has a contribution in the current round */
-	bool skipped;	/* BSP: sits the current round out (SKIP) */
+	bool pushed;	/* rounds: has a contribution in the current one */
+	bool skipped;	/* rounds: sits the current one out (SKIP) */
 	bool clocked;	/* a push was accepted since it became a member */
-	uint32_t slot;	/* BSP: where this round's contribution lies */
+	uint32_t slot;	/* rounds: where this round's contribution lies */
 	uint64_t clock; /* the clock of the last accepted push */
-	/* the protocols' own, zero at creation and at a JOIN */
-	bool blocked;	/* SSP, ESP: pushed, release held back */
-	uint32_t steps; /* PSP: the local steps of its pushed contribution */
-	uint64_t syncs; /* SSP, ESP: its sync count P (the bound below) */
+	/* the bound's (SSP, ESP), zero at creation and at a JOIN */
+	bool blocked;	/* pushed, release held back */
+	uint64_t syncs; /* its sync count P (the bound below) */
 };
 
 struct kn__sync_rule {
 	const struct kn__sync_ops *ops;
 	struct kn__sync_params params;
-	uint64_t version;  /* the version the rule has made so far */
-	uint32_t nmembers; /* members now */
-	uint32_t npushed;  /* BSP: members with a contribution this round */
-	uint32_t nskipped; /* BSP: members sitting this round out */
-	struct kn__sync_wstate *w;	  /* [max_workers] */
+	uint64_t version;	   /* the version the rule has made so far */
+	uint32_t nmembers;	   /* members now */
+	uint32_t npushed;	   /* rounds: members with a contribution */
+	uint32_t nskipped;	   /* rounds: members sitting this round out */
+	struct kn__sync_wstate *w; /* [max_workers] */
 	struct kn__sync_contrib *contrib; /* [max_workers], APPLY points here */
-	/* PSP: the plan in force and one waiting for the next barrier */
+	/* a protocol that plans (traits.plans: PSP, CGP): the plan in
+	 * force and one waiting for the next barrier; NULL for others */
 	uint64_t epoch, next_epoch;
 	bool have_next;
 	uint32_t *plan, *next_plan; /* [max_workers] each, zeroed */
@@ -52,8 +52,10 @@ struct kn__sync_rule {
 	uint32_t nheld;
 	uint64_t held_pmin; /* P_min when the held were last looked at */
 	uint32_t lead;	    /* the bound in force: params.staleness, or 0 */
-	struct kn__sync_esp_rule *esp; /* ESP: its step times (esp.c) */
-	struct kn__sync_cgp_rule *cgp; /* CGP: its groups (cgp.c) */
+	/* the protocol's own state, ops->rule_size bytes, zero at
+	 * creation: a struct its file defines (esp.c: step times, cgp.c:
+	 * groups), whose arrays its @rule_init makes */
+	max_align_t own[];
 };
 
 struct kn__sync_planner {
@@ -62,12 +64,14 @@ struct kn__sync_planner {
 	uint64_t epoch;
 	uint32_t nmembers;
 	bool *member; /* [max_workers] */
-	/* PSP, CGP: predicted seconds per step, the plan in force */
+	/* a protocol that plans (PSP, CGP): predicted seconds per step,
+	 * the plan in force; NULL for the others */
 	double *pred;	/* [max_workers], 0: no timing yet */
 	uint32_t *plan; /* [max_workers], zeroed */
 	bool changed;	/* PSP, CGP: a JOIN or LEAVE since the last plan */
-	struct kn__sync_psp_planner *psp; /* PSP: barriers, misses */
-	struct kn__sync_cgp_planner *cgp; /* CGP: groups, solver (cgp.c) */
+	/* the protocol's own state, ops->planner_size bytes, as the
+	 * rule's (predicted.c: barriers, misses; cgp.c: groups, solver) */
+	max_align_t own[];
 };
 
 /* Where a worker rule stands between two events. */
@@ -126,7 +130,12 @@ kn__sync_psp_worker_of(struct kn__sync_worker *rule)
 	return (struct kn__sync_psp_worker *)(void *)rule->own;
 }
 
-typedef uint32_t kn__sync_max_actions_fn(const struct kn__sync_params *params);
+static inline struct kn__sync_psp_planner *
+kn__sync_psp_planner_of(struct kn__sync_planner *planner)
+{
+	return (struct kn__sync_psp_planner *)(void *)planner->own;
+}
+
 typedef int kn__sync_rule_event_fn(struct kn__sync_rule *rule,
 				   const struct kn__sync_event *ev,
 				   struct kn__sync_action *out);
@@ -152,17 +161,20 @@ typedef int kn__sync_worker_event_fn(struct kn__sync_worker *rule,
  * array is the caller's: copy what is kept).  A NULL hook means "no
  * actions", a NULL @planner_event "no plans", a NULL @worker_event
  * "communicate after every step" (sync.c's BSP/ASP worker rule).
- * @worker_size is the size of the protocol's own state in a worker rule
- * (struct kn__sync_worker's @own), 0 for none.
+ * @rule_size, @planner_size and @worker_size are the sizes of the
+ * protocol's own state in each machine (its @own), 0 for none.
  * @traits says what the protocol asks of the engine and the simulator
  * (sync.h, struct kn__sync_traits), which is all they know of it.
- * @rule_init and @planner_init, where set, make the protocol's own state
+ * @rule_init and @planner_init, where set, make the arrays of that state
  * once the machine is otherwise complete (0 or -ENOMEM); @rule_fini and
- * @planner_fini free it, and take a machine whose init failed.
+ * @planner_fini free them, and take a machine whose init failed or
+ * never ran (its state all zero).
  */
 struct kn__sync_ops {
 	struct kn__sync_traits traits;
-	kn__sync_max_actions_fn *max_actions;
+	/* the most actions one call writes (kn__sync_max_actions): this
+	 * many, plus this many for each of max_workers */
+	uint32_t actions_fixed, actions_per_worker;
 	kn__sync_rule_event_fn *push;
 	kn__sync_rule_event_fn *skip;
 	kn__sync_rule_event_fn *join;
@@ -176,18 +188,19 @@ struct kn__sync_ops {
 	kn__sync_rule_fini_fn *rule_fini;
 	kn__sync_planner_init_fn *planner_init;
 	kn__sync_planner_fini_fn *planner_fini;
-	size_t worker_size;
+	size_t rule_size, planner_size, worker_size;
 };
+
+/*
+ * A worker rule's PUSHED where the push is followed by the wait for its
+ * release (every rule but PSP's, which may step meanwhile): WAIT, or
+ * -EINVAL when no push was asked for.
+ */
+int kn__sync_worker_pushed(struct kn__sync_worker *rule, uint32_t *next);
 
 /* registry.c: @protocol's table, NULL for an unknown one. */
 const struct kn__sync_ops *kn__sync_ops_of(uint32_t protocol);
 
-extern const struct kn__sync_ops kn__sync_bsp_ops;
-extern const struct kn__sync_ops kn__sync_asp_ops;
-extern const struct kn__sync_ops kn__sync_ssp_ops;
-extern const struct kn__sync_ops kn__sync_esp_ops;
-extern const struct kn__sync_ops kn__sync_predicted_ops;
-extern const struct kn__sync_ops kn__sync_cgp_ops;
 int kn__sync_zipline(const double *t, uint32_t n, uint32_t R, uint32_t *k);
 
 /*

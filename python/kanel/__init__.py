@@ -21,17 +21,20 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 
 from . import _lib
 
 __all__ = ["Error", "Worker", "Job", "Imbalance", "STEP_LOCAL",
-           "STEP_PUSHED", "STEP_SYNCED", "PROTOCOLS"]
+           "STEP_PUSHED", "STEP_SYNCED", "PROTOCOLS", "PARAMS", "Param"]
 
 # kanel.h's enum kn_step_result
 STEP_LOCAL, STEP_PUSHED, STEP_SYNCED = 0, 1, 2
-# kanel.h's enum kn_sync, by name ("psp" is another name of "predicted")
-PROTOCOLS = ("bsp", "asp", "ssp", "esp", "predicted", "cgp")
+# kanel.h's enum kn_sync, by name, as the library lists them
+# (kn_sync_name_at): every name --sync takes, to the protocol's own
+# ("psp" is another name of "predicted")
+_SYNC_NAMES = dict(_lib.protocols())
+PROTOCOLS = tuple(dict.fromkeys(_SYNC_NAMES.values()))
 _OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
@@ -58,35 +61,62 @@ def _check(ret, call):
 
 def protocol_name(name):
     """The canonical name of a protocol: ``psp`` is ``predicted``."""
-    n = name.strip().lower()
-    n = "predicted" if n == "psp" else n
-    if n not in PROTOCOLS:
+    n = _SYNC_NAMES.get(name.strip().lower())
+    if n is None:
+        others = [a for a, p in _SYNC_NAMES.items() if a != p]
         raise ValueError(f"kanel: unknown protocol {name!r}: one of "
-                         + ", ".join(PROTOCOLS) + " (or psp)")
+                         + ", ".join(PROTOCOLS) + " (or "
+                         + ", ".join(others) + ")")
     return n
 
 
 @dataclass(frozen=True)
-class Job:
-    """What the job runs (``kn_worker_job``)."""
-    protocol: str
-    optimizer: str  # "sgd", "momentum", "adam", or "sum"
-    local_steps: bool  # ESP, PSP: the optimizer runs on the workers
-    lr: float
-    momentum: float
-    workers: int
-    servers: int
-    staleness: int
-    max_skip: int
-    gamma: float
-    theta: float
-    max_steps: int
-    warmup: int
-    alpha: float
-    miss: float
-    bound: float
-    outer_lr: float
-    outer_momentum: float
+class Param:
+    """A protocol parameter, as the library's table has it
+    (``kn_sync_param_at``): its option and variable, its type (int,
+    float, or str for one of ``choices``), default, range and help."""
+    name: str
+    option: str
+    variable: str
+    type: type
+    default: object
+    min: float
+    max: float
+    min_closed: bool
+    choices: tuple
+    help: str
+
+    def value(self, number):
+        """The parameter's value from its number in ``kn_job_info``."""
+        if self.type is str:
+            return self.choices[int(number)]
+        return self.type(number)
+
+
+_PARAM_TYPES = {1: int, 2: float, 3: str}  # enum kn_sync_param_type
+
+
+def _param(name, option, variable, kind, default, *rest):
+    t = _PARAM_TYPES[kind]
+    return Param(name, option, variable, t, t(default), *rest)
+
+
+# The protocols' parameters, in the library's order; a new one appears
+# here, and as a field of Job, with no edit.
+PARAMS = tuple(_param(*row) for row in _lib.sync_params())
+
+Job = make_dataclass(
+    "Job",
+    [("protocol", str),
+     ("optimizer", str),  # "sgd", "momentum", "adam", or "sum"
+     ("local_steps", bool),  # ESP, PSP: the optimizer runs on the workers
+     ("lr", float), ("momentum", float), ("workers", int),
+     ("servers", int)] + [(p.name, p.type) for p in PARAMS],
+    frozen=True)
+Job.__module__ = __name__
+Job.__doc__ = """What the job runs (``kn_worker_job``): its protocol,
+optimizer, rates and counts, and one field per protocol parameter
+(PARAMS), each named as the parameter."""
 
 
 # ---- buffers: the program's own memory, checked -------------------------
@@ -499,11 +529,9 @@ class Worker:
             _OPTIMIZERS[info.optimizer],
             local_steps=bool(info.local_steps), lr=info.lr,
             momentum=info.momentum, workers=info.workers,
-            servers=info.servers, staleness=info.staleness,
-            max_skip=info.max_skip, gamma=info.gamma, theta=info.theta,
-            max_steps=info.max_steps, warmup=info.warmup, alpha=info.alpha,
-            miss=info.miss, bound=info.bound, outer_lr=info.outer_lr,
-            outer_momentum=info.outer_momentum)
+            servers=info.servers,
+            **{p.name: p.value(info.params[i])
+               for i, p in enumerate(PARAMS)})
 
 
 # ---- injected imbalance ----------------------------------------------

@@ -70,7 +70,16 @@ class JobInfo(ctypes.Structure):
                 ("warmup", c_uint), ("alpha", ctypes.c_float),
                 ("miss", ctypes.c_float), ("bound", ctypes.c_float),
                 ("outer_lr", ctypes.c_float),
-                ("outer_momentum", ctypes.c_float)]
+                ("outer_momentum", ctypes.c_float),
+                ("params", c_double * 32)]  # KN_SYNC_PARAMS_MAX
+
+
+class SyncParam(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("option", c_char_p),
+                ("variable", c_char_p), ("type", c_int),
+                ("default_value", c_char_p), ("min", c_double),
+                ("max", c_double), ("min_closed", c_int),
+                ("choices", POINTER(c_char_p)), ("help", c_char_p)]
 
 
 def _fn(name, restype, *argtypes):
@@ -107,6 +116,9 @@ kn_worker_clock = _fn("kn_worker_clock", c_uint64, W)
 kn_worker_rank = _fn("kn_worker_rank", c_uint, W)
 kn_worker_size = _fn("kn_worker_size", c_uint, W)
 kn_worker_destroy = _fn("kn_worker_destroy", None, W)
+kn_sync_name = _fn("kn_sync_name", c_char_p, c_int)
+kn_sync_name_at = _fn("kn_sync_name_at", c_char_p, c_uint, POINTER(c_int))
+kn_sync_param_at = _fn("kn_sync_param_at", c_int, c_uint, POINTER(SyncParam))
 kn_last_message = _fn("kn_last_message", c_size_t, c_char_p, c_size_t)
 kn_imbalance_parse = _fn("kn_imbalance_parse", c_int, c_char_p, c_uint64,
                          c_uint, c_char_p, c_size_t, POINTER(c_void_p))
@@ -121,3 +133,32 @@ def last_message():
     buf = ctypes.create_string_buffer(2048)
     n = kn_last_message(buf, len(buf))
     return buf.value[:n].decode("utf-8", "replace")
+
+
+def protocols():
+    """Every name the --sync option takes, as (name, canonical name), in
+    the library's order (kn_sync_name_at)."""
+    out, i, p = [], 0, c_int()
+    while True:
+        name = kn_sync_name_at(i, ctypes.byref(p))
+        if name is None:
+            return out
+        out.append((name.decode(), kn_sync_name(p.value).decode()))
+        i += 1
+
+
+def sync_params():
+    """The protocols' parameters (kn_sync_param_at), in its order."""
+    out, i = [], 0
+    while True:
+        p = SyncParam()
+        if kn_sync_param_at(i, ctypes.byref(p)) != 0:
+            return out
+        choices = []
+        while p.choices and p.choices[len(choices)] is not None:
+            choices.append(p.choices[len(choices)].decode())
+        out.append((p.name.decode(), p.option.decode(),
+                    p.variable.decode(), p.type, p.default_value.decode(),
+                    p.min, p.max, bool(p.min_closed), tuple(choices),
+                    p.help.decode()))
+        i += 1

@@ -60,7 +60,7 @@ Test(config, defaults)
 	cr_assert_str_eq(c.listen.host, "0.0.0.0");
 	cr_assert_eq(c.listen.port, 0);
 	cr_assert_eq(c.transport, KN__CONFIG_TCP);
-	cr_assert_eq(c.sync, KN__SYNC_BSP);
+	cr_assert_eq(c.sync, KN_SYNC_BSP);
 	/* settled by worker 0's program: sgd, or sum for kanel.torch */
 	cr_assert_eq(c.optimizer, KN__CONFIG_AUTO);
 	cr_assert_eq(c.chunk_bytes, 512 * 1024);
@@ -96,7 +96,7 @@ Test(config, every_flag)
 	cr_assert_str_eq(c.listen.host, "10.0.0.9");
 	cr_assert_eq(c.listen.port, 7001);
 	cr_assert_eq(c.transport, KN__CONFIG_VERBS);
-	cr_assert_eq(c.sync, KN__SYNC_ASP);
+	cr_assert_eq(c.sync, KN_SYNC_ASP);
 	cr_assert_eq(c.optimizer, KN__CONFIG_ADAM);
 	cr_assert_float_eq(c.lr, 0.5f, 1e-9);
 	cr_assert_float_eq(c.momentum, 0.0f, 1e-9);
@@ -131,7 +131,7 @@ Test(config, every_variable)
 	cr_assert_str_eq(c.listen.host, "0.0.0.0");
 	cr_assert_eq(c.listen.port, 9000);
 	cr_assert_eq(c.transport, KN__CONFIG_VERBS);
-	cr_assert_eq(c.sync, KN__SYNC_ASP);
+	cr_assert_eq(c.sync, KN_SYNC_ASP);
 	cr_assert_eq(c.optimizer, KN__CONFIG_SUM);
 	cr_assert_float_eq(c.lr, 2e-3f, 1e-9);
 	cr_assert_float_eq(c.momentum, 0.95f, 1e-7);
@@ -169,7 +169,7 @@ Test(config, a_flag_wins_over_its_variable)
 	cr_assert_str_eq(c.coordinator.host, "flag");
 	cr_assert_str_eq(c.listen.host, "flag");
 	cr_assert_eq(c.transport, KN__CONFIG_TCP);
-	cr_assert_eq(c.sync, KN__SYNC_BSP);
+	cr_assert_eq(c.sync, KN_SYNC_BSP);
 	cr_assert_eq(c.optimizer, KN__CONFIG_MOMENTUM);
 	cr_assert_float_eq(c.lr, 0.1f, 1e-9);
 	cr_assert_float_eq(c.momentum, 0.5f, 1e-9);
@@ -188,7 +188,7 @@ Test(config, a_variable_under_a_flag_is_ignored)
 	parse_ok(ARGV(BASE, "--sync", "asp"),
 		 ENV("KANEL_ROLE=boss", "KANEL_SYNC=bogus"), &c);
 	cr_assert_eq(c.role, KN__ROLE_COORDINATOR);
-	cr_assert_eq(c.sync, KN__SYNC_ASP);
+	cr_assert_eq(c.sync, KN_SYNC_ASP);
 }
 
 /* psp is another name for predicted, which is the name printed. */
@@ -197,10 +197,10 @@ Test(config, psp_names_predicted)
 	struct kn__config c;
 
 	parse_ok(ARGV(BASE, "--sync", "psp"), ENV(NULL), &c);
-	cr_assert_eq(c.sync, KN__SYNC_PREDICTED);
+	cr_assert_eq(c.sync, KN_SYNC_PSP);
 	cr_assert_str_eq(kn__sync_protocol_name(c.sync), "predicted");
 	parse_ok(ARGV(BASE), ENV("KANEL_SYNC=psp"), &c);
-	cr_assert_eq(c.sync, KN__SYNC_PREDICTED);
+	cr_assert_eq(c.sync, KN_SYNC_PSP);
 }
 
 Test(config, an_empty_variable_counts_as_unset)
@@ -208,7 +208,7 @@ Test(config, an_empty_variable_counts_as_unset)
 	struct kn__config c;
 
 	parse_ok(ARGV(BASE), ENV("KANEL_SYNC=", "KANEL_CHUNK_BYTES="), &c);
-	cr_assert_eq(c.sync, KN__SYNC_BSP);
+	cr_assert_eq(c.sync, KN_SYNC_BSP);
 	cr_assert_eq(c.chunk_bytes, 512 * 1024);
 }
 
@@ -265,7 +265,7 @@ Test(config, cgp_options)
 		      "1", "--cgp-latency", "1e-9", "--cgp-bandwidth", "12.5e9",
 		      "--psp-warmup", "7", "--psp-alpha", "1"),
 		 NULL, &c);
-	cr_assert_eq(c.sync, KN__SYNC_CGP);
+	cr_assert_eq(c.sync, KN_SYNC_CGP);
 	cr_assert_eq(c.proto.solver, KN__SYNC_CGP_PLS);
 	cr_assert_float_eq(c.proto.bound, 0.5f, 1e-9);
 	cr_assert_eq(c.proto.epoch_rounds, 4095);
@@ -281,7 +281,7 @@ Test(config, cgp_options)
 		     "KANEL_CGP_PERIOD=4294967295", "KANEL_CGP_LATENCY=2e-3",
 		     "KANEL_CGP_BANDWIDTH=1e6"),
 		 &c);
-	cr_assert_eq(c.sync, KN__SYNC_CGP);
+	cr_assert_eq(c.sync, KN_SYNC_CGP);
 	cr_assert_eq(c.proto.solver, KN__SYNC_CGP_AGA);
 	cr_assert_float_eq(c.proto.bound, 8.0f, 1e-9);
 	cr_assert_eq(c.proto.epoch_rounds, 1);
@@ -830,7 +830,7 @@ Test(config, parse_is_repeatable_and_leaves_argv_alone)
 
 	memcpy(copy, a, sizeof(copy));
 	parse_ok(a, NULL, &c);
-	cr_assert_eq(c.sync, KN__SYNC_ASP);
+	cr_assert_eq(c.sync, KN_SYNC_ASP);
 	cr_assert_eq(memcmp(copy, a, sizeof(copy)), 0);
 	cr_assert_eq(parse(ARGV(BASE, "--nope"), NULL, &c), -EINVAL);
 	/* an operand stops the scan: nothing is moved behind it */
@@ -840,7 +840,7 @@ Test(config, parse_is_repeatable_and_leaves_argv_alone)
 	cr_assert_not_null(strstr(err, "'stray'"), "%s", err);
 	cr_assert_eq(memcmp(copy, a, sizeof(copy)), 0);
 	parse_ok(ARGV(BASE), NULL, &c);
-	cr_assert_eq(c.sync, KN__SYNC_BSP);
+	cr_assert_eq(c.sync, KN_SYNC_BSP);
 	/* no flags at all (argc 1) and no argv at all */
 	parse_ok(ARGV0,
 		 ENV("KANEL_ROLE=coordinator", "KANEL_WORKERS=1",
@@ -956,9 +956,9 @@ Test(config, names)
 	cr_assert_str_eq(kn__role_name(KN__ROLE_WORKER), "worker");
 	cr_assert_null(kn__role_name((enum kn__role)0));
 	cr_assert_str_eq(kn__config_transport_name(KN__CONFIG_VERBS), "verbs");
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_ASP), "asp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_ASP), "asp");
 	cr_assert_str_eq(kn__config_optimizer_name(KN__CONFIG_SUM), "sum");
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_CGP), "cgp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_CGP), "cgp");
 	cr_assert_str_eq(kn__sync_cgp_solver_name(KN__SYNC_CGP_AUTO), "auto");
 	cr_assert_str_eq(kn__sync_cgp_solver_name(KN__SYNC_CGP_AGA), "aga");
 	cr_assert_str_eq(kn__sync_cgp_solver_name(KN__SYNC_CGP_PLS), "pls");
@@ -1079,7 +1079,7 @@ Test(config, a_scope_refuses_other_flags)
 		0, "%s", err);
 	cr_assert_eq(c.role, KN__ROLE_COORDINATOR);
 	cr_assert_str_eq(c.role_source, "kanel train");
-	cr_assert_eq(c.sync, KN__SYNC_ASP);
+	cr_assert_eq(c.sync, KN_SYNC_ASP);
 	cr_assert_str_eq(c.listen.host, "0.0.0.0");
 	/* --role itself is the command's */
 	a = ARGV("--workers", "2", "--role", "worker");

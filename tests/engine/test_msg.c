@@ -36,7 +36,7 @@ static struct kn__msg cgp_job(void)
 
 	m.u.job.workers = 8;
 	m.u.job.servers = 2;
-	m.u.job.protocol = KN__SYNC_CGP;
+	m.u.job.protocol = KN_SYNC_CGP;
 	m.u.job.optimizer = KN__CONFIG_MOMENTUM;
 	m.u.job.chunk_bytes = 1 << 20;
 	m.u.job.fuse_bytes = 48 << 10;
@@ -70,7 +70,7 @@ Test(msg, job_carries_every_protocols_parameters)
 
 	b = round_trip(&m, &len);
 	cr_assert_eq(b.type, KN__MSG_JOB);
-	cr_assert_eq(b.u.job.protocol, KN__SYNC_CGP);
+	cr_assert_eq(b.u.job.protocol, KN_SYNC_CGP);
 	cr_assert_eq(b.u.job.chunk_bytes, 1 << 20);
 	cr_assert_eq(b.u.job.fuse_bytes, 48 << 10);
 	cr_assert_eq(b.u.job.push_window, 3 << 20);

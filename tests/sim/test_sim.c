@@ -111,7 +111,7 @@ static char *cli_run(const char *const *args, char **curve)
 
 Test(sim, bsp_without_imbalance_converges_with_no_staleness)
 {
-	struct kn__sim_config cfg = config(KN__SYNC_BSP, 8, 200, "none");
+	struct kn__sim_config cfg = config(KN_SYNC_BSP, 8, 200, "none");
 	struct kn__sim_result r;
 
 	/* a small model: the wire is short next to a step */
@@ -132,9 +132,9 @@ Test(sim, bsp_without_imbalance_converges_with_no_staleness)
 Test(sim, asp_is_stale_and_outruns_bsp_behind_a_straggler)
 {
 	struct kn__sim_config bc =
-		config(KN__SYNC_BSP, 8, 200, "persistent:0.25:4");
+		config(KN_SYNC_BSP, 8, 200, "persistent:0.25:4");
 	struct kn__sim_config ac =
-		config(KN__SYNC_ASP, 8, 200, "persistent:0.25:4");
+		config(KN_SYNC_ASP, 8, 200, "persistent:0.25:4");
 	struct kn__sim_result b = run(&bc), a = run(&ac);
 
 	cr_expect_gt(a.max_staleness, 0);
@@ -161,8 +161,8 @@ Test(sim, asp_is_stale_and_outruns_bsp_behind_a_straggler)
  */
 Test(sim, the_model_follows_sgd_exactly_without_noise)
 {
-	struct kn__sim_config bc = config(KN__SYNC_BSP, 4, 60, NULL);
-	struct kn__sim_config ac = config(KN__SYNC_ASP, 2, 60, NULL);
+	struct kn__sim_config bc = config(KN_SYNC_BSP, 4, 60, NULL);
+	struct kn__sim_config ac = config(KN_SYNC_ASP, 2, 60, NULL);
 	struct kn__sim_result b, a;
 	double lr = 0.1, e0 = 1, e1 = 1 - lr / 2, e2, ratio;
 
@@ -197,7 +197,7 @@ Test(sim, the_model_follows_sgd_exactly_without_noise)
  */
 Test(sim, bsp_momentum_is_the_servers_heavy_ball)
 {
-	struct kn__sim_config cfg = config(KN__SYNC_BSP, 4, 60, NULL);
+	struct kn__sim_config cfg = config(KN_SYNC_BSP, 4, 60, NULL);
 	struct kn__sim_result r, plain;
 	double lr = 0.1, mu = 0.9, e = 1, m = 0, ratio;
 
@@ -227,7 +227,7 @@ Test(sim, bsp_momentum_is_the_servers_heavy_ball)
  */
 Test(sim, esp_momentum_runs_on_the_worker)
 {
-	struct kn__sim_config cfg = config(KN__SYNC_ESP, 1, 80, NULL);
+	struct kn__sim_config cfg = config(KN_SYNC_ESP, 1, 80, NULL);
 	struct kn__sim_result r;
 	double lr = 0.1, mu = 0.9, e = 1, m = 0, got, best = INFINITY;
 
@@ -264,7 +264,7 @@ Test(sim, esp_momentum_runs_on_the_worker)
  */
 static struct kn__sim_result esp_run(const char *imb)
 {
-	struct kn__sim_config cfg = config(KN__SYNC_ESP, 4, 200, imb);
+	struct kn__sim_config cfg = config(KN_SYNC_ESP, 4, 200, imb);
 
 	cfg.latency = 0;
 	cfg.sync.gamma = 1e30f; /* push after every step */
@@ -295,7 +295,7 @@ Test(sim, esp_holds_rounds_while_step_times_are_even)
  */
 Test(sim, esp_outer_momentum_is_nesterov_on_the_deltas)
 {
-	struct kn__sim_config cfg = config(KN__SYNC_ESP, 1, 30, NULL);
+	struct kn__sim_config cfg = config(KN_SYNC_ESP, 1, 30, NULL);
 	struct kn__sim_result r, plain;
 	double lr = 0.1, mu = 0.5, e = 1, v = 0, ratio;
 
@@ -360,7 +360,7 @@ Test(sim, a_seed_gives_the_same_run_and_another_a_different_one)
 
 Test(sim, every_step_is_taken_and_every_push_applied_once)
 {
-	static const uint32_t protocols[] = { KN__SYNC_BSP, KN__SYNC_ASP };
+	static const uint32_t protocols[] = { KN_SYNC_BSP, KN_SYNC_ASP };
 
 	for (size_t p = 0; p < 2; p++) {
 		struct kn__sim_config cfg =
@@ -390,7 +390,7 @@ Test(sim, a_lone_worker_round_is_step_wire_service_wire)
 	static const uint32_t servers[] = { 1, 4 };
 
 	for (size_t k = 0; k < 2; k++) {
-		struct kn__sim_config cfg = config(KN__SYNC_BSP, 1, 300, NULL);
+		struct kn__sim_config cfg = config(KN_SYNC_BSP, 1, 300, NULL);
 		double chunk, expect;
 		struct kn__sim_result r;
 
@@ -429,7 +429,7 @@ Test(sim, the_cpu_part_of_a_step_is_shared_on_the_cores)
 
 	for (size_t k = 0; k < 4; k++) {
 		struct kn__sim_config cfg =
-			config(KN__SYNC_BSP, workers[k], 200, NULL);
+			config(KN_SYNC_BSP, workers[k], 200, NULL);
 		double n = workers[k], share, expect;
 		struct kn__sim_result r;
 
@@ -465,9 +465,8 @@ Test(sim, shared_cores_widen_asps_lead_over_bsp)
 
 	for (int shared = 0; shared < 2; shared++)
 		for (int asp = 0; asp < 2; asp++) {
-			struct kn__sim_config cfg =
-				config(asp ? KN__SYNC_ASP : KN__SYNC_BSP, 8,
-				       300, NULL);
+			struct kn__sim_config cfg = config(
+				asp ? KN_SYNC_ASP : KN_SYNC_BSP, 8, 300, NULL);
 			struct kn__sim_result r;
 
 			cfg.cpu_time = shared ? 0.004 : 0;
@@ -485,7 +484,7 @@ Test(sim, shared_cores_widen_asps_lead_over_bsp)
  * K being only a cap. */
 Test(sim, a_duration_stops_the_workers_in_time)
 {
-	struct kn__sim_config cfg = config(KN__SYNC_BSP, 1, 1000000, NULL);
+	struct kn__sim_config cfg = config(KN_SYNC_BSP, 1, 1000000, NULL);
 	struct kn__sim_result r;
 	double round;
 
@@ -506,7 +505,7 @@ Test(sim, a_slow_server_bounds_asp_throughput)
 	static const uint32_t servers[] = { 1, 2 };
 
 	for (size_t k = 0; k < 2; k++) {
-		struct kn__sim_config cfg = config(KN__SYNC_ASP, 32, 40, NULL);
+		struct kn__sim_config cfg = config(KN_SYNC_ASP, 32, 40, NULL);
 		struct kn__sim_result r;
 		double bound;
 
@@ -559,7 +558,7 @@ Test(sim, every_protocol_of_sync_runs_to_the_end)
 Test(sim, the_loss_curve_is_even_and_bounded)
 {
 	struct kn__sim_config cfg =
-		config(KN__SYNC_BSP, 4, 2000, "persistent:0.25:4");
+		config(KN_SYNC_BSP, 4, 2000, "persistent:0.25:4");
 	struct kn__sim_result r;
 	struct kn__sim *sim = NULL;
 	double dt;

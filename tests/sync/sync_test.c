@@ -99,11 +99,11 @@ void refusals(uint32_t protocol)
 	/* none of it changed the membership or the version */
 	cr_assert_eq(kn__sync_rule_version(rule), 0);
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 0 : 2);
+		     protocol == KN_SYNC_BSP ? 0 : 2);
 	cr_assert_eq(push(rule, 1, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 0 : 2);
+		     protocol == KN_SYNC_BSP ? 0 : 2);
 	cr_assert_eq(push(rule, 2, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 4 : 2);
+		     protocol == KN_SYNC_BSP ? 4 : 2);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -125,13 +125,13 @@ void timing_and_timer_do_nothing(uint32_t protocol)
 	};
 
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out),
-		     protocol == KN__SYNC_BSP ? 0 : 2);
+		     protocol == KN_SYNC_BSP ? 0 : 2);
 	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
 	cr_assert_eq(kn__sync_rule_event(rule, &timer, out), 0);
 	timing.worker = 6; /* not a member, but a valid id */
 	cr_assert_eq(kn__sync_rule_event(rule, &timing, out), 0);
 	cr_assert_eq(kn__sync_rule_version(rule),
-		     protocol == KN__SYNC_BSP ? 0 : 1);
+		     protocol == KN_SYNC_BSP ? 0 : 1);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -172,12 +172,12 @@ void planner_has_no_plans(uint32_t protocol)
 
 Test(planner, bsp_emits_nothing)
 {
-	planner_has_no_plans(KN__SYNC_BSP);
+	planner_has_no_plans(KN_SYNC_BSP);
 }
 
 Test(planner, asp_emits_nothing)
 {
-	planner_has_no_plans(KN__SYNC_ASP);
+	planner_has_no_plans(KN_SYNC_ASP);
 }
 
 static int wev(struct kn__sync_worker *w, uint32_t type, uint32_t *next)
@@ -331,10 +331,10 @@ void randomized(uint32_t protocol, uint64_t seed)
 			valid = ev.worker < MAXW && w->member &&
 				ev.version <= m->version &&
 				!(w->clocked && ev.clock <= w->clock);
-			if (protocol == KN__SYNC_BSP)
+			if (protocol == KN_SYNC_BSP)
 				valid = valid && !w->pending &&
 					ev.version == m->version;
-			expect = protocol == KN__SYNC_BSP ? 0 : 2;
+			expect = protocol == KN_SYNC_BSP ? 0 : 2;
 			break;
 		case KN__SYNC_EV_JOIN:
 			valid = ev.worker < MAXW && !w->member;
@@ -379,7 +379,7 @@ void randomized(uint32_t protocol, uint64_t seed)
 			nmembers += m->w[k].member;
 			npending += m->w[k].member && m->w[k].pending;
 		}
-		if (protocol == KN__SYNC_BSP &&
+		if (protocol == KN_SYNC_BSP &&
 		    (ev.type == KN__SYNC_EV_PUSH ||
 		     ev.type == KN__SYNC_EV_LEAVE) &&
 		    nmembers > 0 && npending == nmembers) {
@@ -419,7 +419,7 @@ void randomized(uint32_t protocol, uint64_t seed)
 			cw->pending = false;
 			assert_release(&out[1 + k], c->worker, m->version + 1);
 			cw->held = m->version + 1;
-			if (protocol == KN__SYNC_BSP) {
+			if (protocol == KN_SYNC_BSP) {
 				cr_assert_eq(c->weight,
 					     1.0f / (float)out[0].ncontrib);
 				cr_assert_eq(out[0].lr_scale, 1.0f);
@@ -443,7 +443,7 @@ void randomized(uint32_t protocol, uint64_t seed)
 	/* every accepted push was applied once, or dropped, or is pending */
 	for (uint32_t id = 0; id < m->npush; id++)
 		cr_assert_leq(m->applied[id], 1);
-	if (protocol == KN__SYNC_ASP)
+	if (protocol == KN_SYNC_ASP)
 		for (uint32_t id = 0; id < m->npush; id++)
 			cr_assert_eq(m->applied[id], 1, "push %u", id);
 	cr_log_info("%s: %u applies, %u refusals, %u dropped, %u pushes",
@@ -452,7 +452,7 @@ void randomized(uint32_t protocol, uint64_t seed)
 	/* the sequence exercised what it is meant to */
 	cr_assert_gt(rounds, 3000, "only %u applies", rounds);
 	cr_assert_gt(refused, 3000, "only %u refusals", refused);
-	if (protocol == KN__SYNC_BSP)
+	if (protocol == KN_SYNC_BSP)
 		cr_assert_gt(dropped, 300, "only %u dropped pushes", dropped);
 	cr_assert_eq(kn__sync_rule_version(rule), rounds);
 	free(m);

@@ -14,12 +14,12 @@
 
 Test(asp, refuses_bad_worker_ids_and_membership_errors)
 {
-	refusals(KN__SYNC_ASP);
+	refusals(KN_SYNC_ASP);
 }
 
 Test(asp, timing_and_timer_do_nothing)
 {
-	timing_and_timer_do_nothing(KN__SYNC_ASP);
+	timing_and_timer_do_nothing(KN_SYNC_ASP);
 }
 
 /* --- ASP ---------------------------------------------------------------- */
@@ -46,7 +46,7 @@ static void assert_asp_apply(const struct kn__sync_action *a, int n,
 /* A push is one worker's share of a round: weight 1/n. */
 Test(asp, every_push_is_applied_at_once)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 
 	assert_asp_apply(out, push(rule, 2, 0, 0, 1, out), 2, 1, 1, 1.0f / 3,
@@ -64,7 +64,7 @@ Test(asp, every_push_is_applied_at_once)
  */
 Test(asp, staleness_in_rounds_damps_the_learning_rate)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 
 	/* worker 0 alone makes versions 1, 2, 3 (staleness 0 each) */
@@ -90,7 +90,7 @@ Test(asp, staleness_in_rounds_damps_the_learning_rate)
 
 Test(asp, push_from_the_future_or_seen_before_is_refused)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
@@ -108,7 +108,7 @@ Test(asp, push_from_the_future_or_seen_before_is_refused)
 /* The share follows the membership. */
 Test(asp, join_releases_the_current_version_leave_stops_pushes)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_ASP, MAXW, 1);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_ASP, MAXW, 1);
 	struct kn__sync_action out[MAXACT];
 
 	assert_asp_apply(out, push(rule, 0, 0, 0, 0, out), 0, 0, 1, 1.0f, 1.0f);
@@ -124,15 +124,15 @@ Test(asp, join_releases_the_current_version_leave_stops_pushes)
 
 Test(asp, planner_emits_nothing)
 {
-	planner_has_no_plans(KN__SYNC_ASP);
+	planner_has_no_plans(KN_SYNC_ASP);
 }
 
 Test(asp, worker_communicates_after_every_step)
 {
-	worker_communicates_every_step(KN__SYNC_ASP);
+	worker_communicates_every_step(KN_SYNC_ASP);
 }
 
 Test(asp, randomized_sequences_match_the_model)
 {
-	randomized(KN__SYNC_ASP, 0x73796e63ULL);
+	randomized(KN_SYNC_ASP, 0x73796e63ULL);
 }

@@ -34,7 +34,7 @@ static void assert_bsp_round(const struct kn__sync_action *a, int n,
 
 Test(bsp, completes_only_when_every_member_pushed)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1, 2, 3 };
 
@@ -49,7 +49,7 @@ Test(bsp, completes_only_when_every_member_pushed)
 
 Test(bsp, actions_in_worker_id_order_whatever_the_arrival_order)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t order[] = { 3, 1, 0, 2 };
 	const uint32_t slot[] = { 1, 0, 1, 0 }; /* by worker id */
@@ -74,7 +74,7 @@ Test(bsp, actions_in_worker_id_order_whatever_the_arrival_order)
 Test(bsp, weights_are_the_mean_and_sum_to_one)
 {
 	for (uint32_t m = 1; m <= MAXW; m++) {
-		struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, m);
+		struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, m);
 		struct kn__sync_action out[MAXACT];
 		double sum = 0;
 		int n = 0;
@@ -94,7 +94,7 @@ Test(bsp, weights_are_the_mean_and_sum_to_one)
 
 Test(bsp, versions_increase_by_one_per_round)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1, 2 };
 
@@ -111,7 +111,7 @@ Test(bsp, versions_increase_by_one_per_round)
 
 Test(bsp, second_push_in_a_round_is_refused_and_changes_nothing)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1 };
 
@@ -125,7 +125,7 @@ Test(bsp, second_push_in_a_round_is_refused_and_changes_nothing)
 
 Test(bsp, replayed_or_off_version_push_is_refused)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1 };
 
@@ -144,7 +144,7 @@ Test(bsp, replayed_or_off_version_push_is_refused)
 
 Test(bsp, leave_of_the_last_waited_for_member_completes_the_round)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t rest[] = { 0, 2 };
 
@@ -162,7 +162,7 @@ Test(bsp, leave_of_the_last_waited_for_member_completes_the_round)
 
 Test(bsp, leave_after_push_drops_the_contribution)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t rest[] = { 1, 2 };
 
@@ -175,7 +175,7 @@ Test(bsp, leave_after_push_drops_the_contribution)
 
 Test(bsp, a_round_without_members_never_completes)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t five[] = { 5 };
 
@@ -192,7 +192,7 @@ Test(bsp, a_round_without_members_never_completes)
 
 Test(bsp, join_releases_the_current_version_and_joins_the_round)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t three[] = { 0, 1, 5 };
 
@@ -210,7 +210,7 @@ Test(bsp, join_releases_the_current_version_and_joins_the_round)
 
 Test(bsp, rejoin_after_leave_starts_its_clock_afresh)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t all[] = { 0, 1 };
 
@@ -244,7 +244,7 @@ static int skip(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
  */
 Test(bsp, a_skipper_is_released_with_the_round_it_sat_out)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t both[] = { 0, 1 }, three[] = { 0, 1, 5 };
 
@@ -269,7 +269,7 @@ Test(bsp, a_skipper_is_released_with_the_round_it_sat_out)
 
 Test(bsp, a_skip_that_completes_the_round_releases_everyone)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
@@ -291,7 +291,7 @@ Test(bsp, a_skip_that_completes_the_round_releases_everyone)
 
 Test(bsp, a_round_of_skippers_only_applies_nothing)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 1);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 1);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 2, out), 1);
@@ -307,7 +307,7 @@ Test(bsp, a_round_of_skippers_only_applies_nothing)
 
 Test(bsp, skips_that_break_the_round_are_refused_and_change_nothing)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_BSP, MAXW, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_BSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
@@ -325,7 +325,7 @@ Test(bsp, skips_that_break_the_round_are_refused_and_change_nothing)
 	cr_assert_eq(skip(rule, 1, 1, 0, out), -EINVAL, "an old version");
 	kn__sync_rule_destroy(rule);
 	/* no round to sit out elsewhere */
-	rule = rule_new(KN__SYNC_ASP, MAXW, 2);
+	rule = rule_new(KN_SYNC_ASP, MAXW, 2);
 	cr_assert_eq(skip(rule, 0, 0, 0, out), -EINVAL);
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 2, "the clock is unused");
 	kn__sync_rule_destroy(rule);
@@ -333,25 +333,25 @@ Test(bsp, skips_that_break_the_round_are_refused_and_change_nothing)
 
 Test(bsp, refuses_bad_worker_ids_and_membership_errors)
 {
-	refusals(KN__SYNC_BSP);
+	refusals(KN_SYNC_BSP);
 }
 
 Test(bsp, timing_and_timer_do_nothing)
 {
-	timing_and_timer_do_nothing(KN__SYNC_BSP);
+	timing_and_timer_do_nothing(KN_SYNC_BSP);
 }
 
 Test(bsp, planner_emits_nothing)
 {
-	planner_has_no_plans(KN__SYNC_BSP);
+	planner_has_no_plans(KN_SYNC_BSP);
 }
 
 Test(bsp, worker_communicates_after_every_step)
 {
-	worker_communicates_every_step(KN__SYNC_BSP);
+	worker_communicates_every_step(KN_SYNC_BSP);
 }
 
 Test(bsp, randomized_sequences_match_the_model)
 {
-	randomized(KN__SYNC_BSP, 0x6b616e656cULL);
+	randomized(KN_SYNC_BSP, 0x6b616e656cULL);
 }

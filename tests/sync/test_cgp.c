@@ -24,7 +24,7 @@
 
 static struct kn__sync_params params(uint32_t n)
 {
-	return (struct kn__sync_params){ .protocol = KN__SYNC_CGP,
+	return (struct kn__sync_params){ .protocol = KN_SYNC_CGP,
 					 .max_workers = n,
 					 .members = n,
 					 .warmup = 2,

@@ -25,7 +25,7 @@
 static struct kn__sync_rule *rule_new(uint32_t members, uint32_t staleness)
 {
 	struct kn__sync_params p = {
-		.protocol = KN__SYNC_ESP,
+		.protocol = KN_SYNC_ESP,
 		.max_workers = MAXW,
 		.members = members,
 		.staleness = staleness,
@@ -122,7 +122,7 @@ static struct kn__sync_worker *worker_new(uint32_t max_skip, float gamma,
 					  float theta)
 {
 	struct kn__sync_params p = {
-		.protocol = KN__SYNC_ESP,
+		.protocol = KN_SYNC_ESP,
 		.max_workers = MAXW,
 		.members = MAXW,
 		.max_skip = max_skip,
@@ -192,10 +192,10 @@ static void sync_with_cost(struct kn__sync_worker *w, double rtt, float hint)
 
 Test(esp, name_and_room_for_actions)
 {
-	struct kn__sync_params p = { KN__SYNC_ESP, 8, 8 };
+	struct kn__sync_params p = { KN_SYNC_ESP, 8, 8 };
 
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_ESP), "esp");
-	cr_assert_eq(kn__sync_protocol_parse("esp"), KN__SYNC_ESP);
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_ESP), "esp");
+	cr_assert_eq(kn__sync_protocol_parse("esp"), KN_SYNC_ESP);
 	cr_assert_eq(kn__sync_protocol_parse("ESP"), -EINVAL);
 	/* one APPLY and, at most, every worker released */
 	cr_assert_eq(kn__sync_max_actions(&p), 9);
@@ -205,7 +205,7 @@ Test(esp, name_and_room_for_actions)
 
 Test(esp, planner_has_no_plans)
 {
-	struct kn__sync_params p = { KN__SYNC_ESP, MAXW, 2 };
+	struct kn__sync_params p = { KN_SYNC_ESP, MAXW, 2 };
 	struct kn__sync_planner *planner;
 	struct kn__sync_action out[MAXACT];
 	struct kn__sync_event ev = { .type = KN__SYNC_EV_TIMING, .value = 1 };

@@ -315,13 +315,12 @@ static void assert_round(const struct kn__sync_action *a, int n,
 
 Test(predicted, name_and_max_actions)
 {
-	struct kn__sync_params p = { KN__SYNC_PREDICTED, 100, 3 };
+	struct kn__sync_params p = { KN_SYNC_PSP, 100, 3 };
 
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_PREDICTED),
-			 "predicted");
-	cr_assert_eq(kn__sync_protocol_parse("predicted"), KN__SYNC_PREDICTED);
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_PSP), "predicted");
+	cr_assert_eq(kn__sync_protocol_parse("predicted"), KN_SYNC_PSP);
 	/* PSP, as the theses call it */
-	cr_assert_eq(kn__sync_protocol_parse("psp"), KN__SYNC_PREDICTED);
+	cr_assert_eq(kn__sync_protocol_parse("psp"), KN_SYNC_PSP);
 	cr_assert_eq(kn__sync_max_actions(&p), 101);
 }
 
@@ -331,8 +330,8 @@ Test(predicted, name_and_max_actions)
  */
 Test(predicted, warmup_rounds_are_exactly_bsp)
 {
-	struct kn__sync_rule *psp = rule_new(KN__SYNC_PREDICTED, 4);
-	struct kn__sync_rule *bsp = rule_new(KN__SYNC_BSP, 4);
+	struct kn__sync_rule *psp = rule_new(KN_SYNC_PSP, 4);
+	struct kn__sync_rule *bsp = rule_new(KN_SYNC_BSP, 4);
 	struct kn__sync_action a[MAXACT], b[MAXACT];
 	const uint32_t all[] = { 0, 1, 2, 3 }, one[] = { 1, 1, 1, 1 };
 	uint64_t clock[MAXW] = { 0 };
@@ -397,7 +396,7 @@ Test(predicted, warmup_rounds_are_exactly_bsp)
 	kn__sync_rule_destroy(bsp);
 
 	/* and explicitly: 1/n, epoch 0, one step */
-	psp = rule_new(KN__SYNC_PREDICTED, 4);
+	psp = rule_new(KN_SYNC_PSP, 4);
 	cr_assert_eq(push(psp, 3, 0, 0, a), 0);
 	cr_assert_eq(push(psp, 1, 0, 1, a), 0);
 	cr_assert_eq(push(psp, 0, 0, 0, a), 0);
@@ -408,7 +407,7 @@ Test(predicted, warmup_rounds_are_exactly_bsp)
 
 Test(predicted, a_plan_takes_effect_at_the_next_completion)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan1[MAXW] = { 3, 2, 1, 0, 6, 4 };
 	const uint32_t plan2[MAXW] = { 1, 5, 2 };
@@ -444,7 +443,7 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 
 Test(predicted, a_joiner_is_released_under_the_plan_in_force)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 2);
 	struct kn__sync_action out[MAXACT];
 	/* R is 15: 100 is clamped, 0 (no step count) is one step */
 	const uint32_t plan[MAXW] = { 100, 2, 0, 0, 5, 0 };
@@ -467,7 +466,7 @@ Test(predicted, a_joiner_is_released_under_the_plan_in_force)
  */
 Test(predicted, weights_are_one_over_n_whatever_the_steps)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t ws[] = { 0, 1, 2, 3 }, ones[] = { 1, 1, 1, 1 };
 
@@ -481,7 +480,7 @@ Test(predicted, weights_are_one_over_n_whatever_the_steps)
 	kn__sync_rule_destroy(rule);
 
 	/* 2R = 30 is the most a push may hold; a refusal changes nothing */
-	rule = rule_new(KN__SYNC_PREDICTED, 3);
+	rule = rule_new(KN_SYNC_PSP, 3);
 	cr_assert_eq(push(rule, 0, 0, 7, out), 0);
 	cr_assert_eq(push(rule, 1, 0, 31, out), -EINVAL);
 	cr_assert_eq(push(rule, 1, 0, UINT32_MAX, out), -EINVAL);
@@ -494,7 +493,7 @@ Test(predicted, weights_are_one_over_n_whatever_the_steps)
 
 Test(predicted, a_stale_or_replayed_plan_is_refused)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t p2[MAXW] = { 2, 2 }, p4[MAXW] = { 4, 3 };
 	const uint32_t ws[] = { 0, 1 };
@@ -522,7 +521,7 @@ Test(predicted, a_stale_or_replayed_plan_is_refused)
 
 Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 {
-	struct kn__sync_rule *rule = rule_new(KN__SYNC_PREDICTED, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan[MAXW] = { 6, 0, 3, 9 };
 	const uint32_t ws[] = { 0, 2 }, k[] = { 6, 3 };
@@ -546,7 +545,7 @@ Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 static struct kn__sync_planner *planner_new(uint32_t members, uint32_t warmup)
 {
 	struct kn__sync_params p = {
-		.protocol = KN__SYNC_PREDICTED,
+		.protocol = KN_SYNC_PSP,
 		.max_workers = MAXW,
 		.members = members,
 		.warmup = warmup,
@@ -787,7 +786,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
-	cr_assert(planner->psp->fallback);
+	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	/* more misses, a joiner: still one step each, no new plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -795,7 +794,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out),
 		     0);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
-	cr_assert(planner->psp->fallback);
+	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	kn__sync_planner_destroy(planner);
 
 	/* a miss that holds afterwards is one change of speed: no fallback */
@@ -809,7 +808,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
-	cr_assert(!planner->psp->fallback);
+	cr_assert(!kn__sync_psp_planner_of(planner)->fallback);
 	kn__sync_planner_destroy(planner);
 }
 
@@ -839,12 +838,12 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		cr_assert_eq(
 			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 			0, "hold %d of 3", b + 1);
-	cr_assert(planner->psp->fallback);
+	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	/* the third in a row: out, with the plan that fits {1, 2.5, 8} */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert(!planner->psp->fallback);
+	cr_assert(!kn__sync_psp_planner_of(planner)->fallback);
 	/* and back to the usual rules: a steady cluster keeps its plan */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -905,7 +904,7 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 static struct kn__sync_worker *worker_new(uint32_t max_steps)
 {
 	struct kn__sync_params p = {
-		.protocol = KN__SYNC_PREDICTED,
+		.protocol = KN_SYNC_PSP,
 		.max_workers = MAXW,
 		.members = MAXW,
 		.max_steps = max_steps,
@@ -1185,7 +1184,7 @@ Test(predicted, the_machines_run_rounds_together)
 	const double t[] = { 1, 2.5, 4 };
 	const uint32_t k[] = { 4, 2, 1 };
 	struct kn__sync_params p = {
-		.protocol = KN__SYNC_PREDICTED,
+		.protocol = KN_SYNC_PSP,
 		.max_workers = 3,
 		.members = 3,
 	};

@@ -18,7 +18,7 @@
 
 static struct kn__sync_rule *ssp_new(uint32_t n, uint32_t members, uint32_t s)
 {
-	struct kn__sync_params p = { .protocol = KN__SYNC_SSP,
+	struct kn__sync_params p = { .protocol = KN_SYNC_SSP,
 				     .max_workers = n,
 				     .members = members,
 				     .staleness = s };

@@ -17,14 +17,14 @@
 
 Test(rules, protocol_names_round_trip)
 {
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_BSP), "bsp");
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_ASP), "asp");
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_SSP), "ssp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_BSP), "bsp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_ASP), "asp");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_SSP), "ssp");
 	cr_assert_null(kn__sync_protocol_name(99));
 	cr_assert_null(kn__sync_protocol_name(UINT32_MAX));
-	cr_assert_eq(kn__sync_protocol_parse("bsp"), KN__SYNC_BSP);
-	cr_assert_eq(kn__sync_protocol_parse("asp"), KN__SYNC_ASP);
-	cr_assert_eq(kn__sync_protocol_parse("ssp"), KN__SYNC_SSP);
+	cr_assert_eq(kn__sync_protocol_parse("bsp"), KN_SYNC_BSP);
+	cr_assert_eq(kn__sync_protocol_parse("asp"), KN_SYNC_ASP);
+	cr_assert_eq(kn__sync_protocol_parse("ssp"), KN_SYNC_SSP);
 	cr_assert_eq(kn__sync_protocol_parse("BSP"), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse("hogwild"), -EINVAL);
 	cr_assert_eq(kn__sync_protocol_parse(""), -EINVAL);
@@ -46,8 +46,7 @@ Test(rules, every_name_a_protocol_goes_by_is_listed_once)
 	}
 	cr_assert_eq(i, sizeof(want) / sizeof(want[0]));
 	/* the printed name is the first */
-	cr_assert_str_eq(kn__sync_protocol_name(KN__SYNC_PREDICTED),
-			 "predicted");
+	cr_assert_str_eq(kn__sync_protocol_name(KN_SYNC_PSP), "predicted");
 	cr_assert_str_eq(kn__sync_cgp_solver_name(KN__SYNC_CGP_AUTO), "auto");
 	cr_assert_eq(kn__sync_cgp_solver_parse("pls"), KN__SYNC_CGP_PLS);
 	cr_assert_eq(kn__sync_cgp_solver_parse("PLS"), -EINVAL);
@@ -66,17 +65,17 @@ Test(rules, traits_say_what_each_protocol_asks)
 		bool local_steps, mean_model, skips, release_info;
 		uint32_t timing, plans;
 	} want[] = {
-		{ KN__SYNC_BSP, false, true, true, false, KN__SYNC_TIMING_NONE,
+		{ KN_SYNC_BSP, false, true, true, false, KN__SYNC_TIMING_NONE,
 		  KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_ASP, false, false, false, false,
-		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_SSP, false, false, false, false,
-		  KN__SYNC_TIMING_NONE, KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_ESP, true, false, false, true, KN__SYNC_TIMING_RULES,
+		{ KN_SYNC_ASP, false, false, false, false, KN__SYNC_TIMING_NONE,
 		  KN__SYNC_PLANS_NONE },
-		{ KN__SYNC_PREDICTED, true, false, false, true,
+		{ KN_SYNC_SSP, false, false, false, false, KN__SYNC_TIMING_NONE,
+		  KN__SYNC_PLANS_NONE },
+		{ KN_SYNC_ESP, true, false, false, true, KN__SYNC_TIMING_RULES,
+		  KN__SYNC_PLANS_NONE },
+		{ KN_SYNC_PSP, true, false, false, true,
 		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_STEPS },
-		{ KN__SYNC_CGP, false, false, false, false,
+		{ KN_SYNC_CGP, false, false, false, false,
 		  KN__SYNC_TIMING_PLANNER, KN__SYNC_PLANS_GROUPS },
 	};
 	const struct kn__sync_traits *none = kn__sync_traits(99);
@@ -89,8 +88,8 @@ Test(rules, traits_say_what_each_protocol_asks)
 		cr_assert_eq(t->mean_model, want[i].mean_model);
 		cr_assert_eq(t->skips, want[i].skips);
 		cr_assert_eq(t->release_info, want[i].release_info);
-		cr_assert_eq(t->delta_ratio, want[i].protocol == KN__SYNC_ESP);
-		cr_assert_eq(t->model_bytes, want[i].protocol == KN__SYNC_CGP);
+		cr_assert_eq(t->delta_ratio, want[i].protocol == KN_SYNC_ESP);
+		cr_assert_eq(t->model_bytes, want[i].protocol == KN_SYNC_CGP);
 		cr_assert_eq(t->timing, want[i].timing);
 		cr_assert_eq(t->plans, want[i].plans);
 	}
@@ -107,8 +106,8 @@ Test(rules, traits_say_what_each_protocol_asks)
 Test(rules, an_apply_says_whether_it_is_a_share_of_a_round)
 {
 	struct kn__sync_action out[MAXACT];
-	struct kn__sync_rule *bsp = rule_new(KN__SYNC_BSP, MAXW, 2);
-	struct kn__sync_rule *asp = rule_new(KN__SYNC_ASP, MAXW, 2);
+	struct kn__sync_rule *bsp = rule_new(KN_SYNC_BSP, MAXW, 2);
+	struct kn__sync_rule *asp = rule_new(KN_SYNC_ASP, MAXW, 2);
 
 	cr_assert_eq(push(asp, 0, 0, 0, 0, out), 2);
 	cr_assert_eq(out[0].type, KN__SYNC_ACT_APPLY);
@@ -127,7 +126,7 @@ Test(rules, an_apply_says_whether_it_is_a_share_of_a_round)
  */
 Test(rules, the_parameter_table_covers_the_block_once)
 {
-	struct kn__sync_params zero = { KN__SYNC_BSP, 4, 4 }, res = zero,
+	struct kn__sync_params zero = { KN_SYNC_BSP, 4, 4 }, res = zero,
 			       back = zero;
 	uint32_t words[KN__SYNC_PARAMS_WORDS], again[KN__SYNC_PARAMS_WORDS];
 	uint32_t seen = 0;
@@ -172,7 +171,7 @@ Test(rules, the_parameter_table_covers_the_block_once)
 /* Out of its table's range is refused, and the block left as it was. */
 Test(rules, a_parameter_out_of_range_is_refused_untouched)
 {
-	struct kn__sync_params p = { KN__SYNC_SSP, 4, 4 }, before;
+	struct kn__sync_params p = { KN_SYNC_SSP, 4, 4 }, before;
 
 	p.staleness = (1u << 20) + 1;
 	before = p;
@@ -192,12 +191,12 @@ Test(rules, a_parameter_out_of_range_is_refused_untouched)
 
 Test(rules, max_actions_per_protocol)
 {
-	struct kn__sync_params p = { KN__SYNC_BSP, 8, 8 };
+	struct kn__sync_params p = { KN_SYNC_BSP, 8, 8 };
 
 	cr_assert_eq(kn__sync_max_actions(&p), 9);
 	p.max_workers = 1000;
 	cr_assert_eq(kn__sync_max_actions(&p), 1001);
-	p.protocol = KN__SYNC_ASP;
+	p.protocol = KN_SYNC_ASP;
 	cr_assert_eq(kn__sync_max_actions(&p), 2);
 	p.protocol = 99;
 	cr_assert_eq(kn__sync_max_actions(&p), 0);
@@ -207,21 +206,21 @@ Test(rules, max_actions_per_protocol)
 Test(rules, create_refuses_bad_params_and_leaves_out_alone)
 {
 	struct kn__sync_params bad[] = {
-		{ KN__SYNC_BSP, 0, 0 },
-		{ KN__SYNC_BSP, 4, 5 },
+		{ KN_SYNC_BSP, 0, 0 },
+		{ KN_SYNC_BSP, 4, 5 },
 		{ 99, 4, 4 },
-		{ KN__SYNC_ASP, KN__SYNC_MAX_WORKERS + 1, 0 },
-		{ KN__SYNC_SSP, 4, 4, .gamma = NAN },
-		{ KN__SYNC_SSP, 4, 4, .theta = -1 },
-		{ KN__SYNC_SSP, 4, 4, .alpha = 1.5f },
-		{ KN__SYNC_SSP, 4, 4, .miss = NAN },
-		{ KN__SYNC_SSP, 4, 4, .max_steps = 1025 },
+		{ KN_SYNC_ASP, KN__SYNC_MAX_WORKERS + 1, 0 },
+		{ KN_SYNC_SSP, 4, 4, .gamma = NAN },
+		{ KN_SYNC_SSP, 4, 4, .theta = -1 },
+		{ KN_SYNC_SSP, 4, 4, .alpha = 1.5f },
+		{ KN_SYNC_SSP, 4, 4, .miss = NAN },
+		{ KN_SYNC_SSP, 4, 4, .max_steps = 1025 },
 	};
 	struct kn__sync_rule *sentinel = (struct kn__sync_rule *)&bad;
 	struct kn__sync_rule *rule = sentinel;
 	struct kn__sync_planner *planner = (struct kn__sync_planner *)&bad;
 	struct kn__sync_worker *worker = (struct kn__sync_worker *)&bad;
-	struct kn__sync_params ok = { KN__SYNC_BSP, 4, 0 };
+	struct kn__sync_params ok = { KN_SYNC_BSP, 4, 0 };
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cr_assert_eq(kn__sync_rule_create(&bad[i], &rule), -EINVAL,
@@ -245,4 +244,64 @@ Test(rules, create_refuses_bad_params_and_leaves_out_alone)
 	kn__sync_rule_destroy(NULL);
 	kn__sync_planner_destroy(NULL);
 	kn__sync_worker_destroy(NULL);
+}
+
+/* The public names are the registry's. */
+Test(rules, the_public_names_are_the_registry_s)
+{
+	enum kn_sync e;
+	uint32_t p;
+	const char *name;
+	unsigned int i;
+
+	cr_assert_str_eq(kn_sync_name(KN_SYNC_PSP), "predicted");
+	cr_assert_null(kn_sync_name((enum kn_sync)99));
+	for (i = 0; (name = kn_sync_name_at(i, &e)); i++) {
+		cr_assert_str_eq(name, kn__sync_protocol_name_at(i, &p));
+		cr_assert_eq((uint32_t)e, p);
+	}
+	cr_assert_null(kn__sync_protocol_name_at(i, &p));
+	cr_assert_null(kn_sync_name_at(0, NULL));
+}
+
+/*
+ * The public query is the table, row for row, and a block's values come
+ * out exact (a float's by its value, a choice's by its index).
+ */
+Test(rules, the_public_query_is_the_parameter_table)
+{
+	struct kn__sync_params p = { KN_SYNC_BSP, 4, 4 };
+	struct kn_sync_param q;
+	unsigned int i;
+
+	p.gamma = 0.3f;
+	p.solver = KN__SYNC_CGP_PLS;
+	cr_assert_eq(kn__sync_params_resolve(&p), 0);
+	for (i = 0; kn_sync_param_at(i, &q) == 0; i++) {
+		const struct kn__sync_param *t = &kn__sync_param_table[i];
+		double v = kn__sync_param_value(&p, i);
+
+		cr_assert_str_eq(q.name, t->name);
+		cr_assert_str_eq(q.option, t->flag);
+		cr_assert_str_eq(q.variable, t->env);
+		cr_assert_str_eq(q.default_value, t->deflt);
+		cr_assert_str_eq(q.help, t->help);
+		cr_assert_eq((uint32_t)q.type, t->type);
+		cr_assert_eq(q.min, t->lo);
+		cr_assert_eq(q.max, t->hi);
+		cr_assert_eq(q.min_closed, t->lo_closed);
+		cr_assert_eq(q.type == KN_SYNC_PARAM_CHOICE, q.choices != NULL);
+		if (strcmp(q.name, "gamma") == 0)
+			cr_assert_eq(v, (double)0.3f);
+		if (strcmp(q.name, "max_skip") == 0)
+			cr_assert_eq(v, 8.0);
+		if (q.type == KN_SYNC_PARAM_CHOICE) {
+			cr_assert_str_eq(q.choices[(unsigned int)v], "pls");
+			cr_assert_str_eq(q.choices[KN__SYNC_CGP_AUTO], "auto");
+			cr_assert_null(q.choices[3]);
+		}
+	}
+	cr_assert_eq(i, KN__SYNC_PARAMS_WORDS);
+	cr_assert_eq(kn_sync_param_at(i, &q), -ENOENT);
+	cr_assert_eq(kn_sync_param_at(0, NULL), -EINVAL);
 }
