@@ -86,32 +86,12 @@ const char *kn__config_optimizer_name(enum kn__config_optimizer o)
 	return name_of(optimizer_names_at, (uint32_t)o);
 }
 
-static int opt_role(struct parse *p, const char *src, const char *val)
-{
-	int v;
-	int ret = kn__cfg_parse_name(p, src, val, role_names_at, &v);
-
-	if (!ret)
-		p->cfg.role = (enum kn__role)v;
-	return ret;
-}
-
 static int opt_rank(struct parse *p, const char *src, const char *val)
 {
 	if (!kn__cfg_parse_u32(val, &p->cfg.rank, NULL))
 		return kn__cfg_bad(p, "%s='%s': %s", src, val,
 				   kn__cfg_not_u32(val));
 	return 0;
-}
-
-static int opt_workers(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_count(p, src, val, &p->cfg.workers);
-}
-
-static int opt_servers(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_count(p, src, val, &p->cfg.servers);
 }
 
 static int opt_coordinator(struct parse *p, const char *src, const char *val)
@@ -123,37 +103,6 @@ static int opt_coordinator(struct parse *p, const char *src, const char *val)
 static int opt_listen(struct parse *p, const char *src, const char *val)
 {
 	return kn__cfg_parse_addr(p, src, val, true, true, &p->cfg.listen);
-}
-
-static int opt_transport(struct parse *p, const char *src, const char *val)
-{
-	int v;
-	int ret = kn__cfg_parse_name(p, src, val, transport_names_at, &v);
-
-	if (!ret)
-		p->cfg.transport = (enum kn__config_transport)v;
-	return ret;
-}
-
-static int opt_sync(struct parse *p, const char *src, const char *val)
-{
-	int v;
-	int ret =
-		kn__cfg_parse_name(p, src, val, kn__sync_protocol_name_at, &v);
-
-	if (!ret)
-		p->cfg.sync = (uint32_t)v;
-	return ret;
-}
-
-static int opt_optimizer(struct parse *p, const char *src, const char *val)
-{
-	int v;
-	int ret = kn__cfg_parse_name(p, src, val, optimizer_names_at, &v);
-
-	if (!ret)
-		p->cfg.optimizer = (enum kn__config_optimizer)v;
-	return ret;
 }
 
 static int opt_chunk(struct parse *p, const char *src, const char *val)
@@ -206,29 +155,6 @@ static int opt_startup(struct parse *p, const char *src, const char *val)
 				      &p->cfg.startup_timeout_ms);
 }
 
-static int opt_secret_file(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_path(p, src, val, p->cfg.secret_file,
-				  sizeof(p->cfg.secret_file));
-}
-
-static int opt_metrics(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_path(p, src, val, p->cfg.metrics,
-				  sizeof(p->cfg.metrics));
-}
-
-static int opt_verbose(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_bool(p, src, val, &p->cfg.verbose);
-}
-
-static int opt_checkpoint_dir(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_path(p, src, val, p->cfg.checkpoint_dir,
-				  sizeof(p->cfg.checkpoint_dir));
-}
-
 static int opt_checkpoint_every(struct parse *p, const char *src,
 				const char *val)
 {
@@ -236,26 +162,15 @@ static int opt_checkpoint_every(struct parse *p, const char *src,
 				   &p->cfg.checkpoint_every);
 }
 
-static int opt_restore(struct parse *p, const char *src, const char *val)
-{
-	return kn__cfg_parse_bool(p, src, val, &p->cfg.restore);
-}
-
 /* --resume DIR: --checkpoint-dir DIR and --restore in one. */
 static int opt_resume(struct parse *p, const char *src, const char *val)
 {
-	int ret = opt_checkpoint_dir(p, src, val);
+	int ret = kn__cfg_parse_path(p, src, val, p->cfg.checkpoint_dir,
+				     sizeof(p->cfg.checkpoint_dir));
 
 	if (!ret)
 		p->cfg.restore = true;
 	return ret;
-}
-
-static int opt_restore_secret_file(struct parse *p, const char *src,
-				   const char *val)
-{
-	return kn__cfg_parse_path(p, src, val, p->cfg.restore_secret_file,
-				  sizeof(p->cfg.restore_secret_file));
 }
 
 /* F_NAME reads an enum field as a uint32_t. */
@@ -264,13 +179,15 @@ _Static_assert(sizeof(enum kn__role) == sizeof(uint32_t) &&
 		       sizeof(enum kn__config_optimizer) == sizeof(uint32_t),
 	       "enum fields are read as uint32_t");
 
-#define CHOICE(f)	 .names = f
-#define FIELD(k, member) .kind = k, .off = offsetof(struct kn__config, member)
+#define CHOICE(f) .names = f
+#define FIELD(k, member)                                       \
+	.kind = k, .off = offsetof(struct kn__config, member), \
+	.size = sizeof(((struct kn__config *)0)->member)
 
 static const struct opt opts[O_COUNT] = {
 	[O_ROLE] = { "--role", "KANEL_ROLE", CHOICE(role_names_at),
 		     .none = "default from the launcher",
-		     .help = "what this process is", .parse = opt_role,
+		     .help = "what this process is",
 		     .group = KN__CONFIG_OPT_ROLE, FIELD(F_NAME, role) },
 	[O_RANK] = { "--rank", "KANEL_RANK", "R",
 		     .none = "default from the launcher",
@@ -278,12 +195,14 @@ static const struct opt opts[O_COUNT] = {
 		     .parse = opt_rank, .group = KN__CONFIG_OPT_RANK,
 		     FIELD(F_U32, rank) },
 	[O_SERVERS] = { "--servers", "KANEL_SERVERS", "M", .deflt = "1",
-			.help = "number of servers", .parse = opt_servers,
-			.group = KN__CONFIG_OPT_COUNTS, FIELD(F_U32, servers) },
+			.help = "number of servers",
+			.group = KN__CONFIG_OPT_COUNTS,
+			FIELD(F_COUNT, servers) },
 	[O_WORKERS] = { "--workers", "KANEL_WORKERS", "N",
 			.none = "default launcher size - 1 - M",
-			.help = "number of workers", .parse = opt_workers,
-			.group = KN__CONFIG_OPT_COUNTS, FIELD(F_U32, workers) },
+			.help = "number of workers",
+			.group = KN__CONFIG_OPT_COUNTS,
+			FIELD(F_COUNT, workers) },
 	[O_COORDINATOR] = { "--coordinator", "KANEL_COORDINATOR", "HOST:PORT",
 			    .none = "required",
 			    .help = "the coordinator's address, which every "
@@ -299,18 +218,16 @@ static const struct opt opts[O_COUNT] = {
 	[O_TRANSPORT] = { "--transport", "KANEL_TRANSPORT",
 			  CHOICE(transport_names_at), .deflt = "tcp",
 			  .help = "tcp (io_uring) or verbs (RDMA)",
-			  .parse = opt_transport,
 			  .group = KN__CONFIG_OPT_COMMON,
 			  FIELD(F_NAME, transport) },
 	[O_SYNC] = { "--sync", "KANEL_SYNC", CHOICE(kn__sync_protocol_name_at),
 		     .deflt = "bsp", .help = "synchronization protocol",
-		     .parse = opt_sync, .group = KN__CONFIG_OPT_JOB,
-		     FIELD(F_NAME, sync) },
+		     .group = KN__CONFIG_OPT_JOB, FIELD(F_NAME, sync) },
 	[O_OPTIMIZER] = { "--optimizer", "KANEL_OPTIMIZER",
 			  CHOICE(optimizer_names_at), .deflt = "auto",
 			  .help = "the optimizer; sum: the workers' own; "
 				  "auto: sum for kanel.torch, else sgd",
-			  .parse = opt_optimizer, .group = KN__CONFIG_OPT_JOB,
+			  .group = KN__CONFIG_OPT_JOB,
 			  FIELD(F_NAME, optimizer) },
 	[O_LR] = { "--lr", "KANEL_LR", "RATE", .deflt = "0.01",
 		   .help = "learning rate, above 0", .parse = opt_lr,
@@ -354,20 +271,18 @@ static const struct opt opts[O_COUNT] = {
 			    .none = "else KANEL_SECRET",
 			    .help = "file holding the job secret "
 				    "(mode 600 or stricter)",
-			    .parse = opt_secret_file,
 			    .group = KN__CONFIG_OPT_COMMON,
 			    FIELD(F_PATH, secret_file) },
 	[O_METRICS] = { "--metrics", "KANEL_METRICS", "PATH",
 			.none = "not written",
 			.help = "append this process's figures to PATH as "
 				"one JSON line when it ends",
-			.parse = opt_metrics, .group = KN__CONFIG_OPT_METRICS,
+			.group = KN__CONFIG_OPT_METRICS,
 			FIELD(F_PATH, metrics) },
 	[O_CHECKPOINT_DIR] = { "--checkpoint-dir", "KANEL_CHECKPOINT_DIR",
 			       "DIR", .none = "no checkpoints",
 			       .help = "servers: write checkpoints into DIR, "
 				       "and restore from it",
-			       .parse = opt_checkpoint_dir,
 			       .group = KN__CONFIG_OPT_CHECKPOINT,
 			       FIELD(F_PATH, checkpoint_dir) },
 	[O_CHECKPOINT_EVERY] = { "--checkpoint-every", "KANEL_CHECKPOINT_EVERY",
@@ -380,7 +295,6 @@ static const struct opt opts[O_COUNT] = {
 	[O_RESTORE] = { "--restore", "KANEL_RESTORE", NULL, .deflt = "0",
 			.help = "start from the servers' newest "
 				"checkpoint (variable: 1/0)",
-			.parse = opt_restore,
 			.group = KN__CONFIG_OPT_CHECKPOINT,
 			FIELD(F_BOOL, restore) },
 	[O_RESUME] = { "--resume", NULL, "DIR",
@@ -393,12 +307,11 @@ static const struct opt opts[O_COUNT] = {
 				    .none = "the job's own",
 				    .help = "servers: also restore checkpoints "
 					    "sealed with the secret in PATH",
-				    .parse = opt_restore_secret_file,
 				    .group = KN__CONFIG_OPT_CHECKPOINT,
 				    FIELD(F_PATH, restore_secret_file) },
 	[O_VERBOSE] = { "--verbose", "KANEL_VERBOSE", NULL, .deflt = "0",
 			.help = "log more (the variable: 1 or 0)",
-			.parse = opt_verbose, .group = KN__CONFIG_OPT_COMMON,
+			.group = KN__CONFIG_OPT_COMMON,
 			FIELD(F_BOOL, verbose) },
 	[O_HELP] = { "--help", NULL, NULL, .help = "print this and exit" },
 };
@@ -440,6 +353,35 @@ const struct opt *kn__cfg_opt_at(int i, struct opt *tmp)
 	return tmp;
 }
 
+/*
+ * An option without a parser of its own (a name, a count, a path or a
+ * switch): its field, read as its kind says.
+ */
+static int opt_field(struct parse *p, const struct opt *o, const char *src,
+		     const char *val)
+{
+	char *field = (char *)&p->cfg + o->off;
+	uint32_t u = 0;
+	int v, ret;
+
+	switch (o->kind) {
+	case F_NAME:
+		ret = kn__cfg_parse_name(p, src, val, o->names, &v);
+		u = (uint32_t)v;
+		break;
+	case F_COUNT:
+		ret = kn__cfg_parse_count(p, src, val, &u);
+		break;
+	case F_PATH:
+		return kn__cfg_parse_path(p, src, val, field, o->size);
+	default: /* F_BOOL */
+		return kn__cfg_parse_bool(p, src, val, (bool *)(void *)field);
+	}
+	if (!ret)
+		memcpy(field, &u, sizeof(u));
+	return ret;
+}
+
 /* sync/'s parameter @o->param, in the range its table gives. */
 static int opt_param(struct parse *p, const struct opt *o, const char *src,
 		     const char *val)
@@ -448,7 +390,7 @@ static int opt_param(struct parse *p, const struct opt *o, const char *src,
 	char *field = (char *)&p->cfg + o->off;
 	uint32_t u = 0;
 	float f = 0;
-	int v, ret;
+	int ret;
 
 	switch (t->type) {
 	case KN__SYNC_PARAM_U32:
@@ -461,10 +403,8 @@ static int opt_param(struct parse *p, const struct opt *o, const char *src,
 		if (!ret)
 			memcpy(field, &f, sizeof(f));
 		return ret;
-	default: /* KN__SYNC_PARAM_SOLVER */
-		ret = kn__cfg_parse_name(p, src, val, o->names, &v);
-		u = (uint32_t)v;
-		break;
+	default: /* KN__SYNC_PARAM_SOLVER: a name */
+		return opt_field(p, o, src, val);
 	}
 	if (!ret)
 		memcpy(field, &u, sizeof(u));
@@ -474,7 +414,9 @@ static int opt_param(struct parse *p, const struct opt *o, const char *src,
 int kn__cfg_parse_opt(struct parse *p, const struct opt *o, const char *src,
 		      const char *val)
 {
-	return o->param ? opt_param(p, o, src, val) : o->parse(p, src, val);
+	if (o->param)
+		return opt_param(p, o, src, val);
+	return o->parse ? o->parse(p, src, val) : opt_field(p, o, src, val);
 }
 
 bool kn__cfg_is_switch(const struct opt *o)
@@ -541,6 +483,7 @@ static bool format_value(const struct opt *o, const struct kn__config *cfg,
 		snprintf(buf, cap, "%s", name);
 		return true;
 	case F_U32:
+	case F_COUNT:
 	case F_MS:
 		memcpy(&u, field, sizeof(u));
 		snprintf(buf, cap, "%u%s", u, o->kind == F_MS ? "ms" : "");

@@ -289,7 +289,7 @@ int kn__config_parse_as(const struct kn__config_scope *scope, int argc,
 			if (v && !*v)
 				v = NULL;
 		}
-		if (!v || (!o->parse && !o->param))
+		if (!v || (!o->parse && o->kind == F_NONE))
 			continue;
 		ret = kn__cfg_parse_opt(&p, o, src[i], v);
 		if (ret)

@@ -40,14 +40,16 @@ struct parse {
 typedef const char *names_fn(uint32_t i, uint32_t *val);
 
 /*
- * How an option's field is written back as its variable's value
+ * How an option's field is read when it has no parser of its own
+ * (opt_field), and written back as its variable's value
  * (kn__config_export): each as its parser reads it.
  */
 enum field_kind {
 	F_NONE = 0, /* not exported (--help) */
 	F_NAME,	    /* a uint32_t or an enum: the first name of its value */
 	F_U32,
-	F_MS, /* a uint32_t of milliseconds: "1500ms" */
+	F_COUNT, /* a uint32_t from 1 to KN_CONFIG_MAX_COUNT */
+	F_MS,	 /* a uint32_t of milliseconds: "1500ms" */
 	F_FLOAT,
 	F_ADDR, /* struct kn__config_addr; an empty host is left alone */
 	F_PATH, /* char[]; "" is left alone */
@@ -93,6 +95,7 @@ struct opt {
 	const char *deflt; /* parsed before flags and variables */
 	const char *none;  /* usage: what happens when not given */
 	const char *help;
+	/* NULL: its field is read as its kind says (opt_field) */
 	int (*parse)(struct parse *p, const char *src, const char *val);
 	/* or sync/'s parameter, which opt_param parses (opt_at) */
 	const struct kn__sync_param *param;
@@ -100,6 +103,7 @@ struct opt {
 	/* the field it sets, for kn__config_export to write back */
 	enum field_kind kind;
 	size_t off;
+	size_t size;
 };
 
 /* ---- config_value.c: each parses one value from @src (its flag or
