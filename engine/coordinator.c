@@ -201,22 +201,11 @@ static void on_worker_msg(struct coordinator *c, uint32_t w,
 	switch (m->type) {
 	case KN__MSG_HEARTBEAT:
 		return;
-	case KN__MSG_TENSOR: {
-		struct kn__tensor_desc *t;
-
-		if (m->u.tensor.index != cw->ntable || cw->table_ok ||
-		    cw->ntable >= KN__CHUNK_MAX)
+	case KN__MSG_TENSOR:
+		if (cw->table_ok ||
+		    kn__layout_table_append(&cw->table, &cw->ntable, m))
 			break;
-		t = realloc(cw->table, (cw->ntable + 1) * sizeof(*t));
-		if (!t)
-			break;
-		cw->table = t;
-		memcpy(t[cw->ntable].key, m->u.tensor.key, KN__KEY_MAX);
-		t[cw->ntable].dtype = m->u.tensor.dtype;
-		t[cw->ntable].len = m->u.tensor.len;
-		cw->ntable++;
 		return;
-	}
 	case KN__MSG_TENSORS_END:
 		cw->own = m->u.tensors_end.flags & KN__TABLE_OWN_OPTIMIZER;
 		on_table_end(c, w, m->u.tensors_end.count);

@@ -44,6 +44,13 @@ struct kn__layout {
 };
 
 void kn__layout_sort(struct kn__tensor_desc *t, uint32_t n);
+/*
+ * Append a TENSOR message's tensor to the table (*@table, *@n entries)
+ * being collected: 0, -EPROTO when it is not the next one or the table
+ * is full, or -ENOMEM (the table is then as it was).
+ */
+int kn__layout_table_append(struct kn__tensor_desc **table, uint32_t *n,
+			    const struct kn__msg *m);
 int kn__layout_build(const struct kn__tensor_desc *tensors, uint32_t ntensors,
 		     uint32_t nservers, uint32_t nworkers, uint64_t chunk_bytes,
 		     struct kn__layout **out);

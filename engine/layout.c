@@ -30,6 +30,24 @@ void kn__layout_sort(struct kn__tensor_desc *t, uint32_t n)
 	qsort(t, n, sizeof(*t), by_key);
 }
 
+int kn__layout_table_append(struct kn__tensor_desc **table, uint32_t *n,
+			    const struct kn__msg *m)
+{
+	struct kn__tensor_desc *t;
+
+	if (m->u.tensor.index != *n || *n >= KN__CHUNK_MAX)
+		return -EPROTO;
+	t = realloc(*table, (*n + 1) * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	*table = t;
+	memcpy(t[*n].key, m->u.tensor.key, KN__KEY_MAX);
+	t[*n].dtype = m->u.tensor.dtype;
+	t[*n].len = m->u.tensor.len;
+	(*n)++;
+	return 0;
+}
+
 int kn__layout_build(const struct kn__tensor_desc *tensors, uint32_t ntensors,
 		     uint32_t nservers, uint32_t nworkers, uint64_t chunk_bytes,
 		     struct kn__layout **out)

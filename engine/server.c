@@ -252,6 +252,8 @@ static void on_plan(struct server *s, const struct kn__msg *m)
 
 static void on_coord_msg(struct server *s, const struct kn__msg *m)
 {
+	int ret;
+
 	switch (m->type) {
 	case KN__MSG_JOB:
 		s->job = *m;
@@ -262,26 +264,15 @@ static void on_coord_msg(struct server *s, const struct kn__msg *m)
 		    m->u.job.workers > KN_CONFIG_MAX_COUNT)
 			srv_fatal(s, -EPROTO, "a job without workers");
 		return;
-	case KN__MSG_TENSOR: {
-		struct kn__tensor_desc *t;
-
-		if (s->layout || m->u.tensor.index != s->ntable ||
-		    s->ntable >= KN__CHUNK_MAX) {
-			srv_fatal(s, -EPROTO, "tensor table out of order");
-			return;
-		}
-		t = realloc(s->table, (s->ntable + 1) * sizeof(*t));
-		if (!t) {
-			srv_fatal(s, -ENOMEM, "out of memory");
-			return;
-		}
-		s->table = t;
-		memcpy(t[s->ntable].key, m->u.tensor.key, KN__KEY_MAX);
-		t[s->ntable].dtype = m->u.tensor.dtype;
-		t[s->ntable].len = m->u.tensor.len;
-		s->ntable++;
+	case KN__MSG_TENSOR:
+		ret = s->layout ? -EPROTO
+				: kn__layout_table_append(&s->table, &s->ntable,
+							  m);
+		if (ret)
+			srv_fatal(s, ret,
+				  ret == -ENOMEM ? "out of memory"
+						 : "tensor table out of order");
 		return;
-	}
 	case KN__MSG_TENSORS_END:
 		on_table_end(s, m->u.tensors_end.count);
 		return;
