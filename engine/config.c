@@ -546,6 +546,18 @@ const char *kn__config_resolve_strerror(const struct kn__config_addr *addr,
 	return strerror(-err);
 }
 
+int kn__config_resolve_why(const struct kn__config_addr *addr,
+			   struct sockaddr_storage *out, socklen_t *len,
+			   char why[KN__CONFIG_WHY_MAX])
+{
+	int ret = kn__config_resolve(addr, out, len);
+
+	if (ret)
+		snprintf(why, KN__CONFIG_WHY_MAX, "%s:%u: %s", addr->host,
+			 addr->port, kn__config_resolve_strerror(addr, ret));
+	return ret;
+}
+
 int kn__config_resolve(const struct kn__config_addr *addr,
 		       struct sockaddr_storage *out, socklen_t *len)
 {

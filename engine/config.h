@@ -190,6 +190,17 @@ int kn__config_resolve(const struct kn__config_addr *addr,
 const char *kn__config_resolve_strerror(const struct kn__config_addr *addr,
 					int err);
 
+/* Room for kn__config_resolve_why's message: the host, its port, why. */
+#define KN__CONFIG_WHY_MAX (KN_CONFIG_HOST_MAX + 64u)
+
+/*
+ * kn__config_resolve, for a caller that logs a failure: on one, @why
+ * says "HOST:PORT: what it means" for the caller to put in its message.
+ */
+int kn__config_resolve_why(const struct kn__config_addr *addr,
+			   struct sockaddr_storage *out, socklen_t *len,
+			   char why[KN__CONFIG_WHY_MAX]);
+
 /* The names used on the command line, or NULL for an unknown value
  * (a protocol's and a CGP solver's are sync/'s: kn__sync_*_name). */
 const char *kn__role_name(enum kn__role role);

@@ -433,6 +433,7 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 				 .restore = cfg->restore,
 				 .restoring = cfg->restore };
 	struct sockaddr_storage addr;
+	char why[KN__CONFIG_WHY_MAX];
 	socklen_t len;
 	struct kn__sync_params sp;
 	int ret;
@@ -469,11 +470,9 @@ int kn__coordinator_run(const struct kn__config *cfg, const uint8_t *secret,
 	}
 	for (uint32_t w = 0; w < cfg->workers; w++)
 		c.workers[w].planned = true;
-	ret = kn__config_resolve(&cfg->coordinator, &addr, &len);
+	ret = kn__config_resolve_why(&cfg->coordinator, &addr, &len, why);
 	if (ret) {
-		kn__log(&c.node, "cannot listen on %s:%u: %s",
-			cfg->coordinator.host, cfg->coordinator.port,
-			kn__config_resolve_strerror(&cfg->coordinator, ret));
+		kn__log(&c.node, "cannot listen on %s", why);
 		goto out;
 	}
 	ret = kn__node_listen(&c.node, (struct sockaddr *)&addr, len);

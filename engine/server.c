@@ -568,6 +568,7 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 {
 	struct server s = { .cfg = cfg };
 	struct sockaddr_storage coord, self;
+	char why[KN__CONFIG_WHY_MAX];
 	socklen_t clen, slen;
 	int ret;
 
@@ -578,18 +579,14 @@ int kn__server_run(const struct kn__config *cfg, const uint8_t *secret,
 		return ret;
 	s.node.verbose = cfg->verbose;
 	s.node.retry_until = kn__now() + cfg->startup_timeout_ms / 1000.0;
-	ret = kn__config_resolve(&cfg->coordinator, &coord, &clen);
+	ret = kn__config_resolve_why(&cfg->coordinator, &coord, &clen, why);
 	if (ret) {
-		kn__log(&s.node, "the coordinator's address %s:%u: %s",
-			cfg->coordinator.host, cfg->coordinator.port,
-			kn__config_resolve_strerror(&cfg->coordinator, ret));
+		kn__log(&s.node, "the coordinator's address %s", why);
 		goto out;
 	}
-	ret = kn__config_resolve(&cfg->listen, &self, &slen);
+	ret = kn__config_resolve_why(&cfg->listen, &self, &slen, why);
 	if (ret) {
-		kn__log(&s.node, "--listen %s:%u: %s", cfg->listen.host,
-			cfg->listen.port,
-			kn__config_resolve_strerror(&cfg->listen, ret));
+		kn__log(&s.node, "--listen %s", why);
 		goto out;
 	}
 	if (kn__addr_is_any(&self) && kn__addr_is_loopback(&coord))
