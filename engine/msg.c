@@ -90,6 +90,19 @@ static void bits32(struct cursor *c, void *v)
 		memcpy(v, &b, 4);
 }
 
+/*
+ * A count that sizes the array after it, of at most @max: false, the
+ * message refused, when the array would not fit.
+ */
+static bool count(struct cursor *c, uint32_t *n, uint32_t max)
+{
+	u32(c, n);
+	if (*n <= max)
+		return true;
+	refuse(c);
+	return false;
+}
+
 /* A string as u16 length + bytes (no NUL on the wire). */
 static void str(struct cursor *c, char *s, size_t max)
 {
@@ -183,11 +196,8 @@ static void payload(struct cursor *c, struct kn__msg *m)
 {
 	switch (m->type) {
 	case KN__MSG_AUTH:
-		u32(c, &m->u.auth.len);
-		if (m->u.auth.len > KN__AUTH_MAX) {
-			refuse(c);
-			return; /* the array would not fit */
-		}
+		if (!count(c, &m->u.auth.len, KN__AUTH_MAX))
+			return;
 		bytes(c, m->u.auth.data, m->u.auth.len);
 		break;
 	case KN__MSG_HELLO:
@@ -257,11 +267,8 @@ static void payload(struct cursor *c, struct kn__msg *m)
 		u64(c, &m->u.plan.epoch);
 		u32(c, &m->u.plan.workers);
 		u32(c, &m->u.plan.first);
-		u32(c, &m->u.plan.count);
-		if (m->u.plan.count > KN__PLAN_PART) {
-			refuse(c);
-			return; /* the array would not fit */
-		}
+		if (!count(c, &m->u.plan.count, KN__PLAN_PART))
+			return;
 		for (uint32_t i = 0; i < m->u.plan.count; i++)
 			u32(c, &m->u.plan.steps[i]);
 		break;
@@ -270,11 +277,8 @@ static void payload(struct cursor *c, struct kn__msg *m)
 		break;
 	case KN__MSG_CHECKPOINTS:
 		u32(c, &m->u.checkpoints.any);
-		u32(c, &m->u.checkpoints.count);
-		if (m->u.checkpoints.count > KN__MSG_CKPT_MAX) {
-			refuse(c);
-			return; /* the array would not fit */
-		}
+		if (!count(c, &m->u.checkpoints.count, KN__MSG_CKPT_MAX))
+			return;
 		for (uint32_t i = 0; i < m->u.checkpoints.count; i++)
 			u64(c, &m->u.checkpoints.versions[i]);
 		break;
