@@ -423,7 +423,7 @@ static void parse_args(int argc, char **argv)
 	cfg.fuse_bytes = 64 * KIB;
 	cfg.push_window = 4 * MIB;
 	cfg.compute_gbps = 8;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = bench_getopt(argc, argv, longopts, usage)) != -1) {
 		switch (c) {
 		case 'q':
 			cfg.quick = true;
@@ -514,18 +514,7 @@ static void parse_args(int argc, char **argv)
 				bad_value("dtype", optarg,
 					  "fp32, fp16 or bf16");
 			break;
-		case 'h':
-			usage();
-			exit(0);
-		default:
-			fprintf(stderr, "try 'bench_engine --help'\n");
-			exit(2);
 		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "bench_engine: unexpected argument '%s'\n",
-			argv[optind]);
-		exit(2);
 	}
 	default_path(cfg.kanel, "../tools/kanel");
 	need_program(cfg.kanel, "kanel binary", "kanel");

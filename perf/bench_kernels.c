@@ -693,7 +693,7 @@ static void parse_args(int argc, char **argv)
 	for (int t = 0; t < 3; t++)
 		dtype_names[t] = kn_dtype_name((enum kn_dtype)t);
 	cfg.groups = (1u << 7) - 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = bench_getopt(argc, argv, longopts, usage)) != -1) {
 		switch (c) {
 		case 'q':
 			cfg.quick = true;
@@ -742,18 +742,7 @@ static void parse_args(int argc, char **argv)
 				   list);
 			cfg.reps = (unsigned int)list[0];
 			break;
-		case 'h':
-			usage();
-			exit(0);
-		default:
-			fprintf(stderr, "try 'bench_kernels --help'\n");
-			exit(2);
 		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "bench_kernels: unexpected argument '%s'\n",
-			argv[optind]);
-		exit(2);
 	}
 	if (!cfg.nsizes && cfg.quick) {
 		cfg.nsizes = 6;

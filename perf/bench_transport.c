@@ -844,7 +844,7 @@ static void parse_args(int argc, char **argv)
 
 	cfg.buf_bytes = RING_BYTES;
 	cfg.provider = "tcp";
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = bench_getopt(argc, argv, longopts, usage)) != -1) {
 		switch (c) {
 		case 'q':
 			cfg.quick = true;
@@ -884,18 +884,7 @@ static void parse_args(int argc, char **argv)
 		case 'e':
 			cfg.serve = true;
 			break;
-		case 'h':
-			usage();
-			exit(0);
-		default:
-			fprintf(stderr, "try 'bench_transport --help'\n");
-			exit(2);
 		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "bench_transport: unexpected argument '%s'\n",
-			argv[optind]);
-		exit(2);
 	}
 	if (!addr && cfg.peer_netns) {
 		/* 127.0.0.1 is each namespace's own */

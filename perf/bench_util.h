@@ -9,6 +9,7 @@
 #define KN_PERF_BENCH_UTIL_H
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -84,6 +85,34 @@ bad_value(const char *option, const char *value, const char *why)
 	fprintf(stderr, "%s: bad value '%s' for --%s: %s\n",
 		program_invocation_short_name, value, option, why);
 	exit(2);
+}
+
+/*
+ * The next option of @longopts (getopt_long), -1 after the last, with
+ * what every benchmark does alike: --help prints @usage and exits 0; an
+ * unknown option, or an argument after the options, exits 2.
+ */
+static inline int bench_getopt(int argc, char **argv,
+			       const struct option *longopts,
+			       void (*usage)(void))
+{
+	int c = getopt_long(argc, argv, "h", longopts, NULL);
+
+	if (c == 'h') {
+		usage();
+		exit(0);
+	}
+	if (c == '?') {
+		fprintf(stderr, "try '%s --help'\n",
+			program_invocation_short_name);
+		exit(2);
+	}
+	if (c == -1 && optind < argc) {
+		fprintf(stderr, "%s: unexpected argument '%s'\n",
+			program_invocation_short_name, argv[optind]);
+		exit(2);
+	}
+	return c;
 }
 
 /*
