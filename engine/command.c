@@ -219,7 +219,7 @@ int kn_run_server(const struct kn_config *cfg, char *err, size_t errlen)
 
 const char *kn_optimizer_name(enum kn_optimizer opt)
 {
-	/* the names of config.c's table; "sum" is not an optimizer */
+	/* the names of config_table.c's table; "sum" is not an optimizer */
 	switch (opt) {
 	case KN_OPT_SGD:
 	case KN_OPT_MOMENTUM:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_parse.c - kn__config_parse_as: a configuration from defaults,
- * flags (getopt_long over config.c's table), KANEL_* variables and the
+ * flags (getopt_long over config_table.c's table), KANEL_* variables and the
  * launcher's variables, in that order of weight; then what spans several
  * options is checked (role, rank and counts, the launcher's mapping of
  * its global rank, options that need a checkpoint folder).
@@ -10,7 +10,7 @@
 #include <getopt.h>
 #include <string.h>
 
-#include "config_priv.h"
+#include "config_opt.h"
 
 extern char **environ;
 

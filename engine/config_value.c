@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * config_value.c - the parsers of one value each (config_priv.h): counts,
+ * config_value.c - the parsers of one value each (config_opt.h): counts,
  * sizes with a K or M suffix, durations, floats in a range, addresses,
  * paths, switches and names from a list.  Each names its flag or
  * variable and the rule broken in the one line of its error.
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config_priv.h"
+#include "config_opt.h"
 
 #define TIMEOUT_MAX_MS (24u * 3600u * 1000u)
 

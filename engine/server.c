@@ -4,7 +4,7 @@
  * (connect to the coordinator, HELLO, the JOB and the tensor table, the
  * layout, the chunks and their slot area, READY LAYOUT), the control
  * messages of the coordinator and the workers, and the --metrics line.
- * server_priv.h says how the server's files fit.
+ * server_state.h says how the server's files fit.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include "auth.h"
 #include "roles.h"
-#include "server_priv.h"
+#include "server_state.h"
 
 /* ---- start-up ---- */
 

@@ -9,7 +9,7 @@
 #include <errno.h>
 
 #include "roles.h"
-#include "server_priv.h"
+#include "server_state.h"
 
 /* Count the staleness of an APPLY's contributions (--metrics). */
 static void count_staleness(struct srv_staleness *st,

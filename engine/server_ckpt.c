@@ -14,7 +14,7 @@
 
 #include "auth.h"
 #include "roles.h"
-#include "server_priv.h"
+#include "server_state.h"
 
 /* ---- checkpoints ---- */
 

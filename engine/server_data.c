@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "roles.h"
-#include "server_priv.h"
+#include "server_state.h"
 
 /* ---- the data path ---- */
 

@@ -5,7 +5,7 @@
  * The workers (sim_worker.c), the servers and the planner
  * (sim_server.c), each driving its own machine of sync/ exactly as the
  * engine would, and the event heap (sim_event.c) have files of their
- * own around sim_priv.h; what follows holds for all of them.
+ * own around sim_state.h; what follows holds for all of them.
  *
  * Every message has a fixed delay: a push takes latency + chunk / bw to
  * reach a server, a release as long to come back, a timing report, a
@@ -40,7 +40,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sim_priv.h"
+#include "sim_state.h"
 
 /* --- the objective and the loss curve --------------------------------- */
 

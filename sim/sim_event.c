@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_event.c - the simulator's event heap (sim_priv.h): a binary heap
+ * sim_event.c - the simulator's event heap (sim_state.h): a binary heap
  * of (time, sequence number) entries over a pool of events that grows
  * by doubling if the first guess was short, and the one error message
  * a failed run keeps.  It calls nothing else of the simulator.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_priv.h"
+#include "sim_state.h"
 
 /* --- errors ----------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_server.c - the simulator's servers and planner (sim_priv.h): each
+ * sim_server.c - the simulator's servers and planner (sim_state.h): each
  * server's chunk rule of sync/ fed the PUSH, TIMING, PLAN and LEAVE
  * events the engine's server would see, its APPLY carried out on the
  * model chunk with the job's optimizer and its RELEASE sent back one
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_priv.h"
+#include "sim_state.h"
 
 /* --- servers: chunk rules and their actions --------------------------- */
 
@@ -208,7 +208,7 @@ static int broadcast(struct kn__sim *s, const struct kn__sync_action *a,
 		     double t)
 {
 	struct event ev = { .type = EV_PLAN };
-	struct plan *p = NULL;
+	struct sim_plan *p = NULL;
 	uint32_t i;
 
 	if (!a->plan)
@@ -282,7 +282,7 @@ int kn__sim_planner_call(struct kn__sim *s, const struct kn__sync_event *ev)
 
 int kn__sim_on_plan(struct kn__sim *s, const struct event *e, double t)
 {
-	struct plan *p = &s->plans[e->a];
+	struct sim_plan *p = &s->plans[e->a];
 	struct kn__sync_event ev = {
 		.type = KN__SYNC_EV_PLAN,
 		.t = t,

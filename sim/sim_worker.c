@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_worker.c - the simulator's workers (sim_priv.h): local steps on
+ * sim_worker.c - the simulator's workers (sim_state.h): local steps on
  * the noisy quadratic, with the imbalance factor and, with cpu_time,
  * a CPU part shared on a few cores; the push to every server and the
  * merge of the releases, each told to the worker's own rule of sync/
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_priv.h"
+#include "sim_state.h"
 
 /* --- workers ---------------------------------------------------------- */
 
@@ -75,7 +75,7 @@ int kn__sim_on_cpu_end(struct kn__sim *s, const struct event *e, double t)
 		return 0; /* rescheduled since */
 	cpu_advance(s, t);
 	for (uint32_t j = 0; j < s->ncpu && !ret;) {
-		struct worker *w = &s->w[s->on_cpu[j]];
+		struct sim_worker *w = &s->w[s->on_cpu[j]];
 
 		/* a relative tolerance for the clock's rounding */
 		if (w->cpu_end_v > s->vclock + 1e-12 * fmax(1, s->vclock)) {
@@ -92,7 +92,7 @@ int kn__sim_on_cpu_end(struct kn__sim *s, const struct event *e, double t)
 
 int kn__sim_start_step(struct kn__sim *s, uint32_t i, double t)
 {
-	struct worker *w = &s->w[i];
+	struct sim_worker *w = &s->w[i];
 	struct event ev = { .type = EV_STEP_END, .worker = i };
 	double off = s->cfg.step_time * kn__imb_factor(&s->imb, &s->iw[i], t);
 
@@ -118,7 +118,7 @@ int kn__sim_start_step(struct kn__sim *s, uint32_t i, double t)
  */
 static float local_step(struct kn__sim *s, uint32_t i)
 {
-	struct worker *w = &s->w[i];
+	struct sim_worker *w = &s->w[i];
 	size_t off = (size_t)i * s->d;
 	double *xl = s->xl + off, *acc = s->acc + off, *v = s->wvel + off;
 	const double *an = s->anchor + off, *h = s->h, *xs = s->xs;
@@ -156,7 +156,7 @@ static float local_step(struct kn__sim *s, uint32_t i)
 /* Push the contribution to every server, then tell the rule. */
 static int push(struct kn__sim *s, uint32_t i, double t, uint32_t *next)
 {
-	struct worker *w = &s->w[i];
+	struct sim_worker *w = &s->w[i];
 	size_t off = (size_t)i * s->d;
 	uint32_t slot = (uint32_t)(w->clock & 1);
 	size_t ws = 2 * (size_t)i + slot;
@@ -243,7 +243,7 @@ static int finish(struct kn__sim *s, uint32_t i, double t)
 static int merge_release(struct kn__sim *s, uint32_t i, double t,
 			 uint32_t *next)
 {
-	struct worker *w = &s->w[i];
+	struct sim_worker *w = &s->w[i];
 	size_t off = (size_t)i * s->d;
 	double *xl = s->xl + off, *an = s->anchor + off;
 	const double *xin = s->xin + off, *xp = s->xpush + off;
@@ -288,7 +288,7 @@ static int merge_release(struct kn__sim *s, uint32_t i, double t,
 
 static int block(struct kn__sim *s, uint32_t i, double t)
 {
-	struct worker *w = &s->w[i];
+	struct sim_worker *w = &s->w[i];
 
 	if (!w->outstanding)
 		return kn__sim_fail(
@@ -303,7 +303,7 @@ static int block(struct kn__sim *s, uint32_t i, double t)
 
 int kn__sim_on_step_end(struct kn__sim *s, uint32_t i, double t)
 {
-	struct worker *w = &s->w[i];
+	struct sim_worker *w = &s->w[i];
 	struct kn__sync_worker_event wev = {
 		.type = KN__SYNC_WEV_STEP,
 		.t = t,
@@ -342,7 +342,7 @@ int kn__sim_on_step_end(struct kn__sim *s, uint32_t i, double t)
 
 int kn__sim_on_release(struct kn__sim *s, const struct event *e, double t)
 {
-	struct worker *w = &s->w[e->worker];
+	struct sim_worker *w = &s->w[e->worker];
 	uint32_t i = e->worker, next;
 	int ret;
 

@@ -47,18 +47,10 @@
 
 /* --- generators ------------------------------------------------------- */
 
-/* The splitmix64 finalizer: a bijection of 64-bit words that mixes well. */
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* A 64-bit key for use @tag of @seed, specialised by @index. */
 static uint64_t derive(uint64_t seed, uint64_t tag, uint64_t index)
 {
-	return mix64(mix64(seed ^ tag) + index * GOLDEN);
+	return kn__mix64(kn__mix64(seed ^ tag) + index * GOLDEN);
 }
 
 static uint64_t rotl(uint64_t x, int k)
@@ -127,13 +119,13 @@ static uint64_t permute(uint64_t key, uint64_t x, uint64_t n)
 		half++;
 	mask = (1ull << half) - 1;
 	for (unsigned i = 0; i < FEISTEL_ROUNDS; i++)
-		rk[i] = mix64(key + (i + 1) * GOLDEN);
+		rk[i] = kn__mix64(key + (i + 1) * GOLDEN);
 
 	do {
 		uint64_t l = x >> half, r = x & mask;
 
 		for (unsigned i = 0; i < FEISTEL_ROUNDS; i++) {
-			uint64_t f = mix64(rk[i] ^ r) & mask;
+			uint64_t f = kn__mix64(rk[i] ^ r) & mask;
 
 			x = r;
 			r = l ^ f;
@@ -184,7 +176,7 @@ int kn__imb_worker_init(const struct kn__imb *m, unsigned rank, unsigned n,
 	x = derive(m->seed, TAG_WORKER, rank);
 	for (unsigned i = 0; i < 4; i++) {
 		x += GOLDEN;
-		tmp.s[i] = mix64(x);
+		tmp.s[i] = kn__mix64(x);
 	}
 
 	if (kn__imb_is_slow(m, rank, n))

@@ -29,6 +29,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The splitmix64 finalizer: a bijection of 64-bit words that mixes well.
+ * Every seeded stream of the imbalance models and of the simulator is
+ * derived through it.
+ */
+static inline uint64_t kn__mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 enum kn__imb_kind {
 	KN__IMB_NONE,
 	KN__IMB_PERSISTENT, /* persistent:FRACTION:FACTOR */

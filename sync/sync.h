@@ -100,7 +100,7 @@ void kn__sync_params_unpack(struct kn__sync_params *params,
 /*
  * The protocol parameters, one row each: everything a program needs to
  * offer one as an option and to check it, so that the engine's options
- * and KANEL_* variables (engine/config.c), the simulator's options
+ * and KANEL_* variables (engine/config_table.c), the simulator's options
  * (kanel sim) and kn__sync_params_resolve are all made from this table
  * and a new parameter is one row here and one field above.  Every row is
  * one 32-bit word of the JOB message (kn__sync_params_pack), at @word.

@@ -26,7 +26,7 @@
 #include "idx.h"
 #include "kanel.h"
 #include "tool.h"
-#include "train.h"
+#include "trainer.h"
 
 #define REPORT_FD_ENV "KANEL_TRAIN_REPORT_FD"
 

@@ -13,7 +13,7 @@
 #include "idx.h"
 #include "kanel.h"
 #include "tool.h"
-#include "train.h"
+#include "trainer.h"
 
 void kn__train_usage(FILE *out)
 {

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "tool.h"
-#include "train.h"
+#include "trainer.h"
 
 #define STALE_BUCKETS 64 /* as engine/server.c writes them */
 

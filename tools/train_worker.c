@@ -32,7 +32,7 @@
 #include "idx.h"
 #include "kanel.h"
 #include "tool.h"
-#include "train.h"
+#include "trainer.h"
 
 #define STATUS_PERIOD 0.5 /* seconds between a worker's status lines */
 #define EVAL_BATCH    1000

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * server_priv.h - what a server's files share.  A server owns a share
+ * server_state.h - what a server's files share.  A server owns a share
  * of the parameter chunks, one slot area that workers push into, an
  * fp32 master copy and optimizer state per chunk, and one chunk rule
  * (sync/) per chunk that says when to apply what and whom to release.
@@ -44,8 +44,8 @@
  * one it picks (RESTORE) and starts every chunk's rule anew from it; the
  * workers, let go meanwhile, come back for that model.
  */
-#ifndef KN_ENGINE_SERVER_PRIV_H
-#define KN_ENGINE_SERVER_PRIV_H
+#ifndef KN_ENGINE_SERVER_STATE_H
+#define KN_ENGINE_SERVER_STATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -225,4 +225,4 @@ int kn__srv_offer_checkpoints(struct server *s);
 int kn__srv_restore(struct server *s, uint64_t version);
 void kn__srv_on_recover(struct server *s);
 
-#endif /* KN_ENGINE_SERVER_PRIV_H */
+#endif /* KN_ENGINE_SERVER_STATE_H */

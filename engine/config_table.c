@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * config.c - the job configuration of config.h: the option table, and
+ * config_table.c - the job configuration of config.h: the option table, and
  * what is made from it (usage, export, the names of choices), and the
  * resolution of an address.
  *
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_priv.h"
+#include "config_opt.h"
 
 struct name_val {
 	const char *name;

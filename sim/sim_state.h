@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sim_priv.h - what the simulator's files share (sim.h is the layer's
+ * sim_state.h - what the simulator's files share (sim.h is the layer's
  * API): the event, the worker, server and plan records, the simulator
  * itself, the random streams, and the calls from one file into the
  * next.  The files call downwards only: sim.c (set-up and the run loop)
@@ -8,8 +8,8 @@
  * (the servers' chunk rules and the planner), into sim_event.c (the
  * event heap and errors).
  */
-#ifndef KN_SIM_PRIV_H
-#define KN_SIM_PRIV_H
+#ifndef KN_SIM_STATE_H
+#define KN_SIM_STATE_H
 
 #include <math.h>
 #include <stdbool.h>
@@ -51,7 +51,7 @@ enum wstate {
 };
 
 /* A worker's scalars; its vectors are in the arrays of struct kn__sim. */
-struct worker {
+struct sim_worker {
 	struct kn__sync_worker *rule;
 	uint64_t rng;	/* its own stream: the gradient noise */
 	uint64_t clock; /* pushes made */
@@ -87,7 +87,7 @@ struct server {
 };
 
 /* A plan copy on its way to the servers; reused once all have it. */
-struct plan {
+struct sim_plan {
 	uint32_t *v; /* [n] */
 	uint64_t epoch;
 	uint32_t refs; /* servers it has not reached yet */
@@ -120,13 +120,13 @@ struct kn__sim {
 	struct server *srv;	     /* [m] */
 	struct kn__sync_action *out; /* [kn__sync_max_actions] */
 	struct kn__sync_planner *planner;
-	struct plan *plans;
+	struct sim_plan *plans;
 	uint32_t nplans;
 	/* CGP: the highest epoch whose barrier went to the planner */
 	uint64_t barrier_epoch;
 	bool barrier_sent;
 
-	struct worker *w;	   /* [n] */
+	struct sim_worker *w;	   /* [n] */
 	struct kn__imb_worker *iw; /* [n] */
 	/* [n * d]: local model, anchor, model at push, inbox, gradient sum,
 	 * the worker's momentum buffer (ESP, PSP) */
@@ -163,23 +163,16 @@ struct kn__sim {
 #define TAG_OPTIMUM 0x6f7074696d756dull /* "optimum" */
 #define TAG_NOISE   0x6e6f697365ull	/* "noise" */
 
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* The state of stream @i of @tag under @seed: unrelated streams. */
 static inline uint64_t stream(uint64_t seed, uint64_t tag, uint64_t i)
 {
-	return mix64(mix64(seed ^ mix64(tag)) + i);
+	return kn__mix64(kn__mix64(seed ^ kn__mix64(tag)) + i);
 }
 
 static inline uint64_t next64(uint64_t *st)
 {
 	*st += 0x9e3779b97f4a7c15ull;
-	return mix64(*st);
+	return kn__mix64(*st);
 }
 
 /* Uniform in (-1, 1), from the top 53 bits. */
@@ -234,4 +227,4 @@ int kn__sim_on_step_end(struct kn__sim *s, uint32_t i, double t);
 int kn__sim_on_release(struct kn__sim *s, const struct event *e, double t);
 int kn__sim_on_cpu_end(struct kn__sim *s, const struct event *e, double t);
 
-#endif /* KN_SIM_PRIV_H */
+#endif /* KN_SIM_STATE_H */

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * config_priv.h - what config.h's three files share.  They call
+ * config_opt.h - what config.h's three files share.  They call
  * downwards only:
  *
  *   config_parse.c  flags, KANEL_* variables and the launcher's, and the
  *                   checks that span options (kn__config_parse_as)
- *   config.c        the option table: names, usage, export, resolve
+ *   config_table.c  the option table: names, usage, export, resolve
  *   config_value.c  one value each: a number, a size, an address...
  */
-#ifndef KN_ENGINE_CONFIG_PRIV_H
-#define KN_ENGINE_CONFIG_PRIV_H
+#ifndef KN_ENGINE_CONFIG_OPT_H
+#define KN_ENGINE_CONFIG_OPT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -140,7 +140,7 @@ int kn__cfg_parse_path(struct parse *p, const char *src, const char *val,
 int kn__cfg_parse_bool(struct parse *p, const char *src, const char *val,
 		       bool *dst);
 
-/* ---- config.c: the table ---- */
+/* ---- config_table.c: the table ---- */
 
 /*
  * Option @i: ours, or (O_PARAM + k) sync/'s parameter k as an option of
@@ -153,4 +153,4 @@ int kn__cfg_parse_opt(struct parse *p, const struct opt *o, const char *src,
 /* A flag without a value (--verbose). */
 bool kn__cfg_is_switch(const struct opt *o);
 
-#endif /* KN_ENGINE_CONFIG_PRIV_H */
+#endif /* KN_ENGINE_CONFIG_OPT_H */

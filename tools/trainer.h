@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * train.h - `kanel train`'s parts (docs/training.md):
+ * trainer.h - `kanel train`'s parts (docs/training.md):
  * - train.c: the command (kn__train_main) and a whole job on this
  *   machine, its workers' reports read from a pipe;
  * - train_options.c: the trainer's own options and its usage;
@@ -13,8 +13,8 @@
  *   progress line, the summary, the curve CSV and the summary JSON.
  * train.c calls the other three; they do not call train.c.
  */
-#ifndef KN_TOOL_TRAIN_H
-#define KN_TOOL_TRAIN_H
+#ifndef KN_TOOL_TRAINER_H
+#define KN_TOOL_TRAINER_H
 
 #include <errno.h>
 #include <signal.h>
@@ -171,4 +171,4 @@ int kn__results_write_json(const struct kn__train_results *r,
 			   const struct kn__train_opts *o,
 			   const struct kn_job_info *job, const char *path);
 
-#endif /* KN_TOOL_TRAIN_H */
+#endif /* KN_TOOL_TRAINER_H */
