@@ -55,15 +55,39 @@ int member_event(struct kn__sync_rule *rule, uint32_t type, uint32_t worker,
 	return kn__sync_rule_event(rule, &ev, out);
 }
 
+void assert_release_at(const struct kn__sync_action *a, uint32_t worker,
+		       uint64_t version, uint64_t epoch, uint32_t steps)
+{
+	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
+	cr_assert_eq(a->worker, worker, "release of %u, not %u", a->worker,
+		     worker);
+	cr_assert_eq(a->version, version);
+	cr_assert_eq(a->epoch, epoch, "worker %u: epoch %lu, not %lu", worker,
+		     (unsigned long)a->epoch, (unsigned long)epoch);
+	cr_assert_eq(a->steps, steps, "worker %u: %u steps, not %u", worker,
+		     a->steps, steps);
+}
+
 void assert_release(const struct kn__sync_action *a, uint32_t worker,
 		    uint64_t version)
 {
-	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
-	cr_assert_eq(a->worker, worker, "release of %u, expected %u", a->worker,
-		     worker);
-	cr_assert_eq(a->version, version);
-	cr_assert_eq(a->epoch, 0);
-	cr_assert_eq(a->steps, 1);
+	assert_release_at(a, worker, version, 0, 1);
+}
+
+uint64_t rng_state;
+
+uint64_t rnd64(void)
+{
+	/* xorshift64*: fixed seed, same sequence on every machine */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+uint32_t rnd(uint32_t n)
+{
+	return (uint32_t)(rnd64() >> 32) % n;
 }
 
 void refusals(uint32_t protocol)
@@ -229,17 +253,6 @@ void worker_communicates_every_step(uint32_t protocol)
 }
 
 /* --- randomized, against a reference model ---------------------------- */
-
-static uint64_t rng_state;
-
-static uint32_t rnd(uint32_t n)
-{
-	/* xorshift64*: fixed seed, same sequence on every machine */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32) % n;
-}
 
 #define NEVENTS 50000
 

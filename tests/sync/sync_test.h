@@ -4,7 +4,8 @@
  * made and fed events in one call each, a RELEASE checked field by field,
  * and the checks that BSP and ASP, whose rules differ only in rounds,
  * pass through the same code (test_bsp.c and test_asp.c call each with
- * their protocol).
+ * their protocol), and the seeded generator every randomized test draws
+ * from (sync_rng.h).
  */
 #ifndef KN_TEST_SYNC_TEST_H
 #define KN_TEST_SYNC_TEST_H
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "sync.h"
+#include "sync_rng.h"
 
 #define MAXW   8
 #define MAXACT (1 + MAXW)
@@ -25,6 +27,9 @@ int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
 /* JOIN or LEAVE (or any @type) of @worker. */
 int member_event(struct kn__sync_rule *rule, uint32_t type, uint32_t worker,
 		 struct kn__sync_action *out);
+/* A RELEASE of @worker with @version under @epoch for @steps steps. */
+void assert_release_at(const struct kn__sync_action *a, uint32_t worker,
+		       uint64_t version, uint64_t epoch, uint32_t steps);
 /* A RELEASE of @worker with @version, epoch 0 and 1 step. */
 void assert_release(const struct kn__sync_action *a, uint32_t worker,
 		    uint64_t version);

@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 
 #include "sync.h"
+#include "sync_rng.h"
 
 #define MAXW   8
 #define MAXACT (1 + MAXW)
@@ -374,17 +375,6 @@ Test(esp, worker_refuses_events_that_do_not_fit_and_changes_nothing)
 }
 
 /* --- randomized, with a fixed seed ------------------------------------ */
-
-static uint64_t rng_state;
-
-static uint32_t rnd(uint32_t n)
-{
-	/* xorshift64*: fixed seed, same sequence on every machine */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32) % n;
-}
 
 /* Uniform in [0, 1). */
 static double rndf(void)
