@@ -17,20 +17,22 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
+struct kn__sync_rule *rule_of(const struct kn__sync_params *p)
+{
+	struct kn__sync_rule *rule = NULL;
+
+	cr_assert_eq(kn__sync_rule_create(p, &rule), 0);
+	cr_assert_not_null(rule);
+	cr_assert_leq(kn__sync_max_actions(p), MAXACT);
+	return rule;
+}
+
 struct kn__sync_rule *rule_new(uint32_t protocol, uint32_t max_workers,
 			       uint32_t members)
 {
-	struct kn__sync_params p = {
-		.protocol = protocol,
-		.max_workers = max_workers,
-		.members = members,
-	};
-	struct kn__sync_rule *rule = NULL;
-
-	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
-	cr_assert_not_null(rule);
-	cr_assert_leq(kn__sync_max_actions(&p), MAXACT);
-	return rule;
+	return rule_of(&(struct kn__sync_params){ .protocol = protocol,
+						  .max_workers = max_workers,
+						  .members = members });
 }
 
 int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
@@ -72,6 +74,25 @@ void assert_release(const struct kn__sync_action *a, uint32_t worker,
 		    uint64_t version)
 {
 	assert_release_at(a, worker, version, 0, 1);
+}
+
+void assert_round(const struct kn__sync_action *a, int n, const uint32_t *ws,
+		  uint32_t count, uint64_t version, uint64_t epoch,
+		  const uint32_t *rsteps)
+{
+	cr_assert_eq(n, (int)(1 + count));
+	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(a[0].version, version + 1);
+	cr_assert_eq(a[0].lr_scale, 1.0f);
+	cr_assert_eq(a[0].ncontrib, count);
+	for (uint32_t i = 0; i < count; i++) {
+		cr_assert_eq(a[0].contrib[i].worker, ws[i]);
+		cr_assert_eq(a[0].contrib[i].weight, 1.0f / (float)count,
+			     "worker %u: weight %g of %u", ws[i],
+			     a[0].contrib[i].weight, count);
+		assert_release_at(&a[1 + i], ws[i], version + 1, epoch,
+				  rsteps ? rsteps[i] : 1);
+	}
 }
 
 uint64_t rng_state;

@@ -5,7 +5,7 @@
  * and the checks that BSP and ASP, whose rules differ only in rounds,
  * pass through the same code (test_bsp.c and test_asp.c call each with
  * their protocol), and the seeded generator every randomized test draws
- * from (sync_rng.h).
+ * from (sync_base.h).
  */
 #ifndef KN_TEST_SYNC_TEST_H
 #define KN_TEST_SYNC_TEST_H
@@ -13,10 +13,7 @@
 #include <stdint.h>
 
 #include "sync.h"
-#include "sync_rng.h"
-
-#define MAXW   8
-#define MAXACT (1 + MAXW)
+#include "sync_base.h"
 
 /* A rule of @protocol whose max_actions fits MAXACT; fails the test if
  * creation fails. */
@@ -33,6 +30,15 @@ void assert_release_at(const struct kn__sync_action *a, uint32_t worker,
 /* A RELEASE of @worker with @version, epoch 0 and 1 step. */
 void assert_release(const struct kn__sync_action *a, uint32_t worker,
 		    uint64_t version);
+/*
+ * A completion from @version: APPLY of workers @ws (ascending), each a
+ * model delta weighted 1 / count whatever its steps, then their
+ * releases under @epoch with @rsteps[i] steps (1 each if @rsteps is
+ * NULL).
+ */
+void assert_round(const struct kn__sync_action *a, int n, const uint32_t *ws,
+		  uint32_t count, uint64_t version, uint64_t epoch,
+		  const uint32_t *rsteps);
 
 /* Bad ids, membership errors and malformed events are refused, and the
  * refusals change nothing. */

@@ -238,30 +238,6 @@ static int plan_event(struct kn__sync_rule *rule, uint64_t epoch,
 	return kn__sync_rule_event(rule, &ev, out);
 }
 
-/*
- * A completion from @version: APPLY of workers @ws (ascending), each a
- * model delta weighted 1 / count whatever its steps, then their
- * releases under @epoch with @rsteps[i] steps.
- */
-static void assert_round(const struct kn__sync_action *a, int n,
-			 const uint32_t *ws, uint32_t count, uint64_t version,
-			 uint64_t epoch, const uint32_t *rsteps)
-{
-	cr_assert_eq(n, (int)(1 + count));
-	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
-	cr_assert_eq(a[0].version, version + 1);
-	cr_assert_eq(a[0].lr_scale, 1.0f);
-	cr_assert_eq(a[0].ncontrib, count);
-	for (uint32_t i = 0; i < count; i++) {
-		cr_assert_eq(a[0].contrib[i].worker, ws[i]);
-		cr_assert_eq(a[0].contrib[i].weight, 1.0f / (float)count,
-			     "worker %u: weight %g of %u", ws[i],
-			     a[0].contrib[i].weight, count);
-		assert_release_at(&a[1 + i], ws[i], version + 1, epoch,
-				  rsteps[i]);
-	}
-}
-
 Test(predicted, name_and_max_actions)
 {
 	struct kn__sync_params p = { KN_SYNC_PSP, 100, 3 };
