@@ -45,8 +45,6 @@ void assert_round(const struct kn__sync_action *a, int n, const uint32_t *ws,
 void refusals(uint32_t protocol);
 /* TIMING and TIMER, of members or not, emit nothing. */
 void timing_and_timer_do_nothing(uint32_t protocol);
-/* The planner checks its events and never plans; its epoch stays 0. */
-void planner_has_no_plans(uint32_t protocol);
 /* The worker rule: STEP -> PUSH, PUSHED -> WAIT, RELEASE -> STEP. */
 void worker_communicates_every_step(uint32_t protocol);
 /* 50,000 random events (seeded) against a reference model of the rules. */

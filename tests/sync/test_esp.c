@@ -201,22 +201,7 @@ Test(esp, name_and_room_for_actions)
 
 Test(esp, planner_has_no_plans)
 {
-	struct kn__sync_params p = { KN_SYNC_ESP, MAXW, 2 };
-	struct kn__sync_planner *planner;
-	struct kn__sync_action out[MAXACT];
-	struct kn__sync_event ev = { .type = KN__SYNC_EV_TIMING, .value = 1 };
-
-	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
-	for (uint32_t w = 0; w < MAXW; w++) {
-		ev.worker = w;
-		cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
-	}
-	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_JOIN, .worker = 5 };
-	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
-	ev.type = KN__SYNC_EV_PUSH;
-	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
-	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
-	kn__sync_planner_destroy(planner);
+	planner_has_no_plans(KN_SYNC_ESP);
 }
 
 /* --- the worker rule -------------------------------------------------- */
