@@ -561,6 +561,22 @@ static void warm_up(struct kn__sync_planner *planner)
 	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
 }
 
+/*
+ * warm_up, then worker 2 slows from 4 to 8, a miss by 100%: the barrier
+ * of the miss re-plans from the new speed, pred {1, 2.5, 8}, window
+ * [7.5, 8].
+ */
+static void slow_down(struct kn__sync_planner *planner)
+{
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	cr_assert_eq(planner->pred[2], 8);
+}
+
 Test(predicted, planner_first_plan_at_the_warmup_barrier)
 {
 	struct kn__sync_planner *planner = planner_new(3, 0);
@@ -669,12 +685,7 @@ Test(predicted, planner_replans_at_the_barrier_of_a_miss_from_the_new_speed)
 	struct kn__sync_planner *planner = planner_new(3, 0);
 	struct kn__sync_action out[MAXACT];
 
-	warm_up(planner);
-	/* 8 vs 4 misses by 100%: pred {1, 2.5, 8}, window [7.5, 8] */
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert_eq(planner->pred[2], 8);
+	slow_down(planner);
 	/* the slow worker stays slow: the plan holds, no second one */
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
@@ -703,11 +714,8 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	struct kn__sync_planner *planner = planner_new(3, 0);
 	struct kn__sync_action out[MAXACT];
 
-	warm_up(planner);
 	/* a miss: re-planned from the new speed */
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	slow_down(planner);
 	/* 4 vs 8, missed again at the next barrier: the fallback */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
@@ -725,10 +733,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 
 	/* a miss that holds afterwards is one change of speed: no fallback */
 	planner = planner_new(3, 0);
-	warm_up(planner);
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	slow_down(planner);
 	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
 		     0);
 	assert_regroup(out,
