@@ -321,15 +321,36 @@ static const size_t sizes[] = { 0, 1, 4095, 4096, 1 << 20, 16 << 20, 64 << 20 };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 #define TOTAL  ((1u << 20) + (16u << 20) + (64u << 20) + 3 * 4096)
 
+/* open_path on TOTAL bytes each, the source filled from @seed and the
+ * destination zeroed, for every size in turn. */
+static void open_every_size(struct path *p, char **src, char **dst,
+			    uint32_t access, unsigned int seed)
+{
+	*src = malloc(TOTAL);
+	*dst = calloc(1, TOTAL);
+	cr_assert(*src && *dst);
+	fill(*src, TOTAL, seed);
+	open_path(p, *src, *dst, TOTAL, access);
+}
+
+/* The first @bytes arrived as they left; then all of it goes. */
+static void close_every_size(struct path *p, char *src, char *dst, size_t bytes)
+{
+	cr_assert_eq(memcmp(src, dst, bytes), 0, "data differs");
+	kn__tp_mr_dereg(p->ms);
+	kn__tp_mr_dereg(p->md);
+	close_sides();
+	free(src);
+	free(dst);
+}
+
 BACKEND_TEST(transport, write_imm_every_size_in_order)
 {
-	char *src = malloc(TOTAL), *dst = calloc(1, TOTAL);
+	char *src, *dst;
 	struct path p;
 	size_t off = 0;
 
-	cr_assert(src && dst);
-	fill(src, TOTAL, 1);
-	open_path(&p, src, dst, TOTAL, KN_TP_REMOTE_WRITE);
+	open_every_size(&p, &src, &dst, KN_TP_REMOTE_WRITE, 1);
 	for (size_t i = 0; i < NSIZES; i++) {
 		cr_assert_eq(kn__tp_post_write_imm(
 				     p.c.e1, p.ms, off, sizes[i], &p.rd, off,
@@ -347,27 +368,20 @@ BACKEND_TEST(transport, write_imm_every_size_in_order)
 		cr_assert_eq(w.user, (void *)(i + 1));
 		cr_assert_eq(w.status, 0);
 	}
-	cr_assert_eq(memcmp(src, dst, off), 0, "data differs");
 	/* nothing more: each immediate came exactly once */
 	for (int k = 0; k < 50; k++)
 		pump();
 	cr_assert_eq(sides[0].head, sides[0].tail);
-	kn__tp_mr_dereg(p.ms);
-	kn__tp_mr_dereg(p.md);
-	close_sides();
-	free(src);
-	free(dst);
+	close_every_size(&p, src, dst, off);
 }
 
 BACKEND_TEST(transport, read_every_size)
 {
-	char *src = malloc(TOTAL), *dst = calloc(1, TOTAL);
+	char *src, *dst;
 	struct path p;
 	size_t off = 0;
 
-	cr_assert(src && dst);
-	fill(src, TOTAL, 2);
-	open_path(&p, src, dst, TOTAL, KN_TP_REMOTE_READ);
+	open_every_size(&p, &src, &dst, KN_TP_REMOTE_READ, 2);
 	for (size_t i = 0; i < NSIZES; i++) {
 		cr_assert_eq(kn__tp_post_read(p.c.e1, p.md, off, sizes[i],
 					      &p.rd, off, (void *)(i + 1)),
@@ -381,12 +395,7 @@ BACKEND_TEST(transport, read_every_size)
 		cr_assert_eq(r.user, (void *)(i + 1));
 		cr_assert_eq(r.bytes, sizes[i]);
 	}
-	cr_assert_eq(memcmp(src, dst, off), 0, "data differs");
-	kn__tp_mr_dereg(p.ms);
-	kn__tp_mr_dereg(p.md);
-	close_sides();
-	free(src);
-	free(dst);
+	close_every_size(&p, src, dst, off);
 }
 
 BACKEND_TEST(transport, send_recv_with_and_without_a_posted_recv)
