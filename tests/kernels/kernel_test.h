@@ -195,6 +195,47 @@ static inline void fill_random(enum kn_dtype t, void *p, size_t count,
 		ref_store(t, p, i, rnd_float(seed));
 }
 
+/* @n inputs of @len random fp32 values, @len apart from @in on, and
+ * @src pointing at each. */
+static inline void fill_inputs(float *in, const void **src, unsigned int n,
+			       size_t len, uint64_t *seed)
+{
+	for (unsigned int k = 0; k < n; k++) {
+		fill_random(KN_DTYPE_FP32, in + k * len, len, seed);
+		src[k] = in + k * len;
+	}
+}
+
+/*
+ * The buffers of the sum tests, from the heap: @n inputs with room for
+ * @len fp32 elements and a byte offset of up to 64, and an output and
+ * its expected twin with room for @guard canary elements more.  The
+ * inputs hold finite fp16 values of magnitude <= 256: every aligned
+ * view of them, fp32 and bf16 included, is finite too, so the sums
+ * compare real numbers bit for bit (views at odd byte offsets may hold
+ * NaNs, compared only as NaN).
+ */
+static inline void sum_bufs_alloc(char **in, unsigned int n, char **out,
+				  char **want, size_t len, size_t guard,
+				  uint64_t *seed)
+{
+	for (unsigned int k = 0; k < n; k++) {
+		in[k] = alloc64(4 * (len + 64));
+		fill_random(KN_DTYPE_FP16, in[k], 2 * (len + 64), seed);
+	}
+	*out = alloc64(4 * (len + 64 + guard));
+	*want = alloc64(4 * (len + 64 + guard));
+}
+
+static inline void sum_bufs_free(char **in, unsigned int n, char *out,
+				 char *want)
+{
+	for (unsigned int k = 0; k < n; k++)
+		free(in[k]);
+	free(out);
+	free(want);
+}
+
 /* Two identical random optimizer states: weights, momenta, v >= 0. */
 static inline void twin_state(float *w1, float *w2, float *m1, float *m2,
 			      float *v1, float *v2, size_t len, uint64_t *seed)

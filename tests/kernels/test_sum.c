@@ -48,27 +48,13 @@ static struct bufs *bufs_new(void)
 	uint64_t seed = 11;
 
 	cr_assert(b);
-	for (int k = 0; k < MAXN; k++) {
-		b->in[k] = alloc64(4 * (MAXLEN + 64));
-		/*
-		 * Finite fp16 values of magnitude <= 256: every aligned
-		 * view of them, fp32 and bf16 included, is finite too, so
-		 * the sums compare real numbers bit for bit (views at odd
-		 * byte offsets may hold NaNs, compared only as NaN).
-		 */
-		fill_random(KN_DTYPE_FP16, b->in[k], 2 * (MAXLEN + 64), &seed);
-	}
-	b->out = alloc64(4 * (MAXLEN + 64 + GUARD));
-	b->want = alloc64(4 * (MAXLEN + 64 + GUARD));
+	sum_bufs_alloc(b->in, MAXN, &b->out, &b->want, MAXLEN, GUARD, &seed);
 	return b;
 }
 
 static void bufs_free(struct bufs *b)
 {
-	for (int k = 0; k < MAXN; k++)
-		free(b->in[k]);
-	free(b->out);
-	free(b->want);
+	sum_bufs_free(b->in, MAXN, b->out, b->want);
 	free(b);
 }
 
@@ -235,10 +221,7 @@ Test(sum, public_entry_points)
 	uint64_t seed = 7;
 	size_t saved = kn__nt_threshold;
 
-	for (int k = 0; k < N; k++) {
-		fill_random(KN_DTYPE_FP32, in[k], LEN, &seed);
-		src[k] = in[k];
-	}
+	fill_inputs(&in[0][0], src, N, LEN, &seed);
 	ref_sum(KN_DTYPE_FP32, KN_DTYPE_FP32, want, src, N, LEN, 1.0f / N);
 	for (int pass = 0; pass < 2; pass++) {
 		kn__nt_threshold = pass ? 0 : (size_t)-1;

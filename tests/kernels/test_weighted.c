@@ -57,26 +57,18 @@ static struct bufs *bufs_new(void)
 	uint64_t seed = 23;
 
 	cr_assert(b);
-	for (int k = 0; k < MAXN; k++) {
-		b->in[k] = alloc64(4 * (MAXLEN + 64));
-		/* finite in every view (test_sum.c says why) */
-		fill_random(KN_DTYPE_FP16, b->in[k], 2 * (MAXLEN + 64), &seed);
-		/* weights of every sign and size, 0 and 1 among them */
+	sum_bufs_alloc(b->in, MAXN, &b->out, &b->want, MAXLEN, GUARD, &seed);
+	/* weights of every sign and size, 0 and 1 among them */
+	for (int k = 0; k < MAXN; k++)
 		b->w[k] = k % 7 == 3   ? 0.0f
 			  : k % 7 == 5 ? 1.0f
 				       : rnd_float(&seed) * 4.0f;
-	}
-	b->out = alloc64(4 * (MAXLEN + 64 + GUARD));
-	b->want = alloc64(4 * (MAXLEN + 64 + GUARD));
 	return b;
 }
 
 static void bufs_free(struct bufs *b)
 {
-	for (int k = 0; k < MAXN; k++)
-		free(b->in[k]);
-	free(b->out);
-	free(b->want);
+	sum_bufs_free(b->in, MAXN, b->out, b->want);
 	free(b);
 }
 
