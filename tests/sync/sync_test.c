@@ -27,6 +27,15 @@ struct kn__sync_rule *rule_of(const struct kn__sync_params *p)
 	return rule;
 }
 
+struct kn__sync_worker *worker_of(const struct kn__sync_params *p, uint32_t id)
+{
+	struct kn__sync_worker *w = NULL;
+
+	cr_assert_eq(kn__sync_worker_create(p, id, &w), 0);
+	cr_assert_not_null(w);
+	return w;
+}
+
 struct kn__sync_rule *rule_new(uint32_t protocol, uint32_t max_workers,
 			       uint32_t members)
 {

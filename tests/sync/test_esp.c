@@ -23,12 +23,8 @@
 /* ESP's rule, whose max_actions is exactly MAXACT. */
 static struct kn__sync_rule *rule_new(uint32_t members, uint32_t staleness)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_ESP,
-		.max_workers = MAXW,
-		.members = members,
-		.staleness = staleness,
-	};
+	struct kn__sync_params p = { KN_SYNC_ESP, MAXW, members,
+				     .staleness = staleness };
 
 	cr_assert_eq(kn__sync_max_actions(&p), MAXACT);
 	return rule_of(&p);
@@ -117,18 +113,13 @@ static void push_held(struct kn__sync_rule *rule, uint32_t worker,
 static struct kn__sync_worker *worker_new(uint32_t max_skip, float gamma,
 					  float theta)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_ESP,
-		.max_workers = MAXW,
-		.members = MAXW,
-		.max_skip = max_skip,
-		.gamma = gamma,
-		.theta = theta,
-	};
-	struct kn__sync_worker *w = NULL;
-
-	cr_assert_eq(kn__sync_worker_create(&p, 3, &w), 0);
-	return w;
+	return worker_of(&(struct kn__sync_params){ .protocol = KN_SYNC_ESP,
+						    .max_workers = MAXW,
+						    .members = MAXW,
+						    .max_skip = max_skip,
+						    .gamma = gamma,
+						    .theta = theta },
+			 3);
 }
 
 static int step(struct kn__sync_worker *w, double seconds, float delta,

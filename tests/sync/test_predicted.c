@@ -470,12 +470,8 @@ Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 
 static struct kn__sync_planner *planner_new(uint32_t members, uint32_t warmup)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_PSP,
-		.max_workers = MAXW,
-		.members = members,
-		.warmup = warmup,
-	};
+	struct kn__sync_params p = { KN_SYNC_PSP, MAXW, members,
+				     .warmup = warmup };
 	struct kn__sync_planner *planner = NULL;
 
 	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
@@ -834,16 +830,11 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 
 static struct kn__sync_worker *worker_new(uint32_t max_steps)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_PSP,
-		.max_workers = MAXW,
-		.members = MAXW,
-		.max_steps = max_steps,
-	};
-	struct kn__sync_worker *w = NULL;
-
-	cr_assert_eq(kn__sync_worker_create(&p, 1, &w), 0);
-	return w;
+	return worker_of(&(struct kn__sync_params){ .protocol = KN_SYNC_PSP,
+						    .max_workers = MAXW,
+						    .members = MAXW,
+						    .max_steps = max_steps },
+			 1);
 }
 
 static int wev_at(struct kn__sync_worker *w, uint32_t type, double t,
