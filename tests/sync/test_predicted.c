@@ -516,6 +516,16 @@ static int barrier(struct kn__sync_planner *planner, const double *v,
 	return timing(planner, last - 1, v[last - 1], out);
 }
 
+/* A barrier of timings @v that completes with no new plan. */
+static void no_plan(struct kn__sync_planner *planner, const double *v,
+		    uint32_t n)
+{
+	struct kn__sync_action out[MAXACT];
+
+	cr_assert_eq(barrier(planner, v, n, out), 0, "a plan at %g, %g", v[0],
+		     v[1]);
+}
+
 static void assert_regroup(const struct kn__sync_action *a, int n,
 			   uint64_t epoch, const uint32_t *plan)
 {
@@ -536,10 +546,9 @@ static void warm_up(struct kn__sync_planner *planner)
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan[MAXW] = { 4, 2, 1 };
 
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
+	no_plan(planner, (const double[]){ 1, 2, 4 }, 3);
 	/* 2.5 vs 2 is off by exactly 25%: no miss, pred 2.25 */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
 	cr_assert_eq(planner->pred[1], 2.25);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
 	/*
@@ -653,17 +662,12 @@ Test(predicted, planner_barrier_needs_every_member_once)
 Test(predicted, planner_keeps_its_plan_while_predictions_hold)
 {
 	struct kn__sync_planner *planner = planner_new(3, 0);
-	struct kn__sync_action out[MAXACT];
 
 	warm_up(planner);
 	for (int b = 0; b < 5; b++)
-		cr_assert_eq(
-			barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-			0);
+		no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
 	/* off by exactly 25% is not a miss: 1.25 vs 1, 3.125 vs 2.5, 3 vs 4 */
-	cr_assert_eq(
-		barrier(planner, (const double[]){ 1.25, 3.125, 3 }, 3, out),
-		0);
+	no_plan(planner, (const double[]){ 1.25, 3.125, 3 }, 3);
 	cr_assert_eq(planner->pred[0], 1.125);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
 	kn__sync_planner_destroy(planner);
@@ -683,18 +687,15 @@ Test(predicted, planner_replans_at_the_barrier_of_a_miss_from_the_new_speed)
 
 	slow_down(planner);
 	/* the slow worker stays slow: the plan holds, no second one */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	/* 1.5 vs 2.5 misses by 40%: pred {1, 1.5, 8} */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 1.5, 8 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 8, 5, 1 });
 	cr_assert_eq(planner->pred[1], 1.5);
 	/* the miss was this barrier's: the next one keeps the plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 1.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 1.5, 8 }, 3);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
 	kn__sync_planner_destroy(planner);
 }
@@ -718,11 +719,9 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
 	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	/* more misses, a joiner: still one step each, no new plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 5, 4, 2 }, 4);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
 	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	kn__sync_planner_destroy(planner);
@@ -730,8 +729,7 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	/* a miss that holds afterwards is one change of speed: no fallback */
 	planner = planner_new(3, 0);
 	slow_down(planner);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
@@ -756,11 +754,8 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
 	/* two that hold, then a miss (8 vs 4): the count starts again */
 	for (int b = 0; b < 2; b++)
-		cr_assert_eq(
-			barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-			0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+		no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	for (int b = 0; b < 2; b++)
 		cr_assert_eq(
 			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
@@ -772,8 +767,7 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
 	cr_assert(!kn__sync_psp_planner_of(planner)->fallback);
 	/* and back to the usual rules: a steady cluster keeps its plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 4);
 	kn__sync_planner_destroy(planner);
 }
@@ -787,8 +781,7 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_LEAVE, 3, out), 0);
 	warm_up(planner);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
 
 	/* a joiner: the barrier waits for it; pred {1, 2.5, 4, 2.5} */
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
@@ -809,8 +802,7 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, NAN, 4 }, 3, out),
 		       4, (const uint32_t[MAXW]){ 4, 0, 1 });
-	cr_assert_eq(barrier(planner, (const double[]){ 1, NAN, 4 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, NAN, 4 }, 3);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 4);
 
 	/*
