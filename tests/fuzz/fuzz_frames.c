@@ -56,12 +56,8 @@
 #include "transport.h"
 #include "wire.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#include <sanitizer/asan_interface.h>
-#define HAVE_ASAN 1
-#endif
-#endif
+#define FUZZ_TARGET "fuzz_frames"
+#include "fuzz_fail.h"
 
 #define MAX_INPUT  (64u << 10) /* also -max_len */
 #define MAX_POLLS  1000
@@ -114,27 +110,6 @@ struct rig {
 static struct rig rigs[2];
 static int nrigs;
 static char tags[NTAGS], ep_tag;
-
-static void fail(const char *what, ...)
-	__attribute__((noreturn, format(printf, 1, 2)));
-
-static void fail(const char *what, ...)
-{
-	char msg[256] = "fuzz_frames: ";
-	size_t at = strlen(msg);
-	va_list ap;
-
-	va_start(ap, what);
-	vsnprintf(msg + at, sizeof(msg) - at, what, ap);
-	va_end(ap);
-#ifdef HAVE_ASAN
-	/* where sanitizer reports go, which -close_fd_mask=2 keeps open */
-	__sanitizer_report_error_summary(msg);
-#else
-	fprintf(stderr, "%s\n", msg);
-#endif
-	__builtin_trap();
-}
 
 static uint8_t canary_byte(size_t at)
 {

@@ -46,37 +46,13 @@
 #include "auth.h"
 #include "msg.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#include <sanitizer/asan_interface.h>
-#define HAVE_ASAN 1
-#endif
-#endif
+#define FUZZ_TARGET "fuzz_msg"
+#include "fuzz_fail.h"
 
 /* HELLO: header, role, rank, family, port, then the 16 address bytes. */
 #define HELLO_IP     (KN__MSG_HDR + 4 + 4 + 2 + 2)
 #define HELLO_IP_LEN 16
 #define HELLO_LEN    (HELLO_IP + HELLO_IP_LEN)
-
-static void fail(const char *what, ...)
-	__attribute__((noreturn, format(printf, 1, 2)));
-
-static void fail(const char *what, ...)
-{
-	char msg[256] = "fuzz_msg: ";
-	size_t at = strlen(msg);
-	va_list ap;
-
-	va_start(ap, what);
-	vsnprintf(msg + at, sizeof(msg) - at, what, ap);
-	va_end(ap);
-#ifdef HAVE_ASAN
-	__sanitizer_report_error_summary(msg);
-#else
-	fprintf(stderr, "%s\n", msg);
-#endif
-	__builtin_trap();
-}
 
 /* A heap copy of exactly @len bytes (at least one, for malloc). */
 static uint8_t *dup_exact(const void *p, size_t len)

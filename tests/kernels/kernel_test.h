@@ -195,6 +195,115 @@ static inline void fill_random(enum kn_dtype t, void *p, size_t count,
 		ref_store(t, p, i, rnd_float(seed));
 }
 
+/* @n inputs of @len random fp32 values, @len apart from @in on, and
+ * @src pointing at each. */
+static inline void fill_inputs(float *in, const void **src, unsigned int n,
+			       size_t len, uint64_t *seed)
+{
+	for (unsigned int k = 0; k < n; k++) {
+		fill_random(KN_DTYPE_FP32, in + k * len, len, seed);
+		src[k] = in + k * len;
+	}
+}
+
+#define SUM_MAXN 64
+
+/*
+ * The buffers of the sum tests: inputs with room for a byte offset of
+ * up to 64, an output and its expected twin with room for the canaries
+ * after them, and the weighted sum's weights (which the test fills).
+ */
+struct sum_bufs {
+	char *in[SUM_MAXN];
+	char *out, *want;
+	float w[SUM_MAXN];
+};
+
+/*
+ * @n inputs with room for @len fp32 elements, outputs for @guard more,
+ * from @seed.  The inputs hold finite fp16 values of magnitude <= 256:
+ * every aligned view of them, fp32 and bf16 included, is finite too, so
+ * the sums compare real numbers bit for bit (views at odd byte offsets
+ * may hold NaNs, compared only as NaN).
+ */
+static inline struct sum_bufs *sum_bufs_new(unsigned int n, size_t len,
+					    size_t guard, uint64_t seed)
+{
+	struct sum_bufs *b = calloc(1, sizeof(*b));
+
+	cr_assert(b);
+	cr_assert_leq(n, SUM_MAXN);
+	for (unsigned int k = 0; k < n; k++) {
+		b->in[k] = alloc64(4 * (len + 64));
+		fill_random(KN_DTYPE_FP16, b->in[k], 2 * (len + 64), &seed);
+	}
+	b->out = alloc64(4 * (len + 64 + guard));
+	b->want = alloc64(4 * (len + 64 + guard));
+	return b;
+}
+
+static inline void sum_bufs_free(struct sum_bufs *b)
+{
+	for (unsigned int k = 0; k < SUM_MAXN; k++)
+		free(b->in[k]);
+	free(b->out);
+	free(b->want);
+	free(b);
+}
+
+/* One case of a sum test: @n inputs of @count elements, input k at byte
+ * offset (k * in_off) % 64 and the output at @out_off. */
+struct sum_case {
+	enum kn_kernel_path path;
+	enum kn_dtype it, ot;
+	unsigned int n;
+	size_t count, in_off, out_off;
+	bool nt;
+};
+
+/*
+ * @c's inputs from @in into @src, and its output and expected output,
+ * @out and @want, filled with the same canary for @count + @guard
+ * elements, so that what a kernel writes past the end shows.
+ */
+static inline void sum_case_setup(const struct sum_case *c, char *const *in,
+				  const void **src, char *out, char *want,
+				  size_t guard)
+{
+	size_t bytes = kn_dtype_size(c->ot) * (c->count + guard);
+
+	for (unsigned int k = 0; k < c->n; k++)
+		src[k] = in[k] + (k * c->in_off) % 64;
+	memset(out, 0x5a, bytes);
+	memset(want, 0x5a, bytes);
+}
+
+/* @c's @out against @want bit for bit, the @guard canaries past the end
+ * included. */
+static inline void sum_case_check(const struct sum_case *c, const char *out,
+				  const char *want, size_t guard)
+{
+	size_t osz = kn_dtype_size(c->ot);
+
+	for (size_t i = 0; i < c->count + guard; i++) {
+		/* which NaN an add returns is the compiler's choice */
+		if (i < c->count && isnan(ref_load(c->ot, out, i)) &&
+		    isnan(ref_load(c->ot, want, i)))
+			continue;
+		if (memcmp(out + i * osz, want + i * osz, osz))
+			cr_assert_fail("%s %s->%s n=%u count=%zu in_off=%zu "
+				       "out_off=%zu nt=%d: element %zu: %a, "
+				       "want %a%s",
+				       kn_kernel_path_name(c->path),
+				       kn_dtype_name(c->it),
+				       kn_dtype_name(c->ot), c->n, c->count,
+				       c->in_off, c->out_off, c->nt, i,
+				       (double)ref_load(c->ot, out, i),
+				       (double)ref_load(c->ot, want, i),
+				       i >= c->count ? " past the end" : "");
+	}
+}
+
 /* Two identical random optimizer states: weights, momenta, v >= 0. */
 static inline void twin_state(float *w1, float *w2, float *m1, float *m2,
 			      float *v1, float *v2, size_t len, uint64_t *seed)

@@ -141,10 +141,7 @@ Test(pool, updates_are_bit_identical_to_one_thread)
 	uint64_t seed = 22;
 	size_t saved = kn__pool_threshold;
 
-	for (int k = 0; k < N; k++) {
-		fill_random(KN_DTYPE_FP32, in[k], LEN, &seed);
-		src[k] = in[k];
-	}
+	fill_inputs(&in[0][0], src, N, LEN, &seed);
 	twin_state(w1, w2, m1, m2, v1, v2, LEN, &seed);
 	cr_assert_eq(kn_kernel_pool_create(2, &pool), 0);
 	kn__pool_threshold = 0;

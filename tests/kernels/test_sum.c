@@ -36,63 +36,33 @@ static void ref_sum(enum kn_dtype it, enum kn_dtype ot, void *dst,
 	}
 }
 
-/* Inputs and outputs with room for a byte offset and the guard. */
-struct bufs {
-	char *in[MAXN];
-	char *out, *want;
-};
-
-static struct bufs *bufs_new(void)
-{
-	struct bufs *b = calloc(1, sizeof(*b));
-	uint64_t seed = 11;
-
-	cr_assert(b);
-	for (int k = 0; k < MAXN; k++) {
-		b->in[k] = alloc64(4 * (MAXLEN + 64));
-		/*
-		 * Finite fp16 values of magnitude <= 256: every aligned
-		 * view of them, fp32 and bf16 included, is finite too, so
-		 * the sums compare real numbers bit for bit (views at odd
-		 * byte offsets may hold NaNs, compared only as NaN).
-		 */
-		fill_random(KN_DTYPE_FP16, b->in[k], 2 * (MAXLEN + 64), &seed);
-	}
-	b->out = alloc64(4 * (MAXLEN + 64 + GUARD));
-	b->want = alloc64(4 * (MAXLEN + 64 + GUARD));
-	return b;
-}
-
-static void bufs_free(struct bufs *b)
-{
-	for (int k = 0; k < MAXN; k++)
-		free(b->in[k]);
-	free(b->out);
-	free(b->want);
-	free(b);
-}
-
 /*
  * One case: @n inputs of @count elements, input k at byte offset
  * (k * in_off) % 64 and the output at @out_off, compared bit for bit,
  * and nothing written past the end.  Non-temporal cases run as two
  * ranges, each with its own alignment head.
  */
-static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
+static void check_case(const struct kn__kernel_ops *ops, struct sum_bufs *b,
 		       enum kn_dtype it, enum kn_dtype ot, unsigned int n,
 		       size_t count, size_t in_off, size_t out_off, bool nt,
 		       float alpha)
 {
+	const struct sum_case c = {
+		.path = ops->path,
+		.it = it,
+		.ot = ot,
+		.n = n,
+		.count = count,
+		.in_off = in_off,
+		.out_off = out_off,
+		.nt = nt,
+	};
 	const void *src[MAXN];
-	size_t osz = kn_dtype_size(ot);
 	char *out = b->out + out_off, *want = b->want + out_off;
 	kn__sum_fn *fn =
 		ot == KN_DTYPE_FP32 ? ops->sum_to_f32[it] : ops->sum_same[it];
 
-	for (unsigned int k = 0; k < n; k++)
-		src[k] = b->in[k] + (k * in_off) % 64;
-	memset(out, 0x5a, osz * (count + GUARD));
-	memset(want, 0x5a, osz * (count + GUARD));
+	sum_case_setup(&c, b->in, src, out, want, GUARD);
 	ref_sum(it, ot, want, src, n, count, alpha);
 	if (nt) { /* in two ranges, as a pool of threads would split it */
 		fn(out, src[0], src + 1, n - 1, 0, count / 3, alpha, nt);
@@ -100,22 +70,7 @@ static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
 	} else {
 		fn(out, src[0], src + 1, n - 1, 0, count, alpha, nt);
 	}
-	for (size_t i = 0; i < count + GUARD; i++) {
-		/* which NaN an add returns is the compiler's choice */
-		if (i < count && isnan(ref_load(ot, out, i)) &&
-		    isnan(ref_load(ot, want, i)))
-			continue;
-		if (memcmp(out + i * osz, want + i * osz, osz))
-			cr_assert_fail("%s %s->%s n=%u count=%zu in_off=%zu "
-				       "out_off=%zu nt=%d: element %zu differs "
-				       "(%a vs %a)%s",
-				       kn_kernel_path_name(ops->path),
-				       kn_dtype_name(it), kn_dtype_name(ot), n,
-				       count, in_off, out_off, nt, i,
-				       (double)ref_load(ot, out, i),
-				       (double)ref_load(ot, want, i),
-				       i >= count ? " past the end" : "");
-	}
+	sum_case_check(&c, out, want, GUARD);
 }
 
 static size_t length_at(size_t j)
@@ -130,7 +85,7 @@ static size_t length_at(size_t j)
 
 PATH_TEST(sum, every_tail_dtype_and_input_count)
 {
-	struct bufs *b = bufs_new();
+	struct sum_bufs *b = sum_bufs_new(MAXN, MAXLEN, GUARD, 11);
 
 	for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
 		for (size_t q = 0; q < sizeof(inputs) / sizeof(inputs[0]); q++)
@@ -147,13 +102,13 @@ PATH_TEST(sum, every_tail_dtype_and_input_count)
 					   inputs[q], len, esz, esz * 3, true,
 					   1.0f / 3);
 			}
-	bufs_free(b);
+	sum_bufs_free(b);
 }
 
 /* Pointers not even aligned to their element size still work. */
 PATH_TEST(sum, byte_misaligned_pointers)
 {
-	struct bufs *b = bufs_new();
+	struct sum_bufs *b = sum_bufs_new(MAXN, MAXLEN, GUARD, 11);
 
 	for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
 		for (size_t len = 0; len < 300; len += 37) {
@@ -162,7 +117,7 @@ PATH_TEST(sum, byte_misaligned_pointers)
 			check_case(ops, b, pairs[p].in, pairs[p].out, 8, len, 3,
 				   5, true, 0.5f);
 		}
-	bufs_free(b);
+	sum_bufs_free(b);
 }
 
 /* dst may be any one of the inputs. */
@@ -235,10 +190,7 @@ Test(sum, public_entry_points)
 	uint64_t seed = 7;
 	size_t saved = kn__nt_threshold;
 
-	for (int k = 0; k < N; k++) {
-		fill_random(KN_DTYPE_FP32, in[k], LEN, &seed);
-		src[k] = in[k];
-	}
+	fill_inputs(&in[0][0], src, N, LEN, &seed);
 	ref_sum(KN_DTYPE_FP32, KN_DTYPE_FP32, want, src, N, LEN, 1.0f / N);
 	for (int pass = 0; pass < 2; pass++) {
 		kn__nt_threshold = pass ? 0 : (size_t)-1;

@@ -45,55 +45,40 @@ static void ref_wsum(enum kn_dtype it, enum kn_dtype ot, void *dst,
 	}
 }
 
-struct bufs {
-	char *in[MAXN];
-	char *out, *want;
-	float w[MAXN];
-};
-
-static struct bufs *bufs_new(void)
+/* The sum tests' buffers, with weights of every sign and size, 0 and 1
+ * among them. */
+static struct sum_bufs *bufs_new(void)
 {
-	struct bufs *b = calloc(1, sizeof(*b));
-	uint64_t seed = 23;
+	struct sum_bufs *b = sum_bufs_new(MAXN, MAXLEN, GUARD, 23);
+	uint64_t seed = 29;
 
-	cr_assert(b);
-	for (int k = 0; k < MAXN; k++) {
-		b->in[k] = alloc64(4 * (MAXLEN + 64));
-		/* finite in every view (test_sum.c says why) */
-		fill_random(KN_DTYPE_FP16, b->in[k], 2 * (MAXLEN + 64), &seed);
-		/* weights of every sign and size, 0 and 1 among them */
+	for (int k = 0; k < MAXN; k++)
 		b->w[k] = k % 7 == 3   ? 0.0f
 			  : k % 7 == 5 ? 1.0f
 				       : rnd_float(&seed) * 4.0f;
-	}
-	b->out = alloc64(4 * (MAXLEN + 64 + GUARD));
-	b->want = alloc64(4 * (MAXLEN + 64 + GUARD));
 	return b;
 }
 
-static void bufs_free(struct bufs *b)
-{
-	for (int k = 0; k < MAXN; k++)
-		free(b->in[k]);
-	free(b->out);
-	free(b->want);
-	free(b);
-}
-
-static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
+static void check_case(const struct kn__kernel_ops *ops, struct sum_bufs *b,
 		       enum kn_dtype it, enum kn_dtype ot, unsigned int n,
 		       size_t count, size_t in_off, size_t out_off, bool nt)
 {
+	const struct sum_case c = {
+		.path = ops->path,
+		.it = it,
+		.ot = ot,
+		.n = n,
+		.count = count,
+		.in_off = in_off,
+		.out_off = out_off,
+		.nt = nt,
+	};
 	const void *src[MAXN];
-	size_t osz = kn_dtype_size(ot);
 	char *out = b->out + out_off, *want = b->want + out_off;
 	kn__wsum_fn *fn =
 		ot == KN_DTYPE_FP32 ? ops->wsum_to_f32[it] : ops->wsum_same[it];
 
-	for (unsigned int k = 0; k < n; k++)
-		src[k] = b->in[k] + (k * in_off) % 64;
-	memset(out, 0x5a, osz * (count + GUARD));
-	memset(want, 0x5a, osz * (count + GUARD));
+	sum_case_setup(&c, b->in, src, out, want, GUARD);
 	ref_wsum(it, ot, want, src, b->w, n, count);
 	if (nt) { /* two ranges, as a pool would split it */
 		fn(out, src[0], src + 1, b->w, n - 1, 0, count / 3, nt);
@@ -101,26 +86,12 @@ static void check_case(const struct kn__kernel_ops *ops, struct bufs *b,
 	} else {
 		fn(out, src[0], src + 1, b->w, n - 1, 0, count, nt);
 	}
-	for (size_t i = 0; i < count + GUARD; i++) {
-		if (i < count && isnan(ref_load(ot, out, i)) &&
-		    isnan(ref_load(ot, want, i)))
-			continue;
-		if (memcmp(out + i * osz, want + i * osz, osz))
-			cr_assert_fail("%s %s->%s n=%u count=%zu in_off=%zu "
-				       "out_off=%zu nt=%d: element %zu: %a, "
-				       "want %a%s",
-				       kn_kernel_path_name(ops->path),
-				       kn_dtype_name(it), kn_dtype_name(ot), n,
-				       count, in_off, out_off, nt, i,
-				       (double)ref_load(ot, out, i),
-				       (double)ref_load(ot, want, i),
-				       i >= count ? " past the end" : "");
-	}
+	sum_case_check(&c, out, want, GUARD);
 }
 
 PATH_TEST(weighted, sum_every_tail_dtype_and_input_count)
 {
-	struct bufs *b = bufs_new();
+	struct sum_bufs *b = bufs_new();
 
 	for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
 		for (size_t q = 0; q < sizeof(inputs) / sizeof(inputs[0]); q++)
@@ -134,13 +105,13 @@ PATH_TEST(weighted, sum_every_tail_dtype_and_input_count)
 					   inputs[q], lengths[j], esz, esz * 3,
 					   true);
 			}
-	bufs_free(b);
+	sum_bufs_free(b);
 }
 
 /* Weights of 1 are the plain sum's terms exactly: the same bits. */
 PATH_TEST(weighted, unit_weights_are_the_plain_sum)
 {
-	struct bufs *b = bufs_new();
+	struct sum_bufs *b = bufs_new();
 	float ones[MAXN];
 
 	for (int k = 0; k < MAXN; k++)
@@ -168,7 +139,7 @@ PATH_TEST(weighted, unit_weights_are_the_plain_sum)
 				     kn_kernel_path_name(ops->path),
 				     kn_dtype_name(it), kn_dtype_name(ot), n);
 		}
-	bufs_free(b);
+	sum_bufs_free(b);
 }
 
 static kn__update_fn *plain(const struct kn__kernel_ops *ops,
@@ -212,7 +183,7 @@ PATH_TEST(weighted, update_is_the_update_of_scaled_inputs)
 		  .step = 3 },
 	};
 	static const unsigned int ns[] = { 1, 4, 13, 24 };
-	struct bufs *b = bufs_new();
+	struct sum_bufs *b = bufs_new();
 	static float scaled[MAXN][LEN], w1[LEN], w2[LEN], m1[LEN], m2[LEN],
 		v1[LEN], v2[LEN];
 
@@ -259,7 +230,7 @@ PATH_TEST(weighted, update_is_the_update_of_scaled_inputs)
 				cr_assert_eq(memcmp(v1, v2, sizeof(v1)), 0,
 					     "v");
 			}
-	bufs_free(b);
+	sum_bufs_free(b);
 }
 
 /* The public calls give the active path's results and check arguments. */

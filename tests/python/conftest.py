@@ -44,4 +44,18 @@ def explain(res):
             f"\n--- stderr\n{res.stderr[-4000:]}")
 
 
+def assert_push_order(*args):
+    """Run overlap_order.py with @args on two workers and check each
+    worker's "order" line: pushes posted before the first layer's
+    backward ran (the last part of backward), and every parameter
+    pushed once."""
+    res = launch("overlap_order.py", *args, workers=2)
+    assert res.returncode == 0, explain(res)
+    out = lines(res.stdout, "order ")
+    assert len(out) == 2, explain(res)
+    for o in out:
+        assert int(o[2]) >= 1, explain(res)
+        assert int(o[3]) == int(o[4]), explain(res)
+
+
 sys.path.insert(0, HERE)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import HERE, explain, launch, lines
+from conftest import HERE, assert_push_order, explain, launch
 
 sys.path.insert(0, os.path.join(HERE, "jobs"))
 import kanel.torch as kt  # noqa: E402
@@ -62,13 +62,7 @@ def test_staged_local_steps_train(tmp_path):
 
 
 def test_staged_push_follows_its_copy_and_precedes_backwards_end():
-    res = launch("overlap_order.py", "staged", workers=2)
-    assert res.returncode == 0, explain(res)
-    out = lines(res.stdout, "order ")
-    assert len(out) == 2, explain(res)
-    for o in out:
-        assert int(o[2]) >= 1, explain(res)
-        assert int(o[3]) == int(o[4]), explain(res)
+    assert_push_order("staged")
 
 
 def test_cuda_parameter_without_cuda_is_named():

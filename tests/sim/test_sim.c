@@ -38,6 +38,31 @@ static struct kn__sim_config config(uint32_t protocol, uint32_t workers,
 	return cfg;
 }
 
+/*
+ * @protocol's @workers for @iterations on a noiseless one-dimensional
+ * model (h = 1) at rate @lr, whose loss ratio has a closed form.
+ */
+static struct kn__sim_config line(uint32_t protocol, uint32_t workers,
+				  uint32_t iterations, double lr)
+{
+	struct kn__sim_config cfg = config(protocol, workers, iterations, NULL);
+
+	cfg.dim = 1;
+	cfg.sigma = 0;
+	cfg.lr = lr;
+	return cfg;
+}
+
+/* @r's final loss over its initial one is @ratio, to @tol relative. */
+static void expect_ratio(const struct kn__sim_result *r, double ratio,
+			 double tol, const char *what)
+{
+	double got = r->final_loss / r->initial_loss;
+
+	cr_expect_leq(fabs(got - ratio), tol * ratio,
+		      "%s: %.17g, expected %.17g", what, got, ratio);
+}
+
 /* Run @cfg to its end; the curve is not kept (it dies with the sim). */
 static struct kn__sim_result run(const struct kn__sim_config *cfg)
 {
@@ -161,19 +186,13 @@ Test(sim, asp_is_stale_and_outruns_bsp_behind_a_straggler)
  */
 Test(sim, the_model_follows_sgd_exactly_without_noise)
 {
-	struct kn__sim_config bc = config(KN_SYNC_BSP, 4, 60, NULL);
-	struct kn__sim_config ac = config(KN_SYNC_ASP, 2, 60, NULL);
+	struct kn__sim_config bc = line(KN_SYNC_BSP, 4, 60, 0.1);
+	struct kn__sim_config ac = line(KN_SYNC_ASP, 2, 60, 0.1);
 	struct kn__sim_result b, a;
 	double lr = 0.1, e0 = 1, e1 = 1 - lr / 2, e2, ratio;
 
-	bc.dim = ac.dim = 1;
-	bc.sigma = ac.sigma = 0;
-	bc.lr = ac.lr = lr;
 	b = run(&bc);
-	ratio = pow(1 - lr, 2 * 60);
-	cr_expect_leq(fabs(b.final_loss / b.initial_loss - ratio),
-		      1e-12 * ratio, "bsp: %.17g, expected %.17g",
-		      b.final_loss / b.initial_loss, ratio);
+	expect_ratio(&b, pow(1 - lr, 2 * 60), 1e-12, "bsp");
 
 	a = run(&ac);
 	for (int n = 1; n < 2 * 60; n++) {
@@ -182,9 +201,7 @@ Test(sim, the_model_follows_sgd_exactly_without_noise)
 		e1 = e2;
 	}
 	ratio = e1 * e1;
-	cr_expect_leq(fabs(a.final_loss / a.initial_loss - ratio), 1e-9 * ratio,
-		      "asp: %.17g, expected %.17g",
-		      a.final_loss / a.initial_loss, ratio);
+	expect_ratio(&a, ratio, 1e-9, "asp");
 	cr_expect_eq(a.max_staleness, 1);
 	cr_expect_eq(a.staleness_hist[0], 1);
 	cr_expect_eq(a.staleness_hist[1], 2 * 60 - 1);
@@ -197,13 +214,10 @@ Test(sim, the_model_follows_sgd_exactly_without_noise)
  */
 Test(sim, bsp_momentum_is_the_servers_heavy_ball)
 {
-	struct kn__sim_config cfg = config(KN_SYNC_BSP, 4, 60, NULL);
+	struct kn__sim_config cfg = line(KN_SYNC_BSP, 4, 60, 0.1);
 	struct kn__sim_result r, plain;
-	double lr = 0.1, mu = 0.9, e = 1, m = 0, ratio;
+	double lr = 0.1, mu = 0.9, e = 1, m = 0;
 
-	cfg.dim = 1;
-	cfg.sigma = 0;
-	cfg.lr = lr;
 	plain = run(&cfg);
 	cfg.momentum = mu;
 	r = run(&cfg);
@@ -211,10 +225,7 @@ Test(sim, bsp_momentum_is_the_servers_heavy_ball)
 		m = mu * m + e;
 		e -= lr * m;
 	}
-	ratio = e * e;
-	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio), 1e-9 * ratio,
-		      "bsp: %.17g, expected %.17g",
-		      r.final_loss / r.initial_loss, ratio);
+	expect_ratio(&r, e * e, 1e-9, "bsp");
 	cr_expect_neq(r.final_loss, plain.final_loss);
 }
 
@@ -227,13 +238,10 @@ Test(sim, bsp_momentum_is_the_servers_heavy_ball)
  */
 Test(sim, esp_momentum_runs_on_the_worker)
 {
-	struct kn__sim_config cfg = config(KN_SYNC_ESP, 1, 80, NULL);
+	struct kn__sim_config cfg = line(KN_SYNC_ESP, 1, 80, 0.1);
 	struct kn__sim_result r;
 	double lr = 0.1, mu = 0.9, e = 1, m = 0, got, best = INFINITY;
 
-	cfg.dim = 1;
-	cfg.sigma = 0;
-	cfg.lr = lr;
 	cfg.momentum = mu;
 	/* a wire slower than a step, so that ESP skips pushes */
 	cfg.latency = 0.05;
@@ -295,13 +303,10 @@ Test(sim, esp_holds_rounds_while_step_times_are_even)
  */
 Test(sim, esp_outer_momentum_is_nesterov_on_the_deltas)
 {
-	struct kn__sim_config cfg = config(KN_SYNC_ESP, 1, 30, NULL);
+	struct kn__sim_config cfg = line(KN_SYNC_ESP, 1, 30, 0.1);
 	struct kn__sim_result r, plain;
-	double lr = 0.1, mu = 0.5, e = 1, v = 0, ratio;
+	double lr = 0.1, mu = 0.5, e = 1, v = 0;
 
-	cfg.dim = 1;
-	cfg.sigma = 0;
-	cfg.lr = lr;
 	cfg.latency = 0;
 	plain = run(&cfg);
 	cfg.sync.outer_momentum = (float)mu;
@@ -315,11 +320,7 @@ Test(sim, esp_outer_momentum_is_nesterov_on_the_deltas)
 		v = mu * v + d;
 		e -= d + mu * v;
 	}
-	ratio = e * e;
-	cr_expect_leq(fabs(r.final_loss / r.initial_loss - ratio), 1e-9 * ratio,
-		      "esp, outer momentum %g: %.17g, expected "
-		      "%.17g",
-		      mu, r.final_loss / r.initial_loss, ratio);
+	expect_ratio(&r, e * e, 1e-9, "esp, outer momentum 0.5");
 	cr_expect_gt(fabs(r.final_loss - plain.final_loss),
 		     1e-6 * plain.final_loss,
 		     "the outer momentum changed nothing");
@@ -612,33 +613,39 @@ Test(sim, time_to_loss_averages_over_the_window)
 
 Test(sim, the_command_line_refuses_what_it_cannot_run)
 {
-	char *bad_protocol[] = { "sim", "--protocol", "nope", NULL };
-	char *bad_imbalance[] = { "sim", "--imbalance", "persistent:2", NULL };
-	char *bad_number[] = { "sim", "--workers", "0", NULL };
-	char *bad_seconds[] = { "sim", "--step-time=5min", NULL };
-	char *no_value[] = { "sim", "--workers", NULL };
-	char *unknown[] = { "sim", "--frobnicate", NULL };
-	char *too_big_k[] = { "sim",	     "--workers",	 "2",
-			      "--imbalance", "episodic:30:10:3", "--quiet",
-			      NULL };
-	char *bad_target[] = { "sim", "--target-loss", "-1", NULL };
-	char *bad_window[] = { "sim", "--target-window=-2s", NULL };
-	char *bad_cores[] = { "sim", "--cores", "0", NULL };
-	char *bad_cpu[] = { "sim", "--cpu-time=-1ms", NULL };
-	char *help[] = { "sim", "--help", NULL };
+	/* argv, NULL-terminated, and its exit status: 2 is a usage error */
+	static const struct {
+		int status;
+		char *argv[7];
+	} cases[] = {
+		{ 2, { "sim", "--protocol", "nope" } },
+		{ 2, { "sim", "--imbalance", "persistent:2" } },
+		{ 2, { "sim", "--workers", "0" } },
+		{ 2, { "sim", "--step-time=5min" } },
+		{ 2, { "sim", "--workers" } }, /* no value */
+		{ 2, { "sim", "--frobnicate" } },
+		/* k above the workers */
+		{ 2,
+		  { "sim", "--workers", "2", "--imbalance", "episodic:30:10:3",
+		    "--quiet" } },
+		{ 2, { "sim", "--target-loss", "-1" } },
+		{ 2, { "sim", "--target-window=-2s" } },
+		{ 2, { "sim", "--cores", "0" } },
+		{ 2, { "sim", "--cpu-time=-1ms" } },
+		{ 0, { "sim", "--help" } },
+	};
 
-	cr_expect_eq(kn_sim_main(3, bad_protocol), 2);
-	cr_expect_eq(kn_sim_main(3, bad_imbalance), 2);
-	cr_expect_eq(kn_sim_main(3, bad_number), 2);
-	cr_expect_eq(kn_sim_main(2, bad_seconds), 2);
-	cr_expect_eq(kn_sim_main(2, no_value), 2);
-	cr_expect_eq(kn_sim_main(2, unknown), 2);
-	cr_expect_eq(kn_sim_main(6, too_big_k), 2);
-	cr_expect_eq(kn_sim_main(3, bad_target), 2);
-	cr_expect_eq(kn_sim_main(2, bad_window), 2);
-	cr_expect_eq(kn_sim_main(3, bad_cores), 2);
-	cr_expect_eq(kn_sim_main(2, bad_cpu), 2);
-	cr_expect_eq(kn_sim_main(2, help), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[7];
+		int argc = 0;
+
+		/* a copy: the parser may reorder its argv */
+		memcpy(argv, cases[i].argv, sizeof(argv));
+		while (argv[argc])
+			argc++;
+		cr_expect_eq(kn_sim_main(argc, argv), cases[i].status, "%s %s",
+			     argv[1], argc > 2 ? argv[2] : "");
+	}
 }
 
 Test(sim, the_json_has_every_key)

@@ -17,20 +17,31 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
+struct kn__sync_rule *rule_of(const struct kn__sync_params *p)
+{
+	struct kn__sync_rule *rule = NULL;
+
+	cr_assert_eq(kn__sync_rule_create(p, &rule), 0);
+	cr_assert_not_null(rule);
+	cr_assert_leq(kn__sync_max_actions(p), MAXACT);
+	return rule;
+}
+
+struct kn__sync_worker *worker_of(const struct kn__sync_params *p, uint32_t id)
+{
+	struct kn__sync_worker *w = NULL;
+
+	cr_assert_eq(kn__sync_worker_create(p, id, &w), 0);
+	cr_assert_not_null(w);
+	return w;
+}
+
 struct kn__sync_rule *rule_new(uint32_t protocol, uint32_t max_workers,
 			       uint32_t members)
 {
-	struct kn__sync_params p = {
-		.protocol = protocol,
-		.max_workers = max_workers,
-		.members = members,
-	};
-	struct kn__sync_rule *rule = NULL;
-
-	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
-	cr_assert_not_null(rule);
-	cr_assert_leq(kn__sync_max_actions(&p), MAXACT);
-	return rule;
+	return rule_of(&(struct kn__sync_params){ .protocol = protocol,
+						  .max_workers = max_workers,
+						  .members = members });
 }
 
 int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
@@ -55,15 +66,58 @@ int member_event(struct kn__sync_rule *rule, uint32_t type, uint32_t worker,
 	return kn__sync_rule_event(rule, &ev, out);
 }
 
+void assert_release_at(const struct kn__sync_action *a, uint32_t worker,
+		       uint64_t version, uint64_t epoch, uint32_t steps)
+{
+	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
+	cr_assert_eq(a->worker, worker, "release of %u, not %u", a->worker,
+		     worker);
+	cr_assert_eq(a->version, version);
+	cr_assert_eq(a->epoch, epoch, "worker %u: epoch %lu, not %lu", worker,
+		     (unsigned long)a->epoch, (unsigned long)epoch);
+	cr_assert_eq(a->steps, steps, "worker %u: %u steps, not %u", worker,
+		     a->steps, steps);
+}
+
 void assert_release(const struct kn__sync_action *a, uint32_t worker,
 		    uint64_t version)
 {
-	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
-	cr_assert_eq(a->worker, worker, "release of %u, expected %u", a->worker,
-		     worker);
-	cr_assert_eq(a->version, version);
-	cr_assert_eq(a->epoch, 0);
-	cr_assert_eq(a->steps, 1);
+	assert_release_at(a, worker, version, 0, 1);
+}
+
+void assert_round(const struct kn__sync_action *a, int n, const uint32_t *ws,
+		  uint32_t count, uint64_t version, uint64_t epoch,
+		  const uint32_t *rsteps)
+{
+	cr_assert_eq(n, (int)(1 + count));
+	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
+	cr_assert_eq(a[0].version, version + 1);
+	cr_assert_eq(a[0].lr_scale, 1.0f);
+	cr_assert_eq(a[0].ncontrib, count);
+	for (uint32_t i = 0; i < count; i++) {
+		cr_assert_eq(a[0].contrib[i].worker, ws[i]);
+		cr_assert_eq(a[0].contrib[i].weight, 1.0f / (float)count,
+			     "worker %u: weight %g of %u", ws[i],
+			     a[0].contrib[i].weight, count);
+		assert_release_at(&a[1 + i], ws[i], version + 1, epoch,
+				  rsteps ? rsteps[i] : 1);
+	}
+}
+
+uint64_t rng_state;
+
+uint64_t rnd64(void)
+{
+	/* xorshift64*: fixed seed, same sequence on every machine */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+uint32_t rnd(uint32_t n)
+{
+	return (uint32_t)(rnd64() >> 32) % n;
 }
 
 void refusals(uint32_t protocol)
@@ -229,17 +283,6 @@ void worker_communicates_every_step(uint32_t protocol)
 }
 
 /* --- randomized, against a reference model ---------------------------- */
-
-static uint64_t rng_state;
-
-static uint32_t rnd(uint32_t n)
-{
-	/* xorshift64*: fixed seed, same sequence on every machine */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32) % n;
-}
 
 #define NEVENTS 50000
 

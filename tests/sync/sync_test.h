@@ -4,7 +4,8 @@
  * made and fed events in one call each, a RELEASE checked field by field,
  * and the checks that BSP and ASP, whose rules differ only in rounds,
  * pass through the same code (test_bsp.c and test_asp.c call each with
- * their protocol).
+ * their protocol), and the seeded generator every randomized test draws
+ * from (sync_base.h).
  */
 #ifndef KN_TEST_SYNC_TEST_H
 #define KN_TEST_SYNC_TEST_H
@@ -12,9 +13,7 @@
 #include <stdint.h>
 
 #include "sync.h"
-
-#define MAXW   8
-#define MAXACT (1 + MAXW)
+#include "sync_base.h"
 
 /* A rule of @protocol whose max_actions fits MAXACT; fails the test if
  * creation fails. */
@@ -25,17 +24,27 @@ int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
 /* JOIN or LEAVE (or any @type) of @worker. */
 int member_event(struct kn__sync_rule *rule, uint32_t type, uint32_t worker,
 		 struct kn__sync_action *out);
+/* A RELEASE of @worker with @version under @epoch for @steps steps. */
+void assert_release_at(const struct kn__sync_action *a, uint32_t worker,
+		       uint64_t version, uint64_t epoch, uint32_t steps);
 /* A RELEASE of @worker with @version, epoch 0 and 1 step. */
 void assert_release(const struct kn__sync_action *a, uint32_t worker,
 		    uint64_t version);
+/*
+ * A completion from @version: APPLY of workers @ws (ascending), each a
+ * model delta weighted 1 / count whatever its steps, then their
+ * releases under @epoch with @rsteps[i] steps (1 each if @rsteps is
+ * NULL).
+ */
+void assert_round(const struct kn__sync_action *a, int n, const uint32_t *ws,
+		  uint32_t count, uint64_t version, uint64_t epoch,
+		  const uint32_t *rsteps);
 
 /* Bad ids, membership errors and malformed events are refused, and the
  * refusals change nothing. */
 void refusals(uint32_t protocol);
 /* TIMING and TIMER, of members or not, emit nothing. */
 void timing_and_timer_do_nothing(uint32_t protocol);
-/* The planner checks its events and never plans; its epoch stays 0. */
-void planner_has_no_plans(uint32_t protocol);
 /* The worker rule: STEP -> PUSH, PUSHED -> WAIT, RELEASE -> STEP. */
 void worker_communicates_every_step(uint32_t protocol);
 /* 50,000 random events (seeded) against a reference model of the rules. */

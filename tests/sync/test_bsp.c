@@ -13,23 +13,6 @@
 
 #include "sync_test.h"
 
-/* A BSP round of every worker in @ws (ascending), all from @version. */
-static void assert_bsp_round(const struct kn__sync_action *a, int n,
-			     const uint32_t *ws, uint32_t count,
-			     uint64_t version)
-{
-	cr_assert_eq(n, (int)(1 + count));
-	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
-	cr_assert_eq(a[0].version, version + 1);
-	cr_assert_eq(a[0].lr_scale, 1.0f);
-	cr_assert_eq(a[0].ncontrib, count);
-	for (uint32_t k = 0; k < count; k++) {
-		cr_assert_eq(a[0].contrib[k].worker, ws[k]);
-		cr_assert_eq(a[0].contrib[k].weight, 1.0f / (float)count);
-		assert_release(&a[1 + k], ws[k], version + 1);
-	}
-}
-
 /* --- BSP ---------------------------------------------------------------- */
 
 Test(bsp, completes_only_when_every_member_pushed)
@@ -42,7 +25,7 @@ Test(bsp, completes_only_when_every_member_pushed)
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
 	cr_assert_eq(push(rule, 3, 0, 0, 0, out), 0);
 	cr_assert_eq(kn__sync_rule_version(rule), 0);
-	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 4, 0);
+	assert_round(out, push(rule, 1, 0, 0, 0, out), all, 4, 0, 0, NULL);
 	cr_assert_eq(kn__sync_rule_version(rule), 1);
 	kn__sync_rule_destroy(rule);
 }
@@ -101,8 +84,8 @@ Test(bsp, versions_increase_by_one_per_round)
 	for (uint64_t v = 0; v < 6; v++) {
 		cr_assert_eq(push(rule, 1, v, v, v & 1, out), 0);
 		cr_assert_eq(push(rule, 0, v, v, v & 1, out), 0);
-		assert_bsp_round(out, push(rule, 2, v, v, v & 1, out), all, 3,
-				 v);
+		assert_round(out, push(rule, 2, v, v, v & 1, out), all, 3, v, 0,
+			     NULL);
 		cr_assert_eq(out[0].contrib[1].slot, v & 1);
 		cr_assert_eq(kn__sync_rule_version(rule), v + 1);
 	}
@@ -118,7 +101,7 @@ Test(bsp, second_push_in_a_round_is_refused_and_changes_nothing)
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
 	/* a new clock, a new slot: still the same round */
 	cr_assert_eq(push(rule, 0, 1, 0, 1, out), -EINVAL);
-	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0);
+	assert_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0, 0, NULL);
 	cr_assert_eq(out[0].contrib[0].slot, 0, "the refused push's slot");
 	kn__sync_rule_destroy(rule);
 }
@@ -131,14 +114,14 @@ Test(bsp, replayed_or_off_version_push_is_refused)
 
 	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL); /* future */
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
-	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0);
+	assert_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0, 0, NULL);
 	/* the round-0 push seen again, as it was or with the new version */
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), -EINVAL);
 	cr_assert_eq(push(rule, 0, 0, 1, 0, out), -EINVAL);
 	/* computed from an old version: not a push of this round */
 	cr_assert_eq(push(rule, 0, 1, 0, 1, out), -EINVAL);
 	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
-	assert_bsp_round(out, push(rule, 1, 1, 1, 1, out), all, 2, 1);
+	assert_round(out, push(rule, 1, 1, 1, 1, out), all, 2, 1, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -150,13 +133,13 @@ Test(bsp, leave_of_the_last_waited_for_member_completes_the_round)
 
 	cr_assert_eq(push(rule, 2, 0, 0, 1, out), 0);
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
-	assert_bsp_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 1, out),
-			 rest, 2, 0);
+	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 1, out), rest,
+		     2, 0, 0, NULL);
 	cr_assert_eq(out[0].contrib[0].slot, 0);
 	cr_assert_eq(out[0].contrib[1].slot, 1);
 	/* and the next round needs only the two left */
 	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
-	assert_bsp_round(out, push(rule, 2, 1, 1, 0, out), rest, 2, 1);
+	assert_round(out, push(rule, 2, 1, 1, 0, out), rest, 2, 1, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -169,7 +152,7 @@ Test(bsp, leave_after_push_drops_the_contribution)
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
 	cr_assert_eq(push(rule, 1, 0, 0, 0, out), 0);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 0, out), 0);
-	assert_bsp_round(out, push(rule, 2, 0, 0, 0, out), rest, 2, 0);
+	assert_round(out, push(rule, 2, 0, 0, 0, out), rest, 2, 0, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -186,7 +169,7 @@ Test(bsp, a_round_without_members_never_completes)
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
 	assert_release(&out[0], 5, 0);
 	/* worker 0's dropped push is not applied with 5's */
-	assert_bsp_round(out, push(rule, 5, 0, 0, 0, out), five, 1, 0);
+	assert_round(out, push(rule, 5, 0, 0, 0, out), five, 1, 0, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -204,7 +187,7 @@ Test(bsp, join_releases_the_current_version_and_joins_the_round)
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
 	assert_release(&out[0], 5, 2);
 	cr_assert_eq(push(rule, 1, 2, 2, 0, out), 0, "waits for the joiner");
-	assert_bsp_round(out, push(rule, 5, 0, 2, 1, out), three, 3, 2);
+	assert_round(out, push(rule, 5, 0, 2, 1, out), three, 3, 2, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -220,7 +203,7 @@ Test(bsp, rejoin_after_leave_starts_its_clock_afresh)
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 0, out), 1);
 	assert_release(&out[0], 0, 0);
 	cr_assert_eq(push(rule, 0, 0, 0, 0, out), 0);
-	assert_bsp_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0);
+	assert_round(out, push(rule, 1, 0, 0, 0, out), all, 2, 0, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -263,7 +246,7 @@ Test(bsp, a_skipper_is_released_with_the_round_it_sat_out)
 	/* the next round is everyone's, the skipper's slot parity 1 */
 	cr_assert_eq(push(rule, 0, 1, 1, 1, out), 0);
 	cr_assert_eq(push(rule, 1, 1, 1, 0, out), 0, "waits for the joiner");
-	assert_bsp_round(out, push(rule, 5, 1, 1, 1, out), three, 3, 1);
+	assert_round(out, push(rule, 5, 1, 1, 1, out), three, 3, 1, 0, NULL);
 	kn__sync_rule_destroy(rule);
 }
 

@@ -344,6 +344,15 @@ static int barrier_ev(struct kn__sync_planner *pl, uint64_t epoch,
 	return kn__sync_planner_event(pl, &ev, out);
 }
 
+/* The timings @t of workers 0..@n-1, then the barrier of @epoch: one
+ * plan, in out[0]. */
+static void plan_after(struct kn__sync_planner *pl, const double *t, uint32_t n,
+		       uint64_t epoch, struct kn__sync_action *out)
+{
+	timings(pl, t, n);
+	cr_assert_eq(barrier_ev(pl, epoch, out), 1);
+}
+
 /* Worker @a and @b are in the same group of @out's plan. */
 static bool together(const struct kn__sync_action *out, uint32_t a, uint32_t b)
 {
@@ -361,8 +370,7 @@ Test(cgp_planner, a_persistent_straggler_pair_gets_its_own_group)
 
 	p.epoch_rounds = 20;
 	pl = make_planner(&p);
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	cr_assert_eq(out[0].type, KN__SYNC_ACT_REGROUP);
 	cr_assert_eq(out[0].epoch, 1);
 	cr_assert(out[0].regrouped);
@@ -383,8 +391,7 @@ Test(cgp_planner, a_persistent_straggler_pair_gets_its_own_group)
 	cr_assert_eq(barrier_ev(pl, 0, out), 0);
 	cr_assert_eq(barrier_ev(pl, 5, out), -EINVAL);
 	/* the same speeds: the same groups, not a regroup */
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 1, out), 1);
+	plan_after(pl, t, 8, 1, out);
 	cr_assert(!out[0].regrouped);
 	cr_assert(together(&out[0], 2, 5));
 	cr_assert(!together(&out[0], 0, 2));
@@ -398,8 +405,7 @@ Test(cgp_planner, equal_workers_stay_one_group)
 	struct kn__sync_action out[MAXACT];
 	const double t[8] = { .02, .02, .02, .02, .02, .02, .02, .02 };
 
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	cr_assert(!out[0].regrouped);
 	for (uint32_t w = 0; w < 8; w++) {
 		cr_assert_eq(KN__SYNC_CGP_GROUP(out[0].plan[w]), 0);
@@ -417,16 +423,14 @@ Test(cgp_planner, a_tiny_bound_keeps_bsp_and_one_worker_is_one_group)
 
 	p.bound = 0.01f; /* any split has tau_max >= 1/2 */
 	pl = make_planner(&p);
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	for (uint32_t w = 0; w < 8; w++)
 		cr_assert_eq(KN__SYNC_CGP_GROUP(out[0].plan[w]), 0);
 	kn__sync_planner_destroy(pl);
 
 	p = params(1);
 	pl = make_planner(&p);
-	timings(pl, t, 1);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 1, 0, out);
 	cr_assert_eq(out[0].plan[0], KN__SYNC_CGP_PLAN(0, 4));
 	kn__sync_planner_destroy(pl);
 }
@@ -441,14 +445,12 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 
 	p.alpha = 1; /* the newest timing is the prediction */
 	pl = make_planner(&p);
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	cr_assert(together(&out[0], 6, 7));
 	cr_assert(!together(&out[0], 0, 6));
 	/* worker 6 is fast now (an episode ended): back with the others */
 	t[6] = .02;
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 1, out), 1);
+	plan_after(pl, t, 8, 1, out);
 	cr_assert(out[0].regrouped);
 	cr_assert(together(&out[0], 0, 6));
 	cr_assert(!together(&out[0], 0, 7));
@@ -469,8 +471,7 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	cr_assert_neq(out[0].plan[7], 0);
 	/* a slow joiner, once timed, goes to a group of its own */
 	t[7] = .08;
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 4, out), 1);
+	plan_after(pl, t, 8, 4, out);
 	cr_assert(out[0].regrouped);
 	cr_assert(!together(&out[0], 0, 7));
 	kn__sync_planner_destroy(pl);
@@ -492,14 +493,12 @@ Test(cgp_planner, groups_that_break_the_bound_are_replaced_whatever_the_gain)
 	p.alpha = 1;
 	p.bound = 1.05f;
 	pl = make_planner(&p);
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	cr_assert(!together(&out[0], 0, 6));
 	cr_assert(together(&out[0], 6, 7));
 	/* the pair is 6x slower now: tau_max = 1.09 > S */
 	t[6] = t[7] = .12;
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 1, out), 1);
+	plan_after(pl, t, 8, 1, out);
 	cr_assert(out[0].regrouped);
 	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_BOUND);
 	kn__sync_planner_destroy(pl);
@@ -543,8 +542,7 @@ static void lone_straggler(uint32_t n, uint32_t slow, double factor)
 	/* round(20 x 0.0204 / 0.16) = round(2.55), round(20 x 0.0204 / 0.12) */
 	cr_assert_eq(KN__SYNC_CGP_ROUNDS(out[0].plan[slow]), 3);
 	/* the same speeds: kept */
-	timings(pl, t, n);
-	cr_assert_eq(barrier_ev(pl, 1, out), 1);
+	plan_after(pl, t, n, 1, out);
 	cr_assert(!out[0].regrouped);
 	cr_assert(!together(&out[0], 0 == slow ? 1 : 0, slow));
 	kn__sync_planner_destroy(pl);
@@ -575,8 +573,7 @@ Test(cgp_planner, equal_workers_with_a_sync_cost_stay_one_group)
 	p.bytes = 1000000;
 	p.bandwidth = 1e9f;
 	pl = make_planner(&p);
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	cr_assert(!out[0].regrouped);
 	for (uint32_t w = 0; w < 8; w++)
 		cr_assert_eq(KN__SYNC_CGP_GROUP(out[0].plan[w]), 0);
@@ -595,8 +592,7 @@ Test(cgp_planner, one_late_step_does_not_move_a_worker)
 	struct kn__sync_action out[MAXACT];
 	const double t[8] = { .02, .02, .02, .02, .02, .02, .08, .08 };
 
-	timings(pl, t, 8);
-	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	plan_after(pl, t, 8, 0, out);
 	cr_assert(!together(&out[0], 0, 6));
 	for (int step = 0; step < 19; step++)
 		timings(pl, t, 8);
@@ -641,8 +637,7 @@ Test(cgp_planner, pls_is_used_above_the_auto_limit_or_when_asked)
 	p.period = 1; /* a look at every barrier: the archive re-scored */
 	pl = make_planner(&p);
 	for (uint64_t e = 0; e < 3; e++) {
-		timings(pl, t, 8);
-		cr_assert_eq(barrier_ev(pl, e, out), 1);
+		plan_after(pl, t, 8, e, out);
 		cr_assert(together(&out[0], 2, 5));
 		cr_assert(!together(&out[0], 0, 2));
 	}

@@ -71,6 +71,24 @@ static void long_way(const double *T, const int *size, int k, double b,
 	}
 }
 
+/*
+ * p4 cut at @cuts, evaluated and checked against the long way over its
+ * @k groups of @size workers with round times @T, whose Lambda and
+ * tau_max go to @lambda and @tau; the evaluation.
+ */
+static struct kn__cgpp_eval eval_p4(const uint8_t *cuts, const double *T,
+				    const int *size, int k, double *lambda,
+				    double *tau)
+{
+	struct kn__cgpp_eval ev;
+
+	long_way(T, size, k, p4.batch, lambda, tau);
+	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
+	assert_close(ev.lambda, *lambda, "lambda");
+	assert_close(ev.tau_max, *tau, "tau_max");
+	return ev;
+}
+
 Test(cgpp, eval_bsp)
 {
 	const uint8_t cuts[3] = { 0, 0, 0 };
@@ -89,13 +107,9 @@ Test(cgpp, eval_asp)
 	const uint8_t cuts[3] = { 1, 1, 1 };
 	const double T[4] = { 1.75, 1.75, 2.75, 4.75 }; /* t_i + 0.75 */
 	const int size[4] = { 1, 1, 1, 1 };
-	struct kn__cgpp_eval ev;
 	double lambda, tau;
+	struct kn__cgpp_eval ev = eval_p4(cuts, T, size, 4, &lambda, &tau);
 
-	long_way(T, size, 4, 10, &lambda, &tau);
-	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
-	assert_close(ev.lambda, lambda, "lambda");
-	assert_close(ev.tau_max, tau, "tau_max");
 	/* the slowest: V = 4.75 (2/1.75 + 1/2.75), damped by 1 + V/4 */
 	assert_close(tau,
 		     4.75 * (2 / 1.75 + 1 / 2.75) /
@@ -112,18 +126,14 @@ Test(cgpp, eval_two_groups)
 	/* {1 1 2}: T = 2 + 0.5 + 0.75 = 3.25; {4}: T = 4 + 0.5 + 0.25 */
 	const double T[2] = { 3.25, 4.75 };
 	const int size[2] = { 3, 1 };
-	struct kn__cgpp_eval ev;
 	double lambda, tau;
+	struct kn__cgpp_eval ev = eval_p4(cuts, T, size, 2, &lambda, &tau);
 
-	long_way(T, size, 2, 10, &lambda, &tau);
-	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
-	assert_close(ev.lambda, lambda, "lambda");
 	/* by hand: m = 1/4 x 3.25/4.75 for the fast, 3/4 x 4.75/3.25 */
 	assert_close(lambda,
 		     30 / 3.25 / (1 + 0.25 * 3.25 / 4.75) +
 			     10 / 4.75 / (1 + 0.75 * 4.75 / 3.25),
 		     "by hand");
-	assert_close(ev.tau_max, tau, "tau_max");
 	cr_assert(ev.feasible);
 	cr_assert_eq(ev.groups, 2);
 }
@@ -133,13 +143,9 @@ Test(cgpp, eval_tau_max_is_the_max_over_groups)
 	const uint8_t cuts[3] = { 1, 0, 1 };
 	const double T[3] = { 1 + 0.75, 2 + 1.0, 4 + 0.75 };
 	const int size[3] = { 1, 2, 1 };
-	struct kn__cgpp_eval ev;
 	double lambda, tau;
 
-	long_way(T, size, 3, 10, &lambda, &tau);
-	cr_assert_eq(kn__cgpp_eval(&p4, cuts, &ev), 0);
-	assert_close(ev.tau_max, tau, "tau_max");
-	assert_close(ev.lambda, lambda, "lambda");
+	eval_p4(cuts, T, size, 3, &lambda, &tau);
 }
 
 Test(cgpp, eval_groups_is_the_same_model)
@@ -199,18 +205,62 @@ Test(cgpp, refuses_bad_input)
 
 /* --- degenerate inputs ---------------------------------------------------- */
 
-static void all_solvers(const struct kn__cgpp *p, uint8_t *ex,
-			struct kn__cgpp_eval *eex, struct kn__cgpp_eval *eaga,
-			struct kn__cgpp_eval *epls)
-{
-	uint8_t cuts[MAXN];
-	struct kn__cgpp_pls *a;
+static const double ones[16] = {
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
+};
+/* 7 workers at 1 s, one at 3 s */
+static const double one_slow[8] = { 1, 1, 1, 1, 1, 1, 1, 3 };
 
-	cr_assert_eq(kn__cgpp_exhaustive(p, ex, eex), 0);
-	cr_assert_eq(kn__cgpp_aga(p, 7, NULL, cuts, eaga), 0);
+/*
+ * An instance: @n workers of step times @t, batch @batch, C_sync(m) =
+ * @lat + m @bytes / @bw, and the bound @bound.
+ */
+static struct kn__cgpp instance(const double *t, uint32_t n, double batch,
+				double lat, double bytes, double bw,
+				double bound)
+{
+	return (struct kn__cgpp){ .t = t,
+				  .n = n,
+				  .batch = batch,
+				  .lat = lat,
+				  .bytes = bytes,
+				  .bw = bw,
+				  .bound = bound };
+}
+
+/* What the three solvers make of one instance. */
+struct solved {
+	uint8_t cuts[MAXN];		/* the exhaustive optimum's */
+	struct kn__cgpp_eval e, ea, ep; /* exhaustive, AGA, PLS at S */
+};
+
+static struct solved solve(const struct kn__cgpp *p)
+{
+	struct solved s;
+	struct kn__cgpp_pls *a;
+	uint8_t cuts[MAXN];
+
+	cr_assert_eq(kn__cgpp_exhaustive(p, s.cuts, &s.e), 0);
+	cr_assert_eq(kn__cgpp_aga(p, 7, NULL, cuts, &s.ea), 0);
 	cr_assert_eq(kn__cgpp_pls_create(p, 7, 0, &a), 0);
-	cr_assert_eq(kn__cgpp_pls_select(a, p->bound, cuts, epls), 0);
+	cr_assert_eq(kn__cgpp_pls_select(a, p->bound, cuts, &s.ep), 0);
 	kn__cgpp_pls_destroy(a);
+	return s;
+}
+
+/* Every solver keeps one group: BSP. */
+static void assert_one_group(const struct solved *s)
+{
+	cr_assert_eq(s->e.groups, 1);
+	cr_assert_eq(s->ea.groups, 1);
+	cr_assert_eq(s->ep.groups, 1);
+}
+
+/* AGA and PLS reach the exhaustive optimum's Lambda. */
+static void assert_optimum_reached(const struct solved *s)
+{
+	assert_close(s->ea.lambda, s->e.lambda, "aga lambda");
+	assert_close(s->ep.lambda, s->e.lambda, "pls lambda");
 }
 
 Test(cgpp, equal_workers_free_sync_is_one_group)
@@ -218,25 +268,14 @@ Test(cgpp, equal_workers_free_sync_is_one_group)
 	/* C_sync independent of m: every partition has the same Lambda,
 	 * so the tie-break (fewer groups) picks BSP
 	 */
-	double t[10];
-	struct kn__cgpp p = { .t = t,
-			      .n = 10,
-			      .batch = 32,
-			      .lat = 0.1,
-			      .bytes = 0,
-			      .bw = 1,
-			      .bound = 4 };
-	struct kn__cgpp_eval e, ea, ep;
-	uint8_t cuts[9];
+	struct kn__cgpp p = instance(ones, 10, 32, 0.1, 0, 1, 4);
+	struct solved s = solve(&p);
 
-	for (int i = 0; i < 10; i++)
-		t[i] = 1;
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_eq(e.groups, 1);
+	cr_assert_eq(s.e.groups, 1);
 	for (int i = 0; i < 9; i++)
-		cr_assert_eq(cuts[i], 0);
-	assert_close(ea.lambda, e.lambda, "aga lambda");
-	cr_assert_eq(ep.groups, 1);
+		cr_assert_eq(s.cuts[i], 0);
+	assert_close(s.ea.lambda, s.e.lambda, "aga lambda");
+	cr_assert_eq(s.ep.groups, 1);
 }
 
 Test(cgpp, equal_workers_moderate_sync_cost_stay_one_group)
@@ -246,23 +285,10 @@ Test(cgpp, equal_workers_moderate_sync_cost_stay_one_group)
 	 * equal groups: 1 / (2 - 1/k)), and with C_sync(10) = 1 against
 	 * 1 s steps that costs more than the shorter rounds gain: BSP.
 	 */
-	double t[10];
-	struct kn__cgpp p = { .t = t,
-			      .n = 10,
-			      .batch = 32,
-			      .lat = 0.1,
-			      .bytes = 1,
-			      .bw = 10,
-			      .bound = 4 };
-	struct kn__cgpp_eval e, ea, ep;
-	uint8_t cuts[9];
+	struct kn__cgpp p = instance(ones, 10, 32, 0.1, 1, 10, 4);
+	struct solved s = solve(&p);
 
-	for (int i = 0; i < 10; i++)
-		t[i] = 1;
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_eq(e.groups, 1);
-	cr_assert_eq(ea.groups, 1);
-	cr_assert_eq(ep.groups, 1);
+	assert_one_group(&s);
 }
 
 Test(cgpp, equal_workers_costly_sync_split_up_to_the_bound)
@@ -271,55 +297,35 @@ Test(cgpp, equal_workers_costly_sync_split_up_to_the_bound)
 	 * the damping, and the bound is what stops the splitting: ASP (ten
 	 * groups, tau_max = 9 / 1.9 = 4.7) breaks it.
 	 */
-	double t[10];
-	struct kn__cgpp p = { .t = t,
-			      .n = 10,
-			      .batch = 32,
-			      .lat = 0.1,
-			      .bytes = 1,
-			      .bw = 1,
-			      .bound = 4 };
+	struct kn__cgpp p = instance(ones, 10, 32, 0.1, 1, 1, 4);
+	struct kn__cgpp_eval ev;
+	struct solved s;
 	uint8_t asp[9];
-	struct kn__cgpp_eval e, ea, ep, ev;
-	uint8_t cuts[9];
 
-	for (int i = 0; i < 10; i++)
-		t[i] = 1;
 	memset(asp, 1, sizeof(asp));
 	cr_assert_eq(kn__cgpp_eval(&p, asp, &ev), 0);
 	assert_close(ev.tau_max, 9 / 1.9, "asp tau_max");
 	cr_assert(!ev.feasible);
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_gt(e.groups, 4);
-	cr_assert_lt(e.groups, 10);
-	cr_assert(e.feasible);
-	assert_close(ea.lambda, e.lambda, "aga lambda");
-	assert_close(ep.lambda, e.lambda, "pls lambda");
+	s = solve(&p);
+	cr_assert_gt(s.e.groups, 4);
+	cr_assert_lt(s.e.groups, 10);
+	cr_assert(s.e.feasible);
+	assert_optimum_reached(&s);
 }
 
 Test(cgpp, one_slow_worker_alone_when_the_bound_allows)
 {
-	/* 7 workers at 1 s, one at 3 s: alone, V = 3.1/1.1 versions, m =
-	 * 7/8 of that, and tau_max = V / (1 + m)
+	/* alone, V = 3.1/1.1 versions, m = 7/8 of that, and tau_max = V /
+	 * (1 + m)
 	 */
-	const double t[8] = { 1, 1, 1, 1, 1, 1, 1, 3 };
-	struct kn__cgpp p = { .t = t,
-			      .n = 8,
-			      .batch = 32,
-			      .lat = 0.1,
-			      .bytes = 0,
-			      .bw = 1,
-			      .bound = 4 };
+	struct kn__cgpp p = instance(one_slow, 8, 32, 0.1, 0, 1, 4);
 	const uint8_t want[7] = { 0, 0, 0, 0, 0, 0, 1 };
-	struct kn__cgpp_eval e, ea, ep;
-	uint8_t cuts[7];
+	struct solved s = solve(&p);
 
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_arr_eq(cuts, want, 7);
-	assert_close(e.tau_max, 3.1 / 1.1 / (1 + 7.0 / 8 * 3.1 / 1.1),
+	cr_assert_arr_eq(s.cuts, want, 7);
+	assert_close(s.e.tau_max, 3.1 / 1.1 / (1 + 7.0 / 8 * 3.1 / 1.1),
 		     "tau_max");
-	assert_close(ea.lambda, e.lambda, "aga lambda");
-	assert_close(ep.lambda, e.lambda, "pls lambda");
+	assert_optimum_reached(&s);
 }
 
 /*
@@ -331,15 +337,9 @@ Test(cgpp, one_slow_worker_alone_when_the_bound_allows)
 static void lone_straggler(uint32_t n, double factor)
 {
 	double t[16];
-	struct kn__cgpp p = { .t = t,
-			      .n = n,
-			      .batch = 32,
-			      .lat = 1e-4,
-			      .bytes = 0,
-			      .bw = 1,
-			      .bound = 4 };
-	uint8_t want[15] = { 0 }, cuts[15];
-	struct kn__cgpp_eval e, ea, ep;
+	struct kn__cgpp p = instance(t, n, 32, 1e-4, 0, 1, 4);
+	uint8_t want[15] = { 0 };
+	struct solved s;
 	double tf = 0.02 + 1e-4, ts = 0.02 * factor + 1e-4;
 	double v = ts / tf, m = (n - 1.0) / n * v;
 
@@ -347,17 +347,16 @@ static void lone_straggler(uint32_t n, double factor)
 		t[i] = i + 1 < n ? 0.02 : 0.02 * factor;
 	want[n - 2] = 1;
 	cr_assert_gt(v, 4, "the undamped staleness breaks the bound");
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_arr_eq(cuts, want, n - 1);
-	cr_assert_eq(e.groups, 2);
-	assert_close(e.tau_max, v / (1 + m), "tau_max");
-	cr_assert(e.feasible);
+	s = solve(&p);
+	cr_assert_arr_eq(s.cuts, want, n - 1);
+	cr_assert_eq(s.e.groups, 2);
+	assert_close(s.e.tau_max, v / (1 + m), "tau_max");
+	cr_assert(s.e.feasible);
 	/* far above BSP's n / T_slow */
-	cr_assert_gt(e.lambda, 3 * n * 32 / ts);
-	assert_close(ea.lambda, e.lambda, "aga lambda");
-	assert_close(ep.lambda, e.lambda, "pls lambda");
-	cr_assert_eq(ea.groups, 2);
-	cr_assert_eq(ep.groups, 2);
+	cr_assert_gt(s.e.lambda, 3 * n * 32 / ts);
+	assert_optimum_reached(&s);
+	cr_assert_eq(s.ea.groups, 2);
+	cr_assert_eq(s.ep.groups, 2);
 }
 
 Test(cgpp, a_lone_straggler_8x_of_8_is_alone)
@@ -376,64 +375,35 @@ Test(cgpp, bound_below_every_split_gives_bsp)
 	 * m <= V in rounds of n, so tau_max >= V / (1 + V) >= 1/2: S = 0.4
 	 * admits BSP only
 	 */
-	const double t[8] = { 1, 1, 1, 1, 1, 1, 1, 3 };
-	struct kn__cgpp p = { .t = t,
-			      .n = 8,
-			      .batch = 32,
-			      .lat = 0.1,
-			      .bytes = 0,
-			      .bw = 1,
-			      .bound = 0.4 };
-	struct kn__cgpp_eval e, ea, ep;
-	uint8_t cuts[7];
+	struct kn__cgpp p = instance(one_slow, 8, 32, 0.1, 0, 1, 0.4);
+	struct solved s = solve(&p);
 
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_eq(e.groups, 1);
-	cr_assert_eq(ea.groups, 1);
-	cr_assert_eq(ep.groups, 1);
+	assert_one_group(&s);
 }
 
 Test(cgpp, bound_zero_gives_one_group)
 {
 	const double t[6] = { 0.5, 1, 1, 2, 4, 8 };
-	struct kn__cgpp p = { .t = t,
-			      .n = 6,
-			      .batch = 32,
-			      .lat = 0.01,
-			      .bytes = 1,
-			      .bw = 100,
-			      .bound = 0 };
-	struct kn__cgpp_eval e, ea, ep;
-	uint8_t cuts[5];
+	struct kn__cgpp p = instance(t, 6, 32, 0.01, 1, 100, 0);
+	struct solved s = solve(&p);
 
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_eq(e.groups, 1);
-	cr_assert_eq(ea.groups, 1);
-	cr_assert_eq(ep.groups, 1);
-	cr_assert_eq(e.tau_max, 0.0);
+	assert_one_group(&s);
+	cr_assert_eq(s.e.tau_max, 0.0);
 }
 
 Test(cgpp, one_worker)
 {
 	const double t[1] = { 2 };
-	struct kn__cgpp p = { .t = t,
-			      .n = 1,
-			      .batch = 8,
-			      .lat = 0.5,
-			      .bytes = 1,
-			      .bw = 2,
-			      .bound = 4 };
-	struct kn__cgpp_eval e, ea, ep;
-	uint8_t cuts[1];
+	struct kn__cgpp p = instance(t, 1, 8, 0.5, 1, 2, 4);
+	struct kn__cgpp_eval e;
+	struct solved s;
 
 	cr_assert_eq(kn__cgpp_eval(&p, NULL, &e), 0);
 	assert_close(e.lambda, 8 / 3.0, "lambda");
-	all_solvers(&p, cuts, &e, &ea, &ep);
-	cr_assert_eq(e.groups, 1);
-	cr_assert_eq(ea.groups, 1);
-	cr_assert_eq(ep.groups, 1);
-	cr_assert_eq(ep.tau_max, 0.0);
-	assert_close(ea.lambda, 8 / 3.0, "aga lambda");
+	s = solve(&p);
+	assert_one_group(&s);
+	cr_assert_eq(s.ep.tau_max, 0.0);
+	assert_close(s.ea.lambda, 8 / 3.0, "aga lambda");
 }
 
 /* --- random instances against the oracle ---------------------------------- */

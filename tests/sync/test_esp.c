@@ -16,26 +16,18 @@
 #include <criterion/criterion.h>
 
 #include "sync.h"
-
-#define MAXW   8
-#define MAXACT (1 + MAXW)
+#include "sync_base.h"
 
 /* --- helpers ---------------------------------------------------------- */
 
+/* ESP's rule, whose max_actions is exactly MAXACT. */
 static struct kn__sync_rule *rule_new(uint32_t members, uint32_t staleness)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_ESP,
-		.max_workers = MAXW,
-		.members = members,
-		.staleness = staleness,
-	};
-	struct kn__sync_rule *rule = NULL;
+	struct kn__sync_params p = { KN_SYNC_ESP, MAXW, members,
+				     .staleness = staleness };
 
-	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
-	cr_assert_not_null(rule);
 	cr_assert_eq(kn__sync_max_actions(&p), MAXACT);
-	return rule;
+	return rule_of(&p);
 }
 
 static int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
@@ -121,18 +113,13 @@ static void push_held(struct kn__sync_rule *rule, uint32_t worker,
 static struct kn__sync_worker *worker_new(uint32_t max_skip, float gamma,
 					  float theta)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_ESP,
-		.max_workers = MAXW,
-		.members = MAXW,
-		.max_skip = max_skip,
-		.gamma = gamma,
-		.theta = theta,
-	};
-	struct kn__sync_worker *w = NULL;
-
-	cr_assert_eq(kn__sync_worker_create(&p, 3, &w), 0);
-	return w;
+	return worker_of(&(struct kn__sync_params){ .protocol = KN_SYNC_ESP,
+						    .max_workers = MAXW,
+						    .members = MAXW,
+						    .max_skip = max_skip,
+						    .gamma = gamma,
+						    .theta = theta },
+			 3);
 }
 
 static int step(struct kn__sync_worker *w, double seconds, float delta,
@@ -205,22 +192,7 @@ Test(esp, name_and_room_for_actions)
 
 Test(esp, planner_has_no_plans)
 {
-	struct kn__sync_params p = { KN_SYNC_ESP, MAXW, 2 };
-	struct kn__sync_planner *planner;
-	struct kn__sync_action out[MAXACT];
-	struct kn__sync_event ev = { .type = KN__SYNC_EV_TIMING, .value = 1 };
-
-	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
-	for (uint32_t w = 0; w < MAXW; w++) {
-		ev.worker = w;
-		cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
-	}
-	ev = (struct kn__sync_event){ .type = KN__SYNC_EV_JOIN, .worker = 5 };
-	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), 0);
-	ev.type = KN__SYNC_EV_PUSH;
-	cr_assert_eq(kn__sync_planner_event(planner, &ev, out), -EINVAL);
-	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
-	kn__sync_planner_destroy(planner);
+	planner_has_no_plans(KN_SYNC_ESP);
 }
 
 /* --- the worker rule -------------------------------------------------- */
@@ -374,17 +346,6 @@ Test(esp, worker_refuses_events_that_do_not_fit_and_changes_nothing)
 }
 
 /* --- randomized, with a fixed seed ------------------------------------ */
-
-static uint64_t rng_state;
-
-static uint32_t rnd(uint32_t n)
-{
-	/* xorshift64*: fixed seed, same sequence on every machine */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32) % n;
-}
 
 /* Uniform in [0, 1). */
 static double rndf(void)

@@ -97,98 +97,87 @@ static double now_s(void)
 
 /* --- parsing ---------------------------------------------------------- */
 
+#define PERS KN__IMB_PERSISTENT
+#define RAND KN__IMB_RANDOM
+#define EPIS KN__IMB_EPISODIC
+#define PERI KN__IMB_PERIODIC
+
+/*
+ * Specs, the seed each is parsed with, and the whole model it must give,
+ * in struct kn__imb's order: kind, fraction, factor, p, period,
+ * duration, amplitude, k, jitter_sigma (the fields of other kinds 0);
+ * the seed is the one given.  @defaults: some fields left out.
+ */
+static const struct {
+	bool defaults;
+	const char *spec;
+	uint64_t seed;
+	struct kn__imb want;
+} parses[] = {
+	/* every field given */
+	{ false, "none", 9, { KN__IMB_NONE, 0, 0, 0, 0, 0, 0, 0, 0 } },
+	{ false, "persistent:0.1:8", 1, { PERS, 0.1, 8, 0, 0, 0, 0, 0, 0.05 } },
+	{ false, "random:0.2:1.5", 1, { RAND, 0, 1.5, 0.2, 0, 0, 0, 0, 0 } },
+	{ false, "episodic:60:20:3:2", 1, { EPIS, 0, 2, 0, 60, 20, 0, 3, 0 } },
+	{ false, "periodic:90:0.25", 1, { PERI, 0, 0, 0, 90, 0, 0.25, 0, 0 } },
+	/* edges of the ranges are accepted */
+	{ false, "persistent:0:1", 1, { PERS, 0, 1, 0, 0, 0, 0, 0, 0.05 } },
+	{ false,
+	  "persistent:1:1e3",
+	  1,
+	  { PERS, 1, 1000, 0, 0, 0, 0, 0, 0.05 } },
+	{ false, "random:1:4", 1, { RAND, 0, 4, 1, 0, 0, 0, 0, 0 } },
+	{ false, "episodic:30:30:1:4", 1, { EPIS, 0, 4, 0, 30, 30, 0, 1, 0 } },
+	{ false, "periodic:1:0", 1, { PERI, 0, 0, 0, 1, 0, 0, 0, 0 } },
+	{ false,
+	  "periodic:.5:0.999",
+	  1,
+	  { PERI, 0, 0, 0, 0.5, 0, 0.999, 0, 0 } },
+	/* trailing fields left to their defaults */
+	{ true, "persistent", 1, { PERS, 0.25, 4, 0, 0, 0, 0, 0, 0.05 } },
+	{ true, "persistent:0.5", 1, { PERS, 0.5, 4, 0, 0, 0, 0, 0, 0.05 } },
+	{ true, "random", 1, { RAND, 0, 4, 0.05, 0, 0, 0, 0, 0 } },
+	{ true, "random:0.5", 1, { RAND, 0, 4, 0.5, 0, 0, 0, 0, 0 } },
+	{ true, "episodic", 1, { EPIS, 0, 4, 0, 30, 10, 0, 1, 0 } },
+	{ true, "episodic:40", 1, { EPIS, 0, 4, 0, 40, 10, 0, 1, 0 } },
+	{ true, "episodic:40:20", 1, { EPIS, 0, 4, 0, 40, 20, 0, 1, 0 } },
+	{ true, "episodic:40:20:5", 1, { EPIS, 0, 4, 0, 40, 20, 0, 5, 0 } },
+	{ true, "periodic", 1, { PERI, 0, 0, 0, 120, 0, 0.5, 0, 0 } },
+	{ true, "periodic:60", 1, { PERI, 0, 0, 0, 60, 0, 0.5, 0, 0 } },
+};
+
+/* The specs of parses[] with @defaults or without parse as they must. */
+static void assert_parses(bool defaults)
+{
+	for (size_t i = 0; i < sizeof(parses) / sizeof(parses[0]); i++) {
+		const char *spec = parses[i].spec;
+		const struct kn__imb *w = &parses[i].want;
+		struct kn__imb m;
+
+		if (parses[i].defaults != defaults)
+			continue;
+		m = parse_ok(spec, parses[i].seed);
+		cr_assert_eq(m.kind, w->kind, "%s", spec);
+		cr_assert_eq(m.fraction, w->fraction, "%s", spec);
+		cr_assert_eq(m.factor, w->factor, "%s", spec);
+		cr_assert_eq(m.p, w->p, "%s", spec);
+		cr_assert_eq(m.period, w->period, "%s", spec);
+		cr_assert_eq(m.duration, w->duration, "%s", spec);
+		cr_assert_eq(m.amplitude, w->amplitude, "%s", spec);
+		cr_assert_eq(m.k, w->k, "%s", spec);
+		cr_assert_eq(m.jitter_sigma, w->jitter_sigma, "%s", spec);
+		cr_assert_eq(m.seed, parses[i].seed, "%s", spec);
+	}
+}
+
 Test(imbalance, parse_every_field)
 {
-	struct kn__imb m;
-
-	m = parse_ok("none", 9);
-	cr_assert_eq(m.kind, KN__IMB_NONE);
-	cr_assert_eq(m.seed, 9);
-	cr_assert_eq(m.jitter_sigma, 0);
-
-	m = parse_ok("persistent:0.1:8", 1);
-	cr_assert_eq(m.kind, KN__IMB_PERSISTENT);
-	cr_assert_eq(m.fraction, 0.1);
-	cr_assert_eq(m.factor, 8);
-	cr_assert_eq(m.jitter_sigma, 0.05);
-
-	m = parse_ok("random:0.2:1.5", 1);
-	cr_assert_eq(m.kind, KN__IMB_RANDOM);
-	cr_assert_eq(m.p, 0.2);
-	cr_assert_eq(m.factor, 1.5);
-	cr_assert_eq(m.jitter_sigma, 0);
-
-	m = parse_ok("episodic:60:20:3:2", 1);
-	cr_assert_eq(m.kind, KN__IMB_EPISODIC);
-	cr_assert_eq(m.period, 60);
-	cr_assert_eq(m.duration, 20);
-	cr_assert_eq(m.k, 3);
-	cr_assert_eq(m.factor, 2);
-	cr_assert_eq(m.jitter_sigma, 0);
-
-	m = parse_ok("periodic:90:0.25", 1);
-	cr_assert_eq(m.kind, KN__IMB_PERIODIC);
-	cr_assert_eq(m.period, 90);
-	cr_assert_eq(m.amplitude, 0.25);
-	cr_assert_eq(m.jitter_sigma, 0);
-
-	/* Edges of the ranges are accepted. */
-	m = parse_ok("persistent:0:1", 1);
-	cr_assert_eq(m.fraction, 0);
-	cr_assert_eq(m.factor, 1);
-	m = parse_ok("persistent:1:1e3", 1);
-	cr_assert_eq(m.fraction, 1);
-	cr_assert_eq(m.factor, 1000);
-	m = parse_ok("random:1:4", 1);
-	cr_assert_eq(m.p, 1);
-	m = parse_ok("episodic:30:30:1:4", 1);
-	cr_assert_eq(m.duration, 30);
-	m = parse_ok("periodic:1:0", 1);
-	cr_assert_eq(m.amplitude, 0);
-	m = parse_ok("periodic:.5:0.999", 1);
-	cr_assert_eq(m.period, 0.5);
-	cr_assert_eq(m.amplitude, 0.999);
+	assert_parses(false);
 }
 
 Test(imbalance, parse_defaults)
 {
-	struct kn__imb m;
-
-	m = parse_ok("persistent", 1);
-	cr_assert_eq(m.fraction, 0.25);
-	cr_assert_eq(m.factor, 4);
-	m = parse_ok("persistent:0.5", 1);
-	cr_assert_eq(m.fraction, 0.5);
-	cr_assert_eq(m.factor, 4);
-
-	m = parse_ok("random", 1);
-	cr_assert_eq(m.p, 0.05);
-	cr_assert_eq(m.factor, 4);
-	m = parse_ok("random:0.5", 1);
-	cr_assert_eq(m.p, 0.5);
-	cr_assert_eq(m.factor, 4);
-
-	m = parse_ok("episodic", 1);
-	cr_assert_eq(m.period, 30);
-	cr_assert_eq(m.duration, 10);
-	cr_assert_eq(m.k, 1);
-	cr_assert_eq(m.factor, 4);
-	m = parse_ok("episodic:40", 1);
-	cr_assert_eq(m.period, 40);
-	cr_assert_eq(m.duration, 10);
-	m = parse_ok("episodic:40:20", 1);
-	cr_assert_eq(m.duration, 20);
-	cr_assert_eq(m.k, 1);
-	m = parse_ok("episodic:40:20:5", 1);
-	cr_assert_eq(m.k, 5);
-	cr_assert_eq(m.factor, 4);
-
-	m = parse_ok("periodic", 1);
-	cr_assert_eq(m.period, 120);
-	cr_assert_eq(m.amplitude, 0.5);
-	m = parse_ok("periodic:60", 1);
-	cr_assert_eq(m.period, 60);
-	cr_assert_eq(m.amplitude, 0.5);
+	assert_parses(true);
 }
 
 Test(imbalance, format_is_canonical_and_round_trips)

@@ -20,9 +20,7 @@
 #include <criterion/criterion.h>
 
 #include "sync_priv.h"
-
-#define MAXW   8
-#define MAXACT (1 + MAXW)
+#include "sync_test.h"
 
 /* --- ZipLine: hand-computed cases ---------------------------------------- */
 
@@ -124,22 +122,6 @@ Test(predicted, zipline_refuses_bad_input_and_leaves_k_alone)
 
 /* --- ZipLine against an exhaustive search --------------------------------- */
 
-static uint64_t rng_state;
-
-static uint64_t rnd64(void)
-{
-	/* xorshift64*: fixed seed, same sequence on every machine */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545F4914F6CDD1DULL;
-}
-
-static uint32_t rnd(uint32_t n)
-{
-	return (uint32_t)(rnd64() >> 32) % n;
-}
-
 /*
  * Every step vector in 1..R^n: the window it spans, [min, max] of
  * k_i t_i, the smallest by (hi - lo, then hi) with the same doubles as
@@ -228,22 +210,9 @@ Test(predicted, zipline_matches_exhaustive_search_on_tied_times)
 
 /* --- the chunk rule ------------------------------------------------------ */
 
-static struct kn__sync_rule *rule_new(uint32_t protocol, uint32_t members)
-{
-	struct kn__sync_params p = {
-		.protocol = protocol,
-		.max_workers = MAXW,
-		.members = members,
-	};
-	struct kn__sync_rule *rule = NULL;
-
-	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
-	cr_assert_leq(kn__sync_max_actions(&p), MAXACT);
-	return rule;
-}
-
-static int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
-		uint32_t steps, struct kn__sync_action *out)
+static int push_steps(struct kn__sync_rule *rule, uint32_t worker,
+		      uint64_t clock, uint32_t steps,
+		      struct kn__sync_action *out)
 {
 	struct kn__sync_event ev = {
 		.type = KN__SYNC_EV_PUSH,
@@ -253,14 +222,6 @@ static int push(struct kn__sync_rule *rule, uint32_t worker, uint64_t clock,
 		.version = kn__sync_rule_version(rule),
 		.steps = steps,
 	};
-
-	return kn__sync_rule_event(rule, &ev, out);
-}
-
-static int member_event(struct kn__sync_rule *rule, uint32_t type,
-			uint32_t worker, struct kn__sync_action *out)
-{
-	struct kn__sync_event ev = { .type = type, .worker = worker };
 
 	return kn__sync_rule_event(rule, &ev, out);
 }
@@ -275,42 +236,6 @@ static int plan_event(struct kn__sync_rule *rule, uint64_t epoch,
 	};
 
 	return kn__sync_rule_event(rule, &ev, out);
-}
-
-static void assert_release(const struct kn__sync_action *a, uint32_t worker,
-			   uint64_t version, uint64_t epoch, uint32_t steps)
-{
-	cr_assert_eq(a->type, KN__SYNC_ACT_RELEASE);
-	cr_assert_eq(a->worker, worker, "release of %u, not %u", a->worker,
-		     worker);
-	cr_assert_eq(a->version, version);
-	cr_assert_eq(a->epoch, epoch, "worker %u: epoch %lu, not %lu", worker,
-		     (unsigned long)a->epoch, (unsigned long)epoch);
-	cr_assert_eq(a->steps, steps, "worker %u: %u steps, not %u", worker,
-		     a->steps, steps);
-}
-
-/*
- * A completion from @version: APPLY of workers @ws (ascending), each a
- * model delta weighted 1 / count whatever its steps, then their
- * releases under @epoch with @rsteps[i] steps.
- */
-static void assert_round(const struct kn__sync_action *a, int n,
-			 const uint32_t *ws, uint32_t count, uint64_t version,
-			 uint64_t epoch, const uint32_t *rsteps)
-{
-	cr_assert_eq(n, (int)(1 + count));
-	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
-	cr_assert_eq(a[0].version, version + 1);
-	cr_assert_eq(a[0].lr_scale, 1.0f);
-	cr_assert_eq(a[0].ncontrib, count);
-	for (uint32_t i = 0; i < count; i++) {
-		cr_assert_eq(a[0].contrib[i].worker, ws[i]);
-		cr_assert_eq(a[0].contrib[i].weight, 1.0f / (float)count,
-			     "worker %u: weight %g of %u", ws[i],
-			     a[0].contrib[i].weight, count);
-		assert_release(&a[1 + i], ws[i], version + 1, epoch, rsteps[i]);
-	}
 }
 
 Test(predicted, name_and_max_actions)
@@ -330,8 +255,8 @@ Test(predicted, name_and_max_actions)
  */
 Test(predicted, warmup_rounds_are_exactly_bsp)
 {
-	struct kn__sync_rule *psp = rule_new(KN_SYNC_PSP, 4);
-	struct kn__sync_rule *bsp = rule_new(KN_SYNC_BSP, 4);
+	struct kn__sync_rule *psp = rule_new(KN_SYNC_PSP, MAXW, 4);
+	struct kn__sync_rule *bsp = rule_new(KN_SYNC_BSP, MAXW, 4);
 	struct kn__sync_action a[MAXACT], b[MAXACT];
 	const uint32_t all[] = { 0, 1, 2, 3 }, one[] = { 1, 1, 1, 1 };
 	uint64_t clock[MAXW] = { 0 };
@@ -396,18 +321,18 @@ Test(predicted, warmup_rounds_are_exactly_bsp)
 	kn__sync_rule_destroy(bsp);
 
 	/* and explicitly: 1/n, epoch 0, one step */
-	psp = rule_new(KN_SYNC_PSP, 4);
-	cr_assert_eq(push(psp, 3, 0, 0, a), 0);
-	cr_assert_eq(push(psp, 1, 0, 1, a), 0);
-	cr_assert_eq(push(psp, 0, 0, 0, a), 0);
-	assert_round(a, push(psp, 2, 0, 1, a), all, 4, 0, 0, one);
+	psp = rule_new(KN_SYNC_PSP, MAXW, 4);
+	cr_assert_eq(push_steps(psp, 3, 0, 0, a), 0);
+	cr_assert_eq(push_steps(psp, 1, 0, 1, a), 0);
+	cr_assert_eq(push_steps(psp, 0, 0, 0, a), 0);
+	assert_round(a, push_steps(psp, 2, 0, 1, a), all, 4, 0, 0, one);
 	cr_assert_eq(a[0].contrib[0].weight, 0.25f);
 	kn__sync_rule_destroy(psp);
 }
 
 Test(predicted, a_plan_takes_effect_at_the_next_completion)
 {
-	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 3);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, MAXW, 3);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan1[MAXW] = { 3, 2, 1, 0, 6, 4 };
 	const uint32_t plan2[MAXW] = { 1, 5, 2 };
@@ -416,24 +341,24 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 	const uint32_t ws2[] = { 0, 1, 2 }, k2[] = { 1, 5, 2 };
 
 	/* round 0: two pushes, then the plan, then a joiner */
-	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
-	cr_assert_eq(push(rule, 1, 0, 1, out), 0);
+	cr_assert_eq(push_steps(rule, 0, 0, 1, out), 0);
+	cr_assert_eq(push_steps(rule, 1, 0, 1, out), 0);
 	cr_assert_eq(plan_event(rule, 1, plan1, out), 0);
 	/* not in force yet: the joiner is released under no plan */
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
-	assert_release(&out[0], 5, 0, 0, 1);
-	cr_assert_eq(push(rule, 2, 0, 1, out), 0, "waits for the joiner");
+	assert_release_at(&out[0], 5, 0, 0, 1);
+	cr_assert_eq(push_steps(rule, 2, 0, 1, out), 0, "waits for the joiner");
 	/* the round completes with its pushes; its releases carry plan 1 */
-	assert_round(out, push(rule, 5, 0, 1, out), ws, 4, 0, 1, held);
+	assert_round(out, push_steps(rule, 5, 0, 1, out), ws, 4, 0, 1, held);
 
 	/* round 1 under plan 1; plan 2 arrives in the middle */
-	cr_assert_eq(push(rule, 0, 1, 3, out), 0);
-	cr_assert_eq(push(rule, 1, 1, 2, out), 0);
+	cr_assert_eq(push_steps(rule, 0, 1, 3, out), 0);
+	cr_assert_eq(push_steps(rule, 1, 1, 2, out), 0);
 	cr_assert_eq(plan_event(rule, 2, plan2, out), 0);
-	cr_assert_eq(push(rule, 2, 1, 1, out), 0);
+	cr_assert_eq(push_steps(rule, 2, 1, 1, out), 0);
 	/* a joiner now still gets plan 1, the plan in force */
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 4, out), 1);
-	assert_release(&out[0], 4, 1, 1, 6);
+	assert_release_at(&out[0], 4, 1, 1, 6);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 4, out), 0);
 	/* 5's leave completes it: 3, 2 and 1 steps, 1/3 each; plan 2 */
 	assert_round(out, member_event(rule, KN__SYNC_EV_LEAVE, 5, out), ws2, 3,
@@ -443,19 +368,19 @@ Test(predicted, a_plan_takes_effect_at_the_next_completion)
 
 Test(predicted, a_joiner_is_released_under_the_plan_in_force)
 {
-	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	/* R is 15: 100 is clamped, 0 (no step count) is one step */
 	const uint32_t plan[MAXW] = { 100, 2, 0, 0, 5, 0 };
 	const uint32_t ws[] = { 0, 1 }, k[] = { 15, 2 };
 
 	cr_assert_eq(plan_event(rule, 7, plan, out), 0);
-	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
-	assert_round(out, push(rule, 1, 0, 1, out), ws, 2, 0, 7, k);
+	cr_assert_eq(push_steps(rule, 0, 0, 1, out), 0);
+	assert_round(out, push_steps(rule, 1, 0, 1, out), ws, 2, 0, 7, k);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 4, out), 1);
-	assert_release(&out[0], 4, 1, 7, 5);
+	assert_release_at(&out[0], 4, 1, 7, 5);
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_JOIN, 5, out), 1);
-	assert_release(&out[0], 5, 1, 7, 1);
+	assert_release_at(&out[0], 5, 1, 7, 1);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -466,34 +391,35 @@ Test(predicted, a_joiner_is_released_under_the_plan_in_force)
  */
 Test(predicted, weights_are_one_over_n_whatever_the_steps)
 {
-	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t ws[] = { 0, 1, 2, 3 }, ones[] = { 1, 1, 1, 1 };
 
 	/* {3, 0 (one), 2, 1} steps: 0.25 each */
-	cr_assert_eq(push(rule, 2, 0, 2, out), 0);
-	cr_assert_eq(push(rule, 0, 0, 3, out), 0);
-	cr_assert_eq(push(rule, 3, 0, 1, out), 0);
-	assert_round(out, push(rule, 1, 0, 0, out), ws, 4, 0, 0, ones);
+	cr_assert_eq(push_steps(rule, 2, 0, 2, out), 0);
+	cr_assert_eq(push_steps(rule, 0, 0, 3, out), 0);
+	cr_assert_eq(push_steps(rule, 3, 0, 1, out), 0);
+	assert_round(out, push_steps(rule, 1, 0, 0, out), ws, 4, 0, 0, ones);
 	for (uint32_t c = 0; c < 4; c++)
 		cr_assert_eq(out[0].contrib[c].weight, 0.25f);
 	kn__sync_rule_destroy(rule);
 
 	/* 2R = 30 is the most a push may hold; a refusal changes nothing */
-	rule = rule_new(KN_SYNC_PSP, 3);
-	cr_assert_eq(push(rule, 0, 0, 7, out), 0);
-	cr_assert_eq(push(rule, 1, 0, 31, out), -EINVAL);
-	cr_assert_eq(push(rule, 1, 0, UINT32_MAX, out), -EINVAL);
-	cr_assert_eq(push(rule, 1, 0, 30, out), 0, "same clock: accepted");
+	rule = rule_new(KN_SYNC_PSP, MAXW, 3);
+	cr_assert_eq(push_steps(rule, 0, 0, 7, out), 0);
+	cr_assert_eq(push_steps(rule, 1, 0, 31, out), -EINVAL);
+	cr_assert_eq(push_steps(rule, 1, 0, UINT32_MAX, out), -EINVAL);
+	cr_assert_eq(push_steps(rule, 1, 0, 30, out), 0,
+		     "same clock: accepted");
 	/* 7, 30 and 1 steps: 1/3 each, not 10 for the one of 30 */
-	assert_round(out, push(rule, 2, 0, 1, out), ws, 3, 0, 0, ones);
+	assert_round(out, push_steps(rule, 2, 0, 1, out), ws, 3, 0, 0, ones);
 	cr_assert_eq(out[0].contrib[1].weight, 1.0f / 3.0f);
 	kn__sync_rule_destroy(rule);
 }
 
 Test(predicted, a_stale_or_replayed_plan_is_refused)
 {
-	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 2);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, MAXW, 2);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t p2[MAXW] = { 2, 2 }, p4[MAXW] = { 4, 3 };
 	const uint32_t ws[] = { 0, 1 };
@@ -506,14 +432,14 @@ Test(predicted, a_stale_or_replayed_plan_is_refused)
 	cr_assert_eq(plan_event(rule, 1, p4, out), -EINVAL, "older");
 	/* a newer one replaces the waiting one */
 	cr_assert_eq(plan_event(rule, 4, p4, out), 0);
-	cr_assert_eq(push(rule, 0, 0, 1, out), 0);
-	assert_round(out, push(rule, 1, 0, 1, out), ws, 2, 0, 4,
+	cr_assert_eq(push_steps(rule, 0, 0, 1, out), 0);
+	assert_round(out, push_steps(rule, 1, 0, 1, out), ws, 2, 0, 4,
 		     (uint32_t[]){ 4, 3 });
 	/* in force now: not newer than 4 is refused */
 	cr_assert_eq(plan_event(rule, 4, p2, out), -EINVAL);
 	cr_assert_eq(plan_event(rule, 3, p2, out), -EINVAL);
-	cr_assert_eq(push(rule, 0, 1, 4, out), 0);
-	assert_round(out, push(rule, 1, 1, 3, out), ws, 2, 1, 4,
+	cr_assert_eq(push_steps(rule, 0, 1, 4, out), 0);
+	assert_round(out, push_steps(rule, 1, 1, 3, out), ws, 2, 1, 4,
 		     (uint32_t[]){ 4, 3 });
 	cr_assert_eq(plan_event(rule, 5, p2, out), 0);
 	kn__sync_rule_destroy(rule);
@@ -521,14 +447,14 @@ Test(predicted, a_stale_or_replayed_plan_is_refused)
 
 Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 {
-	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, 4);
+	struct kn__sync_rule *rule = rule_new(KN_SYNC_PSP, MAXW, 4);
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan[MAXW] = { 6, 0, 3, 9 };
 	const uint32_t ws[] = { 0, 2 }, k[] = { 6, 3 };
 
-	cr_assert_eq(push(rule, 0, 0, 2, out), 0);
-	cr_assert_eq(push(rule, 3, 0, 5, out), 0);
-	cr_assert_eq(push(rule, 2, 0, 1, out), 0);
+	cr_assert_eq(push_steps(rule, 0, 0, 2, out), 0);
+	cr_assert_eq(push_steps(rule, 3, 0, 5, out), 0);
+	cr_assert_eq(push_steps(rule, 2, 0, 1, out), 0);
 	cr_assert_eq(plan_event(rule, 1, plan, out), 0);
 	/* 3's push is dropped with it, then 1's leave completes the round */
 	cr_assert_eq(member_event(rule, KN__SYNC_EV_LEAVE, 3, out), 0);
@@ -544,12 +470,8 @@ Test(predicted, a_leave_completes_the_round_under_the_new_plan)
 
 static struct kn__sync_planner *planner_new(uint32_t members, uint32_t warmup)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_PSP,
-		.max_workers = MAXW,
-		.members = members,
-		.warmup = warmup,
-	};
+	struct kn__sync_params p = { KN_SYNC_PSP, MAXW, members,
+				     .warmup = warmup };
 	struct kn__sync_planner *planner = NULL;
 
 	cr_assert_eq(kn__sync_planner_create(&p, &planner), 0);
@@ -594,6 +516,16 @@ static int barrier(struct kn__sync_planner *planner, const double *v,
 	return timing(planner, last - 1, v[last - 1], out);
 }
 
+/* A barrier of timings @v that completes with no new plan. */
+static void no_plan(struct kn__sync_planner *planner, const double *v,
+		    uint32_t n)
+{
+	struct kn__sync_action out[MAXACT];
+
+	cr_assert_eq(barrier(planner, v, n, out), 0, "a plan at %g, %g", v[0],
+		     v[1]);
+}
+
 static void assert_regroup(const struct kn__sync_action *a, int n,
 			   uint64_t epoch, const uint32_t *plan)
 {
@@ -614,10 +546,9 @@ static void warm_up(struct kn__sync_planner *planner)
 	struct kn__sync_action out[MAXACT];
 	const uint32_t plan[MAXW] = { 4, 2, 1 };
 
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2, 4 }, 3, out), 0);
+	no_plan(planner, (const double[]){ 1, 2, 4 }, 3);
 	/* 2.5 vs 2 is off by exactly 25%: no miss, pred 2.25 */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
 	cr_assert_eq(planner->pred[1], 2.25);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 0);
 	/*
@@ -633,6 +564,22 @@ static void warm_up(struct kn__sync_planner *planner)
 		       1, plan);
 	cr_assert_eq(planner->pred[1], 2.5);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
+}
+
+/*
+ * warm_up, then worker 2 slows from 4 to 8, a miss by 100%: the barrier
+ * of the miss re-plans from the new speed, pred {1, 2.5, 8}, window
+ * [7.5, 8].
+ */
+static void slow_down(struct kn__sync_planner *planner)
+{
+	struct kn__sync_action out[MAXACT];
+
+	warm_up(planner);
+	assert_regroup(out,
+		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
+		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	cr_assert_eq(planner->pred[2], 8);
 }
 
 Test(predicted, planner_first_plan_at_the_warmup_barrier)
@@ -715,17 +662,12 @@ Test(predicted, planner_barrier_needs_every_member_once)
 Test(predicted, planner_keeps_its_plan_while_predictions_hold)
 {
 	struct kn__sync_planner *planner = planner_new(3, 0);
-	struct kn__sync_action out[MAXACT];
 
 	warm_up(planner);
 	for (int b = 0; b < 5; b++)
-		cr_assert_eq(
-			barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-			0);
+		no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
 	/* off by exactly 25% is not a miss: 1.25 vs 1, 3.125 vs 2.5, 3 vs 4 */
-	cr_assert_eq(
-		barrier(planner, (const double[]){ 1.25, 3.125, 3 }, 3, out),
-		0);
+	no_plan(planner, (const double[]){ 1.25, 3.125, 3 }, 3);
 	cr_assert_eq(planner->pred[0], 1.125);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 1);
 	kn__sync_planner_destroy(planner);
@@ -743,25 +685,17 @@ Test(predicted, planner_replans_at_the_barrier_of_a_miss_from_the_new_speed)
 	struct kn__sync_planner *planner = planner_new(3, 0);
 	struct kn__sync_action out[MAXACT];
 
-	warm_up(planner);
-	/* 8 vs 4 misses by 100%: pred {1, 2.5, 8}, window [7.5, 8] */
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert_eq(planner->pred[2], 8);
+	slow_down(planner);
 	/* the slow worker stays slow: the plan holds, no second one */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	/* 1.5 vs 2.5 misses by 40%: pred {1, 1.5, 8} */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 1.5, 8 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 8, 5, 1 });
 	cr_assert_eq(planner->pred[1], 1.5);
 	/* the miss was this barrier's: the next one keeps the plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 1.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 1.5, 8 }, 3);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
 	kn__sync_planner_destroy(planner);
 }
@@ -777,34 +711,25 @@ Test(predicted, planner_falls_back_to_one_step_after_repeated_misses)
 	struct kn__sync_planner *planner = planner_new(3, 0);
 	struct kn__sync_action out[MAXACT];
 
-	warm_up(planner);
 	/* a miss: re-planned from the new speed */
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
+	slow_down(planner);
 	/* 4 vs 8, missed again at the next barrier: the fallback */
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
 	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	/* more misses, a joiner: still one step each, no new plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 5, 4, 2 }, 4, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 5, 4, 2 }, 4);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 3);
 	cr_assert(kn__sync_psp_planner_of(planner)->fallback);
 	kn__sync_planner_destroy(planner);
 
 	/* a miss that holds afterwards is one change of speed: no fallback */
 	planner = planner_new(3, 0);
-	warm_up(planner);
-	assert_regroup(out,
-		       barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		       2, (const uint32_t[MAXW]){ 8, 3, 1 });
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	slow_down(planner);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
 		       3, (const uint32_t[MAXW]){ 4, 2, 1 });
@@ -829,11 +754,8 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		       3, (const uint32_t[MAXW]){ 1, 1, 1 });
 	/* two that hold, then a miss (8 vs 4): the count starts again */
 	for (int b = 0; b < 2; b++)
-		cr_assert_eq(
-			barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-			0);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+		no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	for (int b = 0; b < 2; b++)
 		cr_assert_eq(
 			barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
@@ -845,8 +767,7 @@ Test(predicted, planner_leaves_the_fallback_when_predictions_hold)
 		       4, (const uint32_t[MAXW]){ 8, 3, 1 });
 	cr_assert(!kn__sync_psp_planner_of(planner)->fallback);
 	/* and back to the usual rules: a steady cluster keeps its plan */
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 8 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 8 }, 3);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 4);
 	kn__sync_planner_destroy(planner);
 }
@@ -860,8 +781,7 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_LEAVE, 3, out), 0);
 	warm_up(planner);
-	cr_assert_eq(barrier(planner, (const double[]){ 1, 2.5, 4 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, 2.5, 4 }, 3);
 
 	/* a joiner: the barrier waits for it; pred {1, 2.5, 4, 2.5} */
 	cr_assert_eq(planner_member(planner, KN__SYNC_EV_JOIN, 3, out), 0);
@@ -882,8 +802,7 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 	assert_regroup(out,
 		       barrier(planner, (const double[]){ 1, NAN, 4 }, 3, out),
 		       4, (const uint32_t[MAXW]){ 4, 0, 1 });
-	cr_assert_eq(barrier(planner, (const double[]){ 1, NAN, 4 }, 3, out),
-		     0);
+	no_plan(planner, (const double[]){ 1, NAN, 4 }, 3);
 	cr_assert_eq(kn__sync_planner_epoch(planner), 4);
 
 	/*
@@ -903,16 +822,11 @@ Test(predicted, planner_replans_after_a_join_or_a_leave)
 
 static struct kn__sync_worker *worker_new(uint32_t max_steps)
 {
-	struct kn__sync_params p = {
-		.protocol = KN_SYNC_PSP,
-		.max_workers = MAXW,
-		.members = MAXW,
-		.max_steps = max_steps,
-	};
-	struct kn__sync_worker *w = NULL;
-
-	cr_assert_eq(kn__sync_worker_create(&p, 1, &w), 0);
-	return w;
+	return worker_of(&(struct kn__sync_params){ .protocol = KN_SYNC_PSP,
+						    .max_workers = MAXW,
+						    .members = MAXW,
+						    .max_steps = max_steps },
+			 1);
 }
 
 static int wev_at(struct kn__sync_worker *w, uint32_t type, double t,

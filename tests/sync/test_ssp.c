@@ -16,19 +16,6 @@
 
 #define MAXW 16
 
-static struct kn__sync_rule *ssp_new(uint32_t n, uint32_t members, uint32_t s)
-{
-	struct kn__sync_params p = { .protocol = KN_SYNC_SSP,
-				     .max_workers = n,
-				     .members = members,
-				     .staleness = s };
-	struct kn__sync_rule *rule = NULL;
-
-	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
-	cr_assert_eq(kn__sync_max_actions(&p), 2 + n);
-	return rule;
-}
-
 static uint64_t clocks[MAXW];
 static uint64_t versions[MAXW]; /* the version each worker holds */
 
@@ -71,20 +58,41 @@ static int released(const struct kn__sync_action *a, int n, uint32_t *ids)
 	return k;
 }
 
-static void reset(void)
+/* A rule of @n workers, @members of them members, staleness @s; the
+ * workers' clocks and versions start again with it. */
+static struct kn__sync_rule *ssp_new(uint32_t n, uint32_t members, uint32_t s)
 {
+	struct kn__sync_params p = { .protocol = KN_SYNC_SSP,
+				     .max_workers = n,
+				     .members = members,
+				     .staleness = s };
+	struct kn__sync_rule *rule = NULL;
+
+	cr_assert_eq(kn__sync_rule_create(&p, &rule), 0);
+	cr_assert_eq(kn__sync_max_actions(&p), 2 + n);
 	memset(clocks, 0, sizeof(clocks));
 	memset(versions, 0, sizeof(versions));
+	return rule;
+}
+
+/* @a[0..n) releases exactly the workers @want[0..k), in that order. */
+static void assert_releases(const struct kn__sync_action *a, int n,
+			    const uint32_t *want, int k)
+{
+	uint32_t ids[MAXW];
+
+	cr_assert_eq(released(a, n, ids), k);
+	for (int i = 0; i < k; i++)
+		cr_assert_eq(ids[i], want[i], "release %d: worker %u, not %u",
+			     i, ids[i], want[i]);
 }
 
 Test(ssp, applies_each_push_alone_with_damping)
 {
 	struct kn__sync_rule *rule = ssp_new(3, 3, 3);
 	struct kn__sync_action a[8];
-	uint32_t ids[8];
 	int n;
 
-	reset();
 	n = push(rule, 0, a); /* from version 0: tau 0 */
 	cr_assert_eq(n, 2);
 	cr_assert_eq(a[0].type, KN__SYNC_ACT_APPLY);
@@ -94,8 +102,7 @@ Test(ssp, applies_each_push_alone_with_damping)
 	/* one worker's share of a round */
 	cr_assert_float_eq(a[0].contrib[0].weight, 1.0f / 3, 1e-7);
 	cr_assert_eq(a[0].lr_scale, 1.0f);
-	cr_assert_eq(released(a, n, ids), 1);
-	cr_assert_eq(ids[0], 0);
+	assert_releases(a, n, (const uint32_t[]){ 0 }, 1);
 	cr_assert_eq(versions[0], 1);
 	push(rule, 0, a);
 	push(rule, 0, a); /* version 3 now; worker 1 still reads 0 */
@@ -114,7 +121,6 @@ Test(ssp, holds_a_worker_beyond_the_bound_until_the_slowest_pushes)
 	uint32_t ids[8];
 	int n;
 
-	reset();
 	/* worker 0 may be 2 pushes ahead of the slowest (0 pushes) */
 	cr_assert_eq(released(a, push(rule, 0, a), ids), 1);
 	cr_assert_eq(released(a, push(rule, 0, a), ids), 1);
@@ -124,14 +130,11 @@ Test(ssp, holds_a_worker_beyond_the_bound_until_the_slowest_pushes)
 	cr_assert_eq(a[0].version, 3);
 	/* worker 1 pushes: the slowest is still worker 2, at 0 */
 	n = push(rule, 1, a);
-	cr_assert_eq(released(a, n, ids), 1);
-	cr_assert_eq(ids[0], 1);
+	assert_releases(a, n, (const uint32_t[]){ 1 }, 1);
 	/* worker 2 pushes: P_min becomes 1, worker 0 is let go */
 	n = push(rule, 2, a);
 	cr_assert_eq(n, 3);
-	cr_assert_eq(released(a, n, ids), 2);
-	cr_assert_eq(ids[0], 2);
-	cr_assert_eq(ids[1], 0);
+	assert_releases(a, n, (const uint32_t[]){ 2, 0 }, 2);
 	cr_assert_eq(versions[0], 5, "the newest version, %lu",
 		     (unsigned long)versions[0]);
 	/* a held worker may not push: it has not been released */
@@ -148,18 +151,13 @@ Test(ssp, releases_held_workers_in_ascending_order)
 	uint32_t ids[8];
 	int n;
 
-	reset();
 	/* 3, 1, 2 each run 2 ahead (held at their 2nd push), 0 is slow */
 	for (uint32_t w = 3; w >= 1; w--) {
 		cr_assert_eq(released(a, push(rule, w, a), ids), 1);
 		cr_assert_eq(released(a, push(rule, w, a), ids), 0);
 	}
 	n = push(rule, 0, a);
-	cr_assert_eq(released(a, n, ids), 4);
-	cr_assert_eq(ids[0], 0);
-	cr_assert_eq(ids[1], 1);
-	cr_assert_eq(ids[2], 2);
-	cr_assert_eq(ids[3], 3);
+	assert_releases(a, n, (const uint32_t[]){ 0, 1, 2, 3 }, 4);
 	kn__sync_rule_destroy(rule);
 }
 
@@ -170,12 +168,10 @@ Test(ssp, leave_of_the_slowest_lets_the_held_go)
 	uint32_t ids[8];
 	int n;
 
-	reset();
 	push(rule, 0, a);
 	cr_assert_eq(released(a, push(rule, 0, a), ids), 0); /* held */
 	n = member(rule, KN__SYNC_EV_LEAVE, 1, a);
-	cr_assert_eq(released(a, n, ids), 1);
-	cr_assert_eq(ids[0], 0);
+	assert_releases(a, n, (const uint32_t[]){ 0 }, 1);
 	/* alone, it never waits again */
 	for (int i = 0; i < 10; i++)
 		cr_assert_eq(released(a, push(rule, 0, a), ids), 1);
@@ -189,15 +185,13 @@ Test(ssp, a_joiner_counts_from_the_slowest)
 	uint32_t ids[8];
 	int n;
 
-	reset();
 	for (int i = 0; i < 5; i++) {
 		push(rule, 0, a);
 		push(rule, 1, a);
 	}
 	/* P = 5 for both; the joiner starts at 5, not at 0 */
 	n = member(rule, KN__SYNC_EV_JOIN, 2, a);
-	cr_assert_eq(released(a, n, ids), 1);
-	cr_assert_eq(ids[0], 2);
+	assert_releases(a, n, (const uint32_t[]){ 2 }, 1);
 	cr_assert_eq(versions[2], 10);
 	/* 0 may still run one ahead of the joiner */
 	cr_assert_eq(released(a, push(rule, 0, a), ids), 1);
@@ -211,7 +205,6 @@ Test(ssp, default_bound_is_3)
 	struct kn__sync_action a[8];
 	uint32_t ids[8];
 
-	reset();
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(released(a, push(rule, 0, a), ids), 1);
 	cr_assert_eq(released(a, push(rule, 0, a), ids), 0);
@@ -235,7 +228,6 @@ Test(ssp, random_events_keep_the_bound)
 		uint64_t P[N], applies = 0, pushes = 0;
 		uint32_t ids[N + 2];
 
-		reset();
 		srand(1000 + s);
 		for (int i = 0; i < N; i++) {
 			memb[i] = true;

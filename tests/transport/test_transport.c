@@ -287,31 +287,74 @@ static void fill(char *p, size_t n, unsigned int seed)
 		p[i] = (char)((i * 2654435761u + seed) >> 13);
 }
 
+/* One connection and a transfer's two regions, the remote one granted. */
+struct path {
+	struct conn c;
+	struct kn__tp_mr *ms, *md;
+	struct kn__tp_rdesc rd;
+};
+
+/*
+ * The sides open and connected, and a transfer of @n bytes that side 1
+ * starts, from @src to @dst: the buffer on side 0 (@dst for
+ * KN_TP_REMOTE_WRITE, @src for KN_TP_REMOTE_READ) registered with
+ * @access and granted to side 1 in p->rd, the other registered on side 1
+ * for local use.
+ */
+static void open_path(struct path *p, void *src, void *dst, size_t n,
+		      uint32_t access)
+{
+	bool read = access == KN_TP_REMOTE_READ;
+
+	open_sides();
+	connect_pair(&p->c);
+	cr_assert_eq(kn__tp_mr_reg(sides[read ? 0 : 1].ctx, src, n,
+				   read ? access : 0, &p->ms),
+		     0);
+	cr_assert_eq(kn__tp_mr_reg(sides[read ? 1 : 0].ctx, dst, n,
+				   read ? 0 : access, &p->md),
+		     0);
+	grant(p->c.e0, read ? p->ms : p->md, &p->rd);
+}
+
 static const size_t sizes[] = { 0, 1, 4095, 4096, 1 << 20, 16 << 20, 64 << 20 };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 #define TOTAL  ((1u << 20) + (16u << 20) + (64u << 20) + 3 * 4096)
 
+/* open_path on TOTAL bytes each, the source filled from @seed and the
+ * destination zeroed, for every size in turn. */
+static void open_every_size(struct path *p, char **src, char **dst,
+			    uint32_t access, unsigned int seed)
+{
+	*src = malloc(TOTAL);
+	*dst = calloc(1, TOTAL);
+	cr_assert(*src && *dst);
+	fill(*src, TOTAL, seed);
+	open_path(p, *src, *dst, TOTAL, access);
+}
+
+/* The first @bytes arrived as they left; then all of it goes. */
+static void close_every_size(struct path *p, char *src, char *dst, size_t bytes)
+{
+	cr_assert_eq(memcmp(src, dst, bytes), 0, "data differs");
+	kn__tp_mr_dereg(p->ms);
+	kn__tp_mr_dereg(p->md);
+	close_sides();
+	free(src);
+	free(dst);
+}
+
 BACKEND_TEST(transport, write_imm_every_size_in_order)
 {
-	struct conn c;
-	char *src = malloc(TOTAL), *dst = calloc(1, TOTAL);
-	struct kn__tp_mr *ms, *md;
-	struct kn__tp_rdesc rd;
+	char *src, *dst;
+	struct path p;
 	size_t off = 0;
 
-	cr_assert(src && dst);
-	open_sides();
-	connect_pair(&c);
-	fill(src, TOTAL, 1);
-	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, TOTAL, 0, &ms), 0);
-	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, TOTAL, KN_TP_REMOTE_WRITE,
-				   &md),
-		     0);
-	grant(c.e0, md, &rd);
+	open_every_size(&p, &src, &dst, KN_TP_REMOTE_WRITE, 1);
 	for (size_t i = 0; i < NSIZES; i++) {
-		cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, off, sizes[i], &rd,
-						   off, 100 + (uint32_t)i,
-						   (void *)(i + 1)),
+		cr_assert_eq(kn__tp_post_write_imm(
+				     p.c.e1, p.ms, off, sizes[i], &p.rd, off,
+				     100 + (uint32_t)i, (void *)(i + 1)),
 			     0);
 		off += sizes[i];
 	}
@@ -325,38 +368,23 @@ BACKEND_TEST(transport, write_imm_every_size_in_order)
 		cr_assert_eq(w.user, (void *)(i + 1));
 		cr_assert_eq(w.status, 0);
 	}
-	cr_assert_eq(memcmp(src, dst, off), 0, "data differs");
 	/* nothing more: each immediate came exactly once */
 	for (int k = 0; k < 50; k++)
 		pump();
 	cr_assert_eq(sides[0].head, sides[0].tail);
-	kn__tp_mr_dereg(ms);
-	kn__tp_mr_dereg(md);
-	close_sides();
-	free(src);
-	free(dst);
+	close_every_size(&p, src, dst, off);
 }
 
 BACKEND_TEST(transport, read_every_size)
 {
-	struct conn c;
-	char *src = malloc(TOTAL), *dst = calloc(1, TOTAL);
-	struct kn__tp_mr *ms, *md;
-	struct kn__tp_rdesc rs;
+	char *src, *dst;
+	struct path p;
 	size_t off = 0;
 
-	cr_assert(src && dst);
-	open_sides();
-	connect_pair(&c);
-	fill(src, TOTAL, 2);
-	cr_assert_eq(
-		kn__tp_mr_reg(sides[0].ctx, src, TOTAL, KN_TP_REMOTE_READ, &ms),
-		0);
-	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, dst, TOTAL, 0, &md), 0);
-	grant(c.e0, ms, &rs);
+	open_every_size(&p, &src, &dst, KN_TP_REMOTE_READ, 2);
 	for (size_t i = 0; i < NSIZES; i++) {
-		cr_assert_eq(kn__tp_post_read(c.e1, md, off, sizes[i], &rs, off,
-					      (void *)(i + 1)),
+		cr_assert_eq(kn__tp_post_read(p.c.e1, p.md, off, sizes[i],
+					      &p.rd, off, (void *)(i + 1)),
 			     0);
 		off += sizes[i];
 	}
@@ -367,12 +395,7 @@ BACKEND_TEST(transport, read_every_size)
 		cr_assert_eq(r.user, (void *)(i + 1));
 		cr_assert_eq(r.bytes, sizes[i]);
 	}
-	cr_assert_eq(memcmp(src, dst, off), 0, "data differs");
-	kn__tp_mr_dereg(ms);
-	kn__tp_mr_dereg(md);
-	close_sides();
-	free(src);
-	free(dst);
+	close_every_size(&p, src, dst, off);
 }
 
 BACKEND_TEST(transport, send_recv_with_and_without_a_posted_recv)
@@ -558,6 +581,14 @@ static void expect_rejected(int fd, int status)
 TCP_TEST(transport, malformed_frames_close_only_their_endpoint)
 {
 	static char region[4096], canary[4096], src[4096];
+	static const struct kn__wire_hdr refused[] = {
+		{ .op = KN_WIRE_WRITE_IMM, .offset = 4000, .length = 200 },
+		{ .op = KN_WIRE_WRITE_IMM,
+		  .offset = UINT64_MAX - 10,
+		  .length = 100 },
+		{ .op = KN_WIRE_WRITE_IMM, .region = 1, .length = 10 },
+		{ .op = KN_WIRE_READ_REQ, .length = 10 },
+	};
 	struct kn__tp_mr *m, *ms;
 	struct kn__tp_rdesc rd;
 	struct conn c;
@@ -581,45 +612,22 @@ TCP_TEST(transport, malformed_frames_close_only_their_endpoint)
 		     (ssize_t)sizeof(junk));
 	expect_rejected(fd, -EPROTO);
 
-	/* a write past the end of the region */
-	fd = raw_connect(&c.addr);
-	grant(expect(0, KN_TP_OP_ACCEPT).ep, m, &rd);
-	raw_frame(fd,
-		  &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
-					  .region = rd.key,
-					  .offset = 4000,
-					  .length = 200 },
-		  src, 200);
-	expect_rejected(fd, -EACCES);
+	/*
+	 * Frames a granted raw peer may not send: a write past the end of
+	 * the region, an offset that wraps around, a key nobody granted
+	 * (region counts from the grant's key), and a read without the
+	 * right.  A write carries its length in payload.
+	 */
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct kn__wire_hdr h = refused[i];
+		bool write = h.op == KN_WIRE_WRITE_IMM;
 
-	/* an offset that wraps around */
-	fd = raw_connect(&c.addr);
-	grant(expect(0, KN_TP_OP_ACCEPT).ep, m, &rd);
-	raw_frame(fd,
-		  &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
-					  .region = rd.key,
-					  .offset = UINT64_MAX - 10,
-					  .length = 100 },
-		  src, 100);
-	expect_rejected(fd, -EACCES);
-
-	/* a key nobody granted, and a read without the right */
-	fd = raw_connect(&c.addr);
-	grant(expect(0, KN_TP_OP_ACCEPT).ep, m, &rd);
-	raw_frame(fd,
-		  &(struct kn__wire_hdr){ .op = KN_WIRE_WRITE_IMM,
-					  .region = rd.key + 1,
-					  .length = 10 },
-		  src, 10);
-	expect_rejected(fd, -EACCES);
-	fd = raw_connect(&c.addr);
-	grant(expect(0, KN_TP_OP_ACCEPT).ep, m, &rd);
-	raw_frame(fd,
-		  &(struct kn__wire_hdr){ .op = KN_WIRE_READ_REQ,
-					  .region = rd.key,
-					  .length = 10 },
-		  NULL, 0);
-	expect_rejected(fd, -EACCES);
+		fd = raw_connect(&c.addr);
+		grant(expect(0, KN_TP_OP_ACCEPT).ep, m, &rd);
+		h.region += rd.key;
+		raw_frame(fd, &h, write ? src : NULL, write ? h.length : 0);
+		expect_rejected(fd, -EACCES);
+	}
 
 	/* a frame out of sequence, an answer to no read */
 	fd = raw_connect(&c.addr);
@@ -791,33 +799,26 @@ BACKEND_TEST(transport, peer_dying_mid_transfer_fails_the_survivor)
 {
 	size_t n = 64u << 20;
 	char *src = malloc(n), *dst = malloc(n);
-	struct kn__tp_mr *ms, *md;
-	struct kn__tp_rdesc rd;
 	struct kn__tp_completion d;
-	struct conn c;
+	struct path p;
 
 	cr_assert(src && dst);
-	open_sides();
-	connect_pair(&c);
-	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, n, 0, &ms), 0);
-	cr_assert_eq(
-		kn__tp_mr_reg(sides[0].ctx, dst, n, KN_TP_REMOTE_WRITE, &md),
-		0);
-	grant(c.e0, md, &rd);
-	cr_assert_eq(
-		kn__tp_post_write_imm(c.e1, ms, 0, n, &rd, 0, 1, (void *)1), 0);
+	open_path(&p, src, dst, n, KN_TP_REMOTE_WRITE);
+	cr_assert_eq(kn__tp_post_write_imm(p.c.e1, p.ms, 0, n, &p.rd, 0, 1,
+					   (void *)1),
+		     0);
 	for (int k = 0; k < 3; k++)
 		pump(); /* part of it is across */
-	kn__tp_ep_close(c.e1);
+	kn__tp_ep_close(p.c.e1);
 	d = expect(1, KN_TP_OP_WRITE_IMM);
 	cr_assert_eq(d.status, -ECANCELED);
 	cr_assert_null(d.ep);
 	d = expect(0, KN_TP_OP_DISCONNECT);
 	cr_assert_lt(d.status, 0);
-	cr_assert_eq(d.ep, c.e0);
+	cr_assert_eq(d.ep, p.c.e0);
 	/* a failed endpoint refuses posts until closed */
-	cr_assert_eq(kn__tp_post_recv(c.e0, md, 0, 16, NULL), -ENOTCONN);
-	kn__tp_ep_close(c.e0);
+	cr_assert_eq(kn__tp_post_recv(p.c.e0, p.md, 0, 16, NULL), -ENOTCONN);
+	kn__tp_ep_close(p.c.e0);
 	close_sides();
 	free(src);
 	free(dst);
@@ -1024,29 +1025,22 @@ BACKEND_TEST(transport, forged_region_key_fails_the_endpoint)
 {
 	static char src[4096], dst[4096], canary[4096];
 	struct kn__tp_completion w;
-	struct kn__tp_mr *ms, *md;
-	struct kn__tp_rdesc rd;
-	struct conn c;
+	struct path p;
 
-	open_sides();
-	connect_pair(&c);
-	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
-	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
-				   KN_TP_REMOTE_WRITE, &md),
-		     0);
-	grant(c.e0, md, &rd);
-	rd.key ^= 0x5a5a00; /* a key of nothing */
+	open_path(&p, src, dst, sizeof(src), KN_TP_REMOTE_WRITE);
+	p.rd.key ^= 0x5a5a00; /* a key of nothing */
 	fill(src, sizeof(src), 40);
-	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src), &rd, 0, 1,
-					   (void *)1),
+	cr_assert_eq(kn__tp_post_write_imm(p.c.e1, p.ms, 0, sizeof(src), &p.rd,
+					   0, 1, (void *)1),
 		     0);
 	w = expect(1, KN_TP_OP_WRITE_IMM);
 	cr_assert_eq(w.user, (void *)1);
 	if (strcmp(provider, "verbs") == 0)
 		cr_assert_eq(w.status, -EACCES, "%s", strerror(-w.status));
 	cr_assert_lt(expect(1, KN_TP_OP_DISCONNECT).status, 0);
-	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, 16, &rd, 0, 2, NULL),
-		     -ENOTCONN);
+	cr_assert_eq(
+		kn__tp_post_write_imm(p.c.e1, p.ms, 0, 16, &p.rd, 0, 2, NULL),
+		-ENOTCONN);
 	cr_assert_lt(expect(0, KN_TP_OP_DISCONNECT).status, 0);
 	cr_assert_eq(memcmp(dst, canary, sizeof(dst)), 0);
 	close_sides();
@@ -1099,19 +1093,11 @@ BACKEND_TEST(transport, close_and_reconnect)
 BACKEND_TEST(transport, fork_after_registration)
 {
 	static char src[1 << 16], dst[1 << 16];
-	struct kn__tp_mr *ms, *md;
-	struct kn__tp_rdesc rd;
-	struct conn c;
+	struct path p;
 	int status;
 	pid_t pid;
 
-	open_sides();
-	connect_pair(&c);
-	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
-	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
-				   KN_TP_REMOTE_WRITE, &md),
-		     0);
-	grant(c.e0, md, &rd);
+	open_path(&p, src, dst, sizeof(src), KN_TP_REMOTE_WRITE);
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
@@ -1122,8 +1108,8 @@ BACKEND_TEST(transport, fork_after_registration)
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	memset(dst, 0, sizeof(dst)); /* the parent's pages, after the fork */
 	fill(src, sizeof(src), 30);
-	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src), &rd, 0, 9,
-					   NULL),
+	cr_assert_eq(kn__tp_post_write_imm(p.c.e1, p.ms, 0, sizeof(src), &p.rd,
+					   0, 9, NULL),
 		     0);
 	cr_assert_eq(expect(0, KN_TP_OP_RECV_IMM).imm, 9);
 	cr_assert_eq(memcmp(src, dst, sizeof(src)), 0,
@@ -1143,25 +1129,17 @@ BACKEND_TEST(transport, poll_wait_sleeps_and_wakes)
 {
 	static char src[64], dst[64];
 	struct kn__tp_completion got[4];
-	struct kn__tp_mr *ms, *md;
-	struct kn__tp_rdesc rd;
-	struct conn c;
+	struct path p;
 	double t0, t1;
 	int n;
 
-	open_sides();
-	connect_pair(&c);
-	cr_assert_eq(kn__tp_mr_reg(sides[1].ctx, src, sizeof(src), 0, &ms), 0);
-	cr_assert_eq(kn__tp_mr_reg(sides[0].ctx, dst, sizeof(dst),
-				   KN_TP_REMOTE_WRITE, &md),
-		     0);
-	grant(c.e0, md, &rd);
+	open_path(&p, src, dst, sizeof(src), KN_TP_REMOTE_WRITE);
 	t0 = now();
 	cr_assert_eq(kn__tp_poll_wait(sides[0].ctx, got, 4, 200), 0);
 	cr_assert_geq(now() - t0, 0.19, "woke after %.3f s", now() - t0);
 	/* the peer's write arrives while side 0 sleeps */
-	cr_assert_eq(kn__tp_post_write_imm(c.e1, ms, 0, sizeof(src), &rd, 0, 4,
-					   NULL),
+	cr_assert_eq(kn__tp_post_write_imm(p.c.e1, p.ms, 0, sizeof(src), &p.rd,
+					   0, 4, NULL),
 		     0);
 	t0 = now();
 	do {
