@@ -169,16 +169,10 @@ static inline uint64_t stream(uint64_t seed, uint64_t tag, uint64_t i)
 	return kn__mix64(kn__mix64(seed ^ kn__mix64(tag)) + i);
 }
 
-static inline uint64_t next64(uint64_t *st)
-{
-	*st += 0x9e3779b97f4a7c15ull;
-	return kn__mix64(*st);
-}
-
 /* Uniform in (-1, 1), from the top 53 bits. */
 static inline double uniform_pm1(uint64_t *st)
 {
-	return (double)(next64(st) >> 11) * 0x1.0p-52 - 1.0;
+	return (double)(kn__splitmix_next(st) >> 11) * 0x1.0p-52 - 1.0;
 }
 
 /* Two independent standard normals (Marsaglia's polar method). */

@@ -28,31 +28,26 @@
 #include <string.h>
 
 #include "cgpp.h"
+#include "imbalance.h"
 
 #define TAU_SLACK 1e-9 /* relative; feasibility only absorbs rounding */
 #define TIE_REL	  1e-12
 
 /* --- shared helpers ------------------------------------------------------- */
 
-/* splitmix64: small, fast, and enough for selection and mutation. */
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
+/*
+ * The solvers' randomness: splitmix64 (imbalance.h), small, fast and
+ * enough for selection and mutation.
+ */
 static double rng_unit(uint64_t *s)
 {
-	return (double)(rng_next(s) >> 11) * 0x1p-53;
+	return (double)(kn__splitmix_next(s) >> 11) * 0x1p-53;
 }
 
 /* Uniform in [0, n), n > 0; the modulo bias is below 2^-32 for our n. */
 static uint32_t rng_below(uint64_t *s, uint32_t n)
 {
-	return (uint32_t)(rng_next(s) % n);
+	return (uint32_t)(kn__splitmix_next(s) % n);
 }
 
 static bool feasible(double tau, double bound)
@@ -342,7 +337,7 @@ static void mutate(uint64_t *rs, uint8_t *g, uint32_t L)
 {
 	uint32_t i = rng_below(rs, L);
 
-	if (L >= 2 && (rng_next(rs) & 1)) {
+	if (L >= 2 && (kn__splitmix_next(rs) & 1)) {
 		/* move the cut nearest to i one place, when there is one */
 		for (uint32_t d = 0; d < L; d++) {
 			uint32_t j = (i + d) % L;
@@ -350,7 +345,8 @@ static void mutate(uint64_t *rs, uint8_t *g, uint32_t L)
 
 			if (!g[j])
 				continue;
-			k = (rng_next(rs) & 1) ? (j + 1) % L : (j + L - 1) % L;
+			k = (kn__splitmix_next(rs) & 1) ? (j + 1) % L
+							: (j + L - 1) % L;
 			if (!g[k]) {
 				g[j] = 0;
 				g[k] = 1;

@@ -41,6 +41,13 @@ static inline uint64_t kn__mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+/* The next output of the splitmix64 generator whose state is @st. */
+static inline uint64_t kn__splitmix_next(uint64_t *st)
+{
+	*st += 0x9e3779b97f4a7c15ull;
+	return kn__mix64(*st);
+}
+
 enum kn__imb_kind {
 	KN__IMB_NONE,
 	KN__IMB_PERSISTENT, /* persistent:FRACTION:FACTOR */

@@ -19,6 +19,7 @@
 #include <criterion/criterion.h>
 
 #include "cgpp.h"
+#include "imbalance.h"
 
 #define MAXN 32
 
@@ -408,18 +409,9 @@ Test(cgpp, one_worker)
 
 /* --- random instances against the oracle ---------------------------------- */
 
-static uint64_t mix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
 static double unit(uint64_t *s)
 {
-	return (double)(mix(s) >> 11) * 0x1p-53;
+	return (double)(kn__splitmix_next(s) >> 11) * 0x1p-53;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -436,7 +428,7 @@ static int cmp_double(const void *a, const void *b)
 static void random_instance(uint64_t seed, double *t, struct kn__cgpp *p)
 {
 	uint64_t s = seed;
-	uint32_t n = 2 + (uint32_t)(mix(&s) % 15);
+	uint32_t n = 2 + (uint32_t)(kn__splitmix_next(&s) % 15);
 
 	for (uint32_t i = 0; i < n; i++) {
 		double f = unit(&s) < 0.25 ? 1.5 + 6.5 * unit(&s) : 1;
