@@ -18,7 +18,6 @@
  * the suite's timeout turns into a failure; nothing here measures time.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -34,6 +33,8 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+
+#include "proc_util.h"
 
 extern char **environ;
 
@@ -931,46 +932,6 @@ Test(kanel, launch_ends_its_job_on_sigterm)
 	free(err);
 }
 
-/* The child of @parent whose second argument is @arg ("server"), or -1. */
-static pid_t child_running(pid_t parent, const char *arg)
-{
-	char path[64], cmd[512];
-	DIR *proc = opendir("/proc");
-	struct dirent *d;
-	pid_t found = -1;
-
-	cr_assert_not_null(proc);
-	while (found < 0 && (d = readdir(proc))) {
-		pid_t pid = (pid_t)atoi(d->d_name);
-		FILE *f;
-		int ppid = -1;
-		size_t n;
-
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
-			ppid = -1;
-		fclose(f);
-		if (ppid != parent)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		n = fread(cmd, 1, sizeof(cmd) - 1, f);
-		fclose(f);
-		cmd[n] = '\0';
-		if (strlen(cmd) + 1 < n && !strcmp(cmd + strlen(cmd) + 1, arg))
-			found = pid;
-	}
-	closedir(proc);
-	return found;
-}
-
 /*
  * A server stopped (SIGSTOP) in a running job: the coordinator and the
  * workers name it, and launch's last line says the job failed and what
@@ -991,7 +952,7 @@ Test(kanel, launch_names_a_hung_server_in_its_last_line)
 
 	for (int i = 0; i < 100 && server < 0; i++) {
 		usleep(50000);
-		server = child_running(pid, "server");
+		server = proc_child_running(pid, "server");
 	}
 	cr_assert_gt(server, 0, "no server");
 	sleep(2); /* the job runs */

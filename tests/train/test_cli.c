@@ -7,7 +7,6 @@
  * it, naming the package.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "imbalance.h"
+#include "proc_util.h"
 #include "test_util.h"
 
 #define DATA "/usr/share/datasets/fashion-mnist"
@@ -155,6 +155,33 @@ static char *run_ok_json(char *const *argv)
 	free(err);
 	return slurp(in_dir("s.json"));
 }
+
+/*
+ * Run `kanel train @opts... --curve - --summary-json s.json` (skipped
+ * without the dataset) as run_ok_json() does; the summary JSON (the
+ * caller frees it).
+ */
+static char *train_json(const char *const *opts)
+{
+	char *argv[48];
+	size_t n = 0;
+
+	need_dataset();
+	argv[n++] = (char *)kanel();
+	argv[n++] = "train";
+	for (; *opts; opts++) {
+		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 5);
+		argv[n++] = (char *)*opts;
+	}
+	argv[n++] = "--curve";
+	argv[n++] = "-";
+	argv[n++] = "--summary-json";
+	argv[n++] = (char *)in_dir("s.json");
+	argv[n] = NULL;
+	return run_ok_json(argv);
+}
+
+#define TRAIN_JSON(...) train_json((const char *const[]){ __VA_ARGS__, NULL })
 
 static size_t count_lines(const char *s)
 {
@@ -310,23 +337,10 @@ Test(train_cli, short_bsp_run_learns_and_reports)
  */
 Test(train_cli, default_workers_and_the_update_in_the_summary)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "0.02",
-			 "--step-time",
-			 "0",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json, *out;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--model", "softmax", "--epochs", "0.02",
+			  "--step-time", "0");
 	cr_expect_eq(json_num(json, "workers"), 4, "%s", json);
 	out = slurp(in_dir("stdout"));
 	cr_expect(strstr(out, "4 workers"), "%s", out);
@@ -347,29 +361,11 @@ Test(train_cli, default_workers_and_the_update_in_the_summary)
 /* ASP under a straggler: the servers see stale gradients. */
 Test(train_cli, asp_with_a_straggler_measures_staleness)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "3",
-			 "--protocol",
-			 "asp",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "1",
-			 "--step-time",
-			 "5ms",
-			 "--imbalance",
-			 "persistent:0.34:4",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--workers", "3", "--protocol", "asp", "--model",
+			  "softmax", "--epochs", "1", "--step-time", "5ms",
+			  "--imbalance", "persistent:0.34:4");
 	cr_expect(strstr(json, "\"protocol\": \"asp\""));
 	cr_expect(strstr(json, "\"imbalance\": \"persistent:0.34:4\""), "%s",
 		  json);
@@ -383,31 +379,12 @@ Test(train_cli, asp_with_a_straggler_measures_staleness)
  * and the model still learns. */
 Test(train_cli, ssp_keeps_its_bound_and_learns)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "4",
-			 "--protocol",
-			 "ssp",
-			 "--staleness",
-			 "2",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "1",
-			 "--step-time",
-			 "5ms",
-			 "--imbalance",
-			 "persistent:0.25:4",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--workers", "4", "--protocol", "ssp", "--staleness",
+			  "2", "--model", "softmax", "--epochs", "1",
+			  "--step-time", "5ms", "--imbalance",
+			  "persistent:0.25:4");
 	cr_expect(strstr(json, "\"protocol\": \"ssp\""), "%s", json);
 	cr_expect_eq(json_num(json, "max_lead"), 2, "%s", json);
 	cr_expect_gt(json_num(json, "staleness_max"), 0, "%s", json);
@@ -421,19 +398,15 @@ Test(train_cli, ssp_keeps_its_bound_and_learns)
  * H_max local steps in one, and the model learns. */
 Test(train_cli, esp_skips_at_most_h_max_and_learns)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "4",
-			 "--protocol", "esp", "--esp-max-skip", "4",
-			 /* softmax starts at 0: every step moves it by far
-			  * more than theta, so only cost and H_max decide */
-			 "--esp-theta", "1000", "--optimizer", "sgd", "--lr",
-			 "0.1", "--model", "softmax", "--epochs", "1",
-			 "--step-time", "5ms", "--imbalance",
-			 "persistent:0.25:4", "--curve", "-", "--summary-json",
-			 (char *)in_dir("s.json"), NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	/* softmax starts at 0: every step moves it by far more than theta,
+	 * so only cost and H_max decide */
+	json = TRAIN_JSON("--workers", "4", "--protocol", "esp",
+			  "--esp-max-skip", "4", "--esp-theta", "1000",
+			  "--optimizer", "sgd", "--lr", "0.1", "--model",
+			  "softmax", "--epochs", "1", "--step-time", "5ms",
+			  "--imbalance", "persistent:0.25:4");
 	cr_expect(strstr(json, "\"protocol\": \"esp\""), "%s", json);
 	cr_expect_leq(json_num(json, "max_local_steps"), 4, "%s", json);
 	cr_expect_geq(json_num(json, "max_local_steps"), 2, "%s", json);
@@ -446,31 +419,12 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
  * rounds stay barriers (no stale contribution), and the model learns. */
 Test(train_cli, predicted_plans_local_steps_and_learns)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "4",
-			 "--protocol",
-			 "predicted",
-			 "--psp-warmup",
-			 "2",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "1",
-			 "--step-time",
-			 "5ms",
-			 "--imbalance",
-			 "persistent:0.25:4",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--workers", "4", "--protocol", "predicted",
+			  "--psp-warmup", "2", "--model", "softmax", "--epochs",
+			  "1", "--step-time", "5ms", "--imbalance",
+			  "persistent:0.25:4");
 	cr_expect(strstr(json, "\"protocol\": \"predicted\""), "%s", json);
 	/* 4x faster workers get about 4 steps a round; R = 15 bounds it,
 	 * the steps taken while waiting at most double it */
@@ -519,37 +473,17 @@ static bool splits_slow_from_fast(const char *s, const struct kn__imb *m,
  * slow worker apart from the fast ones, logs it, and the model learns. */
 Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "4",
-			 "--protocol",
-			 "cgp",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "1",
-			 "--step-time",
-			 "5ms",
-			 "--seed",
-			 "1",
-			 "--imbalance",
-			 "persistent:0.25:4",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	struct kn__imb m;
 	char err[128], *json, *log;
 	const char *line;
 	int regroups = 0;
 
-	need_dataset();
 	cr_assert_eq(
 		kn__imb_parse("persistent:0.25:4", 1, &m, err, sizeof(err)), 0,
 		"%s", err);
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--workers", "4", "--protocol", "cgp", "--model",
+			  "softmax", "--epochs", "1", "--step-time", "5ms",
+			  "--seed", "1", "--imbalance", "persistent:0.25:4");
 	log = slurp(in_dir("stderr"));
 	cr_expect(strstr(json, "\"protocol\": \"cgp\""), "%s", json);
 	/*
@@ -590,31 +524,12 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
  */
 static void converges_under_momentum(const char *protocol)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "4",
-			 "--protocol",
-			 (char *)protocol,
-			 "--model",
-			 "mlp",
-			 "--epochs",
-			 "1",
-			 "--step-time",
-			 "2ms",
-			 "--seed",
-			 "3",
-			 "--imbalance",
-			 "persistent:0.25:4",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--workers", "4", "--protocol", (char *)protocol,
+			  "--model", "mlp", "--epochs", "1", "--step-time",
+			  "2ms", "--seed", "3", "--imbalance",
+			  "persistent:0.25:4");
 	cr_expect(strstr(json, "\"optimizer\": \"momentum\""), "%s", json);
 	cr_expect_gt(json_num(json, "final_accuracy"), 0.68, "%s", json);
 	free(json);
@@ -653,28 +568,12 @@ Test(train_cli, cgp_converges_under_momentum)
 /* The injected delay is slept: every step takes at least base x factor. */
 Test(train_cli, injected_delay_is_slept)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "1",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "0.05",
-			 "--step-time",
-			 "10ms",
-			 "--imbalance",
-			 "persistent:1:3",
-			 "--curve",
-			 "-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	double steps, t;
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = TRAIN_JSON("--workers", "1", "--model", "softmax", "--epochs",
+			  "0.05", "--step-time", "10ms", "--imbalance",
+			  "persistent:1:3");
 	steps = json_num(json, "steps");
 	t = json_num(json, "train_time_s");
 	/* 47 steps x 30 ms, less what 5% jitter could take off */
@@ -714,52 +613,20 @@ Test(train_cli, ctrl_c_stops_and_reports)
 	free(json);
 }
 
-/* The pid of @parent's child that is worker @rank (its environment says
- * so), or -1. */
-static pid_t worker_pid(pid_t parent, unsigned int rank)
+/* Whether @pid's environment makes it worker *@rank. */
+static bool is_worker(pid_t pid, const void *rank)
 {
-	char want[32], path[64], buf[16384];
-	struct dirent *d;
-	DIR *proc = opendir("/proc");
-	pid_t found = -1;
+	char want[32], env[16384];
+	ssize_t n = proc_read(pid, "environ", env, sizeof(env));
+	bool role = false, ranked = false;
 
-	cr_assert_not_null(proc);
-	snprintf(want, sizeof(want), "KANEL_RANK=%u", rank);
-	while (found < 0 && (d = readdir(proc))) {
-		pid_t pid = (pid_t)atoi(d->d_name);
-		int ppid = -1;
-		bool role = false, ranked = false;
-		FILE *f;
-		size_t n;
-
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		/* pid (comm) state ppid: comm holds no ')' here */
-		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
-			ppid = -1;
-		fclose(f);
-		if (ppid != parent)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		n = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[n] = '\0';
-		for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-			role |= strcmp(buf + i, "KANEL_ROLE=worker") == 0;
-			ranked |= strcmp(buf + i, want) == 0;
-		}
-		if (role && ranked)
-			found = pid;
+	snprintf(want, sizeof(want), "KANEL_RANK=%u",
+		 *(const unsigned int *)rank);
+	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1) {
+		role |= strcmp(env + i, "KANEL_ROLE=worker") == 0;
+		ranked |= strcmp(env + i, want) == 0;
 	}
-	closedir(proc);
-	return found;
+	return role && ranked;
 }
 
 /* A field of /proc/@pid/status in kB ("RssAnon"), or -1. */
@@ -814,23 +681,11 @@ Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 	int st;
 
 	need_dataset();
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
-			       0644);
-		int e = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
-			     0644);
-
-		dup2(out, 1);
-		dup2(e, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
+	pid = spawn_logged(argv);
 	for (int i = 0; i < 100 && (w1 < 0 || w2 < 0); i++) {
 		usleep(50000);
-		w1 = worker_pid(pid, 1);
-		w2 = worker_pid(pid, 2);
+		w1 = proc_child(pid, is_worker, &(unsigned int){ 1 });
+		w2 = proc_child(pid, is_worker, &(unsigned int){ 2 });
 	}
 	cr_assert(w1 > 0 && w2 > 0, "the workers did not start");
 	sleep(3); /* started and training */
@@ -1006,64 +861,22 @@ Test(compare, tables_without_gnuplot)
 
 /* ---- crashes: checkpoints, a server restarted, a job resumed ---- */
 
-/* The newest child of @parent whose command is `kanel ROLE`, or 0. */
-static pid_t child_with_role(pid_t parent, const char *role)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	pid_t found = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d))) {
-		char path[64], buf[512];
-		int pid = atoi(e->d_name), ppid = 0;
-		FILE *f;
-		size_t n;
-
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-		f = fopen(path, "r");
-		/* "pid (comm) state ppid": comm is "kanel", no spaces */
-		if (!f || fscanf(f, "%*d %*s %*c %d", &ppid) != 1 ||
-		    ppid != parent) {
-			if (f)
-				fclose(f);
-			continue;
-		}
-		fclose(f);
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		n = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[n] = '\0';
-		/* argv[0] NUL argv[1] */
-		if (strlen(buf) + 1 < n &&
-		    !strcmp(buf + strlen(buf) + 1, role) && pid > found)
-			found = pid;
-	}
-	closedir(d);
-	return found;
-}
-
 /*
  * Run @argv as run() does; once @trigger exists (a checkpoint file:
  * the job is that far), SIGKILL its child `kanel ROLE`.  The exit code.
  */
 static int run_killing(char *const *argv, const char *trigger, const char *role)
 {
-	pid_t pid = spawn_logged(argv), victim = 0;
+	pid_t pid = spawn_logged(argv), victim = -1;
 	int st;
 
-	for (int i = 0; i < 6000 && !victim; i++) {
+	for (int i = 0; i < 6000 && victim < 0; i++) {
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			cr_assert_fail("the run ended before %s was written",
 				       trigger);
 		if (access(trigger, F_OK) == 0)
-			victim = child_with_role(pid, role);
-		if (!victim)
+			victim = proc_child_running(pid, role);
+		if (victim < 0)
 			usleep(10000);
 	}
 	cr_assert_gt(victim, 0, "no %s after 60 s", trigger);
