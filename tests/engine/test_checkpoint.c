@@ -169,7 +169,6 @@ static size_t total(void)
 	return n;
 }
 
-/* Write @version as @job, chunk 1 of job->chunks[1].count values. */
 /* A load of @version into chunks of zeros: what kn__ckpt_load says. */
 static int load_fresh(const struct kn__ckpt_job *job, uint64_t version,
 		      char *err, size_t errlen)
@@ -185,6 +184,18 @@ static int load_fresh(const struct kn__ckpt_job *job, uint64_t version,
 	return ret;
 }
 
+/* A load of @version fails with @error, its message naming @why. */
+static void expect_refused(const struct kn__ckpt_job *job, uint64_t version,
+			   int error, const char *why)
+{
+	char err[512] = "";
+
+	cr_expect_eq(load_fresh(job, version, err, sizeof(err)), error, "%s",
+		     err);
+	cr_expect(strstr(err, why), "%s", err);
+}
+
+/* Write @version as @job, chunk 1 of job->chunks[1].count values. */
 static void write_as(const struct kn__ckpt_job *job, uint64_t version)
 {
 	struct kn__ckpt_chunk c[NCH];
@@ -392,7 +403,7 @@ Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
 	uint64_t v[8];
 	uint32_t n, format = 2;
 	size_t len;
-	char *buf, err[512] = "";
+	char *buf;
 
 	write_version(7, 2);
 	buf = read_all(file_of(7), &len);
@@ -404,8 +415,7 @@ Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
 	cr_expect(logged_with(file_of(7), "format 2, sealed without the job "
 					  "secret"),
 		  "%s", logged.text[0]);
-	cr_expect_eq(load_fresh(&j, 7, err, sizeof(err)), -EBADMSG);
-	cr_expect(strstr(err, "not trusted"), "%s", err);
+	expect_refused(&j, 7, -EBADMSG, "not trusted");
 	free(buf);
 }
 
@@ -480,12 +490,10 @@ Test(checkpoint, another_server_count_is_refused, .init = make_dir,
 	struct kn__ckpt_job j = job_of(1);
 	uint64_t v[8];
 	uint32_t n = 99;
-	char err[512] = "";
 
 	write_version(5, 1);
 	j.nservers = 3;
-	cr_expect_eq(load_fresh(&j, 5, err, sizeof(err)), -EINVAL, "%s", err);
-	cr_expect(strstr(err, "server 1 of 2"), "%s", err);
+	expect_refused(&j, 5, -EINVAL, "server 1 of 2");
 	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), 0);
 	cr_expect_eq(n, 0);
 	j.dir = "/nonexistent/kanel";
@@ -503,7 +511,6 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	uint64_t v[8];
 	uint32_t n;
-	char err[512] = "";
 
 	write_version(4, 2);
 	write_as(&theirs, 8);
@@ -513,8 +520,7 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
 	cr_expect(logged_with(file_of(8), "another model: chunk 5 of 8 "
 					  "values"),
 		  "%u lines: %s", logged.n, logged.text[0]);
-	cr_expect_eq(load_fresh(&ours, 8, err, sizeof(err)), -EINVAL);
-	cr_expect(strstr(err, "chunk 5"), "%s", err);
+	expect_refused(&ours, 8, -EINVAL, "chunk 5");
 	check_version(4, 2);
 }
 
@@ -568,15 +574,13 @@ Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
 	struct kn__ckpt_job adam = job_of(3);
 	uint64_t v[8];
 	uint32_t n;
-	char err[512] = "";
 
 	write_version(6, 2);
 	list_as(&adam, v, &n);
 	cr_expect_eq(n, 0);
 	cr_expect(logged_with(file_of(6), "optimizer momentum"), "%s",
 		  logged.text[0]);
-	cr_expect_eq(load_fresh(&adam, 6, err, sizeof(err)), -EINVAL);
-	cr_expect(strstr(err, "this job's is Adam"), "%s", err);
+	expect_refused(&adam, 6, -EINVAL, "this job's is Adam");
 }
 
 /*
@@ -764,7 +768,7 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
 	uint64_t v[8], off;
 	uint32_t n;
 	size_t len;
-	char *buf, err[512] = "";
+	char *buf;
 
 	write_version(4, 2);
 	write_version(8, 2);
@@ -779,8 +783,7 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
 	cr_expect_eq(v[0], 4);
 	cr_expect(logged_with(file_of(8), "seal does not check"), "%s",
 		  logged.text[0]);
-	cr_expect_eq(load_fresh(&j, 8, err, sizeof(err)), -EBADMSG);
-	cr_expect(strstr(err, "seal"), "%s", err);
+	expect_refused(&j, 8, -EBADMSG, "seal");
 }
 
 /*
@@ -868,11 +871,7 @@ static int ckpt_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_B; i++)
 		pb[i] = rank == 0 && !restoring ? 1 : -1000;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_ab(w, LEN_A, pa, ga, LEN_B, pb, gb);
 	for (size_t i = 0; !ret && i < LEN_A; i++)
 		if (pa[i] == -1000)
 			ret = -EBADMSG; /* the start brought no model */
@@ -951,11 +950,11 @@ Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time,
 	run_sync = "asp";
 	run_workers = 1;
 	run(NULL, false, 0, 4, whole, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	run(dir, false, 0, 2, NULL, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	run(dir, true, 2, 2, resumed, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	expect_same(whole, resumed);
 }
 
@@ -970,15 +969,13 @@ Test(checkpoint, a_restored_job_goes_on_exactly, .init = make_dir,
 	float whole[PROBE], resumed[PROBE];
 
 	run(NULL, false, 0, 6, whole, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	run(dir, false, 0, 4, NULL, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	/* versions 2 and 4 of both servers */
 	cr_expect_eq(files_in_dir(), 4);
 	run(dir, true, 4, 2, resumed, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(2);
 	expect_same(whole, resumed);
 	cr_expect_neq(sh->values[1][0], -1000);
 	cr_expect_eq(
@@ -1006,7 +1003,7 @@ Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
 	cr_assert_eq(pwrite(fd, "junk", 4, 300), 4);
 	close(fd);
 	run(dir, true, 2, 2, resumed, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	expect_same(whole, resumed);
 }
 
@@ -1019,7 +1016,7 @@ Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
      .init = make_dir, .fini = remove_dir, .timeout = 240)
 {
 	run(dir, false, 0, 4, NULL, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	cr_assert_eq(files_in_dir(), 4);
 	run_opt = "adam";
 	run(dir, true, 4, 1, NULL, false);

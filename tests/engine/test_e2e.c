@@ -117,17 +117,8 @@ static int bsp_worker(unsigned int rank)
 
 Test(e2e, bsp_sgd_exact_4_workers_2_servers, .timeout = 120)
 {
-	struct job j = { 0 };
-
 	bsp_workers = 4;
-	job_env(&j, 4, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 4; w++)
-		spawn_worker(&j, w, bsp_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < 4; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(4, 2, "bsp", "sgd", LR, bsp_worker);
 }
 
 /* ---- --metrics: where the time went ---- */
@@ -178,9 +169,7 @@ Test(e2e, metrics_lines_give_every_stage, .timeout = 120)
 		spawn_worker(&j, w, bsp_worker);
 	end_job(&j, true);
 	unsetenv("KANEL_METRICS");
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(2);
 	f = fopen(path, "r");
 	cr_assert(f);
 	while (fgets(line, sizeof(line), f)) {
@@ -272,17 +261,8 @@ static int many_worker(unsigned int rank)
 
 static void many_tensors(enum kn_dtype dt)
 {
-	struct job j = { 0 };
-
 	half_type = dt;
-	job_env(&j, 2, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, many_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(2, 2, "bsp", "sgd", LR, many_worker);
 }
 
 Test(e2e, hundred_fp16_tensors, .timeout = 120)
@@ -358,7 +338,7 @@ Test(e2e, asp_applies_every_push_once, .timeout = 120)
 	start_job(&j);
 	spawn_worker(&j, 0, asp_worker);
 	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	cr_assert_eq(sh->values[0][0], 1000.0f - ASP_STEPS);
 	cr_assert_eq(sh->values[0][63], 1000.0f - ASP_STEPS);
 
@@ -410,7 +390,7 @@ Test(e2e, asp_momentum_turns_once_per_round, .timeout = 120)
 	start_job(&j);
 	spawn_worker(&j, 0, asp_worker);
 	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	cr_assert_float_eq(sh->values[0][0], 1000.0 - hb, 0.02, "%g, not %g",
 			   (double)sh->values[0][0], 1000.0 - hb);
 
@@ -531,28 +511,34 @@ static int paced_worker(unsigned int rank)
 	return ret;
 }
 
+/* Workers 0 to @n - 1 of @j running paced_worker(), back once they
+ * all train. */
+static void spawn_paced(struct job *j, int n)
+{
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	for (int w = 0; w < n; w++)
+		spawn_worker(j, (unsigned int)w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < n &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, n, "the workers did not start");
+}
+
 Test(e2e, a_paused_coordinator_removes_no_worker, .timeout = 120)
 {
 	struct job j = { 0 };
-	double deadline = (double)time(NULL) + WAIT_S;
 
 	job_env(&j, 3, 1, "bsp", "sgd", LR);
 	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, paced_worker);
-	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 3 &&
-	       time(NULL) < deadline)
-		usleep(20000);
-	cr_assert_eq(sh->arrived, 3, "the workers did not start");
+	spawn_paced(&j, 3);
 	usleep(300000);
 	/* twice the heartbeat timeout */
 	cr_assert_eq(kill(j.coord, SIGSTOP), 0);
 	usleep((useconds_t)(2 * heartbeat_s() * 1e6));
 	cr_assert_eq(kill(j.coord, SIGCONT), 0);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 3; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(3);
 }
 
 /*
@@ -566,7 +552,6 @@ Test(e2e, a_hung_server_is_named, .timeout = 120)
 {
 	struct job j = { 0 };
 	char log[64], *text = NULL;
-	double deadline = (double)time(NULL) + WAIT_S;
 	size_t cap = 0;
 	int st[2];
 	FILE *f;
@@ -574,12 +559,7 @@ Test(e2e, a_hung_server_is_named, .timeout = 120)
 	snprintf(log, sizeof(log), "/tmp/kanel-test-%d.coord", getpid());
 	job_env(&j, 2, 1, "bsp", "sgd", LR);
 	start_job_logged(&j, log, NULL, NULL);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, paced_worker);
-	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
-	       time(NULL) < deadline)
-		usleep(20000);
-	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	spawn_paced(&j, 2);
 	cr_assert_eq(kill(j.servers[0], SIGSTOP), 0);
 	/* named within 3 heartbeat timeouts (and a margin): not the
 	 * start-up timeout's 20 s */
@@ -704,16 +684,10 @@ Test(e2e, a_finished_worker_logs_no_loss_when_a_server_goes, .timeout = 120)
 Test(e2e, a_server_whose_coordinator_dies_exits_non_zero, .timeout = 120)
 {
 	struct job j = { 0 };
-	double deadline = (double)time(NULL) + WAIT_S;
 
 	job_env(&j, 2, 1, "bsp", "sgd", LR);
 	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, paced_worker);
-	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
-	       time(NULL) < deadline)
-		usleep(20000);
-	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	spawn_paced(&j, 2);
 	cr_assert_eq(kill(j.coord, SIGKILL), 0);
 	cr_assert_eq(reap(j.servers[0], (double)time(NULL) + WAIT_S), 1,
 		     "the server's exit status");
@@ -778,7 +752,7 @@ Test(e2e, wrong_secret_is_refused, .timeout = 120)
 	end_job(&j, true);
 	unlink("/tmp/kanel-test-wrong");
 	cr_assert_neq(sh->status[7], 0, "the intruder got in");
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 }
 
 /* A worker whose tensor differs from the job's gets -EINVAL at start. */
@@ -903,7 +877,10 @@ static int rejoining_worker(unsigned int rank)
 	return ret;
 }
 
-static int slow_worker(unsigned int rank)
+/* @rounds steps of 1 on tensor "a", 0.1 s apart; worker 2 dies in the
+ * third if @kill_rank_2. */
+static int stepping_worker(unsigned int rank, unsigned int rounds,
+			   bool kill_rank_2)
 {
 	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
 	struct kn_worker *w = join(rank);
@@ -915,8 +892,8 @@ static int slow_worker(unsigned int rank)
 		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
 	if (!ret)
 		ret = kn_worker_start(w);
-	for (unsigned int r = 0; !ret && r < 40; r++) {
-		if (rank == 2 && r == 2)
+	for (unsigned int r = 0; !ret && r < rounds; r++) {
+		if (kill_rank_2 && rank == 2 && r == 2)
 			raise(SIGKILL);
 		for (size_t i = 0; i < LEN_A; i++)
 			ga[i] = 1;
@@ -927,6 +904,11 @@ static int slow_worker(unsigned int rank)
 	free(pa);
 	free(ga);
 	return ret;
+}
+
+static int slow_worker(unsigned int rank)
+{
+	return stepping_worker(rank, 40, true);
 }
 
 Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
@@ -942,9 +924,7 @@ Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
 	cr_assert(WIFSIGNALED(st));
 	spawn_worker(&j, 2, rejoining_worker);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 3; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(3);
 }
 
 /*
@@ -958,26 +938,7 @@ Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
  */
 static int steady_worker(unsigned int rank)
 {
-	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
-	struct kn_worker *w = join(rank);
-	int ret = w && pa && ga ? 0 : -ENOMEM;
-
-	for (size_t i = 0; i < LEN_A; i++)
-		pa[i] = rank == 0 ? init_value(i) : -1;
-	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
-	for (unsigned int r = 0; !ret && r < 50; r++) {
-		for (size_t i = 0; i < LEN_A; i++)
-			ga[i] = 1;
-		ret = kn_worker_step(w, NULL);
-		usleep(100000);
-	}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return stepping_worker(rank, 50, false);
 }
 
 Test(e2e, a_rank_held_by_a_live_process_is_taken_once_it_is_gone,
@@ -1000,9 +961,7 @@ Test(e2e, a_rank_held_by_a_live_process_is_taken_once_it_is_gone,
 	kill(first, SIGKILL);
 	cr_assert_eq(waitpid(first, &st, 0), first);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 3; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(3);
 }
 
 /*
@@ -1067,11 +1026,7 @@ static int split_round_worker(unsigned int rank)
 		gb[i] = 1;
 	}
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_ab(w, LEN_A, pa, ga, LEN_B, pb, gb);
 	if (!ret && rejoiner)
 		ret = one_round_model(pa, pb, 1.0f);
 	if (!ret && !rejoiner)
@@ -1120,9 +1075,7 @@ Test(e2e, a_rejoiner_sits_out_the_round_its_chunks_are_behind_in,
 	sh->status[1] = -ECHILD; /* the next one is the rejoiner */
 	spawn_worker(&j, 1, split_round_worker);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(2);
 }
 
 /* With an inbox, pulls land there and the parameters stay the caller's. */
@@ -1159,13 +1112,7 @@ static int inbox_worker(unsigned int rank)
 
 Test(e2e, pulls_land_in_the_inbox, .timeout = 60)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 1, 1, "bsp", "sgd", LR);
-	start_job(&j);
-	spawn_worker(&j, 0, inbox_worker);
-	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run_job(1, 1, "bsp", "sgd", LR, inbox_worker);
 }
 
 /* ---- fused small tensors ---- */
@@ -1458,16 +1405,7 @@ static int deep_worker(unsigned int rank)
 
 Test(e2e, more_chunks_than_the_transport_queue, .timeout = 120)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 2, 1, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, deep_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(2, 1, "bsp", "sgd", LR, deep_worker);
 }
 
 /* ---- a wait the caller limited ---- */
@@ -1526,7 +1464,7 @@ Test(e2e, a_wait_the_caller_limited_logs_nothing, .timeout = 60)
 	spawn_worker(&j, 0, polling_worker);
 	spawn_worker(&j, 1, polling_worker);
 	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	cr_assert_eq(sh->status[1], 0, "%s", strerror(-sh->status[1]));
 	cr_assert_str_empty(sh->text[0], "worker 0 logged: %s", sh->text[0]);
 }
