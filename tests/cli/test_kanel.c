@@ -62,20 +62,12 @@ TestSuite(kanel, .init = setup, .fini = teardown, .timeout = 120);
 
 static char *kanel(void)
 {
-	char *exe = getenv("KANEL_EXE");
-
-	cr_assert_not_null(exe, "KANEL_EXE is not set (meson sets it)");
-	return exe;
+	return kanel_exe();
 }
 
 static const char *in_dir(const char *name)
 {
-	static char bufs[4][128];
-	static int next;
-	char *b = bufs[next++ % 4];
-
-	snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
-	return b;
+	return path_in(dir, name);
 }
 
 /* The environment for a child: ours without the job's, plus @extra. */

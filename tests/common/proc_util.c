@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * proc_util.c - finding a job's processes through /proc (proc_util.h).
+ * proc_util.c - the kanel binary under test and its processes
+ * (proc_util.h).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -10,6 +11,24 @@
 #include <criterion/criterion.h>
 
 #include "proc_util.h"
+
+char *kanel_exe(void)
+{
+	char *exe = getenv("KANEL_EXE");
+
+	cr_assert_not_null(exe, "KANEL_EXE is not set (meson sets it)");
+	return exe;
+}
+
+const char *path_in(const char *dir, const char *name)
+{
+	static char bufs[8][256];
+	static unsigned int next;
+	char *b = bufs[next++ % 8];
+
+	snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
+	return b;
+}
 
 ssize_t proc_read(pid_t pid, const char *file, char *buf, size_t size)
 {
@@ -30,18 +49,13 @@ ssize_t proc_read(pid_t pid, const char *file, char *buf, size_t size)
 /* The parent of @pid, or -1 (gone). */
 static pid_t parent_of(pid_t pid)
 {
-	char path[64];
-	int ppid = -1;
-	FILE *f;
+	char stat[512];
+	int ppid;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
 	/* "pid (comm) state ppid": our children's comm holds no ')' */
-	if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
-		ppid = -1;
-	fclose(f);
+	if (proc_read(pid, "stat", stat, sizeof(stat)) < 0 ||
+	    sscanf(stat, "%*d (%*[^)]) %*c %d", &ppid) != 1)
+		return -1;
 	return ppid;
 }
 
@@ -75,4 +89,17 @@ static bool runs_arg1(pid_t pid, const void *arg1)
 pid_t proc_child_running(pid_t parent, const char *arg1)
 {
 	return proc_child(parent, runs_arg1, arg1);
+}
+
+long proc_status_kb(pid_t pid, const char *field)
+{
+	char status[4096] = "\n", key[64];
+	const char *p;
+
+	/* a line's start is a newline, the first line's too */
+	snprintf(key, sizeof(key), "\n%s:", field);
+	if (proc_read(pid, "status", status + 1, sizeof(status) - 1) < 0)
+		return -1;
+	p = strstr(status, key);
+	return p ? strtol(p + strlen(key), NULL, 10) : -1;
 }

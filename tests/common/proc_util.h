@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * proc_util.h - finding the processes a job under test started, through
- * /proc (proc_util.c, linked through test_common_dep): kanel launch's
- * and kanel train's children, picked by their arguments or environment.
+ * proc_util.h - the kanel binary under test and the processes it starts
+ * (proc_util.c, linked through test_common_dep): the binary meson names,
+ * paths in a test's folder, and, through /proc, kanel launch's and
+ * kanel train's children, picked by their arguments or environment.
  */
 #ifndef KN_PROC_UTIL_H
 #define KN_PROC_UTIL_H
@@ -10,6 +11,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+
+/* The kanel binary to test (KANEL_EXE, which meson sets); fails the
+ * test without it. */
+char *kanel_exe(void);
+
+/* @dir/@name, in one of 8 buffers used in turn. */
+const char *path_in(const char *dir, const char *name);
 
 /* Whether child @pid is the one wanted; @arg is proc_child()'s. */
 typedef bool proc_match_fn(pid_t pid, const void *arg);
@@ -25,5 +33,8 @@ pid_t proc_child_running(pid_t parent, const char *arg1);
 /* Read /proc/@pid/@file (its NUL-separated cmdline or environ) into
  * @buf of @size, NUL-terminated; the bytes read, or -1. */
 ssize_t proc_read(pid_t pid, const char *file, char *buf, size_t size);
+
+/* Field @field ("RssAnon") of /proc/@pid/status in kB, or -1. */
+long proc_status_kb(pid_t pid, const char *field);
 
 #endif /* KN_PROC_UTIL_H */

@@ -43,10 +43,7 @@ static void teardown(void)
 
 static const char *kanel(void)
 {
-	const char *exe = getenv("KANEL_EXE");
-
-	cr_assert_not_null(exe, "KANEL_EXE is not set (meson sets it)");
-	return exe;
+	return kanel_exe();
 }
 
 static void need_dataset(void)
@@ -59,12 +56,7 @@ static void need_dataset(void)
 /* A path in the test's directory. */
 static const char *in_dir(const char *name)
 {
-	static char bufs[8][256];
-	static int next;
-	char *b = bufs[next++ % 8];
-
-	snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
-	return b;
+	return path_in(dir, name);
 }
 
 /* Start @argv with stdout and stderr into files of the test's
@@ -133,6 +125,14 @@ static void dump(void)
 	free(err);
 }
 
+/* @rc, a run's exit code, is 0; the run's output is logged if not. */
+static void assert_ran_ok(int rc)
+{
+	if (rc)
+		dump();
+	cr_assert_eq(rc, 0);
+}
+
 /* Run @argv, which must succeed (its output is logged if not), and
  * return the summary JSON it wrote to s.json (the caller frees it). */
 static char *run_ok_json(char *const *argv)
@@ -140,9 +140,7 @@ static char *run_ok_json(char *const *argv)
 	int rc = run(argv);
 	char *err;
 
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	/*
 	 * A normal end is quiet: a server's close that overtakes the
 	 * SHUTDOWN at a finished worker is the job's end, not a loss (it
@@ -156,32 +154,42 @@ static char *run_ok_json(char *const *argv)
 	return slurp(in_dir("s.json"));
 }
 
-/*
- * Run `kanel train @opts... --curve - --summary-json s.json` (skipped
- * without the dataset) as run_ok_json() does; the summary JSON (the
- * caller frees it).
- */
-static char *train_json(const char *const *opts)
+#define MAX_ARGS 48
+
+/* @args, then --summary-json s.json, in @argv (room for MAX_ARGS): the
+ * command line of a run that reports. */
+static char **reporting(char **argv, const char *const *args)
 {
-	char *argv[48];
 	size_t n = 0;
 
-	need_dataset();
-	argv[n++] = (char *)kanel();
-	argv[n++] = "train";
-	for (; *opts; opts++) {
-		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 5);
-		argv[n++] = (char *)*opts;
+	for (; *args; args++) {
+		cr_assert_lt(n, MAX_ARGS - 3);
+		argv[n++] = (char *)*args;
 	}
-	argv[n++] = "--curve";
-	argv[n++] = "-";
 	argv[n++] = "--summary-json";
 	argv[n++] = (char *)in_dir("s.json");
 	argv[n] = NULL;
-	return run_ok_json(argv);
+	return argv;
 }
 
-#define TRAIN_JSON(...) train_json((const char *const[]){ __VA_ARGS__, NULL })
+#define REPORTING(argv, ...) \
+	reporting(argv, (const char *const[]){ __VA_ARGS__, NULL })
+
+/* Run @args (NULL-terminated), reporting, as run_ok_json() does
+ * (skipped without the dataset); the summary JSON (the caller frees
+ * it). */
+static char *report_of(const char *const *args)
+{
+	char *argv[MAX_ARGS];
+
+	need_dataset();
+	return run_ok_json(reporting(argv, args));
+}
+
+#define REPORT_OF(...) report_of((const char *const[]){ __VA_ARGS__, NULL })
+
+/* REPORT_OF(`kanel train ... --curve -`). */
+#define TRAIN_JSON(...) REPORT_OF(kanel(), "train", __VA_ARGS__, "--curve", "-")
 
 static size_t count_lines(const char *s)
 {
@@ -268,27 +276,6 @@ Test(train_cli, optimizer_sum_is_refused)
 /* A short seeded BSP run: learns, and writes what it promises. */
 Test(train_cli, short_bsp_run_learns_and_reports)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "2",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "1",
-			 "--step-time",
-			 "0",
-			 "--seed",
-			 "7",
-			 "--target-accuracy",
-			 "0.75",
-			 "--eval-interval",
-			 "0.2",
-			 "--curve",
-			 (char *)in_dir("curve.csv"),
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	static const char *const keys[] = {
 		"protocol",	    "model",
 		"workers",	    "imbalance",
@@ -298,8 +285,11 @@ Test(train_cli, short_bsp_run_learns_and_reports)
 	};
 	char *json, *curve;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = REPORT_OF(kanel(), "train", "--workers", "2", "--model",
+			 "softmax", "--epochs", "1", "--step-time", "0",
+			 "--seed", "7", "--target-accuracy", "0.75",
+			 "--eval-interval", "0.2", "--curve",
+			 in_dir("curve.csv"));
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		char pat[64];
 
@@ -586,24 +576,15 @@ Test(train_cli, injected_delay_is_slept)
  * (options given as --flag=value, too). */
 Test(train_cli, ctrl_c_stops_and_reports)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers=2",
-			 "--model=softmax",
-			 "--epochs=10",
-			 "--protocol=asp",
-			 "--curve=-",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
+	char *argv[MAX_ARGS];
 	char *json;
 	int rc;
 
 	need_dataset();
+	REPORTING(argv, kanel(), "train", "--workers=2", "--model=softmax",
+		  "--epochs=10", "--protocol=asp", "--curve=-");
 	rc = run_with(argv, 5); /* start-up takes 1 to 2 s of that */
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	json = slurp(in_dir("s.json"));
 	cr_expect(strstr(json, "\"protocol\": \"asp\""), "%s", json);
 	/* 10 epochs are 9360 steps, about 100 s */
@@ -629,25 +610,6 @@ static bool is_worker(pid_t pid, const void *rank)
 	return role && ranked;
 }
 
-/* A field of /proc/@pid/status in kB ("RssAnon"), or -1. */
-static long status_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	size_t n = strlen(field);
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (kb < 0 && fgets(line, sizeof(line), f))
-		if (strncmp(line, field, n) == 0 && line[n] == ':')
-			kb = strtol(line + n + 1, NULL, 10);
-	fclose(f);
-	return kb;
-}
-
 /*
  * Workers that go: one stopped past the heartbeat timeout is removed,
  * and on waking rejoins with its rank and the current model; one killed
@@ -657,30 +619,16 @@ static long status_kb(pid_t pid, const char *field)
  */
 Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "3",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "8",
-			 "--step-time",
-			 "5ms",
-			 "--heartbeat-timeout",
-			 "1000",
-			 "--curve",
-			 "-",
-			 "--progress",
-			 "log",
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
+	char *argv[MAX_ARGS];
 	pid_t pid, w1 = -1, w2 = -1;
 	char *err, *json;
 	int st;
 
 	need_dataset();
+	REPORTING(argv, kanel(), "train", "--workers", "3", "--model",
+		  "softmax", "--epochs", "8", "--step-time", "5ms",
+		  "--heartbeat-timeout", "1000", "--curve", "-", "--progress",
+		  "log");
 	pid = spawn_logged(argv);
 	for (int i = 0; i < 100 && (w1 < 0 || w2 < 0); i++) {
 		usleep(50000);
@@ -690,9 +638,9 @@ Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 	cr_assert(w1 > 0 && w2 > 0, "the workers did not start");
 	sleep(3); /* started and training */
 	/* the 180 MiB training set is one shared mapping, not a copy each */
-	cr_expect_lt(status_kb(w1, "RssAnon"), 64 * 1024, "%ld kB",
-		     status_kb(w1, "RssAnon"));
-	cr_expect_gt(status_kb(w1, "RssShmem"), 0);
+	cr_expect_lt(proc_status_kb(w1, "RssAnon"), 64 * 1024, "%ld kB",
+		     proc_status_kb(w1, "RssAnon"));
+	cr_expect_gt(proc_status_kb(w1, "RssShmem"), 0);
 	kill(w2, SIGSTOP);
 	sleep(3); /* past the 1 s heartbeat timeout: removed */
 	kill(w2, SIGCONT);
@@ -723,29 +671,12 @@ Test(train_cli, the_job_survives_a_stopped_and_a_killed_worker)
 /* --join: the same trainer inside a job kanel launch started. */
 Test(train_cli, join_runs_under_launch)
 {
-	char *argv[] = { (char *)kanel(),
-			 "launch",
-			 "--workers",
-			 "2",
-			 "--",
-			 (char *)kanel(),
-			 "train",
-			 "--join",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "0.3",
-			 "--step-time",
-			 "0",
-			 "--curve",
-			 (char *)in_dir("curve.csv"),
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = REPORT_OF(kanel(), "launch", "--workers", "2", "--", kanel(),
+			 "train", "--join", "--model", "softmax", "--epochs",
+			 "0.3", "--step-time", "0", "--curve",
+			 in_dir("curve.csv"));
 	cr_expect(strstr(json, "\"figures_of\": \"worker 0\""), "%s", json);
 	/* the job's update is its coordinator's (kanel launch's default),
 	 * not the trainer's default */
@@ -783,9 +714,7 @@ Test(compare, writes_tables_and_plot)
 
 	need_dataset();
 	rc = run(argv);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	csv = slurp(in_dir("cmp/compare.csv"));
 	md = slurp(in_dir("cmp/compare.md"));
 	json = slurp(in_dir("cmp/run-asp-persistent_0.5_2.json"));
@@ -848,9 +777,7 @@ Test(compare, tables_without_gnuplot)
 	child_path = dir; /* nothing to run in there */
 	rc = run(argv);
 	child_path = NULL;
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	cr_expect_eq(stat(in_dir("cmp/compare.csv"), &st), 0);
 	cr_expect_eq(stat(in_dir("cmp/compare.md"), &st), 0);
 	cr_expect_neq(stat(in_dir("cmp/accuracy-vs-time-none.png"), &st), 0);
@@ -885,11 +812,28 @@ static int run_killing(char *const *argv, const char *trigger, const char *role)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-#define CKPT_ARGS(json)                                                      \
-	(char *)kanel(), "train", "--workers", "4", "--servers", "2",        \
-		"--model", "mlp", "--epochs", "1", "--seed", "3", "--curve", \
-		(char *)in_dir("curve.csv"), "--summary-json",               \
+/* `kanel train` of the checkpoint tests: @epochs of 4 workers and 2
+ * servers, seeded, reporting to @json. */
+#define CKPT_ARGS(epochs, json)                                           \
+	(char *)kanel(), "train", "--workers", "4", "--servers", "2",     \
+		"--model", "mlp", "--epochs", epochs, "--seed", "3",      \
+		"--curve", (char *)in_dir("curve.csv"), "--summary-json", \
 		(char *)in_dir(json)
+
+/* A CKPT_ARGS run with a version every 50 steps, its `kanel ROLE` killed
+ * once version 100 is written, as run_killing() does. */
+static int run_killed_at_v100(const char *role)
+{
+	char *argv[] = { CKPT_ARGS("1", "s.json"),
+			 "--checkpoint-dir",
+			 (char *)in_dir(""),
+			 "--checkpoint-every",
+			 "50",
+			 NULL };
+
+	return run_killing(argv, in_dir("server-1.v00000000000000000100.ckpt"),
+			   role);
+}
 
 /*
  * One epoch of BSP twice with the same seed (the same model to the last
@@ -900,13 +844,7 @@ static int run_killing(char *const *argv, const char *trigger, const char *role)
 Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
      .timeout = 600)
 {
-	char *argv[] = { CKPT_ARGS("whole.json"), NULL };
-	char *argk[] = { CKPT_ARGS("s.json"),
-			 "--checkpoint-dir",
-			 (char *)in_dir(""),
-			 "--checkpoint-every",
-			 "50",
-			 NULL };
+	char *argv[] = { CKPT_ARGS("1", "whole.json"), NULL };
 	char *whole, *json, *err;
 	double a, b;
 	int rc;
@@ -914,11 +852,8 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
 	need_dataset();
 	cr_assert_eq(run(argv), 0);
 	whole = slurp(in_dir("whole.json"));
-	rc = run_killing(argk, in_dir("server-1.v00000000000000000100.ckpt"),
-			 "server");
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
+	rc = run_killed_at_v100("server");
+	assert_ran_ok(rc);
 	err = slurp(in_dir("stderr"));
 	cr_expect(strstr(err, "restarting it; the job goes on from the last "
 			      "checkpoint"),
@@ -944,43 +879,17 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
  */
 Test(train_cli, resume_goes_on_after_the_coordinator_is_killed, .timeout = 600)
 {
-	char *argk[] = { CKPT_ARGS("s.json"),
-			 "--checkpoint-dir",
-			 (char *)in_dir(""),
-			 "--checkpoint-every",
-			 "50",
-			 NULL };
-	char *argr[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "4",
-			 "--servers",
-			 "2",
-			 "--model",
-			 "mlp",
-			 "--epochs",
-			 "0.02",
-			 "--seed",
-			 "3",
-			 "--curve",
-			 (char *)in_dir("curve.csv"),
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 "--resume",
-			 (char *)in_dir(""),
-			 NULL };
+	char *argr[] = { CKPT_ARGS("0.02", "s.json"), "--resume",
+			 (char *)in_dir(""), NULL };
 	char *err, *curve, *line;
 	float first;
 	int rc;
 
 	need_dataset();
-	rc = run_killing(argk, in_dir("server-1.v00000000000000000100.ckpt"),
-			 "coordinator");
+	rc = run_killed_at_v100("coordinator");
 	cr_assert_neq(rc, 0, "the run went on without its coordinator");
 	rc = run(argr);
-	if (rc)
-		dump();
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	err = slurp(in_dir("stderr"));
 	cr_expect(strstr(err, "restoring the job from its checkpoints of "
 			      "version 1"),
@@ -1011,25 +920,11 @@ Test(train_cli, resume_goes_on_after_the_coordinator_is_killed, .timeout = 600)
 
 Test(train_cli, train_runs_128_workers_on_two_servers, .timeout = 600)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 TRAIN_LOAD,
-			 "--servers",
-			 "2",
-			 "--model",
-			 "mlp",
-			 "--epochs",
-			 "0.3",
-			 "--curve",
-			 (char *)in_dir("curve.csv"),
-			 "--summary-json",
-			 (char *)in_dir("s.json"),
-			 NULL };
 	char *json;
 
-	need_dataset();
-	json = run_ok_json(argv);
+	json = REPORT_OF(kanel(), "train", "--workers", TRAIN_LOAD, "--servers",
+			 "2", "--model", "mlp", "--epochs", "0.3", "--curve",
+			 in_dir("curve.csv"));
 	cr_expect(strstr(json, "\"workers\": " TRAIN_LOAD ","), "%s", json);
 	/* every worker's 0.3 of an epoch of its shard, in whole batches */
 	cr_expect_gt(json_num(json, "samples"), 0.25 * 60000, "%s", json);
