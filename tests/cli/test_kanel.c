@@ -228,6 +228,30 @@ static bool connects(int fd, pid_t pid)
 #define ARGS(...)     ((char *[]){ __VA_ARGS__, NULL })
 #define FMT(buf, ...) (snprintf(buf, sizeof(buf), __VA_ARGS__), buf)
 
+/* The environment of a one-worker job whose coordinator (in @coord)
+ * never answers, the start-up timeout @timeout. */
+#define DEAD_COORDINATOR_ENV(coord, timeout)                            \
+	ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()), \
+	     "KANEL_WORKERS=1", "KANEL_SECRET=s",                       \
+	     "KANEL_STARTUP_TIMEOUT=" timeout)
+
+/* What the last run wrote to stderr, into the test's log. */
+static void log_stderr(void)
+{
+	char *err = slurp("stderr");
+
+	cr_log_error("stderr: %s", err);
+	free(err);
+}
+
+/* @rc, the last run's exit code, is 0; its stderr is logged if not. */
+static void assert_ran_ok(int rc)
+{
+	if (rc)
+		log_stderr();
+	cr_assert_eq(rc, 0);
+}
+
 /* --- precedence and roles ---------------------------------------------- */
 
 /*
@@ -310,10 +334,7 @@ Test(kanel, role_from_the_variable_without_subcommand)
 			usleep(50 * 1000);
 	}
 	if (!listening) {
-		char *err = slurp("stderr");
-
-		cr_log_error("stderr: %s", err);
-		free(err);
+		log_stderr();
 	} else {
 		kill(-pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -326,10 +347,7 @@ Test(kanel, role_from_the_variable_without_subcommand)
 Test(kanel, subcommands_refuse_options_they_do_not_use)
 {
 	char coord[64];
-	char **env =
-		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
-		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
-		     "KANEL_STARTUP_TIMEOUT=2s");
+	char **env = DEAD_COORDINATOR_ENV(coord, "2s");
 
 	expect_refusal(ARGS("train", "--listen", "0.0.0.0:1", "--data",
 			    "/nonexistent"),
@@ -402,10 +420,7 @@ Test(kanel, a_bad_address_is_named)
 Test(kanel, a_role_that_never_joined_exits_non_zero)
 {
 	char coord[64];
-	char **env =
-		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
-		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
-		     "KANEL_STARTUP_TIMEOUT=1s");
+	char **env = DEAD_COORDINATOR_ENV(coord, "1s");
 
 	expect_refusal(ARGS("server"), env, 1,
 		       "server 0: never joined a job: the coordinator at "
@@ -510,6 +525,32 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
 }
 
 /*
+ * kanel launch --restart-workers of 2 workers: worker 1 is killed 2.5 s
+ * into the job and, started again, runs the shell code @again ($k is
+ * kanel); worker 0's steps outlast that.  The exit code.
+ */
+static int launch_restarting(const char *again)
+{
+	char script[8192];
+	int rc;
+
+	snprintf(script, sizeof(script),
+		 "k='%s'; if [ \"$KANEL_RANK\" = 1 ]; then "
+		 "if [ ! -e '%s' ]; then : > '%s'; "
+		 "(sleep 2.5; kill -9 $$) & "
+		 "exec \"$k\" worker --steps 1000000 --tensor-bytes 4096; fi; "
+		 "%s "
+		 "else exec \"$k\" worker --steps 4000 --pause-ms 2 "
+		 "--tensor-bytes 4096; fi",
+		 kanel(), in_dir("killed"), in_dir("killed"), again);
+	rc = run(ARGS("launch", "--workers", "2", "--restart-workers", "--",
+		      "/bin/sh", "-c", script),
+		 NULL);
+	unlink(in_dir("killed"));
+	return rc;
+}
+
+/*
  * --restart-workers: worker 1 is killed 2.5 s into the job and started
  * again with its rank; it rejoins, and the job ends well.  Worker 0's
  * steps outlast the kill and the restart whatever the engine's speed:
@@ -520,23 +561,11 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
  */
 Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
 {
-	char script[8192], *err;
-	const char *exe = kanel();
+	char *err;
 
-	snprintf(script, sizeof(script),
-		 "if [ \"$KANEL_RANK\" = 1 ]; then "
-		 "if [ ! -e '%s' ]; then : > '%s'; "
-		 "(sleep 2.5; kill -9 $$) & "
-		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
-		 "exec '%s' worker --steps 200 --tensor-bytes 4096; "
-		 "else exec '%s' worker --steps 4000 --pause-ms 2 "
-		 "--tensor-bytes 4096; fi",
-		 in_dir("killed"), in_dir("killed"), exe, exe, exe);
-	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
-			      "--", "/bin/sh", "-c", script),
-			 NULL),
+	cr_expect_eq(launch_restarting("exec \"$k\" worker --steps 200 "
+				       "--tensor-bytes 4096;"),
 		     0);
-	unlink(in_dir("killed"));
 	err = slurp("stderr");
 	cr_expect_not_null(strstr(err, "(signal 9): restarting it, with its "
 				       "rank"),
@@ -554,23 +583,9 @@ Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
  */
 Test(kanel, launch_does_not_restart_a_worker_that_fails_at_once)
 {
-	char script[8192], *err;
-	const char *exe = kanel();
+	char *err;
 
-	snprintf(script, sizeof(script),
-		 "if [ \"$KANEL_RANK\" = 1 ]; then "
-		 "if [ ! -e '%s' ]; then : > '%s'; "
-		 "(sleep 2.5; kill -9 $$) & "
-		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
-		 "exit 5; "
-		 "else exec '%s' worker --steps 4000 --pause-ms 2 "
-		 "--tensor-bytes 4096; fi",
-		 in_dir("killed"), in_dir("killed"), exe, exe);
-	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
-			      "--", "/bin/sh", "-c", script),
-			 NULL),
-		     5);
-	unlink(in_dir("killed"));
+	cr_expect_eq(launch_restarting("exit 5;"), 5);
 	err = slurp("stderr");
 	cr_expect_not_null(strstr(err, "restarting it, with its rank"), "%s",
 			   err);
@@ -785,13 +800,7 @@ Test(kanel, compare_runs_once_per_seed)
 		      "0.01", "--step-time", "0", "--target-accuracy", "0",
 		      "--out", out),
 		 NULL);
-	if (rc) {
-		char *err = slurp("stderr");
-
-		cr_log_error("stderr: %s", err);
-		free(err);
-	}
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	snprintf(path, sizeof(path), "%s/run-bsp-none.json", out);
 	cr_expect_neq(stat(path, &st), 0, "%s without a seed", path);
 	snprintf(path, sizeof(path), "%s/run-bsp-none-seed3.csv", out);
@@ -875,13 +884,7 @@ Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
 		      "--steps", "20", "--tensors", "2", "--tensor-bytes",
 		      "4096"),
 		 NULL);
-	if (rc) {
-		char *err = slurp("stderr");
-
-		cr_log_error("stderr: %s", err);
-		free(err);
-	}
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	m = slurp("m.json");
 	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":0,\"status\":"
 			    "0," LOAD_PUSHES),
@@ -1055,6 +1058,15 @@ static void make_secret(const char *name, const char *text)
 	close(fd);
 }
 
+/* A one-worker momentum job under the secret in file @secret, with
+ * kanel launch's options @..., its worker taking @steps steps: the exit
+ * code. */
+#define SECRET_JOB(secret, steps, ...)                                  \
+	run(ARGS("launch", "--workers", "1", "--secret-file", secret,   \
+		 __VA_ARGS__, "--optimizer", "momentum", "--", kanel(), \
+		 "worker", "--steps", steps),                           \
+	    NULL)
+
 /*
  * Checkpoints written under one secret: a job under another finds none
  * of them (their seals do not check) and does not start; named with
@@ -1069,29 +1081,20 @@ Test(kanel, a_new_secret_restores_only_with_the_old_one_named)
 	cr_assert(a && b && ck);
 	make_secret("a.secret", "the first job's secret");
 	make_secret("b.secret", "the second job's secret");
-	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--secret-file", a,
-			      "--checkpoint-dir", ck, "--checkpoint-every", "2",
-			      "--optimizer", "momentum", "--", kanel(),
-			      "worker", "--steps", "5"),
-			 NULL),
+	cr_assert_eq(SECRET_JOB(a, "5", "--checkpoint-dir", ck,
+				"--checkpoint-every", "2"),
 		     0);
-	cr_expect_neq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
-			       "--resume", ck, "--optimizer", "momentum",
-			       "--startup-timeout", "10", "--", kanel(),
-			       "worker", "--steps", "2"),
-			  NULL),
-		      0);
+	cr_expect_neq(
+		SECRET_JOB(b, "2", "--resume", ck, "--startup-timeout", "10"),
+		0);
 	err = slurp("stderr");
 	cr_expect(strstr(err, "its seal does not check under this job's "
 			      "secret"),
 		  "%s", err);
 	free(err);
-	cr_expect_eq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
-			      "--resume", ck, "--restore-secret-file", a,
-			      "--optimizer", "momentum", "--", kanel(),
-			      "worker", "--steps", "2"),
-			 NULL),
-		     0);
+	cr_expect_eq(
+		SECRET_JOB(b, "2", "--resume", ck, "--restore-secret-file", a),
+		0);
 	err = slurp("stderr");
 	cr_expect(strstr(err, "restoring the job from its checkpoints of "
 			      "version 4"),
