@@ -196,11 +196,15 @@ static unsigned int dead_port(void)
 }
 
 /*
- * Wait until @pid connects to @fd (true), or exits first (false, with
- * its stderr logged); then end it.
+ * Start kanel @args with @extra as start() does, and wait until it
+ * connects to listener @fd (true), or exits first (false, with its
+ * stderr logged); then end it and close @fd.
  */
-static bool connects(int fd, pid_t pid)
+static bool connects(int fd, char *const *args, char *const *extra)
 {
+	pid_t pid = start(args, extra, -1);
+	bool connected = false;
+
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		int st;
@@ -212,7 +216,8 @@ static bool connects(int fd, pid_t pid)
 			close(c);
 			kill(-pid, SIGKILL);
 			waitpid(pid, NULL, 0);
-			return true;
+			connected = true;
+			break;
 		}
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			char *err = slurp("stderr");
@@ -220,9 +225,11 @@ static bool connects(int fd, pid_t pid)
 			cr_log_error("exited (%d) without connecting: %s",
 				     WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
 			free(err);
-			return false;
+			break;
 		}
 	}
+	close(fd);
+	return connected;
 }
 
 #define ARGS(...)     ((char *[]){ __VA_ARGS__, NULL })
@@ -263,17 +270,17 @@ Test(kanel, worker_flags_win_over_variables)
 	unsigned int port;
 	int fd = listener(&port);
 	char coord[64], env_coord[64];
-	pid_t pid;
 
-	pid = start(ARGS("worker", "--coordinator",
-			 FMT(coord, "127.0.0.1:%u", port), "--workers", "4",
-			 "--rank", "3", "--startup-timeout", "86400s"),
-		    ARGS(FMT(env_coord, "KANEL_COORDINATOR=127.0.0.1:%u",
-			     dead_port()),
-			 "KANEL_WORKERS=1", "KANEL_RANK=0", "KANEL_SECRET=s"),
-		    -1);
-	cr_expect(connects(fd, pid), "the worker did not use its flags");
-	close(fd);
+	cr_expect(connects(fd,
+			   ARGS("worker", "--coordinator",
+				FMT(coord, "127.0.0.1:%u", port), "--workers",
+				"4", "--rank", "3", "--startup-timeout",
+				"86400s"),
+			   ARGS(FMT(env_coord, "KANEL_COORDINATOR=127.0.0.1:%u",
+				    dead_port()),
+				"KANEL_WORKERS=1", "KANEL_RANK=0",
+				"KANEL_SECRET=s")),
+		  "the worker did not use its flags");
 }
 
 /* kanel --role worker, as configuration.md's recipe by hand. */
@@ -282,15 +289,13 @@ Test(kanel, role_from_the_role_flag_without_subcommand)
 	unsigned int port;
 	int fd = listener(&port);
 	char coord[64];
-	pid_t pid;
 
-	pid = start(ARGS("--role", "worker", "--rank", "1"),
-		    ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", port),
-			 "KANEL_WORKERS=2", "KANEL_SECRET=s",
-			 "KANEL_STARTUP_TIMEOUT=86400s"),
-		    -1);
-	cr_expect(connects(fd, pid), "kanel --role worker did not run");
-	close(fd);
+	cr_expect(connects(fd, ARGS("--role", "worker", "--rank", "1"),
+			   ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u",
+				    port),
+				"KANEL_WORKERS=2", "KANEL_SECRET=s",
+				"KANEL_STARTUP_TIMEOUT=86400s")),
+		  "kanel --role worker did not run");
 }
 
 /* srun -n 3 kanel --coordinator ...: rank 2 of 3 is worker 0. */
@@ -299,14 +304,14 @@ Test(kanel, role_from_the_launcher_without_subcommand)
 	unsigned int port;
 	int fd = listener(&port);
 	char coord[64];
-	pid_t pid;
 
-	pid = start(ARGS("--coordinator", FMT(coord, "127.0.0.1:%u", port),
-			 "--startup-timeout", "86400s"),
-		    ARGS("SLURM_PROCID=2", "SLURM_NTASKS=3", "KANEL_SECRET=s"),
-		    -1);
-	cr_expect(connects(fd, pid), "rank 2 did not run as a worker");
-	close(fd);
+	cr_expect(
+		connects(fd,
+			 ARGS("--coordinator", FMT(coord, "127.0.0.1:%u", port),
+			      "--startup-timeout", "86400s"),
+			 ARGS("SLURM_PROCID=2", "SLURM_NTASKS=3",
+			      "KANEL_SECRET=s")),
+		"rank 2 did not run as a worker");
 }
 
 /* KANEL_ROLE=coordinator kanel: a coordinator, which listens. */
@@ -977,10 +982,12 @@ Test(kanel, launch_names_a_hung_server_in_its_last_line)
 	err[strlen(err) - 1] = '\0';
 	last = strrchr(err, '\n');
 	last = last ? last + 1 : err;
-	cr_expect_not_null(strstr(last, "kanel launch: "), "%s", last);
-	cr_expect_not_null(strstr(last, "the job failed"), "%s", last);
-	cr_expect_not_null(strstr(last, "killed): server 0;"), "%s", last);
-	cr_expect_not_null(strstr(last, "finished: none"), "%s", last);
+	for (const char *const *w =
+		     (const char *const[]){ "kanel launch: ", "the job failed",
+					    "killed): server 0;",
+					    "finished: none", NULL };
+	     *w; w++)
+		cr_expect_not_null(strstr(last, *w), "%s", last);
 	free(err);
 }
 

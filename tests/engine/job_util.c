@@ -298,14 +298,20 @@ void run_job(unsigned int workers, unsigned int servers, const char *sync,
 	assert_workers_ok(workers);
 }
 
+int start_with(struct kn_worker *w, const char *name, size_t n, float *p,
+	       float *g)
+{
+	int ret = kn_worker_register(w, name, KN_DTYPE_FP32, n, p, g);
+
+	return ret ? ret : kn_worker_start(w);
+}
+
 int start_ab(struct kn_worker *w, size_t na, float *pa, float *ga, size_t nb,
 	     float *pb, float *gb)
 {
 	int ret = kn_worker_register(w, "a", KN_DTYPE_FP32, na, pa, ga);
 
-	if (!ret)
-		ret = kn_worker_register(w, "b", KN_DTYPE_FP32, nb, pb, gb);
-	return ret ? ret : kn_worker_start(w);
+	return ret ? ret : start_with(w, "b", nb, pb, gb);
 }
 
 struct kn_worker *join(unsigned int rank)

@@ -71,6 +71,10 @@ void assert_workers_ok(unsigned int n);
 void run_job(unsigned int workers, unsigned int servers, const char *sync,
 	     const char *opt, const char *lr, worker_fn *fn);
 struct kn_worker *join(unsigned int rank);
+/* Register fp32 tensor @name (@n values at @p, gradients at @g) with
+ * @w, and start it: 0 or the error. */
+int start_with(struct kn_worker *w, const char *name, size_t n, float *p,
+	       float *g);
 /* Register fp32 tensors "a" (@na values, at @pa, gradients at @ga) and
  * "b" (@nb at @pb and @gb) with @w, and start it: 0 or the error. */
 int start_ab(struct kn_worker *w, size_t na, float *pa, float *ga, size_t nb,

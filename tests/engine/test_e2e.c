@@ -85,9 +85,7 @@ static int bsp_worker(unsigned int rank)
 		pb[i] = rank == 0 ? init_value(i) : -1;
 	ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	/* the initial model is rank 0's everywhere */
 	for (size_t i = 0; !ret && i < LEN_A; i++)
 		if (pa[i] != init_value(i))
@@ -308,9 +306,7 @@ static int asp_worker(unsigned int rank)
 		g[i] = 1.0f;
 	}
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	for (unsigned int s = 0; !ret && s < ASP_STEPS; s++)
 		ret = kn_worker_step(w, NULL);
 	memcpy(sh->values[rank], p, sizeof(p));
@@ -425,9 +421,7 @@ static int dying_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_A; i++)
 		pa[i] = rank == 0 ? init_value(i) : -1;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	for (unsigned int r = 0; !ret && r < ROUNDS + 2; r++) {
 		if (rank == 2 && r == 2)
 			raise(SIGKILL);
@@ -494,9 +488,7 @@ static int paced_worker(unsigned int rank)
 	int ret = w ? 0 : -ENOTCONN;
 
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	if (!ret)
 		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
 	for (unsigned int r = 0; !ret && r < PAUSED_STEPS; r++) {
@@ -615,9 +607,7 @@ static int finishing_worker(unsigned int rank)
 	w = join(rank);
 	ret = w ? 0 : -ENOTCONN;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	for (unsigned int r = 0; !ret && rank == 0 && r < 3; r++)
 		ret = kn_worker_step(w, NULL);
 	if (!ret && rank == 0) {
@@ -723,9 +713,7 @@ static int one_step_worker(unsigned int rank)
 	w = join(rank);
 	ret = w ? 0 : -ENOTCONN;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 16, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 16, p, g);
 	if (!ret)
 		ret = kn_worker_step(w, NULL);
 	kn_worker_destroy(w);
@@ -767,29 +755,35 @@ static int odd_worker(unsigned int rank)
 	w = join(rank);
 	ret = w ? 0 : -ENOTCONN;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32,
-					 rank == 1 ? 31 : 32, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", rank == 1 ? 31 : 32, p, g);
 	kn_worker_destroy(w);
 	return ret;
 }
 
-Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
+/*
+ * A 2-worker BSP job under @opt whose worker 1, running @fn as worker 0
+ * does, is refused: -EINVAL within 3 s, and worker 0 is refused too.
+ */
+static void run_refused_job(const char *opt, worker_fn *fn)
 {
 	struct job j = { 0 };
 
-	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	job_env(&j, 2, 1, "bsp", opt, LR);
 	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
 	start_job(&j);
 	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, odd_worker);
+		spawn_worker(&j, w, fn);
 	end_job(&j, false);
 	cr_assert_eq(sh->status[1], -EINVAL, "%s", strerror(-sh->status[1]));
 	cr_assert_lt(sh->seconds[1], 3.0, "the error came late");
+	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+}
+
+Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
+{
 	/* the job cannot start: worker 0 hears it at once, not at the
 	 * start-up deadline */
-	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+	run_refused_job("sgd", odd_worker);
 	cr_assert_lt(sh->seconds[0], 3.0, "worker 0 waited %.1f s",
 		     sh->seconds[0]);
 }
@@ -817,9 +811,7 @@ static int own_or_not_worker(unsigned int rank)
 	if (!ret && info.summation != (rank == 0))
 		ret = -EBADMSG;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 32, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 32, p, g);
 	kn_worker_destroy(w);
 	return ret;
 }
@@ -827,17 +819,7 @@ static int own_or_not_worker(unsigned int rank)
 Test(e2e, auto_optimizer_refuses_a_worker_without_the_first_ones,
      .timeout = 120)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 2, 1, "bsp", "auto", LR);
-	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
-	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, own_or_not_worker);
-	end_job(&j, false);
-	cr_assert_eq(sh->status[1], -EINVAL, "%s", strerror(-sh->status[1]));
-	cr_assert_lt(sh->seconds[1], 3.0, "the error came late");
-	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+	run_refused_job("auto", own_or_not_worker);
 }
 
 /*
@@ -856,9 +838,7 @@ static int rejoining_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_A; i++)
 		pa[i] = -1;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	/* a model that has moved, one round's in every chunk (the five
 	 * chunks sit on two servers: a chunk a round behind the others is
 	 * sat out, so the start waits for its round) */
@@ -889,9 +869,7 @@ static int stepping_worker(unsigned int rank, unsigned int rounds,
 	for (size_t i = 0; i < LEN_A; i++)
 		pa[i] = rank == 0 ? init_value(i) : -1;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	for (unsigned int r = 0; !ret && r < rounds; r++) {
 		if (kill_rank_2 && rank == 2 && r == 2)
 			raise(SIGKILL);
@@ -1382,10 +1360,7 @@ static int deep_worker(unsigned int rank)
 	for (size_t i = 0; p && i < DEEP_LEN; i++)
 		p[i] = rank == 0 ? init_value(i) : -1;
 	if (!ret)
-		ret = kn_worker_register(w, "deep", KN_DTYPE_FP32, DEEP_LEN, p,
-					 g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "deep", DEEP_LEN, p, g);
 	for (size_t i = 0; !ret && i < DEEP_LEN; i++)
 		if (p[i] != init_value(i))
 			ret = -EBADMSG;
@@ -1426,9 +1401,7 @@ static int polling_worker(unsigned int rank)
 	for (size_t i = 0; i < 64; i++)
 		g[i] = 1;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	if (!ret && rank == 1)
 		usleep(300000);
 	if (!ret)

@@ -76,9 +76,7 @@ static int sgd_worker(unsigned int rank)
 		p[i] = rank == 0 ? init_of(i) : 99;
 	ret = kn_worker_job(w, &job);
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, LEN, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", LEN, p, g);
 	for (size_t i = 0; !ret && i < LEN; i++)
 		if (p[i] != init_of(i))
 			ret = -EBADMSG; /* the initial model is rank 0's */
@@ -326,9 +324,7 @@ static int local_refusals(unsigned int rank)
 	if (!ret && kn_worker_set_inbox(w, "x", g) != -EINVAL)
 		ret = -EBADMSG;
 	if (!ret)
-		ret = kn_worker_register(w, "x", KN_DTYPE_FP32, 8, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "x", 8, p, g);
 	/* the calls that would train it as BSP are refused, every time */
 	if (!ret && (kn_worker_step(w, NULL) != -EPROTO ||
 		     kn_worker_pushpull(w, NULL, &h) != -EPROTO ||
