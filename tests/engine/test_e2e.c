@@ -327,28 +327,16 @@ static int asp_worker(unsigned int rank)
  */
 Test(e2e, asp_applies_every_push_once, .timeout = 120)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 1, 1, "asp", "sgd", "1");
 	asp_workers = 1;
-	start_job(&j);
-	spawn_worker(&j, 0, asp_worker);
-	end_job(&j, true);
-	assert_workers_ok(1);
+	run_job(1, 1, "asp", "sgd", "1", asp_worker);
 	cr_assert_eq(sh->values[0][0], 1000.0f - ASP_STEPS);
 	cr_assert_eq(sh->values[0][63], 1000.0f - ASP_STEPS);
 
-	job_env(&j, 3, 2, "asp", "sgd", "1");
 	asp_workers = 3;
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, asp_worker);
-	end_job(&j, true);
+	run_job(3, 2, "asp", "sgd", "1", asp_worker);
 	for (unsigned int w = 0; w < 3; w++) {
 		float v = sh->values[w][0];
 
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
 		cr_assert_lt(v, 1000.0f, "worker %u: %g", w, (double)v);
 		cr_assert_geq(v, 1000.0f - ASP_STEPS - 1e-3f, "worker %u: %g",
 			      w, (double)v);
@@ -378,30 +366,19 @@ static double heavy_ball(unsigned int rounds, double mu)
 Test(e2e, asp_momentum_turns_once_per_round, .timeout = 120)
 {
 	double hb = heavy_ball(ASP_STEPS, 0.9);
-	struct job j = { 0 };
 
 	setenv("KANEL_MOMENTUM", "0.9", 1);
-	job_env(&j, 1, 1, "asp", "momentum", "1");
 	asp_workers = 1;
-	start_job(&j);
-	spawn_worker(&j, 0, asp_worker);
-	end_job(&j, true);
-	assert_workers_ok(1);
+	run_job(1, 1, "asp", "momentum", "1", asp_worker);
 	cr_assert_float_eq(sh->values[0][0], 1000.0 - hb, 0.02, "%g, not %g",
 			   (double)sh->values[0][0], 1000.0 - hb);
 
-	job_env(&j, 3, 2, "asp", "momentum", "1");
 	asp_workers = 3;
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, asp_worker);
-	end_job(&j, true);
+	run_job(3, 2, "asp", "momentum", "1", asp_worker);
 	unsetenv("KANEL_MOMENTUM");
 	for (unsigned int w = 0; w < 3; w++) {
 		float v = sh->values[w][0];
 
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
 		cr_assert_lt(v, 1000.0f, "worker %u: %g", w, (double)v);
 		cr_assert_geq(v, 1000.0 - hb - 0.02, "worker %u: %g, below %g",
 			      w, (double)v, 1000.0 - hb);
@@ -443,17 +420,25 @@ static int dying_worker(unsigned int rank)
 	return ret;
 }
 
+/* A 3-worker, 2-server BSP job of @fn in @j, back once its worker 2 is
+ * dead of SIGKILL (reaped; its pid is still in @j). */
+static void start_losing_worker_2(struct job *j, worker_fn *fn)
+{
+	int st;
+
+	job_env(j, 3, 2, "bsp", "sgd", LR);
+	start_job(j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(j, w, fn);
+	cr_assert_eq(waitpid(j->workers[2], &st, 0), j->workers[2]);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
 Test(e2e, killed_worker_is_removed_and_the_rest_go_on, .timeout = 120)
 {
 	struct job j = { 0 };
-	int st;
 
-	job_env(&j, 3, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, dying_worker);
-	cr_assert_eq(waitpid(j.workers[2], &st, 0), j.workers[2]);
-	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	start_losing_worker_2(&j, dying_worker);
 	j.workers[2] = 0;
 	end_job(&j, true);
 	for (unsigned int w = 0; w < 2; w++) {
@@ -892,14 +877,8 @@ static int slow_worker(unsigned int rank)
 Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
 {
 	struct job j = { 0 };
-	int st;
 
-	job_env(&j, 3, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, slow_worker);
-	cr_assert_eq(waitpid(j.workers[2], &st, 0), j.workers[2]);
-	cr_assert(WIFSIGNALED(st));
+	start_losing_worker_2(&j, slow_worker);
 	spawn_worker(&j, 2, rejoining_worker);
 	end_job(&j, true);
 	assert_workers_ok(3);
