@@ -314,6 +314,14 @@ int start_ab(struct kn_worker *w, size_t na, float *pa, float *ga, size_t nb,
 	return ret ? ret : start_with(w, "b", nb, pb, gb);
 }
 
+int end_worker(struct kn_worker *w, void *p, void *g, int ret)
+{
+	kn_worker_destroy(w);
+	free(p);
+	free(g);
+	return ret;
+}
+
 struct kn_worker *join(unsigned int rank)
 {
 	struct kn_worker_options o = { .rank = (int)rank };

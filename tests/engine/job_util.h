@@ -71,6 +71,9 @@ void assert_workers_ok(unsigned int n);
 void run_job(unsigned int workers, unsigned int servers, const char *sync,
 	     const char *opt, const char *lr, worker_fn *fn);
 struct kn_worker *join(unsigned int rank);
+/* A worker function's end: destroy @w, free its parameters @p and
+ * gradients @g (malloc'd), and return @ret. */
+int end_worker(struct kn_worker *w, void *p, void *g, int ret);
 /* Register fp32 tensor @name (@n values at @p, gradients at @g) with
  * @w, and start it: 0 or the error. */
 int start_with(struct kn_worker *w, const char *name, size_t n, float *p,

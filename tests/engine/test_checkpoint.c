@@ -285,6 +285,12 @@ static char *file_of(uint64_t version)
 	return path;
 }
 
+/* The last listing logged @what about @version's file. */
+static void expect_logged(uint64_t version, const char *what)
+{
+	cr_expect(logged_with(file_of(version), what), "%s", logged.text[0]);
+}
+
 /* Flip one byte at @off of @version's file (from its end if < 0). */
 static void corrupt(uint64_t version, long off)
 {
@@ -412,9 +418,7 @@ Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
 	write_all(file_of(7), buf, len);
 	list_as(&j, v, &n);
 	cr_expect_eq(n, 0);
-	cr_expect(logged_with(file_of(7), "format 2, sealed without the job "
-					  "secret"),
-		  "%s", logged.text[0]);
+	expect_logged(7, "format 2, sealed without the job secret");
 	expect_refused(&j, 7, -EBADMSG, "not trusted");
 	free(buf);
 }
@@ -432,8 +436,7 @@ Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
 	list(v, &n, 3);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(8), "record fails its checksum"), "%s",
-		  logged.text[0]);
+	expect_logged(8, "record fails its checksum");
 	cr_expect_eq(load_fresh(&j, 8, NULL, 0), -EBADMSG);
 	check_version(4, 3);
 }
@@ -578,8 +581,7 @@ Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
 	write_version(6, 2);
 	list_as(&adam, v, &n);
 	cr_expect_eq(n, 0);
-	cr_expect(logged_with(file_of(6), "optimizer momentum"), "%s",
-		  logged.text[0]);
+	expect_logged(6, "optimizer momentum");
 	expect_refused(&adam, 6, -EINVAL, "this job's is Adam");
 }
 
@@ -660,7 +662,7 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
 		     1.0);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(8), "a FIFO"), "%s", logged.text[0]);
+	expect_logged(8, "a FIFO");
 }
 
 /*
@@ -691,7 +693,7 @@ Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
 	cr_assert_eq(n, 2);
 	cr_expect_eq(v[0], 8);
 	cr_expect_eq(v[1], 6);
-	cr_expect(logged_with(file_of(huge), "wrap"), "%s", logged.text[0]);
+	expect_logged(huge, "wrap");
 	cr_expect_eq(access(file_of(huge), F_OK), 0);
 	cr_expect_eq(kn__ckpt_open(&j, KN__CKPT_VERSION_MAX + 1, &f, err,
 				   sizeof(err)),
@@ -750,8 +752,7 @@ Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
 	list_as(&j, v, &n);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(6), "group- or world-writable"), "%s",
-		  logged.text[0]);
+	expect_logged(6, "group- or world-writable");
 }
 
 /*
@@ -781,8 +782,7 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
 	list_as(&j, v, &n);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(8), "seal does not check"), "%s",
-		  logged.text[0]);
+	expect_logged(8, "seal does not check");
 	expect_refused(&j, 8, -EBADMSG, "seal");
 }
 
@@ -886,10 +886,7 @@ static int ckpt_worker(unsigned int rank)
 	for (size_t k = 0; k < PROBE - 1; k++)
 		sh->values[rank][k] = pa[k * (LEN_A / PROBE)];
 	sh->values[rank][PROBE - 1] = pb[2];
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 /*
@@ -1084,10 +1081,7 @@ static int live_worker(unsigned int rank)
 	for (size_t k = 0; k < PROBE - 1; k++)
 		sh->values[rank][k] = pa[k * (LEN_A / PROBE)];
 	sh->values[rank][PROBE - 1] = (float)rejoins;
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 /* Whether both servers' files of @version are there, by @deadline. */

@@ -68,6 +68,23 @@ static float expected(size_t i, unsigned int nworkers, unsigned int rounds,
 	return w;
 }
 
+/* 0 if the @n values at @p are expected()'s, -EBADMSG (the first that
+ * is not on stderr) if not. */
+static int model_is(const float *p, size_t n, unsigned int nworkers,
+		    unsigned int rounds, const unsigned int *alive_until)
+{
+	for (size_t i = 0; i < n; i++) {
+		float want = expected(i, nworkers, rounds, alive_until);
+
+		if (p[i] != want) {
+			fprintf(stderr, "value %zu is %g, expected %g\n", i,
+				(double)p[i], (double)want);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
 static unsigned int bsp_workers;
 
 static int bsp_worker(unsigned int rank)
@@ -97,20 +114,11 @@ static int bsp_worker(unsigned int rank)
 			gb[i] = grad_value(rank, r, i);
 		ret = kn_worker_step(w, NULL);
 	}
-	for (size_t i = 0; !ret && i < LEN_A; i++)
-		if (pa[i] != expected(i, bsp_workers, ROUNDS, NULL)) {
-			fprintf(stderr, "worker %u: a[%zu] = %g, expected %g\n",
-				rank, i, (double)pa[i],
-				(double)expected(i, bsp_workers, ROUNDS, NULL));
-			ret = -EBADMSG;
-		}
-	for (size_t i = 0; !ret && i < LEN_B; i++)
-		if (pb[i] != expected(i, bsp_workers, ROUNDS, NULL))
-			ret = -EBADMSG;
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	if (!ret)
+		ret = model_is(pa, LEN_A, bsp_workers, ROUNDS, NULL);
+	if (!ret)
+		ret = model_is(pb, LEN_B, bsp_workers, ROUNDS, NULL);
+	return end_worker(w, pa, ga, ret);
 }
 
 Test(e2e, bsp_sgd_exact_4_workers_2_servers, .timeout = 120)
@@ -406,18 +414,9 @@ static int dying_worker(unsigned int rank)
 			ga[i] = grad_value(rank, r, i);
 		ret = kn_worker_step(w, NULL);
 	}
-	for (size_t i = 0; !ret && i < LEN_A; i++)
-		if (pa[i] != expected(i, 3, ROUNDS + 2, alive_until)) {
-			fprintf(stderr, "worker %u: a[%zu] = %g, want %g\n",
-				rank, i, (double)pa[i],
-				(double)expected(i, 3, ROUNDS + 2,
-						 alive_until));
-			ret = -EBADMSG;
-		}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	if (!ret)
+		ret = model_is(pa, LEN_A, 3, ROUNDS + 2, alive_until);
+	return end_worker(w, pa, ga, ret);
 }
 
 /* A 3-worker, 2-server BSP job of @fn in @j, back once its worker 2 is
@@ -836,10 +835,7 @@ static int rejoining_worker(unsigned int rank)
 			ga[i] = 1;
 		ret = kn_worker_step(w, NULL);
 	}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 /* @rounds steps of 1 on tensor "a", 0.1 s apart; worker 2 dies in the
@@ -863,10 +859,7 @@ static int stepping_worker(unsigned int rank, unsigned int rounds,
 		ret = kn_worker_step(w, NULL);
 		usleep(100000); /* long enough for the rejoin to overlap */
 	}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 static int slow_worker(unsigned int rank)
@@ -1010,10 +1003,7 @@ static int split_round_worker(unsigned int rank)
 		ret = kn_worker_step(w, NULL);
 	if (!ret)
 		ret = one_round_model(pa, pb, 1.5f);
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 Test(e2e, a_rejoiner_sits_out_the_round_its_chunks_are_behind_in,
@@ -1293,10 +1283,7 @@ static int priority_worker(unsigned int rank)
 	}
 	if (!ret)
 		ret = kn_worker_wait(w, hb, 20000);
-	kn_worker_destroy(w);
-	free(pb);
-	free(gb);
-	return ret;
+	return end_worker(w, pb, gb, ret);
 }
 
 static void priority_job(bool small_last)
@@ -1348,13 +1335,9 @@ static int deep_worker(unsigned int rank)
 			g[i] = grad_value(rank, r, i);
 		ret = kn_worker_step(w, NULL);
 	}
-	for (size_t i = 0; !ret && i < DEEP_LEN; i++)
-		if (p[i] != expected(i, 2, 3, NULL))
-			ret = -EBADMSG;
-	kn_worker_destroy(w);
-	free(p);
-	free(g);
-	return ret;
+	if (!ret)
+		ret = model_is(p, DEEP_LEN, 2, 3, NULL);
+	return end_worker(w, p, g, ret);
 }
 
 Test(e2e, more_chunks_than_the_transport_queue, .timeout = 120)

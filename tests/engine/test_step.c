@@ -105,10 +105,7 @@ static int sgd_worker(unsigned int rank)
 	sh->values[rank][61] = (float)local;
 	sh->values[rank][62] = (float)kn_worker_clock(w);
 	sh->values[rank][63] = (float)results;
-	kn_worker_destroy(w);
-	free(p);
-	free(g);
-	return ret;
+	return end_worker(w, p, g, ret);
 }
 
 static void run(const char *sync, unsigned int workers, unsigned int steps)
