@@ -50,6 +50,9 @@ static void remove_dir(void)
 	rmdir(dir);
 }
 
+/* Every test has a folder of its own, removed after it. */
+TestSuite(checkpoint, .init = make_dir, .fini = remove_dir);
+
 static unsigned int files_in_dir(void)
 {
 	DIR *d = opendir(dir);
@@ -369,8 +372,7 @@ static void reseal(char *buf, const uint8_t *key)
 				     EVP_sha256(), NULL));
 }
 
-Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, written_listed_and_loaded_back)
 {
 	uint64_t v[8];
 	uint32_t n;
@@ -402,8 +404,7 @@ Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
  * A file sealed as formats 1 and 2 sealed theirs, with a digest anyone
  * can recompute, is refused with its reason, whatever it holds.
  */
-Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, an_unkeyed_file_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
 	uint64_t v[8];
@@ -423,8 +424,7 @@ Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
 	free(buf);
 }
 
-Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_corrupted_record_is_passed_over)
 {
 	struct kn__ckpt_job j = job_of(3);
 	uint64_t v[8];
@@ -441,8 +441,7 @@ Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
 	check_version(4, 3);
 }
 
-Test(checkpoint, a_torn_file_or_header_is_passed_over, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_torn_file_or_header_is_passed_over)
 {
 	uint64_t v[8];
 	uint32_t n;
@@ -460,8 +459,7 @@ Test(checkpoint, a_torn_file_or_header_is_passed_over, .init = make_dir,
 	cr_expect_eq(n, 0);
 }
 
-Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, an_unsealed_file_is_no_checkpoint)
 {
 	struct kn__ckpt_job j = job_of(1);
 	struct kn__ckpt_chunk c[NCH];
@@ -487,8 +485,7 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
 	free(mem);
 }
 
-Test(checkpoint, another_server_count_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, another_server_count_is_refused)
 {
 	struct kn__ckpt_job j = job_of(1);
 	uint64_t v[8];
@@ -508,8 +505,7 @@ Test(checkpoint, another_server_count_is_refused, .init = make_dir,
  * names each and offers this job's previous version, whose file loads;
  * a load of the foreign one is refused with the chunk that differs.
  */
-Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	uint64_t v[8];
@@ -533,8 +529,7 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
  * were, and so are this job's newest two (by name, they are the
  * folder's lowest).
  */
-Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	uint64_t v[8];
@@ -571,8 +566,7 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
  * velocity is no first moment), and refused at a load, with both
  * optimizers named.
  */
-Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, another_optimizers_file_is_refused)
 {
 	struct kn__ckpt_job adam = job_of(3);
 	uint64_t v[8];
@@ -590,8 +584,7 @@ Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
  * removes the link, writes its file, and the link's target, outside the
  * folder, keeps its bytes.
  */
-Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 {
 	char target[128], link[300], *now;
 	uint64_t v[8];
@@ -616,8 +609,7 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed,
 }
 
 /* A link at a checkpoint's name is not read. */
-Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read)
 {
 	char other[300];
 	uint64_t v[8];
@@ -643,7 +635,7 @@ static void on_alarm(int sig)
  * naming it, and the version before is offered.
  */
 Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
-     .init = make_dir, .fini = remove_dir, .exit_code = 0)
+     .exit_code = 0)
 {
 	struct timespec t0, t1;
 	uint64_t v[8];
@@ -670,8 +662,7 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
  * from it would wrap its counter.  It is not offered, pruning neither
  * counts nor removes it, and the writer refuses such a version.
  */
-Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_version_that_would_wrap_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
 	const uint64_t huge = UINT64_MAX - 1;
@@ -701,7 +692,7 @@ Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
 }
 
 /* --checkpoint-dir naming a file, executable or not: ENOTDIR. */
-Test(checkpoint, a_file_is_no_folder, .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_file_is_no_folder)
 {
 	char path[128], err[512] = "";
 
@@ -722,8 +713,7 @@ Test(checkpoint, a_file_is_no_folder, .init = make_dir, .fini = remove_dir)
  * fixes it, for writing and for reading; a file they may write is
  * skipped with its reason.
  */
-Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_group_writable_folder_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
 	struct kn__ckpt *f;
@@ -760,8 +750,7 @@ Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
  * knows the format but not the secret: every digest in it is right, and
  * it is refused for its seal; the version before is offered.
  */
-Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2),
 			    thief = job_as(2, counts[1], "guess");
@@ -790,8 +779,7 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
  * A job under a new secret restores the old job's files only when told
  * the old secret; what it writes then is sealed with its own.
  */
-Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_new_secret_restores_with_the_old_one_named)
 {
 	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
 	uint64_t v[8];
@@ -817,8 +805,7 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
  * 2,000 junk files named like checkpoints: the listing offers the one
  * good version and logs a few lines, not 2,000.
  */
-Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .init = make_dir,
-     .fini = remove_dir, .timeout = 60)
+Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .timeout = 60)
 {
 	uint64_t v[8];
 	uint32_t n;
@@ -939,8 +926,7 @@ static void expect_same(const float *a, const float *b)
  * more in a job restored from version 2, give the same model to the bit
  * (a restore that started the round afresh skipped a turn).
  */
-Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time, .timeout = 240)
 {
 	float whole[PROBE], resumed[PROBE];
 
@@ -960,8 +946,7 @@ Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time,
  * from the first's last checkpoint (version 4): the same model to the
  * bit, so the servers' momentum came back with the parameters.
  */
-Test(checkpoint, a_restored_job_goes_on_exactly, .init = make_dir,
-     .fini = remove_dir, .timeout = 240)
+Test(checkpoint, a_restored_job_goes_on_exactly, .timeout = 240)
 {
 	float whole[PROBE], resumed[PROBE];
 
@@ -986,7 +971,7 @@ Test(checkpoint, a_restored_job_goes_on_exactly, .init = make_dir,
  * 2 equal four uninterrupted rounds).
  */
 Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+     .timeout = 240)
 {
 	float whole[PROBE], resumed[PROBE];
 	char path[256];
@@ -1009,8 +994,7 @@ Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
  * no first moment, so no version is offered and the start fails, where
  * it used to load the velocity as Adam's state and go on.
  */
-Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+Test(checkpoint, resuming_with_another_optimizer_fails_clearly, .timeout = 240)
 {
 	run(dir, false, 0, 4, NULL, true);
 	assert_workers_ok(1);
@@ -1024,8 +1008,7 @@ Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
 }
 
 /* Nothing to restore from: the workers' start fails, nobody hangs. */
-Test(checkpoint, restoring_without_checkpoints_fails_clearly, .init = make_dir,
-     .fini = remove_dir, .timeout = 120)
+Test(checkpoint, restoring_without_checkpoints_fails_clearly, .timeout = 120)
 {
 	run(dir, true, 0, 1, NULL, false);
 	for (unsigned int w = 0; w < 2; w++)
@@ -1110,7 +1093,7 @@ static bool wait_for_checkpoints(uint64_t version, double deadline)
  * K is at least the checkpoint's.
  */
 Test(checkpoint, a_killed_server_is_restarted_and_the_job_goes_on,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+     .timeout = 240)
 {
 	struct job j = { 0 };
 	const float step = 0.5f * (LIVE_G(0) + LIVE_G(1)) / 2;
