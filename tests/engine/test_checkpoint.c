@@ -266,17 +266,23 @@ static void check_version(uint64_t version, uint32_t narrays)
 	free(b);
 }
 
-static void list_as(const struct kn__ckpt_job *job, uint64_t *v, uint32_t *n)
+/* The versions @job finds, newest first, into @v (8 at most): how
+ * many. */
+static uint32_t list_as(const struct kn__ckpt_job *job, uint64_t *v)
 {
+	uint32_t n;
+
 	logged.n = 0;
-	cr_assert_eq(kn__ckpt_list(job, v, 8, n), 0);
+	cr_assert_eq(kn__ckpt_list(job, v, 8, &n), 0);
+	return n;
 }
 
-static void list(uint64_t *v, uint32_t *n, uint32_t narrays)
+/* list_as() a job of @narrays arrays. */
+static uint32_t list(uint64_t *v, uint32_t narrays)
 {
 	struct kn__ckpt_job j = job_of(narrays);
 
-	list_as(&j, v, n);
+	return list_as(&j, v);
 }
 
 static char *file_of(uint64_t version)
@@ -383,7 +389,7 @@ Test(checkpoint, written_listed_and_loaded_back)
 	}
 	write_version(40, 3);
 	write_version(50, 3);
-	list(v, &n, 3);
+	n = list(v, 3);
 	/* the newest two of this job are kept; the SGD and momentum
 	 * jobs' files are another job's, and stay */
 	cr_assert_eq(n, 2);
@@ -408,7 +414,7 @@ Test(checkpoint, an_unkeyed_file_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
 	uint64_t v[8];
-	uint32_t n, format = 2;
+	uint32_t format = 2;
 	size_t len;
 	char *buf;
 
@@ -417,8 +423,7 @@ Test(checkpoint, an_unkeyed_file_is_refused)
 	memcpy(buf + 8, &format, 4);
 	reseal(buf, NULL);
 	write_all(file_of(7), buf, len);
-	list_as(&j, v, &n);
-	cr_expect_eq(n, 0);
+	cr_expect_eq(list_as(&j, v), 0);
 	expect_logged(7, "format 2, sealed without the job secret");
 	expect_refused(&j, 7, -EBADMSG, "not trusted");
 	free(buf);
@@ -428,13 +433,11 @@ Test(checkpoint, a_corrupted_record_is_passed_over)
 {
 	struct kn__ckpt_job j = job_of(3);
 	uint64_t v[8];
-	uint32_t n;
 
 	write_version(4, 3);
 	write_version(8, 3);
 	corrupt(8, -5); /* inside the last chunk's record */
-	list(v, &n, 3);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list(v, 3), 1);
 	cr_expect_eq(v[0], 4);
 	expect_logged(8, "record fails its checksum");
 	cr_expect_eq(load_fresh(&j, 8, NULL, 0), -EBADMSG);
@@ -444,19 +447,16 @@ Test(checkpoint, a_corrupted_record_is_passed_over)
 Test(checkpoint, a_torn_file_or_header_is_passed_over)
 {
 	uint64_t v[8];
-	uint32_t n;
 	struct stat st;
 
 	write_version(4, 2);
 	write_version(8, 2);
 	cr_assert_eq(stat(file_of(8), &st), 0);
 	cr_assert_eq(truncate(file_of(8), st.st_size - 100), 0);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list(v, 2), 1);
 	cr_expect_eq(v[0], 4);
 	corrupt(4, 20); /* the head */
-	list(v, &n, 2);
-	cr_expect_eq(n, 0);
+	cr_expect_eq(list(v, 2), 0);
 }
 
 Test(checkpoint, an_unsealed_file_is_no_checkpoint)
@@ -473,7 +473,7 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint)
 	cr_assert_eq(kn__ckpt_put(f, 0, &c[0]), 0);
 	cr_expect_eq(kn__ckpt_put(f, 0, &c[0]), -EINVAL); /* twice */
 	cr_expect_eq(kn__ckpt_put(f, NCH, &c[0]), -EINVAL);
-	list(v, &n, 1);
+	n = list(v, 1);
 	cr_expect_eq(n, 0); /* only NAME.tmp so far */
 	/* closing with a chunk missing fails and leaves nothing */
 	cr_expect_eq(kn__ckpt_close(f, NULL, 0), -EINVAL);
@@ -509,12 +509,10 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	uint64_t v[8];
-	uint32_t n;
 
 	write_version(4, 2);
 	write_as(&theirs, 8);
-	list_as(&ours, v, &n);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list_as(&ours, v), 1);
 	cr_expect_eq(v[0], 4);
 	cr_expect(logged_with(file_of(8), "another model: chunk 5 of 8 "
 					  "values"),
@@ -533,7 +531,6 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
 	uint64_t v[8];
-	uint32_t n;
 	size_t len200, len300, len;
 	char *f200, *f300, *now;
 
@@ -543,8 +540,7 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 	f300 = read_all(file_of(300), &len300);
 	for (uint64_t ver = 2; ver <= 6; ver += 2)
 		write_version(ver, 2);
-	list_as(&ours, v, &n);
-	cr_assert_eq(n, 2);
+	cr_assert_eq(list_as(&ours, v), 2);
 	cr_expect_eq(v[0], 6);
 	cr_expect_eq(v[1], 4);
 	cr_expect_eq(access(file_of(2), F_OK), -1, "version 2 was kept");
@@ -554,8 +550,7 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 	now = read_all(file_of(300), &len);
 	cr_expect(len == len300 && !memcmp(now, f300, len));
 	free(now);
-	list_as(&theirs, v, &n);
-	cr_expect_eq(n, 2);
+	cr_expect_eq(list_as(&theirs, v), 2);
 	cr_expect_eq(files_in_dir(), 4);
 	free(f200);
 	free(f300);
@@ -570,11 +565,9 @@ Test(checkpoint, another_optimizers_file_is_refused)
 {
 	struct kn__ckpt_job adam = job_of(3);
 	uint64_t v[8];
-	uint32_t n;
 
 	write_version(6, 2);
-	list_as(&adam, v, &n);
-	cr_expect_eq(n, 0);
+	cr_expect_eq(list_as(&adam, v), 0);
 	expect_logged(6, "optimizer momentum");
 	expect_refused(&adam, 6, -EINVAL, "this job's is Adam");
 }
@@ -588,7 +581,6 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 {
 	char target[128], link[300], *now;
 	uint64_t v[8];
-	uint32_t n;
 	size_t len;
 
 	snprintf(target, sizeof(target), "%s-target", dir);
@@ -601,8 +593,7 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 	cr_expect(len == 8 && !memcmp(now, "precious", 8),
 		  "the target now holds %zu bytes", len);
 	free(now);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list(v, 2), 1);
 	cr_expect_eq(v[0], 7);
 	check_version(7, 2);
 	cr_expect_eq(files_in_dir(), 1);
@@ -613,13 +604,11 @@ Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read)
 {
 	char other[300];
 	uint64_t v[8];
-	uint32_t n;
 
 	write_version(4, 2);
 	snprintf(other, sizeof(other), "%s", file_of(9));
 	cr_assert_eq(symlink(file_of(4), other), 0);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list(v, 2), 1);
 	cr_expect_eq(v[0], 4);
 	cr_expect(logged_with(other, "symbolic link"), "%s", logged.text[0]);
 }
@@ -646,7 +635,7 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
 	signal(SIGALRM, on_alarm);
 	alarm(5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	list(v, &n, 2);
+	n = list(v, 2);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	alarm(0);
 	cr_expect_lt((double)(t1.tv_sec - t0.tv_sec) +
@@ -668,7 +657,6 @@ Test(checkpoint, a_version_that_would_wrap_is_refused)
 	const uint64_t huge = UINT64_MAX - 1;
 	struct kn__ckpt *f;
 	uint64_t v[8];
-	uint32_t n;
 	size_t len;
 	char *buf, err[512] = "";
 
@@ -680,8 +668,7 @@ Test(checkpoint, a_version_that_would_wrap_is_refused)
 	free(buf);
 	write_version(6, 2);
 	write_version(8, 2);
-	list_as(&j, v, &n);
-	cr_assert_eq(n, 2);
+	cr_assert_eq(list_as(&j, v), 2);
 	cr_expect_eq(v[0], 8);
 	cr_expect_eq(v[1], 6);
 	expect_logged(huge, "wrap");
@@ -739,8 +726,7 @@ Test(checkpoint, a_group_writable_folder_is_refused)
 	cr_expect(strstr(err, "world-writable; chmod o-w"), "%s", err);
 	cr_assert_eq(chmod(dir, 0700), 0);
 	cr_assert_eq(chmod(file_of(6), 0620), 0);
-	list_as(&j, v, &n);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list_as(&j, v), 1);
 	cr_expect_eq(v[0], 4);
 	expect_logged(6, "group- or world-writable");
 }
@@ -756,7 +742,6 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 			    thief = job_as(2, counts[1], "guess");
 	const float nan = NAN;
 	uint64_t v[8], off;
-	uint32_t n;
 	size_t len;
 	char *buf;
 
@@ -768,8 +753,7 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 	reseal(buf, thief.key);
 	write_all(file_of(8), buf, len);
 	free(buf);
-	list_as(&j, v, &n);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list_as(&j, v), 1);
 	cr_expect_eq(v[0], 4);
 	expect_logged(8, "seal does not check");
 	expect_refused(&j, 8, -EBADMSG, "seal");
@@ -783,21 +767,18 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named)
 {
 	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
 	uint64_t v[8];
-	uint32_t n;
 	char err[512] = "";
 
 	write_version(4, 2);
-	list_as(&now, v, &n);
-	cr_expect_eq(n, 0);
+	cr_expect_eq(list_as(&now, v), 0);
 	now.has_old_key = true;
 	memcpy(now.old_key, old.key, sizeof(now.old_key));
-	list_as(&now, v, &n);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list_as(&now, v), 1);
 	cr_expect_eq(v[0], 4);
 	cr_expect_eq(load_fresh(&now, 4, err, sizeof(err)), 0, "%s", err);
 	write_as(&now, 6);
-	list_as(&old, v, &n); /* the old secret alone: 6 is not its */
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list_as(&old, v),
+		     1); /* the old secret alone: 6 is not its */
 	cr_expect_eq(v[0], 4);
 }
 
@@ -808,14 +789,12 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named)
 Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .timeout = 60)
 {
 	uint64_t v[8];
-	uint32_t n;
 	char want[64];
 
 	write_version(1, 2);
 	for (uint64_t i = 0; i < 2000; i++)
 		write_all(file_of(100 + i), "junk", 4);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
+	cr_assert_eq(list(v, 2), 1);
 	cr_expect_eq(v[0], 1);
 	cr_expect_eq(logged.n, KN__CKPT_LOG_MAX + 1, "%u lines", logged.n);
 	snprintf(want, sizeof(want), "%d more files", 2000 - KN__CKPT_LOG_MAX);
