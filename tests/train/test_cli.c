@@ -154,6 +154,8 @@ static char *run_ok_json(char *const *argv)
 	return slurp(in_dir("s.json"));
 }
 
+#define ARGV(...) ((char *[]){ __VA_ARGS__, NULL })
+
 #define MAX_ARGS 48
 
 /* @args, then --summary-json s.json, in @argv (room for MAX_ARGS): the
@@ -204,13 +206,8 @@ TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
 
 Test(train_cli, missing_dataset_names_package_and_option)
 {
-	char *argv[] = { (char *)kanel(),
-			 "train",
-			 "--workers",
-			 "1",
-			 "--data",
-			 (char *)in_dir("nothing-here"),
-			 NULL };
+	char **argv = ARGV((char *)kanel(), "train", "--workers", "1", "--data",
+			   (char *)in_dir("nothing-here"));
 	char *err;
 
 	cr_expect_eq(run(argv), 2);
@@ -223,8 +220,8 @@ Test(train_cli, missing_dataset_names_package_and_option)
 
 Test(train_cli, corrupt_dataset_names_the_file)
 {
-	char *argv[] = { (char *)kanel(), "train", "--workers", "1",
-			 "--data",	  dir,	   NULL };
+	char **argv =
+		ARGV((char *)kanel(), "train", "--workers", "1", "--data", dir);
 	/* an image file with labels' magic */
 	static const unsigned char bad[] = { 0, 0, 8, 1, 0, 0, 0, 1, 7 };
 	FILE *f = fopen(in_dir("t10k-images-idx3-ubyte"), "w");
@@ -246,10 +243,10 @@ Test(train_cli, corrupt_dataset_names_the_file)
 
 Test(train_cli, bad_options_are_refused)
 {
-	char *a1[] = { (char *)kanel(), "train", "--imbalance", "persistent:2",
-		       NULL };
-	char *a2[] = { (char *)kanel(), "train", "--model", "resnet", NULL };
-	char *a3[] = { (char *)kanel(), "train", "--batch", "0", NULL };
+	char **a1 =
+		ARGV((char *)kanel(), "train", "--imbalance", "persistent:2");
+	char **a2 = ARGV((char *)kanel(), "train", "--model", "resnet");
+	char **a3 = ARGV((char *)kanel(), "train", "--batch", "0");
 	char *err;
 
 	cr_expect_eq(run(a1), 2);
@@ -263,8 +260,8 @@ Test(train_cli, bad_options_are_refused)
 /* --optimizer sum leaves the update to the workers, which have none. */
 Test(train_cli, optimizer_sum_is_refused)
 {
-	char *a[] = { (char *)kanel(), "train", "--protocol", "asp",
-		      "--optimizer",   "sum",	NULL };
+	char **a = ARGV((char *)kanel(), "train", "--protocol", "asp",
+			"--optimizer", "sum");
 	char *err;
 
 	cr_expect_eq(run(a), 2);
@@ -341,6 +338,17 @@ Test(train_cli, default_workers_and_the_update_in_the_summary)
 	free(json);
 }
 
+/* A straggler run's summary names @protocol, and the model learned: its
+ * best accuracy passes 0.7. */
+static void expect_learned(const char *json, const char *protocol)
+{
+	char want[64];
+
+	snprintf(want, sizeof(want), "\"protocol\": \"%s\"", protocol);
+	cr_expect(strstr(json, want), "%s", json);
+	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+}
+
 /*
  * The protocols' runs below train one epoch (of each worker's shard), not
  * for some seconds: what a model reaches then depends on the work done,
@@ -375,11 +383,11 @@ Test(train_cli, ssp_keeps_its_bound_and_learns)
 			  "2", "--model", "softmax", "--epochs", "1",
 			  "--step-time", "5ms", "--imbalance",
 			  "persistent:0.25:4");
-	cr_expect(strstr(json, "\"protocol\": \"ssp\""), "%s", json);
+	expect_learned(json, "ssp");
 	cr_expect_eq(json_num(json, "max_lead"), 2, "%s", json);
 	cr_expect_gt(json_num(json, "staleness_max"), 0, "%s", json);
-	/* every push at the full rate: the curve is noisy, its best is not */
-	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
+	/* every push at the full rate: the curve is noisy (its best, above,
+	 * is not) */
 	cr_expect_gt(json_num(json, "final_accuracy"), 0.5, "%s", json);
 	free(json);
 }
@@ -397,11 +405,10 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
 			  "--optimizer", "sgd", "--lr", "0.1", "--model",
 			  "softmax", "--epochs", "1", "--step-time", "5ms",
 			  "--imbalance", "persistent:0.25:4");
-	cr_expect(strstr(json, "\"protocol\": \"esp\""), "%s", json);
+	expect_learned(json, "esp");
 	cr_expect_leq(json_num(json, "max_local_steps"), 4, "%s", json);
 	cr_expect_geq(json_num(json, "max_local_steps"), 2, "%s", json);
 	cr_expect_leq(json_num(json, "max_lead"), 3, "%s", json);
-	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
 	free(json);
 }
 
@@ -415,14 +422,13 @@ Test(train_cli, predicted_plans_local_steps_and_learns)
 			  "--psp-warmup", "2", "--model", "softmax", "--epochs",
 			  "1", "--step-time", "5ms", "--imbalance",
 			  "persistent:0.25:4");
-	cr_expect(strstr(json, "\"protocol\": \"predicted\""), "%s", json);
+	expect_learned(json, "predicted");
 	/* 4x faster workers get about 4 steps a round; R = 15 bounds it,
 	 * the steps taken while waiting at most double it */
 	cr_expect_geq(json_num(json, "max_local_steps"), 3, "%s", json);
 	cr_expect_leq(json_num(json, "max_local_steps"), 30, "%s", json);
 	cr_expect_eq(json_num(json, "staleness_max"), 0, "%s", json);
 	cr_expect_lt(json_num(json, "wait_fraction"), 0.3, "%s", json);
-	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
 	free(json);
 }
 
@@ -475,7 +481,7 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 			  "softmax", "--epochs", "1", "--step-time", "5ms",
 			  "--seed", "1", "--imbalance", "persistent:0.25:4");
 	log = slurp(in_dir("stderr"));
-	cr_expect(strstr(json, "\"protocol\": \"cgp\""), "%s", json);
+	expect_learned(json, "cgp");
 	/*
 	 * The warm-up is one group; its end regroups (epoch 1 on a quiet
 	 * machine; under a CI run with other work beside it, once at epoch
@@ -497,7 +503,6 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 	}
 	/* persistent speeds: regrouped once, not again and again */
 	cr_expect_leq(regroups, 2, "%s", log);
-	cr_expect_gt(json_num(json, "best_accuracy"), 0.7, "%s", json);
 	free(log);
 	free(json);
 }
@@ -691,23 +696,10 @@ TestSuite(compare, .init = setup, .fini = teardown, .timeout = 300);
 
 Test(compare, writes_tables_and_plot)
 {
-	char *argv[] = { (char *)kanel(),
-			 "compare",
-			 "--protocols",
-			 "bsp,asp",
-			 "--imbalance",
-			 "none,persistent:0.5:2",
-			 "--workers",
-			 "2",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "0.2",
-			 "--step-time",
-			 "0",
-			 "--out",
-			 (char *)in_dir("cmp"),
-			 NULL };
+	char **argv = ARGV((char *)kanel(), "compare", "--protocols", "bsp,asp",
+			   "--imbalance", "none,persistent:0.5:2", "--workers",
+			   "2", "--model", "softmax", "--epochs", "0.2",
+			   "--step-time", "0", "--out", (char *)in_dir("cmp"));
 	char *csv, *md, *json, *nl;
 	struct stat st;
 	int rc;
@@ -754,21 +746,10 @@ Test(compare, writes_tables_and_plot)
  * is no plot. */
 Test(compare, tables_without_gnuplot)
 {
-	char *argv[] = { (char *)kanel(),
-			 "compare",
-			 "--protocols",
-			 "bsp",
-			 "--workers",
-			 "1",
-			 "--model",
-			 "softmax",
-			 "--epochs",
-			 "0.05",
-			 "--step-time",
-			 "0",
-			 "--out",
-			 (char *)in_dir("cmp"),
-			 NULL };
+	char **argv =
+		ARGV((char *)kanel(), "compare", "--protocols", "bsp",
+		     "--workers", "1", "--model", "softmax", "--epochs", "0.05",
+		     "--step-time", "0", "--out", (char *)in_dir("cmp"));
 	struct stat st;
 	char *err;
 	int rc;
