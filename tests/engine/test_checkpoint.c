@@ -266,23 +266,25 @@ static void check_version(uint64_t version, uint32_t narrays)
 	free(b);
 }
 
-/* The versions @job finds, newest first, into @v (8 at most): how
- * many. */
-static uint32_t list_as(const struct kn__ckpt_job *job, uint64_t *v)
+/* The versions the last list_as() found, newest first. */
+static uint64_t listed[8];
+
+/* List @job's versions into listed[]: how many. */
+static uint32_t list_as(const struct kn__ckpt_job *job)
 {
 	uint32_t n;
 
 	logged.n = 0;
-	cr_assert_eq(kn__ckpt_list(job, v, 8, &n), 0);
+	cr_assert_eq(kn__ckpt_list(job, listed, 8, &n), 0);
 	return n;
 }
 
 /* list_as() a job of @narrays arrays. */
-static uint32_t list(uint64_t *v, uint32_t narrays)
+static uint32_t list(uint32_t narrays)
 {
 	struct kn__ckpt_job j = job_of(narrays);
 
-	return list_as(&j, v);
+	return list_as(&j);
 }
 
 static char *file_of(uint64_t version)
@@ -380,7 +382,6 @@ static void reseal(char *buf, const uint8_t *key)
 
 Test(checkpoint, written_listed_and_loaded_back)
 {
-	uint64_t v[8];
 	uint32_t n;
 
 	for (uint32_t narrays = 1; narrays <= 3; narrays++) {
@@ -389,12 +390,12 @@ Test(checkpoint, written_listed_and_loaded_back)
 	}
 	write_version(40, 3);
 	write_version(50, 3);
-	n = list(v, 3);
+	n = list(3);
 	/* the newest two of this job are kept; the SGD and momentum
 	 * jobs' files are another job's, and stay */
 	cr_assert_eq(n, 2);
-	cr_expect_eq(v[0], 50);
-	cr_expect_eq(v[1], 40);
+	cr_expect_eq(listed[0], 50);
+	cr_expect_eq(listed[1], 40);
 	cr_expect_eq(files_in_dir(), 4);
 	cr_expect_eq(access(file_of(30), F_OK), -1);
 	cr_expect_eq(access(file_of(10), F_OK), 0);
@@ -413,7 +414,6 @@ Test(checkpoint, written_listed_and_loaded_back)
 Test(checkpoint, an_unkeyed_file_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
-	uint64_t v[8];
 	uint32_t format = 2;
 	size_t len;
 	char *buf;
@@ -423,7 +423,7 @@ Test(checkpoint, an_unkeyed_file_is_refused)
 	memcpy(buf + 8, &format, 4);
 	reseal(buf, NULL);
 	write_all(file_of(7), buf, len);
-	cr_expect_eq(list_as(&j, v), 0);
+	cr_expect_eq(list_as(&j), 0);
 	expect_logged(7, "format 2, sealed without the job secret");
 	expect_refused(&j, 7, -EBADMSG, "not trusted");
 	free(buf);
@@ -432,13 +432,12 @@ Test(checkpoint, an_unkeyed_file_is_refused)
 Test(checkpoint, a_corrupted_record_is_passed_over)
 {
 	struct kn__ckpt_job j = job_of(3);
-	uint64_t v[8];
 
 	write_version(4, 3);
 	write_version(8, 3);
 	corrupt(8, -5); /* inside the last chunk's record */
-	cr_assert_eq(list(v, 3), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list(3), 1);
+	cr_expect_eq(listed[0], 4);
 	expect_logged(8, "record fails its checksum");
 	cr_expect_eq(load_fresh(&j, 8, NULL, 0), -EBADMSG);
 	check_version(4, 3);
@@ -446,17 +445,16 @@ Test(checkpoint, a_corrupted_record_is_passed_over)
 
 Test(checkpoint, a_torn_file_or_header_is_passed_over)
 {
-	uint64_t v[8];
 	struct stat st;
 
 	write_version(4, 2);
 	write_version(8, 2);
 	cr_assert_eq(stat(file_of(8), &st), 0);
 	cr_assert_eq(truncate(file_of(8), st.st_size - 100), 0);
-	cr_assert_eq(list(v, 2), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 4);
 	corrupt(4, 20); /* the head */
-	cr_expect_eq(list(v, 2), 0);
+	cr_expect_eq(list(2), 0);
 }
 
 Test(checkpoint, an_unsealed_file_is_no_checkpoint)
@@ -465,7 +463,6 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint)
 	struct kn__ckpt_chunk c[NCH];
 	float *mem = calloc(total(), sizeof(float));
 	struct kn__ckpt *f;
-	uint64_t v[8];
 	uint32_t n;
 
 	fill(c, mem, 3);
@@ -473,7 +470,7 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint)
 	cr_assert_eq(kn__ckpt_put(f, 0, &c[0]), 0);
 	cr_expect_eq(kn__ckpt_put(f, 0, &c[0]), -EINVAL); /* twice */
 	cr_expect_eq(kn__ckpt_put(f, NCH, &c[0]), -EINVAL);
-	n = list(v, 1);
+	n = list(1);
 	cr_expect_eq(n, 0); /* only NAME.tmp so far */
 	/* closing with a chunk missing fails and leaves nothing */
 	cr_expect_eq(kn__ckpt_close(f, NULL, 0), -EINVAL);
@@ -508,12 +505,11 @@ Test(checkpoint, another_server_count_is_refused)
 Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
-	uint64_t v[8];
 
 	write_version(4, 2);
 	write_as(&theirs, 8);
-	cr_assert_eq(list_as(&ours, v), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&ours), 1);
+	cr_expect_eq(listed[0], 4);
 	cr_expect(logged_with(file_of(8), "another model: chunk 5 of 8 "
 					  "values"),
 		  "%u lines: %s", logged.n, logged.text[0]);
@@ -530,7 +526,6 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over)
 Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
-	uint64_t v[8];
 	size_t len200, len300, len;
 	char *f200, *f300, *now;
 
@@ -540,9 +535,9 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 	f300 = read_all(file_of(300), &len300);
 	for (uint64_t ver = 2; ver <= 6; ver += 2)
 		write_version(ver, 2);
-	cr_assert_eq(list_as(&ours, v), 2);
-	cr_expect_eq(v[0], 6);
-	cr_expect_eq(v[1], 4);
+	cr_assert_eq(list_as(&ours), 2);
+	cr_expect_eq(listed[0], 6);
+	cr_expect_eq(listed[1], 4);
 	cr_expect_eq(access(file_of(2), F_OK), -1, "version 2 was kept");
 	now = read_all(file_of(200), &len);
 	cr_expect(len == len200 && !memcmp(now, f200, len));
@@ -550,7 +545,7 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 	now = read_all(file_of(300), &len);
 	cr_expect(len == len300 && !memcmp(now, f300, len));
 	free(now);
-	cr_expect_eq(list_as(&theirs, v), 2);
+	cr_expect_eq(list_as(&theirs), 2);
 	cr_expect_eq(files_in_dir(), 4);
 	free(f200);
 	free(f300);
@@ -564,10 +559,9 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 Test(checkpoint, another_optimizers_file_is_refused)
 {
 	struct kn__ckpt_job adam = job_of(3);
-	uint64_t v[8];
 
 	write_version(6, 2);
-	cr_expect_eq(list_as(&adam, v), 0);
+	cr_expect_eq(list_as(&adam), 0);
 	expect_logged(6, "optimizer momentum");
 	expect_refused(&adam, 6, -EINVAL, "this job's is Adam");
 }
@@ -580,7 +574,6 @@ Test(checkpoint, another_optimizers_file_is_refused)
 Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 {
 	char target[128], link[300], *now;
-	uint64_t v[8];
 	size_t len;
 
 	snprintf(target, sizeof(target), "%s-target", dir);
@@ -593,8 +586,8 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 	cr_expect(len == 8 && !memcmp(now, "precious", 8),
 		  "the target now holds %zu bytes", len);
 	free(now);
-	cr_assert_eq(list(v, 2), 1);
-	cr_expect_eq(v[0], 7);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 7);
 	check_version(7, 2);
 	cr_expect_eq(files_in_dir(), 1);
 }
@@ -603,13 +596,12 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read)
 {
 	char other[300];
-	uint64_t v[8];
 
 	write_version(4, 2);
 	snprintf(other, sizeof(other), "%s", file_of(9));
 	cr_assert_eq(symlink(file_of(4), other), 0);
-	cr_assert_eq(list(v, 2), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 4);
 	cr_expect(logged_with(other, "symbolic link"), "%s", logged.text[0]);
 }
 
@@ -627,7 +619,6 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
      .exit_code = 0)
 {
 	struct timespec t0, t1;
-	uint64_t v[8];
 	uint32_t n;
 
 	write_version(4, 2);
@@ -635,14 +626,14 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
 	signal(SIGALRM, on_alarm);
 	alarm(5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	n = list(v, 2);
+	n = list(2);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	alarm(0);
 	cr_expect_lt((double)(t1.tv_sec - t0.tv_sec) +
 			     (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
 		     1.0);
 	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
+	cr_expect_eq(listed[0], 4);
 	expect_logged(8, "a FIFO");
 }
 
@@ -656,7 +647,6 @@ Test(checkpoint, a_version_that_would_wrap_is_refused)
 	struct kn__ckpt_job j = job_of(2);
 	const uint64_t huge = UINT64_MAX - 1;
 	struct kn__ckpt *f;
-	uint64_t v[8];
 	size_t len;
 	char *buf, err[512] = "";
 
@@ -668,9 +658,9 @@ Test(checkpoint, a_version_that_would_wrap_is_refused)
 	free(buf);
 	write_version(6, 2);
 	write_version(8, 2);
-	cr_assert_eq(list_as(&j, v), 2);
-	cr_expect_eq(v[0], 8);
-	cr_expect_eq(v[1], 6);
+	cr_assert_eq(list_as(&j), 2);
+	cr_expect_eq(listed[0], 8);
+	cr_expect_eq(listed[1], 6);
 	expect_logged(huge, "wrap");
 	cr_expect_eq(access(file_of(huge), F_OK), 0);
 	cr_expect_eq(kn__ckpt_open(&j, KN__CKPT_VERSION_MAX + 1, &f, err,
@@ -726,8 +716,8 @@ Test(checkpoint, a_group_writable_folder_is_refused)
 	cr_expect(strstr(err, "world-writable; chmod o-w"), "%s", err);
 	cr_assert_eq(chmod(dir, 0700), 0);
 	cr_assert_eq(chmod(file_of(6), 0620), 0);
-	cr_assert_eq(list_as(&j, v), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&j), 1);
+	cr_expect_eq(listed[0], 4);
 	expect_logged(6, "group- or world-writable");
 }
 
@@ -741,7 +731,7 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 	struct kn__ckpt_job j = job_of(2),
 			    thief = job_as(2, counts[1], "guess");
 	const float nan = NAN;
-	uint64_t v[8], off;
+	uint64_t off;
 	size_t len;
 	char *buf;
 
@@ -753,8 +743,8 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 	reseal(buf, thief.key);
 	write_all(file_of(8), buf, len);
 	free(buf);
-	cr_assert_eq(list_as(&j, v), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&j), 1);
+	cr_expect_eq(listed[0], 4);
 	expect_logged(8, "seal does not check");
 	expect_refused(&j, 8, -EBADMSG, "seal");
 }
@@ -766,20 +756,18 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 Test(checkpoint, a_new_secret_restores_with_the_old_one_named)
 {
 	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
-	uint64_t v[8];
 	char err[512] = "";
 
 	write_version(4, 2);
-	cr_expect_eq(list_as(&now, v), 0);
+	cr_expect_eq(list_as(&now), 0);
 	now.has_old_key = true;
 	memcpy(now.old_key, old.key, sizeof(now.old_key));
-	cr_assert_eq(list_as(&now, v), 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&now), 1);
+	cr_expect_eq(listed[0], 4);
 	cr_expect_eq(load_fresh(&now, 4, err, sizeof(err)), 0, "%s", err);
 	write_as(&now, 6);
-	cr_assert_eq(list_as(&old, v),
-		     1); /* the old secret alone: 6 is not its */
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&old), 1); /* the old secret alone: 6 is not its */
+	cr_expect_eq(listed[0], 4);
 }
 
 /*
@@ -788,14 +776,13 @@ Test(checkpoint, a_new_secret_restores_with_the_old_one_named)
  */
 Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .timeout = 60)
 {
-	uint64_t v[8];
 	char want[64];
 
 	write_version(1, 2);
 	for (uint64_t i = 0; i < 2000; i++)
 		write_all(file_of(100 + i), "junk", 4);
-	cr_assert_eq(list(v, 2), 1);
-	cr_expect_eq(v[0], 1);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 1);
 	cr_expect_eq(logged.n, KN__CKPT_LOG_MAX + 1, "%u lines", logged.n);
 	snprintf(want, sizeof(want), "%d more files", 2000 - KN__CKPT_LOG_MAX);
 	cr_expect(strstr(logged.text[KN__CKPT_LOG_MAX], want), "%s",
