@@ -338,6 +338,13 @@ Test(train_cli, default_workers_and_the_update_in_the_summary)
 	free(json);
 }
 
+/* TRAIN_JSON of a 4-worker softmax epoch under @protocol (and the
+ * options after it), a quarter of the workers four times slower. */
+#define STRAGGLER_JSON(protocol, ...)                                     \
+	TRAIN_JSON("--workers", "4", "--protocol", protocol, __VA_ARGS__, \
+		   "--model", "softmax", "--epochs", "1", "--step-time",  \
+		   "5ms", "--imbalance", "persistent:0.25:4")
+
 /* A straggler run's summary names @protocol, and the model learned: its
  * best accuracy passes 0.7. */
 static void expect_learned(const char *json, const char *protocol)
@@ -377,12 +384,7 @@ Test(train_cli, asp_with_a_straggler_measures_staleness)
  * and the model still learns. */
 Test(train_cli, ssp_keeps_its_bound_and_learns)
 {
-	char *json;
-
-	json = TRAIN_JSON("--workers", "4", "--protocol", "ssp", "--staleness",
-			  "2", "--model", "softmax", "--epochs", "1",
-			  "--step-time", "5ms", "--imbalance",
-			  "persistent:0.25:4");
+	char *json = STRAGGLER_JSON("ssp", "--staleness", "2");
 	expect_learned(json, "ssp");
 	cr_expect_eq(json_num(json, "max_lead"), 2, "%s", json);
 	cr_expect_gt(json_num(json, "staleness_max"), 0, "%s", json);
@@ -396,15 +398,11 @@ Test(train_cli, ssp_keeps_its_bound_and_learns)
  * H_max local steps in one, and the model learns. */
 Test(train_cli, esp_skips_at_most_h_max_and_learns)
 {
-	char *json;
-
 	/* softmax starts at 0: every step moves it by far more than theta,
 	 * so only cost and H_max decide */
-	json = TRAIN_JSON("--workers", "4", "--protocol", "esp",
-			  "--esp-max-skip", "4", "--esp-theta", "1000",
-			  "--optimizer", "sgd", "--lr", "0.1", "--model",
-			  "softmax", "--epochs", "1", "--step-time", "5ms",
-			  "--imbalance", "persistent:0.25:4");
+	char *json =
+		STRAGGLER_JSON("esp", "--esp-max-skip", "4", "--esp-theta",
+			       "1000", "--optimizer", "sgd", "--lr", "0.1");
 	expect_learned(json, "esp");
 	cr_expect_leq(json_num(json, "max_local_steps"), 4, "%s", json);
 	cr_expect_geq(json_num(json, "max_local_steps"), 2, "%s", json);
@@ -416,12 +414,7 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
  * rounds stay barriers (no stale contribution), and the model learns. */
 Test(train_cli, predicted_plans_local_steps_and_learns)
 {
-	char *json;
-
-	json = TRAIN_JSON("--workers", "4", "--protocol", "predicted",
-			  "--psp-warmup", "2", "--model", "softmax", "--epochs",
-			  "1", "--step-time", "5ms", "--imbalance",
-			  "persistent:0.25:4");
+	char *json = STRAGGLER_JSON("predicted", "--psp-warmup", "2");
 	expect_learned(json, "predicted");
 	/* 4x faster workers get about 4 steps a round; R = 15 bounds it,
 	 * the steps taken while waiting at most double it */
@@ -477,9 +470,7 @@ Test(train_cli, cgp_groups_the_straggler_apart_and_learns)
 	cr_assert_eq(
 		kn__imb_parse("persistent:0.25:4", 1, &m, err, sizeof(err)), 0,
 		"%s", err);
-	json = TRAIN_JSON("--workers", "4", "--protocol", "cgp", "--model",
-			  "softmax", "--epochs", "1", "--step-time", "5ms",
-			  "--seed", "1", "--imbalance", "persistent:0.25:4");
+	json = STRAGGLER_JSON("cgp", "--seed", "1");
 	log = slurp(in_dir("stderr"));
 	expect_learned(json, "cgp");
 	/*
