@@ -385,6 +385,7 @@ Test(train_cli, asp_with_a_straggler_measures_staleness)
 Test(train_cli, ssp_keeps_its_bound_and_learns)
 {
 	char *json = STRAGGLER_JSON("ssp", "--staleness", "2");
+
 	expect_learned(json, "ssp");
 	cr_expect_eq(json_num(json, "max_lead"), 2, "%s", json);
 	cr_expect_gt(json_num(json, "staleness_max"), 0, "%s", json);
@@ -403,6 +404,7 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
 	char *json =
 		STRAGGLER_JSON("esp", "--esp-max-skip", "4", "--esp-theta",
 			       "1000", "--optimizer", "sgd", "--lr", "0.1");
+
 	expect_learned(json, "esp");
 	cr_expect_leq(json_num(json, "max_local_steps"), 4, "%s", json);
 	cr_expect_geq(json_num(json, "max_local_steps"), 2, "%s", json);
@@ -415,6 +417,7 @@ Test(train_cli, esp_skips_at_most_h_max_and_learns)
 Test(train_cli, predicted_plans_local_steps_and_learns)
 {
 	char *json = STRAGGLER_JSON("predicted", "--psp-warmup", "2");
+
 	expect_learned(json, "predicted");
 	/* 4x faster workers get about 4 steps a round; R = 15 bounds it,
 	 * the steps taken while waiting at most double it */
