@@ -59,6 +59,19 @@ static const char *in_dir(const char *name)
 	return path_in(dir, name);
 }
 
+/*
+ * Create (or truncate) @name in the test's directory for writing: the
+ * descriptor.  Not through in_dir(): its buffers turn over, and @argv
+ * of spawn_logged() may hold one.
+ */
+static int create_in_dir(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+}
+
 /* Start @argv with stdout and stderr into files of the test's
  * directory, in a process group of its own; its pid. */
 static pid_t spawn_logged(char *const *argv)
@@ -68,10 +81,8 @@ static pid_t spawn_logged(char *const *argv)
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		setpgid(0, 0);
-		int out = open(in_dir("stdout"), O_WRONLY | O_CREAT | O_TRUNC,
-			       0644);
-		int err = open(in_dir("stderr"), O_WRONLY | O_CREAT | O_TRUNC,
-			       0644);
+		int out = create_in_dir("stdout"),
+		    err = create_in_dir("stderr");
 
 		dup2(out, 1);
 		dup2(err, 2);
@@ -854,8 +865,6 @@ Test(train_cli, a_killed_server_costs_at_most_its_last_checkpoint,
  */
 Test(train_cli, resume_goes_on_after_the_coordinator_is_killed, .timeout = 600)
 {
-	char *argr[] = { CKPT_ARGS("0.02", "s.json"), "--resume",
-			 (char *)in_dir(""), NULL };
 	char *err, *curve, *line;
 	float first;
 	int rc;
@@ -863,7 +872,9 @@ Test(train_cli, resume_goes_on_after_the_coordinator_is_killed, .timeout = 600)
 	need_dataset();
 	rc = run_killed_at_v100("coordinator");
 	cr_assert_neq(rc, 0, "the run went on without its coordinator");
-	rc = run(argr);
+	/* in_dir()'s buffers turn over: these paths are made after the run */
+	rc = run(ARGV(CKPT_ARGS("0.02", "s.json"), "--resume",
+		      (char *)in_dir("")));
 	assert_ran_ok(rc);
 	err = slurp(in_dir("stderr"));
 	cr_expect(strstr(err, "restoring the job from its checkpoints of "
