@@ -18,7 +18,6 @@
  * the suite's timeout turns into a failure; nothing here measures time.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -34,6 +33,8 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+
+#include "proc_util.h"
 
 extern char **environ;
 
@@ -61,20 +62,12 @@ TestSuite(kanel, .init = setup, .fini = teardown, .timeout = 120);
 
 static char *kanel(void)
 {
-	char *exe = getenv("KANEL_EXE");
-
-	cr_assert_not_null(exe, "KANEL_EXE is not set (meson sets it)");
-	return exe;
+	return kanel_exe();
 }
 
 static const char *in_dir(const char *name)
 {
-	static char bufs[4][128];
-	static int next;
-	char *b = bufs[next++ % 4];
-
-	snprintf(b, sizeof(bufs[0]), "%s/%s", dir, name);
-	return b;
+	return path_in(dir, name);
 }
 
 /* The environment for a child: ours without the job's, plus @extra. */
@@ -203,11 +196,15 @@ static unsigned int dead_port(void)
 }
 
 /*
- * Wait until @pid connects to @fd (true), or exits first (false, with
- * its stderr logged); then end it.
+ * Start kanel @args with @extra as start() does, and wait until it
+ * connects to listener @fd (true), or exits first (false, with its
+ * stderr logged); then end it and close @fd.
  */
-static bool connects(int fd, pid_t pid)
+static bool connects(int fd, char *const *args, char *const *extra)
 {
+	pid_t pid = start(args, extra, -1);
+	bool connected = false;
+
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		int st;
@@ -219,7 +216,8 @@ static bool connects(int fd, pid_t pid)
 			close(c);
 			kill(-pid, SIGKILL);
 			waitpid(pid, NULL, 0);
-			return true;
+			connected = true;
+			break;
 		}
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			char *err = slurp("stderr");
@@ -227,13 +225,39 @@ static bool connects(int fd, pid_t pid)
 			cr_log_error("exited (%d) without connecting: %s",
 				     WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
 			free(err);
-			return false;
+			break;
 		}
 	}
+	close(fd);
+	return connected;
 }
 
 #define ARGS(...)     ((char *[]){ __VA_ARGS__, NULL })
 #define FMT(buf, ...) (snprintf(buf, sizeof(buf), __VA_ARGS__), buf)
+
+/* The environment of a one-worker job whose coordinator (in @coord)
+ * never answers, the start-up timeout @timeout. */
+#define DEAD_COORDINATOR_ENV(coord, timeout)                            \
+	ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()), \
+	     "KANEL_WORKERS=1", "KANEL_SECRET=s",                       \
+	     "KANEL_STARTUP_TIMEOUT=" timeout)
+
+/* What the last run wrote to stderr, into the test's log. */
+static void log_stderr(void)
+{
+	char *err = slurp("stderr");
+
+	cr_log_error("stderr: %s", err);
+	free(err);
+}
+
+/* @rc, the last run's exit code, is 0; its stderr is logged if not. */
+static void assert_ran_ok(int rc)
+{
+	if (rc)
+		log_stderr();
+	cr_assert_eq(rc, 0);
+}
 
 /* --- precedence and roles ---------------------------------------------- */
 
@@ -246,17 +270,17 @@ Test(kanel, worker_flags_win_over_variables)
 	unsigned int port;
 	int fd = listener(&port);
 	char coord[64], env_coord[64];
-	pid_t pid;
 
-	pid = start(ARGS("worker", "--coordinator",
-			 FMT(coord, "127.0.0.1:%u", port), "--workers", "4",
-			 "--rank", "3", "--startup-timeout", "86400s"),
-		    ARGS(FMT(env_coord, "KANEL_COORDINATOR=127.0.0.1:%u",
-			     dead_port()),
-			 "KANEL_WORKERS=1", "KANEL_RANK=0", "KANEL_SECRET=s"),
-		    -1);
-	cr_expect(connects(fd, pid), "the worker did not use its flags");
-	close(fd);
+	cr_expect(connects(fd,
+			   ARGS("worker", "--coordinator",
+				FMT(coord, "127.0.0.1:%u", port), "--workers",
+				"4", "--rank", "3", "--startup-timeout",
+				"86400s"),
+			   ARGS(FMT(env_coord, "KANEL_COORDINATOR=127.0.0.1:%u",
+				    dead_port()),
+				"KANEL_WORKERS=1", "KANEL_RANK=0",
+				"KANEL_SECRET=s")),
+		  "the worker did not use its flags");
 }
 
 /* kanel --role worker, as configuration.md's recipe by hand. */
@@ -265,15 +289,13 @@ Test(kanel, role_from_the_role_flag_without_subcommand)
 	unsigned int port;
 	int fd = listener(&port);
 	char coord[64];
-	pid_t pid;
 
-	pid = start(ARGS("--role", "worker", "--rank", "1"),
-		    ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", port),
-			 "KANEL_WORKERS=2", "KANEL_SECRET=s",
-			 "KANEL_STARTUP_TIMEOUT=86400s"),
-		    -1);
-	cr_expect(connects(fd, pid), "kanel --role worker did not run");
-	close(fd);
+	cr_expect(connects(fd, ARGS("--role", "worker", "--rank", "1"),
+			   ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u",
+				    port),
+				"KANEL_WORKERS=2", "KANEL_SECRET=s",
+				"KANEL_STARTUP_TIMEOUT=86400s")),
+		  "kanel --role worker did not run");
 }
 
 /* srun -n 3 kanel --coordinator ...: rank 2 of 3 is worker 0. */
@@ -282,14 +304,14 @@ Test(kanel, role_from_the_launcher_without_subcommand)
 	unsigned int port;
 	int fd = listener(&port);
 	char coord[64];
-	pid_t pid;
 
-	pid = start(ARGS("--coordinator", FMT(coord, "127.0.0.1:%u", port),
-			 "--startup-timeout", "86400s"),
-		    ARGS("SLURM_PROCID=2", "SLURM_NTASKS=3", "KANEL_SECRET=s"),
-		    -1);
-	cr_expect(connects(fd, pid), "rank 2 did not run as a worker");
-	close(fd);
+	cr_expect(
+		connects(fd,
+			 ARGS("--coordinator", FMT(coord, "127.0.0.1:%u", port),
+			      "--startup-timeout", "86400s"),
+			 ARGS("SLURM_PROCID=2", "SLURM_NTASKS=3",
+			      "KANEL_SECRET=s")),
+		"rank 2 did not run as a worker");
 }
 
 /* KANEL_ROLE=coordinator kanel: a coordinator, which listens. */
@@ -317,10 +339,7 @@ Test(kanel, role_from_the_variable_without_subcommand)
 			usleep(50 * 1000);
 	}
 	if (!listening) {
-		char *err = slurp("stderr");
-
-		cr_log_error("stderr: %s", err);
-		free(err);
+		log_stderr();
 	} else {
 		kill(-pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -333,10 +352,7 @@ Test(kanel, role_from_the_variable_without_subcommand)
 Test(kanel, subcommands_refuse_options_they_do_not_use)
 {
 	char coord[64];
-	char **env =
-		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
-		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
-		     "KANEL_STARTUP_TIMEOUT=2s");
+	char **env = DEAD_COORDINATOR_ENV(coord, "2s");
 
 	expect_refusal(ARGS("train", "--listen", "0.0.0.0:1", "--data",
 			    "/nonexistent"),
@@ -409,10 +425,7 @@ Test(kanel, a_bad_address_is_named)
 Test(kanel, a_role_that_never_joined_exits_non_zero)
 {
 	char coord[64];
-	char **env =
-		ARGS(FMT(coord, "KANEL_COORDINATOR=127.0.0.1:%u", dead_port()),
-		     "KANEL_WORKERS=1", "KANEL_SECRET=s",
-		     "KANEL_STARTUP_TIMEOUT=1s");
+	char **env = DEAD_COORDINATOR_ENV(coord, "1s");
 
 	expect_refusal(ARGS("server"), env, 1,
 		       "server 0: never joined a job: the coordinator at "
@@ -517,6 +530,32 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
 }
 
 /*
+ * kanel launch --restart-workers of 2 workers: worker 1 is killed 2.5 s
+ * into the job and, started again, runs the shell code @again ($k is
+ * kanel); worker 0's steps outlast that.  The exit code.
+ */
+static int launch_restarting(const char *again)
+{
+	char script[8192];
+	int rc;
+
+	snprintf(script, sizeof(script),
+		 "k='%s'; if [ \"$KANEL_RANK\" = 1 ]; then "
+		 "if [ ! -e '%s' ]; then : > '%s'; "
+		 "(sleep 2.5; kill -9 $$) & "
+		 "exec \"$k\" worker --steps 1000000 --tensor-bytes 4096; fi; "
+		 "%s "
+		 "else exec \"$k\" worker --steps 4000 --pause-ms 2 "
+		 "--tensor-bytes 4096; fi",
+		 kanel(), in_dir("killed"), in_dir("killed"), again);
+	rc = run(ARGS("launch", "--workers", "2", "--restart-workers", "--",
+		      "/bin/sh", "-c", script),
+		 NULL);
+	unlink(in_dir("killed"));
+	return rc;
+}
+
+/*
  * --restart-workers: worker 1 is killed 2.5 s into the job and started
  * again with its rank; it rejoins, and the job ends well.  Worker 0's
  * steps outlast the kill and the restart whatever the engine's speed:
@@ -527,23 +566,11 @@ Test(kanel, launch_goes_on_when_a_worker_fails_after_the_start)
  */
 Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
 {
-	char script[8192], *err;
-	const char *exe = kanel();
+	char *err;
 
-	snprintf(script, sizeof(script),
-		 "if [ \"$KANEL_RANK\" = 1 ]; then "
-		 "if [ ! -e '%s' ]; then : > '%s'; "
-		 "(sleep 2.5; kill -9 $$) & "
-		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
-		 "exec '%s' worker --steps 200 --tensor-bytes 4096; "
-		 "else exec '%s' worker --steps 4000 --pause-ms 2 "
-		 "--tensor-bytes 4096; fi",
-		 in_dir("killed"), in_dir("killed"), exe, exe, exe);
-	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
-			      "--", "/bin/sh", "-c", script),
-			 NULL),
+	cr_expect_eq(launch_restarting("exec \"$k\" worker --steps 200 "
+				       "--tensor-bytes 4096;"),
 		     0);
-	unlink(in_dir("killed"));
 	err = slurp("stderr");
 	cr_expect_not_null(strstr(err, "(signal 9): restarting it, with its "
 				       "rank"),
@@ -561,23 +588,9 @@ Test(kanel, launch_restarts_a_worker_that_fails_after_the_start)
  */
 Test(kanel, launch_does_not_restart_a_worker_that_fails_at_once)
 {
-	char script[8192], *err;
-	const char *exe = kanel();
+	char *err;
 
-	snprintf(script, sizeof(script),
-		 "if [ \"$KANEL_RANK\" = 1 ]; then "
-		 "if [ ! -e '%s' ]; then : > '%s'; "
-		 "(sleep 2.5; kill -9 $$) & "
-		 "exec '%s' worker --steps 1000000 --tensor-bytes 4096; fi; "
-		 "exit 5; "
-		 "else exec '%s' worker --steps 4000 --pause-ms 2 "
-		 "--tensor-bytes 4096; fi",
-		 in_dir("killed"), in_dir("killed"), exe, exe);
-	cr_expect_eq(run(ARGS("launch", "--workers", "2", "--restart-workers",
-			      "--", "/bin/sh", "-c", script),
-			 NULL),
-		     5);
-	unlink(in_dir("killed"));
+	cr_expect_eq(launch_restarting("exit 5;"), 5);
 	err = slurp("stderr");
 	cr_expect_not_null(strstr(err, "restarting it, with its rank"), "%s",
 			   err);
@@ -792,13 +805,7 @@ Test(kanel, compare_runs_once_per_seed)
 		      "0.01", "--step-time", "0", "--target-accuracy", "0",
 		      "--out", out),
 		 NULL);
-	if (rc) {
-		char *err = slurp("stderr");
-
-		cr_log_error("stderr: %s", err);
-		free(err);
-	}
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	snprintf(path, sizeof(path), "%s/run-bsp-none.json", out);
 	cr_expect_neq(stat(path, &st), 0, "%s without a seed", path);
 	snprintf(path, sizeof(path), "%s/run-bsp-none-seed3.csv", out);
@@ -882,13 +889,7 @@ Test(kanel, launch_runs_256_synthetic_workers, .timeout = 300)
 		      "--steps", "20", "--tensors", "2", "--tensor-bytes",
 		      "4096"),
 		 NULL);
-	if (rc) {
-		char *err = slurp("stderr");
-
-		cr_log_error("stderr: %s", err);
-		free(err);
-	}
-	cr_assert_eq(rc, 0);
+	assert_ran_ok(rc);
 	m = slurp("m.json");
 	cr_expect(strstr(m, "{\"role\":\"server\",\"rank\":0,\"status\":"
 			    "0," LOAD_PUSHES),
@@ -931,46 +932,6 @@ Test(kanel, launch_ends_its_job_on_sigterm)
 	free(err);
 }
 
-/* The child of @parent whose second argument is @arg ("server"), or -1. */
-static pid_t child_running(pid_t parent, const char *arg)
-{
-	char path[64], cmd[512];
-	DIR *proc = opendir("/proc");
-	struct dirent *d;
-	pid_t found = -1;
-
-	cr_assert_not_null(proc);
-	while (found < 0 && (d = readdir(proc))) {
-		pid_t pid = (pid_t)atoi(d->d_name);
-		FILE *f;
-		int ppid = -1;
-		size_t n;
-
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
-			ppid = -1;
-		fclose(f);
-		if (ppid != parent)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		n = fread(cmd, 1, sizeof(cmd) - 1, f);
-		fclose(f);
-		cmd[n] = '\0';
-		if (strlen(cmd) + 1 < n && !strcmp(cmd + strlen(cmd) + 1, arg))
-			found = pid;
-	}
-	closedir(proc);
-	return found;
-}
-
 /*
  * A server stopped (SIGSTOP) in a running job: the coordinator and the
  * workers name it, and launch's last line says the job failed and what
@@ -991,7 +952,7 @@ Test(kanel, launch_names_a_hung_server_in_its_last_line)
 
 	for (int i = 0; i < 100 && server < 0; i++) {
 		usleep(50000);
-		server = child_running(pid, "server");
+		server = proc_child_running(pid, "server");
 	}
 	cr_assert_gt(server, 0, "no server");
 	sleep(2); /* the job runs */
@@ -1021,10 +982,12 @@ Test(kanel, launch_names_a_hung_server_in_its_last_line)
 	err[strlen(err) - 1] = '\0';
 	last = strrchr(err, '\n');
 	last = last ? last + 1 : err;
-	cr_expect_not_null(strstr(last, "kanel launch: "), "%s", last);
-	cr_expect_not_null(strstr(last, "the job failed"), "%s", last);
-	cr_expect_not_null(strstr(last, "killed): server 0;"), "%s", last);
-	cr_expect_not_null(strstr(last, "finished: none"), "%s", last);
+	for (const char *const *w =
+		     (const char *const[]){ "kanel launch: ", "the job failed",
+					    "killed): server 0;",
+					    "finished: none", NULL };
+	     *w; w++)
+		cr_expect_not_null(strstr(last, *w), "%s", last);
 	free(err);
 }
 
@@ -1102,6 +1065,15 @@ static void make_secret(const char *name, const char *text)
 	close(fd);
 }
 
+/* A one-worker momentum job under the secret in file @secret, with
+ * kanel launch's options @..., its worker taking @steps steps: the exit
+ * code. */
+#define SECRET_JOB(secret, steps, ...)                                  \
+	run(ARGS("launch", "--workers", "1", "--secret-file", secret,   \
+		 __VA_ARGS__, "--optimizer", "momentum", "--", kanel(), \
+		 "worker", "--steps", steps),                           \
+	    NULL)
+
 /*
  * Checkpoints written under one secret: a job under another finds none
  * of them (their seals do not check) and does not start; named with
@@ -1116,29 +1088,20 @@ Test(kanel, a_new_secret_restores_only_with_the_old_one_named)
 	cr_assert(a && b && ck);
 	make_secret("a.secret", "the first job's secret");
 	make_secret("b.secret", "the second job's secret");
-	cr_assert_eq(run(ARGS("launch", "--workers", "1", "--secret-file", a,
-			      "--checkpoint-dir", ck, "--checkpoint-every", "2",
-			      "--optimizer", "momentum", "--", kanel(),
-			      "worker", "--steps", "5"),
-			 NULL),
+	cr_assert_eq(SECRET_JOB(a, "5", "--checkpoint-dir", ck,
+				"--checkpoint-every", "2"),
 		     0);
-	cr_expect_neq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
-			       "--resume", ck, "--optimizer", "momentum",
-			       "--startup-timeout", "10", "--", kanel(),
-			       "worker", "--steps", "2"),
-			  NULL),
-		      0);
+	cr_expect_neq(
+		SECRET_JOB(b, "2", "--resume", ck, "--startup-timeout", "10"),
+		0);
 	err = slurp("stderr");
 	cr_expect(strstr(err, "its seal does not check under this job's "
 			      "secret"),
 		  "%s", err);
 	free(err);
-	cr_expect_eq(run(ARGS("launch", "--workers", "1", "--secret-file", b,
-			      "--resume", ck, "--restore-secret-file", a,
-			      "--optimizer", "momentum", "--", kanel(),
-			      "worker", "--steps", "2"),
-			 NULL),
-		     0);
+	cr_expect_eq(
+		SECRET_JOB(b, "2", "--resume", ck, "--restore-secret-file", a),
+		0);
 	err = slurp("stderr");
 	cr_expect(strstr(err, "restoring the job from its checkpoints of "
 			      "version 4"),

@@ -278,6 +278,50 @@ void end_job(struct job *j, bool expect_clean)
 	unlink(j->secret);
 }
 
+void assert_workers_ok(unsigned int n)
+{
+	for (unsigned int w = 0; w < n; w++)
+		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
+			     strerror(-sh->status[w]));
+}
+
+void run_job(unsigned int workers, unsigned int servers, const char *sync,
+	     const char *opt, const char *lr, worker_fn *fn)
+{
+	struct job j = { 0 };
+
+	job_env(&j, workers, servers, sync, opt, lr);
+	start_job(&j);
+	for (unsigned int w = 0; w < workers; w++)
+		spawn_worker(&j, w, fn);
+	end_job(&j, true);
+	assert_workers_ok(workers);
+}
+
+int start_with(struct kn_worker *w, const char *name, size_t n, float *p,
+	       float *g)
+{
+	int ret = kn_worker_register(w, name, KN_DTYPE_FP32, n, p, g);
+
+	return ret ? ret : kn_worker_start(w);
+}
+
+int start_ab(struct kn_worker *w, size_t na, float *pa, float *ga, size_t nb,
+	     float *pb, float *gb)
+{
+	int ret = kn_worker_register(w, "a", KN_DTYPE_FP32, na, pa, ga);
+
+	return ret ? ret : start_with(w, "b", nb, pb, gb);
+}
+
+int end_worker(struct kn_worker *w, void *p, void *g, int ret)
+{
+	kn_worker_destroy(w);
+	free(p);
+	free(g);
+	return ret;
+}
+
 struct kn_worker *join(unsigned int rank)
 {
 	struct kn_worker_options o = { .rank = (int)rank };

@@ -10,6 +10,7 @@
 #define KN_TEST_JOB_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -63,6 +64,23 @@ void spawn_worker(struct job *j, unsigned int rank, worker_fn *fn);
 /* Wait for @pid until @deadline (time()); its exit status, or -1. */
 int reap(pid_t pid, double deadline);
 void end_job(struct job *j, bool expect_clean);
+/* Fail the test unless workers 0 to @n - 1 all reported 0. */
+void assert_workers_ok(unsigned int n);
+/* A whole job that must end clean, its @workers workers running @fn and
+ * all reporting 0 (job_env()'s settings). */
+void run_job(unsigned int workers, unsigned int servers, const char *sync,
+	     const char *opt, const char *lr, worker_fn *fn);
 struct kn_worker *join(unsigned int rank);
+/* A worker function's end: destroy @w, free its parameters @p and
+ * gradients @g (malloc'd), and return @ret. */
+int end_worker(struct kn_worker *w, void *p, void *g, int ret);
+/* Register fp32 tensor @name (@n values at @p, gradients at @g) with
+ * @w, and start it: 0 or the error. */
+int start_with(struct kn_worker *w, const char *name, size_t n, float *p,
+	       float *g);
+/* Register fp32 tensors "a" (@na values, at @pa, gradients at @ga) and
+ * "b" (@nb at @pb and @gb) with @w, and start it: 0 or the error. */
+int start_ab(struct kn_worker *w, size_t na, float *pa, float *ga, size_t nb,
+	     float *pb, float *gb);
 
 #endif /* KN_TEST_JOB_UTIL_H */

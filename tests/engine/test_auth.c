@@ -129,6 +129,46 @@ Test(auth, wrong_secret_fails_at_the_acceptor)
 		     -EACCES);
 }
 
+/* Which defence refused a message with one bit changed. */
+enum refused_by { BY_DECODER, BY_MAC };
+
+/* Refuses the message @buf of exchange @x, byte @i's bit @bit changed:
+ * by which defence (the test fails if it is accepted). */
+typedef enum refused_by flipped_fn(const struct exchange *x, const uint8_t *buf,
+				   size_t i, int bit);
+
+/* Each single-bit change of the @len bytes at @msg, handed to @refuse;
+ * how many each defence refused, in @by. */
+static void flip_every_bit(const struct exchange *x, const uint8_t *msg,
+			   size_t len, flipped_fn *refuse, unsigned int by[2])
+{
+	uint8_t buf[KN_AUTH_ANSWER_LEN + KN_AUTH_CONFIRM_LEN];
+
+	cr_assert_leq(len, sizeof(buf));
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			memcpy(buf, msg, len);
+			buf[i] ^= (uint8_t)(1u << bit);
+			by[refuse(x, buf, i, bit)]++;
+		}
+	}
+}
+
+static enum refused_by answer_flipped(const struct exchange *x,
+				      const uint8_t *buf, size_t i, int bit)
+{
+	struct kn__auth_answer ans;
+	int ret = kn__auth_answer_decode(buf, KN_AUTH_ANSWER_LEN, &ans);
+
+	if (ret) {
+		cr_assert_eq(ret, -EPROTO);
+		return BY_DECODER;
+	}
+	cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN, &x->ch, &ans),
+		     -EACCES, "byte %zu bit %d accepted", i, bit);
+	return BY_MAC;
+}
+
 /*
  * Every single-bit change of the ANSWER's bytes is refused: by the
  * decoder (header, reserved bytes, an unknown role) or by the MAC.
@@ -136,64 +176,45 @@ Test(auth, wrong_secret_fails_at_the_acceptor)
 Test(auth, every_bit_of_the_answer_is_covered)
 {
 	struct exchange x;
-	unsigned int by_decoder = 0, by_mac = 0;
+	unsigned int by[2] = { 0, 0 };
 
 	challenge_and_answer(&x, secret, SECRET_LEN, KN__ROLE_WORKER, 3);
-	for (size_t i = 0; i < KN_AUTH_ANSWER_LEN; i++) {
-		for (int bit = 0; bit < 8; bit++) {
-			uint8_t buf[KN_AUTH_ANSWER_LEN];
-			struct kn__auth_answer ans;
-			int ret;
-
-			memcpy(buf, x.ans_buf, sizeof(buf));
-			buf[i] ^= (uint8_t)(1u << bit);
-			ret = kn__auth_answer_decode(buf, sizeof(buf), &ans);
-			if (ret) {
-				cr_assert_eq(ret, -EPROTO);
-				by_decoder++;
-				continue;
-			}
-			cr_assert_eq(kn__auth_answer_check(secret, SECRET_LEN,
-							   &x.ch, &ans),
-				     -EACCES, "byte %zu bit %d accepted", i,
-				     bit);
-			by_mac++;
-		}
-	}
+	flip_every_bit(&x, x.ans_buf, KN_AUTH_ANSWER_LEN, answer_flipped, by);
 	/* both defences were exercised: nonce, id, MAC and some role bits
 	 * decode and fail the MAC; header and reserved bits do not decode */
-	cr_assert_gt(by_mac, (32 + 4 + 32) * 8);
-	cr_assert_gt(by_decoder, (4 + 3) * 8 - 1);
+	cr_assert_gt(by[BY_MAC], (32 + 4 + 32) * 8);
+	cr_assert_gt(by[BY_DECODER], (4 + 3) * 8 - 1);
+}
+
+/* The CONFIRM's header is the decoder's to refuse, the rest the MAC's. */
+static enum refused_by confirm_flipped(const struct exchange *x,
+				       const uint8_t *buf, size_t i, int bit)
+{
+	struct kn__auth_confirm conf;
+	int ret = kn__auth_confirm_decode(buf, KN_AUTH_CONFIRM_LEN, &conf);
+
+	if (i < 4) {
+		cr_assert_eq(ret, -EPROTO);
+		return BY_DECODER;
+	}
+	cr_assert_eq(ret, 0);
+	cr_assert_eq(kn__auth_confirm_check(secret, SECRET_LEN, &x->ch, &x->ans,
+					    &conf),
+		     -EACCES, "byte %zu bit %d accepted", i, bit);
+	return BY_MAC;
 }
 
 Test(auth, every_bit_of_the_confirm_is_covered)
 {
 	struct exchange x;
 	struct kn__auth_answer ans;
+	unsigned int by[2] = { 0, 0 };
 
 	challenge_and_answer(&x, secret, SECRET_LEN, KN__ROLE_SERVER, 0);
 	read_answer(&x, &ans);
 	confirm(&x, &ans);
-	for (size_t i = 0; i < KN_AUTH_CONFIRM_LEN; i++) {
-		for (int bit = 0; bit < 8; bit++) {
-			uint8_t buf[KN_AUTH_CONFIRM_LEN];
-			struct kn__auth_confirm conf;
-			int ret;
-
-			memcpy(buf, x.conf_buf, sizeof(buf));
-			buf[i] ^= (uint8_t)(1u << bit);
-			ret = kn__auth_confirm_decode(buf, sizeof(buf), &conf);
-			if (i < 4) {
-				cr_assert_eq(ret, -EPROTO);
-				continue;
-			}
-			cr_assert_eq(ret, 0);
-			cr_assert_eq(
-				kn__auth_confirm_check(secret, SECRET_LEN,
-						       &x.ch, &x.ans, &conf),
-				-EACCES, "byte %zu bit %d accepted", i, bit);
-		}
-	}
+	flip_every_bit(&x, x.conf_buf, KN_AUTH_CONFIRM_LEN, confirm_flipped,
+		       by);
 }
 
 Test(auth, an_old_answer_fails_a_new_challenge)

@@ -50,6 +50,9 @@ static void remove_dir(void)
 	rmdir(dir);
 }
 
+/* Every test has a folder of its own, removed after it. */
+TestSuite(checkpoint, .init = make_dir, .fini = remove_dir);
+
 static unsigned int files_in_dir(void)
 {
 	DIR *d = opendir(dir);
@@ -169,7 +172,6 @@ static size_t total(void)
 	return n;
 }
 
-/* Write @version as @job, chunk 1 of job->chunks[1].count values. */
 /* A load of @version into chunks of zeros: what kn__ckpt_load says. */
 static int load_fresh(const struct kn__ckpt_job *job, uint64_t version,
 		      char *err, size_t errlen)
@@ -185,6 +187,18 @@ static int load_fresh(const struct kn__ckpt_job *job, uint64_t version,
 	return ret;
 }
 
+/* A load of @version fails with @error, its message naming @why. */
+static void expect_refused(const struct kn__ckpt_job *job, uint64_t version,
+			   int error, const char *why)
+{
+	char err[512] = "";
+
+	cr_expect_eq(load_fresh(job, version, err, sizeof(err)), error, "%s",
+		     err);
+	cr_expect(strstr(err, why), "%s", err);
+}
+
+/* Write @version as @job, chunk 1 of job->chunks[1].count values. */
 static void write_as(const struct kn__ckpt_job *job, uint64_t version)
 {
 	struct kn__ckpt_chunk c[NCH];
@@ -252,17 +266,25 @@ static void check_version(uint64_t version, uint32_t narrays)
 	free(b);
 }
 
-static void list_as(const struct kn__ckpt_job *job, uint64_t *v, uint32_t *n)
+/* The versions the last list_as() found, newest first. */
+static uint64_t listed[8];
+
+/* List @job's versions into listed[]: how many. */
+static uint32_t list_as(const struct kn__ckpt_job *job)
 {
+	uint32_t n;
+
 	logged.n = 0;
-	cr_assert_eq(kn__ckpt_list(job, v, 8, n), 0);
+	cr_assert_eq(kn__ckpt_list(job, listed, 8, &n), 0);
+	return n;
 }
 
-static void list(uint64_t *v, uint32_t *n, uint32_t narrays)
+/* list_as() a job of @narrays arrays. */
+static uint32_t list(uint32_t narrays)
 {
 	struct kn__ckpt_job j = job_of(narrays);
 
-	list_as(&j, v, n);
+	return list_as(&j);
 }
 
 static char *file_of(uint64_t version)
@@ -272,6 +294,12 @@ static char *file_of(uint64_t version)
 	snprintf(path, sizeof(path), "%s/server-1.v%020llu.ckpt", dir,
 		 (unsigned long long)version);
 	return path;
+}
+
+/* The last listing logged @what about @version's file. */
+static void expect_logged(uint64_t version, const char *what)
+{
+	cr_expect(logged_with(file_of(version), what), "%s", logged.text[0]);
 }
 
 /* Flip one byte at @off of @version's file (from its end if < 0). */
@@ -352,10 +380,8 @@ static void reseal(char *buf, const uint8_t *key)
 				     EVP_sha256(), NULL));
 }
 
-Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, written_listed_and_loaded_back)
 {
-	uint64_t v[8];
 	uint32_t n;
 
 	for (uint32_t narrays = 1; narrays <= 3; narrays++) {
@@ -364,12 +390,12 @@ Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
 	}
 	write_version(40, 3);
 	write_version(50, 3);
-	list(v, &n, 3);
+	n = list(3);
 	/* the newest two of this job are kept; the SGD and momentum
 	 * jobs' files are another job's, and stay */
 	cr_assert_eq(n, 2);
-	cr_expect_eq(v[0], 50);
-	cr_expect_eq(v[1], 40);
+	cr_expect_eq(listed[0], 50);
+	cr_expect_eq(listed[1], 40);
 	cr_expect_eq(files_in_dir(), 4);
 	cr_expect_eq(access(file_of(30), F_OK), -1);
 	cr_expect_eq(access(file_of(10), F_OK), 0);
@@ -385,76 +411,58 @@ Test(checkpoint, written_listed_and_loaded_back, .init = make_dir,
  * A file sealed as formats 1 and 2 sealed theirs, with a digest anyone
  * can recompute, is refused with its reason, whatever it holds.
  */
-Test(checkpoint, an_unkeyed_file_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, an_unkeyed_file_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
-	uint64_t v[8];
-	uint32_t n, format = 2;
+	uint32_t format = 2;
 	size_t len;
-	char *buf, err[512] = "";
+	char *buf;
 
 	write_version(7, 2);
 	buf = read_all(file_of(7), &len);
 	memcpy(buf + 8, &format, 4);
 	reseal(buf, NULL);
 	write_all(file_of(7), buf, len);
-	list_as(&j, v, &n);
-	cr_expect_eq(n, 0);
-	cr_expect(logged_with(file_of(7), "format 2, sealed without the job "
-					  "secret"),
-		  "%s", logged.text[0]);
-	cr_expect_eq(load_fresh(&j, 7, err, sizeof(err)), -EBADMSG);
-	cr_expect(strstr(err, "not trusted"), "%s", err);
+	cr_expect_eq(list_as(&j), 0);
+	expect_logged(7, "format 2, sealed without the job secret");
+	expect_refused(&j, 7, -EBADMSG, "not trusted");
 	free(buf);
 }
 
-Test(checkpoint, a_corrupted_record_is_passed_over, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_corrupted_record_is_passed_over)
 {
 	struct kn__ckpt_job j = job_of(3);
-	uint64_t v[8];
-	uint32_t n;
 
 	write_version(4, 3);
 	write_version(8, 3);
 	corrupt(8, -5); /* inside the last chunk's record */
-	list(v, &n, 3);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(8), "record fails its checksum"), "%s",
-		  logged.text[0]);
+	cr_assert_eq(list(3), 1);
+	cr_expect_eq(listed[0], 4);
+	expect_logged(8, "record fails its checksum");
 	cr_expect_eq(load_fresh(&j, 8, NULL, 0), -EBADMSG);
 	check_version(4, 3);
 }
 
-Test(checkpoint, a_torn_file_or_header_is_passed_over, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_torn_file_or_header_is_passed_over)
 {
-	uint64_t v[8];
-	uint32_t n;
 	struct stat st;
 
 	write_version(4, 2);
 	write_version(8, 2);
 	cr_assert_eq(stat(file_of(8), &st), 0);
 	cr_assert_eq(truncate(file_of(8), st.st_size - 100), 0);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 4);
 	corrupt(4, 20); /* the head */
-	list(v, &n, 2);
-	cr_expect_eq(n, 0);
+	cr_expect_eq(list(2), 0);
 }
 
-Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, an_unsealed_file_is_no_checkpoint)
 {
 	struct kn__ckpt_job j = job_of(1);
 	struct kn__ckpt_chunk c[NCH];
 	float *mem = calloc(total(), sizeof(float));
 	struct kn__ckpt *f;
-	uint64_t v[8];
 	uint32_t n;
 
 	fill(c, mem, 3);
@@ -462,7 +470,7 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
 	cr_assert_eq(kn__ckpt_put(f, 0, &c[0]), 0);
 	cr_expect_eq(kn__ckpt_put(f, 0, &c[0]), -EINVAL); /* twice */
 	cr_expect_eq(kn__ckpt_put(f, NCH, &c[0]), -EINVAL);
-	list(v, &n, 1);
+	n = list(1);
 	cr_expect_eq(n, 0); /* only NAME.tmp so far */
 	/* closing with a chunk missing fails and leaves nothing */
 	cr_expect_eq(kn__ckpt_close(f, NULL, 0), -EINVAL);
@@ -474,18 +482,15 @@ Test(checkpoint, an_unsealed_file_is_no_checkpoint, .init = make_dir,
 	free(mem);
 }
 
-Test(checkpoint, another_server_count_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, another_server_count_is_refused)
 {
 	struct kn__ckpt_job j = job_of(1);
 	uint64_t v[8];
 	uint32_t n = 99;
-	char err[512] = "";
 
 	write_version(5, 1);
 	j.nservers = 3;
-	cr_expect_eq(load_fresh(&j, 5, err, sizeof(err)), -EINVAL, "%s", err);
-	cr_expect(strstr(err, "server 1 of 2"), "%s", err);
+	expect_refused(&j, 5, -EINVAL, "server 1 of 2");
 	cr_expect_eq(kn__ckpt_list(&j, v, 8, &n), 0);
 	cr_expect_eq(n, 0);
 	j.dir = "/nonexistent/kanel";
@@ -497,24 +502,18 @@ Test(checkpoint, another_server_count_is_refused, .init = make_dir,
  * names each and offers this job's previous version, whose file loads;
  * a load of the foreign one is refused with the chunk that differs.
  */
-Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
-	uint64_t v[8];
-	uint32_t n;
-	char err[512] = "";
 
 	write_version(4, 2);
 	write_as(&theirs, 8);
-	list_as(&ours, v, &n);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&ours), 1);
+	cr_expect_eq(listed[0], 4);
 	cr_expect(logged_with(file_of(8), "another model: chunk 5 of 8 "
 					  "values"),
 		  "%u lines: %s", logged.n, logged.text[0]);
-	cr_expect_eq(load_fresh(&ours, 8, err, sizeof(err)), -EINVAL);
-	cr_expect(strstr(err, "chunk 5"), "%s", err);
+	expect_refused(&ours, 8, -EINVAL, "chunk 5");
 	check_version(4, 2);
 }
 
@@ -524,12 +523,9 @@ Test(checkpoint, a_foreign_layouts_newest_file_is_passed_over, .init = make_dir,
  * were, and so are this job's newest two (by name, they are the
  * folder's lowest).
  */
-Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, pruning_leaves_a_foreign_models_files_alone)
 {
 	struct kn__ckpt_job ours = job_of(2), theirs = job_as(2, 8, SECRET);
-	uint64_t v[8];
-	uint32_t n;
 	size_t len200, len300, len;
 	char *f200, *f300, *now;
 
@@ -539,10 +535,9 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
 	f300 = read_all(file_of(300), &len300);
 	for (uint64_t ver = 2; ver <= 6; ver += 2)
 		write_version(ver, 2);
-	list_as(&ours, v, &n);
-	cr_assert_eq(n, 2);
-	cr_expect_eq(v[0], 6);
-	cr_expect_eq(v[1], 4);
+	cr_assert_eq(list_as(&ours), 2);
+	cr_expect_eq(listed[0], 6);
+	cr_expect_eq(listed[1], 4);
 	cr_expect_eq(access(file_of(2), F_OK), -1, "version 2 was kept");
 	now = read_all(file_of(200), &len);
 	cr_expect(len == len200 && !memcmp(now, f200, len));
@@ -550,8 +545,7 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
 	now = read_all(file_of(300), &len);
 	cr_expect(len == len300 && !memcmp(now, f300, len));
 	free(now);
-	list_as(&theirs, v, &n);
-	cr_expect_eq(n, 2);
+	cr_expect_eq(list_as(&theirs), 2);
 	cr_expect_eq(files_in_dir(), 4);
 	free(f200);
 	free(f300);
@@ -562,21 +556,14 @@ Test(checkpoint, pruning_leaves_a_foreign_models_files_alone, .init = make_dir,
  * velocity is no first moment), and refused at a load, with both
  * optimizers named.
  */
-Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, another_optimizers_file_is_refused)
 {
 	struct kn__ckpt_job adam = job_of(3);
-	uint64_t v[8];
-	uint32_t n;
-	char err[512] = "";
 
 	write_version(6, 2);
-	list_as(&adam, v, &n);
-	cr_expect_eq(n, 0);
-	cr_expect(logged_with(file_of(6), "optimizer momentum"), "%s",
-		  logged.text[0]);
-	cr_expect_eq(load_fresh(&adam, 6, err, sizeof(err)), -EINVAL);
-	cr_expect(strstr(err, "this job's is Adam"), "%s", err);
+	cr_expect_eq(list_as(&adam), 0);
+	expect_logged(6, "optimizer momentum");
+	expect_refused(&adam, 6, -EINVAL, "this job's is Adam");
 }
 
 /*
@@ -584,12 +571,9 @@ Test(checkpoint, another_optimizers_file_is_refused, .init = make_dir,
  * removes the link, writes its file, and the link's target, outside the
  * folder, keeps its bytes.
  */
-Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed)
 {
 	char target[128], link[300], *now;
-	uint64_t v[8];
-	uint32_t n;
 	size_t len;
 
 	snprintf(target, sizeof(target), "%s-target", dir);
@@ -602,27 +586,22 @@ Test(checkpoint, a_link_planted_at_the_tmp_name_is_not_followed,
 	cr_expect(len == 8 && !memcmp(now, "precious", 8),
 		  "the target now holds %zu bytes", len);
 	free(now);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 7);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 7);
 	check_version(7, 2);
 	cr_expect_eq(files_in_dir(), 1);
 }
 
 /* A link at a checkpoint's name is not read. */
-Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_link_at_a_checkpoints_name_is_not_read)
 {
 	char other[300];
-	uint64_t v[8];
-	uint32_t n;
 
 	write_version(4, 2);
 	snprintf(other, sizeof(other), "%s", file_of(9));
 	cr_assert_eq(symlink(file_of(4), other), 0);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 4);
 	cr_expect(logged_with(other, "symbolic link"), "%s", logged.text[0]);
 }
 
@@ -637,10 +616,9 @@ static void on_alarm(int sig)
  * naming it, and the version before is offered.
  */
 Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
-     .init = make_dir, .fini = remove_dir, .exit_code = 0)
+     .exit_code = 0)
 {
 	struct timespec t0, t1;
-	uint64_t v[8];
 	uint32_t n;
 
 	write_version(4, 2);
@@ -648,15 +626,15 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
 	signal(SIGALRM, on_alarm);
 	alarm(5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	list(v, &n, 2);
+	n = list(2);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	alarm(0);
 	cr_expect_lt((double)(t1.tv_sec - t0.tv_sec) +
 			     (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
 		     1.0);
 	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(8), "a FIFO"), "%s", logged.text[0]);
+	cr_expect_eq(listed[0], 4);
+	expect_logged(8, "a FIFO");
 }
 
 /*
@@ -664,14 +642,11 @@ Test(checkpoint, a_fifo_named_like_the_newest_is_skipped_at_once,
  * from it would wrap its counter.  It is not offered, pruning neither
  * counts nor removes it, and the writer refuses such a version.
  */
-Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_version_that_would_wrap_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
 	const uint64_t huge = UINT64_MAX - 1;
 	struct kn__ckpt *f;
-	uint64_t v[8];
-	uint32_t n;
 	size_t len;
 	char *buf, err[512] = "";
 
@@ -683,11 +658,10 @@ Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
 	free(buf);
 	write_version(6, 2);
 	write_version(8, 2);
-	list_as(&j, v, &n);
-	cr_assert_eq(n, 2);
-	cr_expect_eq(v[0], 8);
-	cr_expect_eq(v[1], 6);
-	cr_expect(logged_with(file_of(huge), "wrap"), "%s", logged.text[0]);
+	cr_assert_eq(list_as(&j), 2);
+	cr_expect_eq(listed[0], 8);
+	cr_expect_eq(listed[1], 6);
+	expect_logged(huge, "wrap");
 	cr_expect_eq(access(file_of(huge), F_OK), 0);
 	cr_expect_eq(kn__ckpt_open(&j, KN__CKPT_VERSION_MAX + 1, &f, err,
 				   sizeof(err)),
@@ -695,7 +669,7 @@ Test(checkpoint, a_version_that_would_wrap_is_refused, .init = make_dir,
 }
 
 /* --checkpoint-dir naming a file, executable or not: ENOTDIR. */
-Test(checkpoint, a_file_is_no_folder, .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_file_is_no_folder)
 {
 	char path[128], err[512] = "";
 
@@ -716,8 +690,7 @@ Test(checkpoint, a_file_is_no_folder, .init = make_dir, .fini = remove_dir)
  * fixes it, for writing and for reading; a file they may write is
  * skipped with its reason.
  */
-Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_group_writable_folder_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2);
 	struct kn__ckpt *f;
@@ -743,11 +716,9 @@ Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
 	cr_expect(strstr(err, "world-writable; chmod o-w"), "%s", err);
 	cr_assert_eq(chmod(dir, 0700), 0);
 	cr_assert_eq(chmod(file_of(6), 0620), 0);
-	list_as(&j, v, &n);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(6), "group- or world-writable"), "%s",
-		  logged.text[0]);
+	cr_assert_eq(list_as(&j), 1);
+	cr_expect_eq(listed[0], 4);
+	expect_logged(6, "group- or world-writable");
 }
 
 /*
@@ -755,16 +726,14 @@ Test(checkpoint, a_group_writable_folder_is_refused, .init = make_dir,
  * knows the format but not the secret: every digest in it is right, and
  * it is refused for its seal; the version before is offered.
  */
-Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
-     .init = make_dir, .fini = remove_dir)
+Test(checkpoint, a_file_resealed_without_the_secret_is_refused)
 {
 	struct kn__ckpt_job j = job_of(2),
 			    thief = job_as(2, counts[1], "guess");
 	const float nan = NAN;
-	uint64_t v[8], off;
-	uint32_t n;
+	uint64_t off;
 	size_t len;
-	char *buf, err[512] = "";
+	char *buf;
 
 	write_version(4, 2);
 	write_version(8, 2);
@@ -774,59 +743,46 @@ Test(checkpoint, a_file_resealed_without_the_secret_is_refused,
 	reseal(buf, thief.key);
 	write_all(file_of(8), buf, len);
 	free(buf);
-	list_as(&j, v, &n);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
-	cr_expect(logged_with(file_of(8), "seal does not check"), "%s",
-		  logged.text[0]);
-	cr_expect_eq(load_fresh(&j, 8, err, sizeof(err)), -EBADMSG);
-	cr_expect(strstr(err, "seal"), "%s", err);
+	cr_assert_eq(list_as(&j), 1);
+	cr_expect_eq(listed[0], 4);
+	expect_logged(8, "seal does not check");
+	expect_refused(&j, 8, -EBADMSG, "seal");
 }
 
 /*
  * A job under a new secret restores the old job's files only when told
  * the old secret; what it writes then is sealed with its own.
  */
-Test(checkpoint, a_new_secret_restores_with_the_old_one_named, .init = make_dir,
-     .fini = remove_dir)
+Test(checkpoint, a_new_secret_restores_with_the_old_one_named)
 {
 	struct kn__ckpt_job old = job_of(2), now = job_as(2, counts[1], "new");
-	uint64_t v[8];
-	uint32_t n;
 	char err[512] = "";
 
 	write_version(4, 2);
-	list_as(&now, v, &n);
-	cr_expect_eq(n, 0);
+	cr_expect_eq(list_as(&now), 0);
 	now.has_old_key = true;
 	memcpy(now.old_key, old.key, sizeof(now.old_key));
-	list_as(&now, v, &n);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&now), 1);
+	cr_expect_eq(listed[0], 4);
 	cr_expect_eq(load_fresh(&now, 4, err, sizeof(err)), 0, "%s", err);
 	write_as(&now, 6);
-	list_as(&old, v, &n); /* the old secret alone: 6 is not its */
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 4);
+	cr_assert_eq(list_as(&old), 1); /* the old secret alone: 6 is not its */
+	cr_expect_eq(listed[0], 4);
 }
 
 /*
  * 2,000 junk files named like checkpoints: the listing offers the one
  * good version and logs a few lines, not 2,000.
  */
-Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .init = make_dir,
-     .fini = remove_dir, .timeout = 60)
+Test(checkpoint, junk_files_are_counted_not_named_one_by_one, .timeout = 60)
 {
-	uint64_t v[8];
-	uint32_t n;
 	char want[64];
 
 	write_version(1, 2);
 	for (uint64_t i = 0; i < 2000; i++)
 		write_all(file_of(100 + i), "junk", 4);
-	list(v, &n, 2);
-	cr_assert_eq(n, 1);
-	cr_expect_eq(v[0], 1);
+	cr_assert_eq(list(2), 1);
+	cr_expect_eq(listed[0], 1);
 	cr_expect_eq(logged.n, KN__CKPT_LOG_MAX + 1, "%u lines", logged.n);
 	snprintf(want, sizeof(want), "%d more files", 2000 - KN__CKPT_LOG_MAX);
 	cr_expect(strstr(logged.text[KN__CKPT_LOG_MAX], want), "%s",
@@ -868,11 +824,7 @@ static int ckpt_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_B; i++)
 		pb[i] = rank == 0 && !restoring ? 1 : -1000;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_ab(w, LEN_A, pa, ga, LEN_B, pb, gb);
 	for (size_t i = 0; !ret && i < LEN_A; i++)
 		if (pa[i] == -1000)
 			ret = -EBADMSG; /* the start brought no model */
@@ -887,10 +839,7 @@ static int ckpt_worker(unsigned int rank)
 	for (size_t k = 0; k < PROBE - 1; k++)
 		sh->values[rank][k] = pa[k * (LEN_A / PROBE)];
 	sh->values[rank][PROBE - 1] = pb[2];
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 /*
@@ -943,19 +892,18 @@ static void expect_same(const float *a, const float *b)
  * more in a job restored from version 2, give the same model to the bit
  * (a restore that started the round afresh skipped a turn).
  */
-Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time, .timeout = 240)
 {
 	float whole[PROBE], resumed[PROBE];
 
 	run_sync = "asp";
 	run_workers = 1;
 	run(NULL, false, 0, 4, whole, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	run(dir, false, 0, 2, NULL, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	run(dir, true, 2, 2, resumed, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	expect_same(whole, resumed);
 }
 
@@ -964,21 +912,18 @@ Test(checkpoint, a_restored_asp_job_turns_its_velocity_on_time,
  * from the first's last checkpoint (version 4): the same model to the
  * bit, so the servers' momentum came back with the parameters.
  */
-Test(checkpoint, a_restored_job_goes_on_exactly, .init = make_dir,
-     .fini = remove_dir, .timeout = 240)
+Test(checkpoint, a_restored_job_goes_on_exactly, .timeout = 240)
 {
 	float whole[PROBE], resumed[PROBE];
 
 	run(NULL, false, 0, 6, whole, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	run(dir, false, 0, 4, NULL, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	/* versions 2 and 4 of both servers */
 	cr_expect_eq(files_in_dir(), 4);
 	run(dir, true, 4, 2, resumed, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(2);
 	expect_same(whole, resumed);
 	cr_expect_neq(sh->values[1][0], -1000);
 	cr_expect_eq(
@@ -992,7 +937,7 @@ Test(checkpoint, a_restored_job_goes_on_exactly, .init = make_dir,
  * 2 equal four uninterrupted rounds).
  */
 Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+     .timeout = 240)
 {
 	float whole[PROBE], resumed[PROBE];
 	char path[256];
@@ -1006,7 +951,7 @@ Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
 	cr_assert_eq(pwrite(fd, "junk", 4, 300), 4);
 	close(fd);
 	run(dir, true, 2, 2, resumed, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	expect_same(whole, resumed);
 }
 
@@ -1015,11 +960,10 @@ Test(checkpoint, a_damaged_newest_file_falls_back_to_the_one_before,
  * no first moment, so no version is offered and the start fails, where
  * it used to load the velocity as Adam's state and go on.
  */
-Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+Test(checkpoint, resuming_with_another_optimizer_fails_clearly, .timeout = 240)
 {
 	run(dir, false, 0, 4, NULL, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	cr_assert_eq(files_in_dir(), 4);
 	run_opt = "adam";
 	run(dir, true, 4, 1, NULL, false);
@@ -1030,8 +974,7 @@ Test(checkpoint, resuming_with_another_optimizer_fails_clearly,
 }
 
 /* Nothing to restore from: the workers' start fails, nobody hangs. */
-Test(checkpoint, restoring_without_checkpoints_fails_clearly, .init = make_dir,
-     .fini = remove_dir, .timeout = 120)
+Test(checkpoint, restoring_without_checkpoints_fails_clearly, .timeout = 120)
 {
 	run(dir, true, 0, 1, NULL, false);
 	for (unsigned int w = 0; w < 2; w++)
@@ -1087,10 +1030,7 @@ static int live_worker(unsigned int rank)
 	for (size_t k = 0; k < PROBE - 1; k++)
 		sh->values[rank][k] = pa[k * (LEN_A / PROBE)];
 	sh->values[rank][PROBE - 1] = (float)rejoins;
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 /* Whether both servers' files of @version are there, by @deadline. */
@@ -1119,7 +1059,7 @@ static bool wait_for_checkpoints(uint64_t version, double deadline)
  * K is at least the checkpoint's.
  */
 Test(checkpoint, a_killed_server_is_restarted_and_the_job_goes_on,
-     .init = make_dir, .fini = remove_dir, .timeout = 240)
+     .timeout = 240)
 {
 	struct job j = { 0 };
 	const float step = 0.5f * (LIVE_G(0) + LIVE_G(1)) / 2;

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,61 +442,71 @@ Test(config, addresses)
 	cr_assert_eq(c.listen.port, 0);
 }
 
-Test(config, chunk_sizes_take_suffixes_and_limits)
-{
-	static const struct {
-		const char *val;
-		uint32_t bytes; /* 0: refused */
-	} cases[] = {
-		{ "4096", 4096 },
-		{ "4K", 4096 },
-		{ "4k", 4096 },
-		{ "4KiB", 4096 },
-		{ "1M", 1u << 20 },
-		{ "8m", 8u << 20 },
-		{ "3MiB", 3u << 20 },
-		{ "1024M", 1u << 30 },
-		{ "1048576", 1u << 20 },
-		{ "5000", 5000 },
-		{ "4092", 0 },	   /* below 4 KiB */
-		{ "3K", 0 },	   /* below 4 KiB */
-		{ "4098", 0 },	   /* not a multiple of 4 */
-		{ "1025M", 0 },	   /* above 1 GiB */
-		{ "4194304K", 0 }, /* above 1 GiB */
-		{ "99999999999", 0 },
-		{ "4G", 0 },
-		{ "4 K", 0 },
-		{ "4KB", 0 },
-		{ "K", 0 },
-		{ "-4K", 0 },
-		{ "+4K", 0 },
-		{ "", 0 },
-		{ "0x1000", 0 },
-	};
+/* A value of a size option and what it gives (@ok false: refused). */
+struct size_case {
+	const char *val;
+	uint32_t bytes;
+	bool ok;
+};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+/* @opt with each of the @n @cases: accepted, the uint32_t at @field of
+ * the config then the case's bytes, or refused with @opt named. */
+static void check_sizes(const char *opt, size_t field,
+			const struct size_case *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
 		struct kn__config c;
 		char *v = (char *)cases[i].val;
-		int ret = parse(ARGV(BASE, "--chunk-bytes", v), NULL, &c);
+		int ret = parse(ARGV(BASE, (char *)opt, v), NULL, &c);
+		uint32_t got;
 
-		if (cases[i].bytes) {
+		if (cases[i].ok) {
 			cr_assert_eq(ret, 0, "%s: %s", v, err);
-			cr_assert_eq(c.chunk_bytes, cases[i].bytes, "%s", v);
+			memcpy(&got, (const char *)&c + field, sizeof(got));
+			cr_assert_eq(got, cases[i].bytes, "%s", v);
 		} else {
 			cr_assert_eq(ret, -EINVAL, "%s accepted", v);
-			cr_assert_not_null(strstr(err, "--chunk-bytes"), "%s",
-					   err);
+			cr_assert_not_null(strstr(err, opt), "%s", err);
 		}
 	}
 }
 
+Test(config, chunk_sizes_take_suffixes_and_limits)
+{
+	static const struct size_case cases[] = {
+		{ "4096", 4096, true },
+		{ "4K", 4096, true },
+		{ "4k", 4096, true },
+		{ "4KiB", 4096, true },
+		{ "1M", 1u << 20, true },
+		{ "8m", 8u << 20, true },
+		{ "3MiB", 3u << 20, true },
+		{ "1024M", 1u << 30, true },
+		{ "1048576", 1u << 20, true },
+		{ "5000", 5000, true },
+		{ "4092", 0, false },	  /* below 4 KiB */
+		{ "3K", 0, false },	  /* below 4 KiB */
+		{ "4098", 0, false },	  /* not a multiple of 4 */
+		{ "1025M", 0, false },	  /* above 1 GiB */
+		{ "4194304K", 0, false }, /* above 1 GiB */
+		{ "99999999999", 0, false },
+		{ "4G", 0, false },
+		{ "4 K", 0, false },
+		{ "4KB", 0, false },
+		{ "K", 0, false },
+		{ "-4K", 0, false },
+		{ "+4K", 0, false },
+		{ "", 0, false },
+		{ "0x1000", 0, false },
+	};
+
+	check_sizes("--chunk-bytes", offsetof(struct kn__config, chunk_bytes),
+		    cases, sizeof(cases) / sizeof(cases[0]));
+}
+
 Test(config, fuse_bytes_is_0_to_1M)
 {
-	static const struct {
-		const char *val;
-		uint32_t bytes;
-		bool ok;
-	} cases[] = {
+	static const struct size_case cases[] = {
 		{ "0", 0, true },
 		{ "100", 100, true },
 		{ "64K", 65536, true },
@@ -508,20 +519,8 @@ Test(config, fuse_bytes_is_0_to_1M)
 		{ "", 0, false },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct kn__config c;
-		char *v = (char *)cases[i].val;
-		int ret = parse(ARGV(BASE, "--fuse-bytes", v), NULL, &c);
-
-		if (cases[i].ok) {
-			cr_assert_eq(ret, 0, "%s: %s", v, err);
-			cr_assert_eq(c.fuse_bytes, cases[i].bytes, "%s", v);
-		} else {
-			cr_assert_eq(ret, -EINVAL, "%s accepted", v);
-			cr_assert_not_null(strstr(err, "--fuse-bytes"), "%s",
-					   err);
-		}
-	}
+	check_sizes("--fuse-bytes", offsetof(struct kn__config, fuse_bytes),
+		    cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 Test(config, push_window_is_0_to_1024M)

@@ -68,6 +68,23 @@ static float expected(size_t i, unsigned int nworkers, unsigned int rounds,
 	return w;
 }
 
+/* 0 if the @n values at @p are expected()'s, -EBADMSG (the first that
+ * is not on stderr) if not. */
+static int model_is(const float *p, size_t n, unsigned int nworkers,
+		    unsigned int rounds, const unsigned int *alive_until)
+{
+	for (size_t i = 0; i < n; i++) {
+		float want = expected(i, nworkers, rounds, alive_until);
+
+		if (p[i] != want) {
+			fprintf(stderr, "value %zu is %g, expected %g\n", i,
+				(double)p[i], (double)want);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
 static unsigned int bsp_workers;
 
 static int bsp_worker(unsigned int rank)
@@ -85,9 +102,7 @@ static int bsp_worker(unsigned int rank)
 		pb[i] = rank == 0 ? init_value(i) : -1;
 	ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	/* the initial model is rank 0's everywhere */
 	for (size_t i = 0; !ret && i < LEN_A; i++)
 		if (pa[i] != init_value(i))
@@ -99,35 +114,17 @@ static int bsp_worker(unsigned int rank)
 			gb[i] = grad_value(rank, r, i);
 		ret = kn_worker_step(w, NULL);
 	}
-	for (size_t i = 0; !ret && i < LEN_A; i++)
-		if (pa[i] != expected(i, bsp_workers, ROUNDS, NULL)) {
-			fprintf(stderr, "worker %u: a[%zu] = %g, expected %g\n",
-				rank, i, (double)pa[i],
-				(double)expected(i, bsp_workers, ROUNDS, NULL));
-			ret = -EBADMSG;
-		}
-	for (size_t i = 0; !ret && i < LEN_B; i++)
-		if (pb[i] != expected(i, bsp_workers, ROUNDS, NULL))
-			ret = -EBADMSG;
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	if (!ret)
+		ret = model_is(pa, LEN_A, bsp_workers, ROUNDS, NULL);
+	if (!ret)
+		ret = model_is(pb, LEN_B, bsp_workers, ROUNDS, NULL);
+	return end_worker(w, pa, ga, ret);
 }
 
 Test(e2e, bsp_sgd_exact_4_workers_2_servers, .timeout = 120)
 {
-	struct job j = { 0 };
-
 	bsp_workers = 4;
-	job_env(&j, 4, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 4; w++)
-		spawn_worker(&j, w, bsp_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < 4; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(4, 2, "bsp", "sgd", LR, bsp_worker);
 }
 
 /* ---- --metrics: where the time went ---- */
@@ -178,9 +175,7 @@ Test(e2e, metrics_lines_give_every_stage, .timeout = 120)
 		spawn_worker(&j, w, bsp_worker);
 	end_job(&j, true);
 	unsetenv("KANEL_METRICS");
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(2);
 	f = fopen(path, "r");
 	cr_assert(f);
 	while (fgets(line, sizeof(line), f)) {
@@ -272,17 +267,8 @@ static int many_worker(unsigned int rank)
 
 static void many_tensors(enum kn_dtype dt)
 {
-	struct job j = { 0 };
-
 	half_type = dt;
-	job_env(&j, 2, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, many_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(2, 2, "bsp", "sgd", LR, many_worker);
 }
 
 Test(e2e, hundred_fp16_tensors, .timeout = 120)
@@ -328,9 +314,7 @@ static int asp_worker(unsigned int rank)
 		g[i] = 1.0f;
 	}
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	for (unsigned int s = 0; !ret && s < ASP_STEPS; s++)
 		ret = kn_worker_step(w, NULL);
 	memcpy(sh->values[rank], p, sizeof(p));
@@ -351,28 +335,16 @@ static int asp_worker(unsigned int rank)
  */
 Test(e2e, asp_applies_every_push_once, .timeout = 120)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 1, 1, "asp", "sgd", "1");
 	asp_workers = 1;
-	start_job(&j);
-	spawn_worker(&j, 0, asp_worker);
-	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run_job(1, 1, "asp", "sgd", "1", asp_worker);
 	cr_assert_eq(sh->values[0][0], 1000.0f - ASP_STEPS);
 	cr_assert_eq(sh->values[0][63], 1000.0f - ASP_STEPS);
 
-	job_env(&j, 3, 2, "asp", "sgd", "1");
 	asp_workers = 3;
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, asp_worker);
-	end_job(&j, true);
+	run_job(3, 2, "asp", "sgd", "1", asp_worker);
 	for (unsigned int w = 0; w < 3; w++) {
 		float v = sh->values[w][0];
 
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
 		cr_assert_lt(v, 1000.0f, "worker %u: %g", w, (double)v);
 		cr_assert_geq(v, 1000.0f - ASP_STEPS - 1e-3f, "worker %u: %g",
 			      w, (double)v);
@@ -402,30 +374,19 @@ static double heavy_ball(unsigned int rounds, double mu)
 Test(e2e, asp_momentum_turns_once_per_round, .timeout = 120)
 {
 	double hb = heavy_ball(ASP_STEPS, 0.9);
-	struct job j = { 0 };
 
 	setenv("KANEL_MOMENTUM", "0.9", 1);
-	job_env(&j, 1, 1, "asp", "momentum", "1");
 	asp_workers = 1;
-	start_job(&j);
-	spawn_worker(&j, 0, asp_worker);
-	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run_job(1, 1, "asp", "momentum", "1", asp_worker);
 	cr_assert_float_eq(sh->values[0][0], 1000.0 - hb, 0.02, "%g, not %g",
 			   (double)sh->values[0][0], 1000.0 - hb);
 
-	job_env(&j, 3, 2, "asp", "momentum", "1");
 	asp_workers = 3;
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, asp_worker);
-	end_job(&j, true);
+	run_job(3, 2, "asp", "momentum", "1", asp_worker);
 	unsetenv("KANEL_MOMENTUM");
 	for (unsigned int w = 0; w < 3; w++) {
 		float v = sh->values[w][0];
 
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
 		cr_assert_lt(v, 1000.0f, "worker %u: %g", w, (double)v);
 		cr_assert_geq(v, 1000.0 - hb - 0.02, "worker %u: %g, below %g",
 			      w, (double)v, 1000.0 - hb);
@@ -445,9 +406,7 @@ static int dying_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_A; i++)
 		pa[i] = rank == 0 ? init_value(i) : -1;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	for (unsigned int r = 0; !ret && r < ROUNDS + 2; r++) {
 		if (rank == 2 && r == 2)
 			raise(SIGKILL);
@@ -455,31 +414,30 @@ static int dying_worker(unsigned int rank)
 			ga[i] = grad_value(rank, r, i);
 		ret = kn_worker_step(w, NULL);
 	}
-	for (size_t i = 0; !ret && i < LEN_A; i++)
-		if (pa[i] != expected(i, 3, ROUNDS + 2, alive_until)) {
-			fprintf(stderr, "worker %u: a[%zu] = %g, want %g\n",
-				rank, i, (double)pa[i],
-				(double)expected(i, 3, ROUNDS + 2,
-						 alive_until));
-			ret = -EBADMSG;
-		}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	if (!ret)
+		ret = model_is(pa, LEN_A, 3, ROUNDS + 2, alive_until);
+	return end_worker(w, pa, ga, ret);
+}
+
+/* A 3-worker, 2-server BSP job of @fn in @j, back once its worker 2 is
+ * dead of SIGKILL (reaped; its pid is still in @j). */
+static void start_losing_worker_2(struct job *j, worker_fn *fn)
+{
+	int st;
+
+	job_env(j, 3, 2, "bsp", "sgd", LR);
+	start_job(j);
+	for (unsigned int w = 0; w < 3; w++)
+		spawn_worker(j, w, fn);
+	cr_assert_eq(waitpid(j->workers[2], &st, 0), j->workers[2]);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 }
 
 Test(e2e, killed_worker_is_removed_and_the_rest_go_on, .timeout = 120)
 {
 	struct job j = { 0 };
-	int st;
 
-	job_env(&j, 3, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, dying_worker);
-	cr_assert_eq(waitpid(j.workers[2], &st, 0), j.workers[2]);
-	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	start_losing_worker_2(&j, dying_worker);
 	j.workers[2] = 0;
 	end_job(&j, true);
 	for (unsigned int w = 0; w < 2; w++) {
@@ -514,9 +472,7 @@ static int paced_worker(unsigned int rank)
 	int ret = w ? 0 : -ENOTCONN;
 
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	if (!ret)
 		__atomic_add_fetch(&sh->arrived, 1, __ATOMIC_SEQ_CST);
 	for (unsigned int r = 0; !ret && r < PAUSED_STEPS; r++) {
@@ -531,28 +487,34 @@ static int paced_worker(unsigned int rank)
 	return ret;
 }
 
+/* Workers 0 to @n - 1 of @j running paced_worker(), back once they
+ * all train. */
+static void spawn_paced(struct job *j, int n)
+{
+	double deadline = (double)time(NULL) + WAIT_S;
+
+	for (int w = 0; w < n; w++)
+		spawn_worker(j, (unsigned int)w, paced_worker);
+	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < n &&
+	       time(NULL) < deadline)
+		usleep(20000);
+	cr_assert_eq(sh->arrived, n, "the workers did not start");
+}
+
 Test(e2e, a_paused_coordinator_removes_no_worker, .timeout = 120)
 {
 	struct job j = { 0 };
-	double deadline = (double)time(NULL) + WAIT_S;
 
 	job_env(&j, 3, 1, "bsp", "sgd", LR);
 	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, paced_worker);
-	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 3 &&
-	       time(NULL) < deadline)
-		usleep(20000);
-	cr_assert_eq(sh->arrived, 3, "the workers did not start");
+	spawn_paced(&j, 3);
 	usleep(300000);
 	/* twice the heartbeat timeout */
 	cr_assert_eq(kill(j.coord, SIGSTOP), 0);
 	usleep((useconds_t)(2 * heartbeat_s() * 1e6));
 	cr_assert_eq(kill(j.coord, SIGCONT), 0);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 3; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(3);
 }
 
 /*
@@ -566,7 +528,6 @@ Test(e2e, a_hung_server_is_named, .timeout = 120)
 {
 	struct job j = { 0 };
 	char log[64], *text = NULL;
-	double deadline = (double)time(NULL) + WAIT_S;
 	size_t cap = 0;
 	int st[2];
 	FILE *f;
@@ -574,12 +535,7 @@ Test(e2e, a_hung_server_is_named, .timeout = 120)
 	snprintf(log, sizeof(log), "/tmp/kanel-test-%d.coord", getpid());
 	job_env(&j, 2, 1, "bsp", "sgd", LR);
 	start_job_logged(&j, log, NULL, NULL);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, paced_worker);
-	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
-	       time(NULL) < deadline)
-		usleep(20000);
-	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	spawn_paced(&j, 2);
 	cr_assert_eq(kill(j.servers[0], SIGSTOP), 0);
 	/* named within 3 heartbeat timeouts (and a margin): not the
 	 * start-up timeout's 20 s */
@@ -635,9 +591,7 @@ static int finishing_worker(unsigned int rank)
 	w = join(rank);
 	ret = w ? 0 : -ENOTCONN;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	for (unsigned int r = 0; !ret && rank == 0 && r < 3; r++)
 		ret = kn_worker_step(w, NULL);
 	if (!ret && rank == 0) {
@@ -704,16 +658,10 @@ Test(e2e, a_finished_worker_logs_no_loss_when_a_server_goes, .timeout = 120)
 Test(e2e, a_server_whose_coordinator_dies_exits_non_zero, .timeout = 120)
 {
 	struct job j = { 0 };
-	double deadline = (double)time(NULL) + WAIT_S;
 
 	job_env(&j, 2, 1, "bsp", "sgd", LR);
 	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, paced_worker);
-	while (__atomic_load_n(&sh->arrived, __ATOMIC_SEQ_CST) < 2 &&
-	       time(NULL) < deadline)
-		usleep(20000);
-	cr_assert_eq(sh->arrived, 2, "the workers did not start");
+	spawn_paced(&j, 2);
 	cr_assert_eq(kill(j.coord, SIGKILL), 0);
 	cr_assert_eq(reap(j.servers[0], (double)time(NULL) + WAIT_S), 1,
 		     "the server's exit status");
@@ -749,9 +697,7 @@ static int one_step_worker(unsigned int rank)
 	w = join(rank);
 	ret = w ? 0 : -ENOTCONN;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 16, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 16, p, g);
 	if (!ret)
 		ret = kn_worker_step(w, NULL);
 	kn_worker_destroy(w);
@@ -778,7 +724,7 @@ Test(e2e, wrong_secret_is_refused, .timeout = 120)
 	end_job(&j, true);
 	unlink("/tmp/kanel-test-wrong");
 	cr_assert_neq(sh->status[7], 0, "the intruder got in");
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 }
 
 /* A worker whose tensor differs from the job's gets -EINVAL at start. */
@@ -793,29 +739,35 @@ static int odd_worker(unsigned int rank)
 	w = join(rank);
 	ret = w ? 0 : -ENOTCONN;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32,
-					 rank == 1 ? 31 : 32, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", rank == 1 ? 31 : 32, p, g);
 	kn_worker_destroy(w);
 	return ret;
 }
 
-Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
+/*
+ * A 2-worker BSP job under @opt whose worker 1, running @fn as worker 0
+ * does, is refused: -EINVAL within 3 s, and worker 0 is refused too.
+ */
+static void run_refused_job(const char *opt, worker_fn *fn)
 {
 	struct job j = { 0 };
 
-	job_env(&j, 2, 1, "bsp", "sgd", LR);
+	job_env(&j, 2, 1, "bsp", opt, LR);
 	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
 	start_job(&j);
 	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, odd_worker);
+		spawn_worker(&j, w, fn);
 	end_job(&j, false);
 	cr_assert_eq(sh->status[1], -EINVAL, "%s", strerror(-sh->status[1]));
 	cr_assert_lt(sh->seconds[1], 3.0, "the error came late");
+	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+}
+
+Test(e2e, mismatched_shape_is_a_clear_error, .timeout = 120)
+{
 	/* the job cannot start: worker 0 hears it at once, not at the
 	 * start-up deadline */
-	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+	run_refused_job("sgd", odd_worker);
 	cr_assert_lt(sh->seconds[0], 3.0, "worker 0 waited %.1f s",
 		     sh->seconds[0]);
 }
@@ -843,9 +795,7 @@ static int own_or_not_worker(unsigned int rank)
 	if (!ret && info.summation != (rank == 0))
 		ret = -EBADMSG;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 32, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 32, p, g);
 	kn_worker_destroy(w);
 	return ret;
 }
@@ -853,17 +803,7 @@ static int own_or_not_worker(unsigned int rank)
 Test(e2e, auto_optimizer_refuses_a_worker_without_the_first_ones,
      .timeout = 120)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 2, 1, "bsp", "auto", LR);
-	setenv("KANEL_STARTUP_TIMEOUT", "20", 1);
-	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, own_or_not_worker);
-	end_job(&j, false);
-	cr_assert_eq(sh->status[1], -EINVAL, "%s", strerror(-sh->status[1]));
-	cr_assert_lt(sh->seconds[1], 3.0, "the error came late");
-	cr_assert_eq(sh->status[0], -EINVAL, "%s", strerror(-sh->status[0]));
+	run_refused_job("auto", own_or_not_worker);
 }
 
 /*
@@ -882,9 +822,7 @@ static int rejoining_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_A; i++)
 		pa[i] = -1;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "a", LEN_A, pa, ga);
 	/* a model that has moved, one round's in every chunk (the five
 	 * chunks sit on two servers: a chunk a round behind the others is
 	 * sat out, so the start waits for its round) */
@@ -897,13 +835,13 @@ static int rejoining_worker(unsigned int rank)
 			ga[i] = 1;
 		ret = kn_worker_step(w, NULL);
 	}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
-static int slow_worker(unsigned int rank)
+/* @rounds steps of 1 on tensor "a", 0.1 s apart; worker 2 dies in the
+ * third if @kill_rank_2. */
+static int stepping_worker(unsigned int rank, unsigned int rounds,
+			   bool kill_rank_2)
 {
 	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
 	struct kn_worker *w = join(rank);
@@ -912,39 +850,31 @@ static int slow_worker(unsigned int rank)
 	for (size_t i = 0; i < LEN_A; i++)
 		pa[i] = rank == 0 ? init_value(i) : -1;
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
-	for (unsigned int r = 0; !ret && r < 40; r++) {
-		if (rank == 2 && r == 2)
+		ret = start_with(w, "a", LEN_A, pa, ga);
+	for (unsigned int r = 0; !ret && r < rounds; r++) {
+		if (kill_rank_2 && rank == 2 && r == 2)
 			raise(SIGKILL);
 		for (size_t i = 0; i < LEN_A; i++)
 			ga[i] = 1;
 		ret = kn_worker_step(w, NULL);
 		usleep(100000); /* long enough for the rejoin to overlap */
 	}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
+}
+
+static int slow_worker(unsigned int rank)
+{
+	return stepping_worker(rank, 40, true);
 }
 
 Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
 {
 	struct job j = { 0 };
-	int st;
 
-	job_env(&j, 3, 2, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 3; w++)
-		spawn_worker(&j, w, slow_worker);
-	cr_assert_eq(waitpid(j.workers[2], &st, 0), j.workers[2]);
-	cr_assert(WIFSIGNALED(st));
+	start_losing_worker_2(&j, slow_worker);
 	spawn_worker(&j, 2, rejoining_worker);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 3; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(3);
 }
 
 /*
@@ -958,26 +888,7 @@ Test(e2e, a_dead_worker_rejoins_with_the_current_model, .timeout = 120)
  */
 static int steady_worker(unsigned int rank)
 {
-	float *pa = malloc(LEN_A * 4), *ga = malloc(LEN_A * 4);
-	struct kn_worker *w = join(rank);
-	int ret = w && pa && ga ? 0 : -ENOMEM;
-
-	for (size_t i = 0; i < LEN_A; i++)
-		pa[i] = rank == 0 ? init_value(i) : -1;
-	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_start(w);
-	for (unsigned int r = 0; !ret && r < 50; r++) {
-		for (size_t i = 0; i < LEN_A; i++)
-			ga[i] = 1;
-		ret = kn_worker_step(w, NULL);
-		usleep(100000);
-	}
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return stepping_worker(rank, 50, false);
 }
 
 Test(e2e, a_rank_held_by_a_live_process_is_taken_once_it_is_gone,
@@ -1000,9 +911,7 @@ Test(e2e, a_rank_held_by_a_live_process_is_taken_once_it_is_gone,
 	kill(first, SIGKILL);
 	cr_assert_eq(waitpid(first, &st, 0), first);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 3; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(3);
 }
 
 /*
@@ -1067,11 +976,7 @@ static int split_round_worker(unsigned int rank)
 		gb[i] = 1;
 	}
 	if (!ret)
-		ret = kn_worker_register(w, "a", KN_DTYPE_FP32, LEN_A, pa, ga);
-	if (!ret)
-		ret = kn_worker_register(w, "b", KN_DTYPE_FP32, LEN_B, pb, gb);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_ab(w, LEN_A, pa, ga, LEN_B, pb, gb);
 	if (!ret && rejoiner)
 		ret = one_round_model(pa, pb, 1.0f);
 	if (!ret && !rejoiner)
@@ -1098,10 +1003,7 @@ static int split_round_worker(unsigned int rank)
 		ret = kn_worker_step(w, NULL);
 	if (!ret)
 		ret = one_round_model(pa, pb, 1.5f);
-	kn_worker_destroy(w);
-	free(pa);
-	free(ga);
-	return ret;
+	return end_worker(w, pa, ga, ret);
 }
 
 Test(e2e, a_rejoiner_sits_out_the_round_its_chunks_are_behind_in,
@@ -1120,9 +1022,7 @@ Test(e2e, a_rejoiner_sits_out_the_round_its_chunks_are_behind_in,
 	sh->status[1] = -ECHILD; /* the next one is the rejoiner */
 	spawn_worker(&j, 1, split_round_worker);
 	end_job(&j, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	assert_workers_ok(2);
 }
 
 /* With an inbox, pulls land there and the parameters stay the caller's. */
@@ -1159,13 +1059,7 @@ static int inbox_worker(unsigned int rank)
 
 Test(e2e, pulls_land_in_the_inbox, .timeout = 60)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 1, 1, "bsp", "sgd", LR);
-	start_job(&j);
-	spawn_worker(&j, 0, inbox_worker);
-	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run_job(1, 1, "bsp", "sgd", LR, inbox_worker);
 }
 
 /* ---- fused small tensors ---- */
@@ -1389,10 +1283,7 @@ static int priority_worker(unsigned int rank)
 	}
 	if (!ret)
 		ret = kn_worker_wait(w, hb, 20000);
-	kn_worker_destroy(w);
-	free(pb);
-	free(gb);
-	return ret;
+	return end_worker(w, pb, gb, ret);
 }
 
 static void priority_job(bool small_last)
@@ -1435,10 +1326,7 @@ static int deep_worker(unsigned int rank)
 	for (size_t i = 0; p && i < DEEP_LEN; i++)
 		p[i] = rank == 0 ? init_value(i) : -1;
 	if (!ret)
-		ret = kn_worker_register(w, "deep", KN_DTYPE_FP32, DEEP_LEN, p,
-					 g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "deep", DEEP_LEN, p, g);
 	for (size_t i = 0; !ret && i < DEEP_LEN; i++)
 		if (p[i] != init_value(i))
 			ret = -EBADMSG;
@@ -1447,27 +1335,14 @@ static int deep_worker(unsigned int rank)
 			g[i] = grad_value(rank, r, i);
 		ret = kn_worker_step(w, NULL);
 	}
-	for (size_t i = 0; !ret && i < DEEP_LEN; i++)
-		if (p[i] != expected(i, 2, 3, NULL))
-			ret = -EBADMSG;
-	kn_worker_destroy(w);
-	free(p);
-	free(g);
-	return ret;
+	if (!ret)
+		ret = model_is(p, DEEP_LEN, 2, 3, NULL);
+	return end_worker(w, p, g, ret);
 }
 
 Test(e2e, more_chunks_than_the_transport_queue, .timeout = 120)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 2, 1, "bsp", "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < 2; w++)
-		spawn_worker(&j, w, deep_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < 2; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(2, 1, "bsp", "sgd", LR, deep_worker);
 }
 
 /* ---- a wait the caller limited ---- */
@@ -1488,9 +1363,7 @@ static int polling_worker(unsigned int rank)
 	for (size_t i = 0; i < 64; i++)
 		g[i] = 1;
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, 64, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", 64, p, g);
 	if (!ret && rank == 1)
 		usleep(300000);
 	if (!ret)
@@ -1526,7 +1399,7 @@ Test(e2e, a_wait_the_caller_limited_logs_nothing, .timeout = 60)
 	spawn_worker(&j, 0, polling_worker);
 	spawn_worker(&j, 1, polling_worker);
 	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	cr_assert_eq(sh->status[1], 0, "%s", strerror(-sh->status[1]));
 	cr_assert_str_empty(sh->text[0], "worker 0 logged: %s", sh->text[0]);
 }

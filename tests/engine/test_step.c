@@ -76,9 +76,7 @@ static int sgd_worker(unsigned int rank)
 		p[i] = rank == 0 ? init_of(i) : 99;
 	ret = kn_worker_job(w, &job);
 	if (!ret)
-		ret = kn_worker_register(w, "p", KN_DTYPE_FP32, LEN, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "p", LEN, p, g);
 	for (size_t i = 0; !ret && i < LEN; i++)
 		if (p[i] != init_of(i))
 			ret = -EBADMSG; /* the initial model is rank 0's */
@@ -107,26 +105,14 @@ static int sgd_worker(unsigned int rank)
 	sh->values[rank][61] = (float)local;
 	sh->values[rank][62] = (float)kn_worker_clock(w);
 	sh->values[rank][63] = (float)results;
-	kn_worker_destroy(w);
-	free(p);
-	free(g);
-	return ret;
+	return end_worker(w, p, g, ret);
 }
 
 static void run(const char *sync, unsigned int workers, unsigned int steps)
 {
-	struct job j = { 0 };
-
 	nworkers = workers;
 	nsteps = steps;
-	job_env(&j, workers, 1, sync, "sgd", LR);
-	start_job(&j);
-	for (unsigned int w = 0; w < workers; w++)
-		spawn_worker(&j, w, sgd_worker);
-	end_job(&j, true);
-	for (unsigned int w = 0; w < workers; w++)
-		cr_assert_eq(sh->status[w], 0, "worker %u: %s", w,
-			     strerror(-sh->status[w]));
+	run_job(workers, 1, sync, "sgd", LR, sgd_worker);
 }
 
 /* SGD on the mean gradient of every step: what BSP computes. */
@@ -144,17 +130,28 @@ static double bsp_value(size_t i, unsigned int workers, unsigned int steps)
 	return x;
 }
 
+/* Each of the @n workers pushed @steps times and holds the model of
+ * BSP with SGD after @steps steps of @n workers. */
+static void assert_bsp_model(unsigned int n, unsigned int steps)
+{
+	for (unsigned int w = 0; w < n; w++) {
+		cr_assert_eq(sh->values[w][62], (float)steps,
+			     "one push a step");
+		for (size_t i = 0; i < 61; i++)
+			cr_assert(
+				near(sh->values[w][i], bsp_value(i, n, steps)),
+				"worker %u [%zu] = %g, want %g", w, i,
+				(double)sh->values[w][i],
+				bsp_value(i, n, steps));
+	}
+}
+
 Test(step, gradient_protocols_push_every_step, .timeout = 120)
 {
 	run("bsp", 2, 6);
-	for (unsigned int w = 0; w < 2; w++) {
-		cr_assert_eq(sh->values[w][62], 6.0f, "one push a step");
+	assert_bsp_model(2, 6);
+	for (unsigned int w = 0; w < 2; w++)
 		cr_assert_eq(sh->values[w][63], (float)0x3f, "all synced");
-		for (size_t i = 0; i < 61; i++)
-			cr_assert(near(sh->values[w][i], bsp_value(i, 2, 6)),
-				  "worker %u [%zu] = %g, want %g", w, i,
-				  (double)sh->values[w][i], bsp_value(i, 2, 6));
-	}
 }
 
 /*
@@ -167,13 +164,7 @@ Test(step, psp_warmup_is_bsp_with_deltas, .timeout = 120)
 	setenv("KANEL_PSP_WARMUP", "1000", 1);
 	run("predicted", 3, 5);
 	unsetenv("KANEL_PSP_WARMUP");
-	for (unsigned int w = 0; w < 3; w++) {
-		cr_assert_eq(sh->values[w][62], 5.0f);
-		for (size_t i = 0; i < 61; i++)
-			cr_assert(near(sh->values[w][i], bsp_value(i, 3, 5)),
-				  "worker %u [%zu] = %g, want %g", w, i,
-				  (double)sh->values[w][i], bsp_value(i, 3, 5));
-	}
+	assert_bsp_model(3, 5);
 }
 
 /*
@@ -330,9 +321,7 @@ static int local_refusals(unsigned int rank)
 	if (!ret && kn_worker_set_inbox(w, "x", g) != -EINVAL)
 		ret = -EBADMSG;
 	if (!ret)
-		ret = kn_worker_register(w, "x", KN_DTYPE_FP32, 8, p, g);
-	if (!ret)
-		ret = kn_worker_start(w);
+		ret = start_with(w, "x", 8, p, g);
 	/* the calls that would train it as BSP are refused, every time */
 	if (!ret && (kn_worker_step(w, NULL) != -EPROTO ||
 		     kn_worker_pushpull(w, NULL, &h) != -EPROTO ||
@@ -364,7 +353,7 @@ Test(step, local_step_jobs_refuse_gradient_calls, .timeout = 60)
 	unsetenv("KANEL_OUTER_LR");
 	spawn_worker(&j, 0, local_refusals);
 	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	assert_workers_ok(1);
 	f = fopen(refusal_log, "r");
 	cr_assert(f);
 	while (fgets(line, sizeof(line), f))
@@ -404,11 +393,5 @@ static int applied_under_bsp(unsigned int rank)
 
 Test(step, gradient_jobs_refuse_applied_steps, .timeout = 60)
 {
-	struct job j = { 0 };
-
-	job_env(&j, 1, 1, "cgp", "sgd", LR);
-	start_job(&j);
-	spawn_worker(&j, 0, applied_under_bsp);
-	end_job(&j, true);
-	cr_assert_eq(sh->status[0], 0, "%s", strerror(-sh->status[0]));
+	run_job(1, 1, "cgp", "sgd", LR, applied_under_bsp);
 }
