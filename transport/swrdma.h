@@ -206,26 +206,23 @@ static inline struct kn__swr_op *kn__swr_op_at(const struct kn__swr_ep *e,
 }
 
 /*
- * A new op of @kind for @user at the ring's tail (not yet counted: the
- * provider moves op_tail once it queued the op's frame), or NULL with
- * *@err -ENOTCONN (failed) or -EAGAIN (the ring is full).
+ * A new op of @kind for @user at the ring's tail in *@out (not yet
+ * counted: the provider moves op_tail once it queued the op's frame);
+ * -ENOTCONN when @e failed, -EAGAIN when the ring is full.
  */
-static inline struct kn__swr_op *
-kn__swr_op_new(struct kn__swr_ep *e, uint32_t kind, void *user, int *err)
+static inline int kn__swr_op_new(struct kn__swr_ep *e, uint32_t kind,
+				 void *user, struct kn__swr_op **out)
 {
 	struct kn__swr_op *op;
 
-	if (e->state == KN_SWR_ERROR) {
-		*err = -ENOTCONN;
-		return NULL;
-	}
-	if (e->op_tail - e->op_head == KN_SWR_SQ_DEPTH) {
-		*err = -EAGAIN;
-		return NULL;
-	}
+	if (e->state == KN_SWR_ERROR)
+		return -ENOTCONN;
+	if (e->op_tail - e->op_head == KN_SWR_SQ_DEPTH)
+		return -EAGAIN;
 	op = kn__swr_op_at(e, e->op_tail);
 	*op = (struct kn__swr_op){ .kind = kind, .user = user };
-	return op;
+	*out = op;
+	return 0;
 }
 
 /*

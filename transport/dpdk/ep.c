@@ -367,8 +367,8 @@ int dp_ep_post(struct kn__tp_ep *e, const struct dp_msg *m, uint32_t kind,
 	struct dp_op *op;
 	int ret;
 
-	sop = kn__swr_op_new(&ep->sw, kind, user, &ret);
-	if (!sop)
+	ret = kn__swr_op_new(&ep->sw, kind, user, &sop);
+	if (ret)
 		return ret;
 	msg.op_idx = ep->sw.op_tail;
 	ret = dp_tx_queue(ep, &msg);

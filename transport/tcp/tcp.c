@@ -206,8 +206,8 @@ static int post(struct kn__tp_ep *e, uint32_t kind, char *buf, size_t len,
 	struct op *op;
 	int ret;
 
-	sop = kn__swr_op_new(&ep->sw, kind, user, &ret);
-	if (!sop)
+	ret = kn__swr_op_new(&ep->sw, kind, user, &sop);
+	if (ret)
 		return ret;
 	op = container_of(sop, struct op, sw);
 	*op = (struct op){ .sw = *sop, .len = (uint32_t)len };
