@@ -44,9 +44,21 @@
 #define KN__CGPP_DEFAULT_BOUND	4.0 /* S */
 #define KN__CGPP_EXHAUSTIVE_MAX 20  /* workers the oracle accepts */
 
+/*
+ * The value of a contribution applied m rounds of n stale, against a
+ * fresh one: 1 / (1 + KN__CGPP_STALE_COST m), on top of the damping.
+ */
+#define KN__CGPP_STALE_COST 0.125
+
+/* Step-time distributions of an instance's workers (below). */
+struct kn__cgpp_dist;
+
 /* An instance; the caller owns @t, which must stay valid during a call. */
 struct kn__cgpp {
 	const double *t; /* n step times, ascending, finite, >= 0 */
+	/* NULL: steady step times, T_G from max t; else T_G from the
+	 * expected slowest step of the group's distributions (n as here) */
+	const struct kn__cgpp_dist *dist;
 	uint32_t n;	 /* >= 1 */
 	double batch;	 /* b, > 0 */
 	double lat;	 /* C_sync(m) = lat + m * bytes / bw; lat >= 0 */
@@ -167,5 +179,32 @@ int kn__cgpp_pls_member(const struct kn__cgpp_pls *a, size_t i, uint8_t *cuts,
 
 /* Free @a; NULL is fine. */
 void kn__cgpp_pls_destroy(struct kn__cgpp_pls *a);
+
+/*
+ * Step-time distributions: @count[i] recent step times of the worker at
+ * sorted position i at @samples + i @stride (count[i] <= stride; 0:
+ * none yet, it counts as a steady @t[i]).  Steps are taken to be
+ * independent between workers, so a group's slowest step has the
+ * product of their distributions.  Returns 0 and sets *@out, -EINVAL
+ * (NULL, n == 0, a count above @stride, a time negative or not finite)
+ * or -ENOMEM.  O(n^2 q) up to 1,024 workers (every contiguous group's
+ * mean is tabled), O(n q) above, q the grid (at most 256 values).
+ */
+int kn__cgpp_dist_create(const double *t, uint32_t n, const double *samples,
+			 const uint32_t *count, uint32_t stride,
+			 struct kn__cgpp_dist **out);
+
+/* The expected slowest step of the workers at sorted positions [s, e),
+ * s < e <= n: O(1) with the table, O(q) without. */
+double kn__cgpp_dist_max(const struct kn__cgpp_dist *d, uint32_t s, uint32_t e);
+
+/* The same for @k groups of any shape: worker at sorted position i in
+ * group @label[i] < k; the mean of group j into @out[j] (an empty
+ * group's is the smallest time seen).  0, -EINVAL or -ENOMEM. */
+int kn__cgpp_dist_groups(const struct kn__cgpp_dist *d, const uint32_t *label,
+			 uint32_t k, double *out);
+
+/* Free @d; NULL is fine. */
+void kn__cgpp_dist_destroy(struct kn__cgpp_dist *d);
 
 #endif /* KN_CGPP_H */
