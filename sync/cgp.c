@@ -43,7 +43,11 @@
 #define NONE UINT32_MAX
 
 /* Step times kept per worker for its distribution. */
-#define SAMPLES 32
+#define SAMPLES 128
+/* A speed change: the epoch's mean this many standard errors ... */
+#define SHIFT_SIGMAS 4.0
+/* ... and this fraction away from the older samples' mean. */
+#define SHIFT_REL 0.05
 /* Regroup only for a predicted throughput gain above this. */
 #define MIN_GAIN 0.05
 /* A speed that moved this much (relative) since the last look. */
@@ -681,6 +685,56 @@ static bool same_groups(struct kn__sync_cgp_planner *c, uint32_t n,
  * grouping follows it for a whole epoch: one late step must not move a
  * worker to the slow group and back.
  */
+/* Worker @i's @j-th oldest kept timing. */
+static double *sample_at(struct kn__sync_cgp_planner *c, uint32_t i, uint32_t j)
+{
+	uint32_t first = (c->next[i] + SAMPLES - c->nsamp[i]) % SAMPLES;
+
+	return &c->samp[(size_t)i * SAMPLES + (first + j) % SAMPLES];
+}
+
+/*
+ * Whether worker @i's timings of this epoch (the newest @fresh of its
+ * samples) come from another distribution than the older ones: their
+ * mean is more than SHIFT_SIGMAS standard errors (and SHIFT_REL of the
+ * mean) from the older mean.  Then it changed speed (an episode began,
+ * another job took its GPU) and the older samples are dropped: a window
+ * that mixes two speeds would look like a worker that fluctuates.  A
+ * worker whose steps fluctuate the same way all along keeps its window.
+ */
+static void drop_if_shifted(struct kn__sync_cgp_planner *c, uint32_t i,
+			    uint32_t fresh)
+{
+	uint32_t old = c->nsamp[i] - fresh;
+	double mo = 0, vo = 0, me = 0, se;
+
+	if (fresh == 0 || old < 2)
+		return;
+	for (uint32_t j = 0; j < old; j++)
+		mo += *sample_at(c, i, j);
+	mo /= old;
+	for (uint32_t j = 0; j < old; j++) {
+		double dx = *sample_at(c, i, j) - mo;
+
+		vo += dx * dx;
+	}
+	vo /= old - 1;
+	for (uint32_t j = old; j < c->nsamp[i]; j++)
+		me += *sample_at(c, i, j);
+	me /= fresh;
+	se = sqrt(vo / fresh + vo / old);
+	if (fabs(me - mo) <= SHIFT_SIGMAS * se ||
+	    fabs(me - mo) <= SHIFT_REL * mo)
+		return;
+	/* keep the fresh ones, oldest first from position 0 */
+	for (uint32_t j = 0; j < fresh; j++)
+		c->ssamp[j] = *sample_at(c, i, old + j);
+	memcpy(c->samp + (size_t)i * SAMPLES, c->ssamp,
+	       fresh * sizeof(*c->ssamp));
+	c->nsamp[i] = fresh;
+	c->next[i] = fresh % SAMPLES;
+}
+
 static void fold_timings(struct kn__sync_planner *planner)
 {
 	struct kn__sync_cgp_planner *c = cgp_planner(planner);
@@ -691,6 +745,9 @@ static void fold_timings(struct kn__sync_planner *planner)
 
 		if (!c->count[i])
 			continue;
+		drop_if_shifted(c, i,
+				c->count[i] < c->nsamp[i] ? c->count[i]
+							  : c->nsamp[i]);
 		mean = c->sum[i] / c->count[i];
 		if (mean < 1e-9)
 			mean = 1e-9; /* 0 is "no timing yet" */

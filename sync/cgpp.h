@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KN__CGPP_DEFAULT_BOUND	4.0 /* S */
+#define KN__CGPP_DEFAULT_BOUND	8.0 /* S */
 #define KN__CGPP_EXHAUSTIVE_MAX 20  /* workers the oracle accepts */
 
 /*
