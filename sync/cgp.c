@@ -696,33 +696,35 @@ static double *sample_at(struct kn__sync_cgp_planner *c, uint32_t i, uint32_t j)
 /*
  * Whether worker @i's timings of this epoch (the newest @fresh of its
  * samples) come from another distribution than the older ones: their
- * mean is more than SHIFT_SIGMAS standard errors (and SHIFT_REL of the
- * mean) from the older mean.  Then it changed speed (an episode began,
- * another job took its GPU) and the older samples are dropped: a window
- * that mixes two speeds would look like a worker that fluctuates.  A
- * worker whose steps fluctuate the same way all along keeps its window.
+ * mean is more than SHIFT_SIGMAS standard errors (the variance pooled
+ * within both parts) and SHIFT_REL of the older mean away from the older
+ * mean.  Then it changed speed (an episode began or ended, another job
+ * took its GPU) and the older samples are dropped: a window that mixes
+ * two speeds would look like a worker that fluctuates, and a worker that
+ * sped up would count as a straggler for 128 steps.  A worker whose
+ * steps fluctuate the same way all along keeps its window.
  */
 static void drop_if_shifted(struct kn__sync_cgp_planner *c, uint32_t i,
 			    uint32_t fresh)
 {
 	uint32_t old = c->nsamp[i] - fresh;
-	double mo = 0, vo = 0, me = 0, se;
+	double mo = 0, me = 0, ss = 0, se;
 
-	if (fresh == 0 || old < 2)
+	if (fresh == 0 || old == 0 || old + fresh < 3)
 		return;
 	for (uint32_t j = 0; j < old; j++)
 		mo += *sample_at(c, i, j);
 	mo /= old;
-	for (uint32_t j = 0; j < old; j++) {
-		double dx = *sample_at(c, i, j) - mo;
-
-		vo += dx * dx;
-	}
-	vo /= old - 1;
 	for (uint32_t j = old; j < c->nsamp[i]; j++)
 		me += *sample_at(c, i, j);
 	me /= fresh;
-	se = sqrt(vo / fresh + vo / old);
+	for (uint32_t j = 0; j < c->nsamp[i]; j++) {
+		double dx = *sample_at(c, i, j) - (j < old ? mo : me);
+
+		ss += dx * dx;
+	}
+	ss /= old + fresh - 2;
+	se = sqrt(ss / fresh + ss / old);
 	if (fabs(me - mo) <= SHIFT_SIGMAS * se ||
 	    fabs(me - mo) <= SHIFT_REL * mo)
 		return;

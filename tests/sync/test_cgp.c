@@ -358,8 +358,8 @@ static void plan_after(struct kn__sync_planner *pl, const double *t, uint32_t n,
 /*
  * @steps rounds of the timings @t of workers 0..@n-1, then the barrier
  * of @epoch: one plan, in out[0].  The planner's distributions hold each
- * worker's last 32 timings, whatever the epoch: a change of speed is
- * all of a worker's distribution only after 32 steps at the new speed.
+ * worker's last 128 timings, and only those since its last change of
+ * speed (a shift of its epoch's mean).
  */
 static void plan_after_steps(struct kn__sync_planner *pl, const double *t,
 			     uint32_t n, int steps, uint64_t epoch,
@@ -375,6 +375,21 @@ static bool together(const struct kn__sync_action *out, uint32_t a, uint32_t b)
 {
 	return KN__SYNC_CGP_GROUP(out->plan[a]) ==
 	       KN__SYNC_CGP_GROUP(out->plan[b]);
+}
+
+/* The number of groups of @out's plan of @n members. */
+static uint32_t ngroups(const struct kn__sync_action *out, uint32_t n)
+{
+	uint32_t k = 0;
+
+	for (uint32_t w = 0; w < n; w++) {
+		uint32_t v = 0;
+
+		while (v < w && !together(out, v, w))
+			v++;
+		k += v == w; /* the first of its group */
+	}
+	return k;
 }
 
 Test(cgp_planner, a_persistent_straggler_pair_gets_its_own_group)
@@ -477,9 +492,8 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	plan_after(pl, t, 8, 0, out);
 	cr_assert(together(&out[0], 6, 7));
 	cr_assert(!together(&out[0], 0, 6));
-	/* worker 6 is fast now (an episode ended): back with the others,
-	 * once its last 32 steps are fast (with one fast step beside one
-	 * slow one, it is a 50% straggler to the model) */
+	/* worker 6 is fast now (an episode ended): back with the others;
+	 * its slow timing is dropped at the shift */
 	t[6] = .02;
 	plan_after_steps(pl, t, 8, 32, 1, out);
 	cr_assert(out[0].regrouped);
@@ -505,6 +519,35 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	plan_after(pl, t, 8, 4, out);
 	cr_assert(out[0].regrouped);
 	cr_assert(!together(&out[0], 0, 7));
+	kn__sync_planner_destroy(pl);
+}
+
+/*
+ * A worker slow for 64 steps, then fast for 40: the epoch's mean is far
+ * outside the older timings' spread, so the planner drops them and the
+ * worker is as fast as the others.  Kept, they would make it slow in
+ * 64 of its 104 samples, an expected step of .02 + .06 x 64/104 = .057.
+ */
+Test(cgp_planner, a_change_of_speed_drops_the_older_timings)
+{
+	struct kn__sync_params p = params(8);
+	struct kn__sync_planner *pl;
+	struct kn__sync_action out[MAXACT];
+	double t[8] = { .02, .02, .02, .02, .02, .02, .08, .02 };
+
+	pl = make_planner(&p);
+	plan_after_steps(pl, t, 8, 64, 0, out);
+	cr_assert(out[0].regrouped);
+	cr_assert(!together(&out[0], 0, 6));
+	/* equal now: merging it would gain only the staleness price of
+	 * a group of one (1 - 1 / (1 + 0.125 x 7/8) of its share, 2.7% in
+	 * all), below the 5% a regroup needs, so it keeps its group; but its
+	 * group's rounds are the others' (4), not 4 x .02 / .057 = 1 */
+	t[6] = .02;
+	plan_after_steps(pl, t, 8, 40, 1, out);
+	cr_assert(!out[0].regrouped);
+	for (uint32_t w = 0; w < 8; w++)
+		cr_assert_eq(KN__SYNC_CGP_ROUNDS(out[0].plan[w]), 4);
 	kn__sync_planner_destroy(pl);
 }
 
@@ -621,21 +664,6 @@ Test(cgp_planner, equal_workers_with_a_sync_cost_stay_one_group)
 	for (uint32_t w = 0; w < 8; w++)
 		cr_assert_eq(KN__SYNC_CGP_GROUP(out[0].plan[w]), 0);
 	kn__sync_planner_destroy(pl);
-}
-
-/* The number of groups of @out's plan of @n members. */
-static uint32_t ngroups(const struct kn__sync_action *out, uint32_t n)
-{
-	uint32_t k = 0;
-
-	for (uint32_t w = 0; w < n; w++) {
-		uint32_t v = 0;
-
-		while (v < w && !together(out, v, w))
-			v++;
-		k += v == w; /* the first of its group */
-	}
-	return k;
 }
 
 /*
