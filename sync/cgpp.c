@@ -81,8 +81,8 @@ static int check(const struct kn__cgpp *p)
  */
 static double group_time(const struct kn__cgpp *p, uint32_t s, uint32_t e)
 {
-	double slowest = p->dist ? kn__cgpp_dist_max(p->dist, s, e)
-				 : p->t[e - 1];
+	double slowest =
+		p->dist ? kn__cgpp_dist_max(p->dist, s, e) : p->t[e - 1];
 
 	return slowest + p->lat + (double)(e - s) * p->bytes / p->bw;
 }
@@ -283,12 +283,17 @@ void kn__cgpp_dist_destroy(struct kn__cgpp_dist *d)
 	free(d);
 }
 
-/* The grid: the pooled samples' distinct values, or q evenly spaced of
- * them; its size into d->q.  @pool is sorted. */
+/*
+ * The grid: the pooled samples' distinct values, or, when there are more
+ * of them than it holds, q evenly spaced ones of the distinct values
+ * (the smallest and the largest always), so that no grid point is spent
+ * on a value many samples share; its size into d->q.  @pool is sorted.
+ */
 static int make_grid(struct kn__cgpp_dist *d, const double *pool, size_t np)
 {
-	size_t distinct = 0;
+	size_t distinct = 0, rank = 0, g = 0;
 	uint32_t qmax = (uint32_t)((1u << 17) / d->n);
+	double step;
 
 	qmax = qmax > DIST_GRID_MAX   ? DIST_GRID_MAX
 	       : qmax < DIST_GRID_MIN ? DIST_GRID_MIN
@@ -299,18 +304,19 @@ static int make_grid(struct kn__cgpp_dist *d, const double *pool, size_t np)
 	d->x = malloc(d->q * sizeof(*d->x));
 	if (!d->x)
 		return -ENOMEM;
-	if (distinct <= qmax) {
-		uint32_t g = 0;
-
-		for (size_t j = 0; j < np; j++)
-			if (!j || pool[j] != pool[j - 1])
-				d->x[g++] = pool[j];
-		return 0;
+	/*
+	 * Grid point g is the distinct value of rank round(g step): every
+	 * one when they fit (step 1), else ranks 0 and distinct - 1 and
+	 * evenly spaced ones between.  step >= 1, so the ranks rise and one
+	 * pass over the distinct values meets each.
+	 */
+	step = d->q > 1 ? (double)(distinct - 1) / (d->q - 1) : 0;
+	for (size_t j = 0; j < np && g < d->q; j++) {
+		if (j && pool[j] == pool[j - 1])
+			continue;
+		if (rank++ == (size_t)((double)g * step + 0.5))
+			d->x[g++] = pool[j];
 	}
-	/* the smallest and the largest always, evenly spaced between */
-	for (uint32_t g = 0; g < d->q; g++)
-		d->x[g] = pool[(size_t)((double)g * (double)(np - 1) /
-					(d->q - 1))];
 	return 0;
 }
 
