@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cgpp.c - the CGPP cost model and its three solvers (cgpp.h,
- * docs/cgpp.md): the exhaustive oracle, CGP_AGA and CGP_PLS.
+ * cgpp.c - the CGPP cost model, the step-time distributions its group
+ * times may come from, and its three solvers (cgpp.h, docs/cgpp.md):
+ * the exhaustive oracle, CGP_AGA and CGP_PLS.
  *
  * Two representations of a partition meet here.  The API and the genetic
  * algorithm use n - 1 cut bits, which crossover and mutation treat as a
@@ -13,14 +14,20 @@
  * Every evaluation takes two passes over the groups of a partition: the
  * first sums R = sum_H 1/T_H and N = sum_H |H|/T_H, the second gives
  * each group G, from those, its versions V_G = T_G R - 1, its staleness
- * in rounds of n m_G = (T_G N - |G|) / n and its damping w_G =
- * 1 / (1 + m_G) (the chunk rule's, sync/cgp.c), hence its damped share
- * of Lambda and its staleness tau_G = w_G V_G (see cgpp.h).  So one
+ * in rounds of n m_G = (T_G N - |G|) / n and its damping d_G =
+ * 1 / max(1, m_G) (the chunk rule's, ASP's, sync/cgp.c), hence its
+ * share of Lambda, d_G / (1 + KN__CGPP_STALE_COST m_G) |G| / T_G, and
+ * its staleness tau_G = d_G V_G (see cgpp.h).  So one
  * partition of k groups costs O(k) once its group times are known, and
  * a local-search move, which changes one or two groups, is scored in
  * O(k) without rebuilding the partition: the explored partition's group
  * times are kept, the move's new groups substituted for the ones it
  * removes.
+ *
+ * A group's T_G is its slowest member's step time plus C_sync, or, with
+ * step-time distributions (struct kn__cgpp_dist, below), the expected
+ * slowest step of its members, tabled for every contiguous group up to
+ * DIST_TABLE_MAX workers so that a solver's group time stays O(1).
  */
 #include <errno.h>
 #include <math.h>
@@ -97,8 +104,8 @@ struct figs {
 	double nr;     /* sum_H |H| / T_H */
 	uint32_t k;    /* groups */
 	int pass;      /* 0 or 1 */
-	double lambda; /* sum_G w_G |G| / T_G (b = 1) */
-	double tau;    /* max_G w_G V_G */
+	double lambda; /* sum_G d_G / (1 + beta m_G) |G| / T_G (b = 1) */
+	double tau;    /* max_G d_G V_G */
 };
 
 static void figs_group(struct figs *f, double size, double tg)
