@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cgpp.c - the CGPP cost model and its three solvers (cgpp.h,
- * docs/cgpp.md): the exhaustive oracle, CGP_AGA and CGP_PLS.
+ * cgpp.c - the CGPP cost model, the step-time distributions its group
+ * times may come from, and its three solvers (cgpp.h, docs/cgpp.md):
+ * the exhaustive oracle, CGP_AGA and CGP_PLS.
  *
  * Two representations of a partition meet here.  The API and the genetic
  * algorithm use n - 1 cut bits, which crossover and mutation treat as a
@@ -13,14 +14,20 @@
  * Every evaluation takes two passes over the groups of a partition: the
  * first sums R = sum_H 1/T_H and N = sum_H |H|/T_H, the second gives
  * each group G, from those, its versions V_G = T_G R - 1, its staleness
- * in rounds of n m_G = (T_G N - |G|) / n and its damping w_G =
- * 1 / (1 + m_G) (the chunk rule's, sync/cgp.c), hence its damped share
- * of Lambda and its staleness tau_G = w_G V_G (see cgpp.h).  So one
+ * in rounds of n m_G = (T_G N - |G|) / n and its damping d_G =
+ * 1 / max(1, m_G) (the chunk rule's, ASP's, sync/cgp.c), hence its
+ * share of Lambda, d_G / (1 + KN__CGPP_STALE_COST m_G) |G| / T_G, and
+ * its staleness tau_G = d_G V_G (see cgpp.h).  So one
  * partition of k groups costs O(k) once its group times are known, and
  * a local-search move, which changes one or two groups, is scored in
  * O(k) without rebuilding the partition: the explored partition's group
  * times are kept, the move's new groups substituted for the ones it
  * removes.
+ *
+ * A group's T_G is its slowest member's step time plus C_sync, or, with
+ * step-time distributions (struct kn__cgpp_dist, below), the expected
+ * slowest step of its members, tabled for every contiguous group up to
+ * DIST_TABLE_MAX workers so that a solver's group time stays O(1).
  */
 #include <errno.h>
 #include <math.h>
@@ -81,8 +88,8 @@ static int check(const struct kn__cgpp *p)
  */
 static double group_time(const struct kn__cgpp *p, uint32_t s, uint32_t e)
 {
-	double slowest = p->dist ? kn__cgpp_dist_max(p->dist, s, e)
-				 : p->t[e - 1];
+	double slowest =
+		p->dist ? kn__cgpp_dist_max(p->dist, s, e) : p->t[e - 1];
 
 	return slowest + p->lat + (double)(e - s) * p->bytes / p->bw;
 }
@@ -97,8 +104,8 @@ struct figs {
 	double nr;     /* sum_H |H| / T_H */
 	uint32_t k;    /* groups */
 	int pass;      /* 0 or 1 */
-	double lambda; /* sum_G w_G |G| / T_G (b = 1) */
-	double tau;    /* max_G w_G V_G */
+	double lambda; /* sum_G d_G / (1 + beta m_G) |G| / T_G (b = 1) */
+	double tau;    /* max_G d_G V_G */
 };
 
 static void figs_group(struct figs *f, double size, double tg)
@@ -283,12 +290,17 @@ void kn__cgpp_dist_destroy(struct kn__cgpp_dist *d)
 	free(d);
 }
 
-/* The grid: the pooled samples' distinct values, or q evenly spaced of
- * them; its size into d->q.  @pool is sorted. */
+/*
+ * The grid: the pooled samples' distinct values, or, when there are more
+ * of them than it holds, q evenly spaced ones of the distinct values
+ * (the smallest and the largest always), so that no grid point is spent
+ * on a value many samples share; its size into d->q.  @pool is sorted.
+ */
 static int make_grid(struct kn__cgpp_dist *d, const double *pool, size_t np)
 {
-	size_t distinct = 0;
+	size_t distinct = 0, rank = 0, g = 0;
 	uint32_t qmax = (uint32_t)((1u << 17) / d->n);
+	double step;
 
 	qmax = qmax > DIST_GRID_MAX   ? DIST_GRID_MAX
 	       : qmax < DIST_GRID_MIN ? DIST_GRID_MIN
@@ -299,18 +311,19 @@ static int make_grid(struct kn__cgpp_dist *d, const double *pool, size_t np)
 	d->x = malloc(d->q * sizeof(*d->x));
 	if (!d->x)
 		return -ENOMEM;
-	if (distinct <= qmax) {
-		uint32_t g = 0;
-
-		for (size_t j = 0; j < np; j++)
-			if (!j || pool[j] != pool[j - 1])
-				d->x[g++] = pool[j];
-		return 0;
+	/*
+	 * Grid point g is the distinct value of rank round(g step): every
+	 * one when they fit (step 1), else ranks 0 and distinct - 1 and
+	 * evenly spaced ones between.  step >= 1, so the ranks rise and one
+	 * pass over the distinct values meets each.
+	 */
+	step = d->q > 1 ? (double)(distinct - 1) / (d->q - 1) : 0;
+	for (size_t j = 0; j < np && g < d->q; j++) {
+		if (j && pool[j] == pool[j - 1])
+			continue;
+		if (rank++ == (size_t)((double)g * step + 0.5))
+			d->x[g++] = pool[j];
 	}
-	/* the smallest and the largest always, evenly spaced between */
-	for (uint32_t g = 0; g < d->q; g++)
-		d->x[g] = pool[(size_t)((double)g * (double)(np - 1) /
-					(d->q - 1))];
 	return 0;
 }
 
