@@ -291,8 +291,8 @@ static void assert_optimum_reached(const struct solved *s)
 
 Test(cgpp, equal_workers_free_sync_is_one_group)
 {
-	/* C_sync independent of m: every partition has the same Lambda,
-	 * so the tie-break (fewer groups) picks BSP
+	/* C_sync independent of m: every group's round is as long as
+	 * BSP's, so a split only adds the staleness price: BSP strictly
 	 */
 	struct kn__cgpp p = instance(ones, 10, 32, 0.1, 0, 1, 4);
 	struct solved s = solve(&p);
@@ -315,7 +315,8 @@ Test(cgpp, equal_workers_moderate_sync_cost_stay_one_group)
 	 * BSP, 10 x 32 / 1.2 = 266.7, against two halves' 320 / 1.15 /
 	 * 1.0625 = 261.9, five pairs' 320 / 1.12 / 1.1 = 259.7 and ASP's
 	 * 320 / 1.11 / 1.1125 = 259.1.  (At C_sync(10) = 1.1 s splitting
-	 * wins: see the next test.)
+	 * already wins, five pairs 223.8 against BSP's 152.4; the next
+	 * test's sync costs ten times that.)
 	 */
 	struct kn__cgpp p = instance(ones, 10, 32, 0.1, 1, 100, 4);
 	struct solved s = solve(&p);
