@@ -42,6 +42,12 @@
 
 #define NONE UINT32_MAX
 
+/* Step times kept per worker for its distribution. */
+#define SAMPLES 128
+/* A speed change: the epoch's mean this many standard errors ... */
+#define SHIFT_SIGMAS 4.0
+/* ... and this fraction away from the older samples' mean. */
+#define SHIFT_REL 0.05
 /* Regroup only for a predicted throughput gain above this. */
 #define MIN_GAIN 0.05
 /* A speed that moved this much (relative) since the last look. */
@@ -235,7 +241,7 @@ static int group_complete(struct kn__sync_rule *rule, uint32_t k,
 	struct group *g = &c->g[k];
 	uint32_t n = 0, nout;
 	double m = (double)(c->applied - g->applied) / rule->nmembers;
-	float weight = (float)(1.0 / (1.0 + m) / rule->nmembers);
+	float weight = (float)(1.0 / (m > 1 ? m : 1) / rule->nmembers);
 
 	for (uint32_t j = 0; j < g->count; j++) {
 		uint32_t i = c->order[g->first + j];
@@ -388,10 +394,16 @@ struct kn__sync_cgp_planner {
 	uint32_t *label;  /* [max_workers]: group per sorted position */
 	double *sum;	  /* [max_workers]: its timings this epoch ... */
 	uint32_t *count;  /* [max_workers]: ... and how many */
+	double *samp;	  /* [max_workers][SAMPLES]: its latest timings */
+	uint32_t *nsamp;  /* [max_workers]: how many of them (<= SAMPLES) */
+	uint32_t *next;	  /* [max_workers]: where the next one goes */
+	double *ssamp;	  /* [max_workers][SAMPLES]: the same by speed */
+	uint32_t *scount; /* [max_workers]: ... and their counts */
 	uint32_t ngroups;
 	uint64_t since; /* iterations since the last look */
 	bool waiting;	/* a barrier came while nobody was a member */
 	struct kn__cgpp_pls *archive; /* PLS: from the last search */
+	struct kn__cgpp_dist *dist;   /* the members' step times, by speed */
 };
 
 static struct kn__sync_cgp_planner *
@@ -417,9 +429,15 @@ static int planner_init(struct kn__sync_planner *planner)
 	c->label = calloc(max + 1, sizeof(*c->label));
 	c->sum = calloc(max, sizeof(*c->sum));
 	c->count = calloc(max, sizeof(*c->count));
+	c->samp = calloc((size_t)max * SAMPLES, sizeof(*c->samp));
+	c->nsamp = calloc(max, sizeof(*c->nsamp));
+	c->next = calloc(max, sizeof(*c->next));
+	c->ssamp = calloc((size_t)max * SAMPLES, sizeof(*c->ssamp));
+	c->scount = calloc(max, sizeof(*c->scount));
 	if (!c->group || !c->base || !c->ids || !c->t || !c->cuts ||
 	    !c->gtime || !c->gT || !c->gsize || !c->rounds || !c->label ||
-	    !c->sum || !c->count)
+	    !c->sum || !c->count || !c->samp || !c->nsamp || !c->next ||
+	    !c->ssamp || !c->scount)
 		return -ENOMEM;
 	/* the warm-up's grouping: every member in group 0 */
 	for (uint32_t i = 0; i < max; i++)
@@ -445,6 +463,12 @@ static void planner_fini(struct kn__sync_planner *planner)
 	free(c->label);
 	free(c->sum);
 	free(c->count);
+	free(c->samp);
+	free(c->nsamp);
+	free(c->next);
+	free(c->ssamp);
+	free(c->scount);
+	kn__cgpp_dist_destroy(c->dist);
 }
 
 /* C_sync(m), the cost model's. */
@@ -466,6 +490,32 @@ static int cmp_speed(const void *a, const void *b)
 	if (x->t != y->t)
 		return x->t < y->t ? -1 : 1;
 	return (x->id > y->id) - (x->id < y->id);
+}
+
+/*
+ * The sorted members' recent step times as distributions (c->dist), for
+ * the cost model's expected slowest step of a group.
+ */
+static int sort_samples(struct kn__sync_planner *planner, uint32_t n)
+{
+	struct kn__sync_cgp_planner *c = cgp_planner(planner);
+	struct kn__cgpp_dist *d;
+	int ret;
+
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t id = c->ids[j];
+
+		c->scount[j] = c->nsamp[id];
+		memcpy(c->ssamp + (size_t)j * SAMPLES,
+		       c->samp + (size_t)id * SAMPLES,
+		       c->nsamp[id] * sizeof(*c->ssamp));
+	}
+	ret = kn__cgpp_dist_create(c->t, n, c->ssamp, c->scount, SAMPLES, &d);
+	if (ret)
+		return ret;
+	kn__cgpp_dist_destroy(c->dist);
+	c->dist = d;
+	return 0;
 }
 
 /*
@@ -502,7 +552,7 @@ static int sort_members(struct kn__sync_planner *planner, uint32_t *count)
 	}
 	free(v);
 	*count = n;
-	return 0;
+	return n ? sort_samples(planner, n) : 0;
 }
 
 /*
@@ -518,17 +568,15 @@ static int eval_labels(struct kn__sync_planner *planner, uint32_t n,
 {
 	struct kn__sync_cgp_planner *c = cgp_planner(planner);
 
-	for (uint32_t k = 0; k < ngroups; k++) {
-		c->gtime[k] = 0;
-		c->gsize[k] = 0;
-	}
-	for (uint32_t j = 0; j < n; j++) {
-		uint32_t k = label[j];
+	int ret;
 
-		c->gsize[k]++;
-		if (c->t[j] > c->gtime[k])
-			c->gtime[k] = c->t[j];
-	}
+	for (uint32_t k = 0; k < ngroups; k++)
+		c->gsize[k] = 0;
+	for (uint32_t j = 0; j < n; j++)
+		c->gsize[label[j]]++;
+	ret = kn__cgpp_dist_groups(c->dist, label, ngroups, c->gtime);
+	if (ret)
+		return ret;
 	for (uint32_t k = 0; k < ngroups; k++)
 		c->gT[k] =
 			c->gtime[k] + sync_cost(&planner->params, c->gsize[k]);
@@ -549,6 +597,7 @@ static int solve(struct kn__sync_planner *planner, uint32_t n, bool fresh,
 	const struct kn__sync_params *p = &planner->params;
 	struct kn__cgpp inst = {
 		.t = c->t,
+		.dist = c->dist,
 		.n = n,
 		.batch = 1,
 		.lat = p->latency,
@@ -636,6 +685,58 @@ static bool same_groups(struct kn__sync_cgp_planner *c, uint32_t n,
  * grouping follows it for a whole epoch: one late step must not move a
  * worker to the slow group and back.
  */
+/* Worker @i's @j-th oldest kept timing. */
+static double *sample_at(struct kn__sync_cgp_planner *c, uint32_t i, uint32_t j)
+{
+	uint32_t first = (c->next[i] + SAMPLES - c->nsamp[i]) % SAMPLES;
+
+	return &c->samp[(size_t)i * SAMPLES + (first + j) % SAMPLES];
+}
+
+/*
+ * Whether worker @i's timings of this epoch (the newest @fresh of its
+ * samples) come from another distribution than the older ones: their
+ * mean is more than SHIFT_SIGMAS standard errors (the variance pooled
+ * within both parts) and SHIFT_REL of the older mean away from the older
+ * mean.  Then it changed speed (an episode began or ended, another job
+ * took its GPU) and the older samples are dropped: a window that mixes
+ * two speeds would look like a worker that fluctuates, and a worker that
+ * sped up would count as a straggler for 128 steps.  A worker whose
+ * steps fluctuate the same way all along keeps its window.
+ */
+static void drop_if_shifted(struct kn__sync_cgp_planner *c, uint32_t i,
+			    uint32_t fresh)
+{
+	uint32_t old = c->nsamp[i] - fresh;
+	double mo = 0, me = 0, ss = 0, se;
+
+	if (fresh == 0 || old == 0 || old + fresh < 3)
+		return;
+	for (uint32_t j = 0; j < old; j++)
+		mo += *sample_at(c, i, j);
+	mo /= old;
+	for (uint32_t j = old; j < c->nsamp[i]; j++)
+		me += *sample_at(c, i, j);
+	me /= fresh;
+	for (uint32_t j = 0; j < c->nsamp[i]; j++) {
+		double dx = *sample_at(c, i, j) - (j < old ? mo : me);
+
+		ss += dx * dx;
+	}
+	ss /= old + fresh - 2;
+	se = sqrt(ss / fresh + ss / old);
+	if (fabs(me - mo) <= SHIFT_SIGMAS * se ||
+	    fabs(me - mo) <= SHIFT_REL * mo)
+		return;
+	/* keep the fresh ones, oldest first from position 0 */
+	for (uint32_t j = 0; j < fresh; j++)
+		c->ssamp[j] = *sample_at(c, i, old + j);
+	memcpy(c->samp + (size_t)i * SAMPLES, c->ssamp,
+	       fresh * sizeof(*c->ssamp));
+	c->nsamp[i] = fresh;
+	c->next[i] = fresh % SAMPLES;
+}
+
 static void fold_timings(struct kn__sync_planner *planner)
 {
 	struct kn__sync_cgp_planner *c = cgp_planner(planner);
@@ -646,6 +747,9 @@ static void fold_timings(struct kn__sync_planner *planner)
 
 		if (!c->count[i])
 			continue;
+		drop_if_shifted(c, i,
+				c->count[i] < c->nsamp[i] ? c->count[i]
+							  : c->nsamp[i]);
 		mean = c->sum[i] / c->count[i];
 		if (mean < 1e-9)
 			mean = 1e-9; /* 0 is "no timing yet" */
@@ -793,6 +897,10 @@ static int cgp_planner_event(struct kn__sync_planner *planner,
 		if (planner->member[w]) {
 			c->sum[w] += ev->value;
 			c->count[w]++;
+			c->samp[(size_t)w * SAMPLES + c->next[w]] = ev->value;
+			c->next[w] = (c->next[w] + 1) % SAMPLES;
+			if (c->nsamp[w] < SAMPLES)
+				c->nsamp[w]++;
 		}
 		return 0;
 	case KN__SYNC_EV_JOIN:
@@ -801,6 +909,8 @@ static int cgp_planner_event(struct kn__sync_planner *planner,
 		c->base[w] = 0;
 		c->sum[w] = 0;
 		c->count[w] = 0;
+		c->nsamp[w] = 0;
+		c->next[w] = 0;
 		c->group[w] = NONE;
 		planner->changed = true;
 		return c->waiting ? plan_next(planner, out) : 0;

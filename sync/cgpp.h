@@ -13,19 +13,29 @@
  * order, written as n - 1 cut bits: cuts[i] = 1 when a group ends after
  * worker i.  For a group G of |G| workers
  *	T_G = max_{i in G} t_i + C_sync(|G|),  C_sync(m) = lat + m bytes / bw
+ *	      (with step-time distributions, below: the expected slowest
+ *	      step of G, E[max_{i in G} step_i], in place of max t_i)
  *	V_G = sum_{H != G} T_G / T_H         (versions made in a round of G)
  *	m_G = sum_{H != G} (|H| / n) T_G / T_H  (the same, in rounds of n)
- *	w_G = 1 / (1 + m_G)                  (the chunk rule's damping)
- *	Lambda(P) = sum_G w_G |G| b / T_G    (useful samples per second)
- *	tau_max(P) = max_G w_G V_G
- * CGP's chunk rule (sync/cgp.c) weights each push of G by w_G / n, with
- * m_G counted as it happens; the model uses its steady-state value.  So
- * Lambda counts a stale group's samples at the weight they get, and
- * tau_G is its staleness in versions at that weight: an update damped
- * by w perturbs the model as an undamped one w V versions stale does
- * (docs/protocols.md, CGP).  One group (BSP) has w = 1 and tau_max = 0
- * exactly; n groups is ASP.  P is feasible when tau_max <= S (1 + 1e-9):
- * the slack only absorbs rounding, so S = 0 admits one group only.
+ *	d_G = 1 / max(1, m_G)                (the chunk rule's damping)
+ *	Lambda(P) = sum_G d_G / (1 + beta m_G) |G| b / T_G
+ *	                                     (useful samples per second)
+ *	tau_max(P) = max_G d_G V_G
+ * with beta = KN__CGPP_STALE_COST.  CGP's chunk rule (sync/cgp.c)
+ * weights each push of G by d_G / n, with m_G counted as it happens;
+ * the model uses its steady-state value.  It is ASP's damping: only the
+ * rounds of n missed beyond the first count, so a group less than a
+ * round stale is not damped.  So Lambda counts a stale group's samples
+ * at the weight they get, times 1 / (1 + beta m_G), the price of their
+ * staleness (below), and tau_G is G's staleness in versions at that
+ * weight: an update damped by d perturbs the model as an undamped one
+ * d V versions stale does (docs/protocols.md, CGP).  One group (BSP)
+ * has d = 1 and tau_max = 0 exactly; n groups is ASP.  P is feasible
+ * when tau_max <= S (1 + 1e-9): the slack only absorbs rounding, so
+ * S = 0 admits one group only.  k equal groups of equal workers have
+ * tau_max = k - 1 (less than a round stale, undamped), so S admits at
+ * most S + 1 of them; every tau_G is at most n (m_G >= V_G / n), so
+ * S >= n admits every partition, and every split has tau_max >= 1.
  *
  * Everything is pure: no I/O, no clock, no global state; randomness comes
  * from a caller's seed through a private generator, so a seed gives the
@@ -41,18 +51,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KN__CGPP_DEFAULT_BOUND	4.0 /* S */
+#define KN__CGPP_DEFAULT_BOUND	8.0 /* S */
 #define KN__CGPP_EXHAUSTIVE_MAX 20  /* workers the oracle accepts */
+
+/*
+ * The value of a contribution applied m rounds of n stale, against a
+ * fresh one: 1 / (1 + KN__CGPP_STALE_COST m), on top of the damping.
+ * From the project's measured training runs (8 workers, MLP, momentum):
+ * ASP's time-to-target gain over BSP was 0.86 to 0.94 of its samples/s
+ * gain in five of six imbalance cells, i.e. a sample 7/8 of a round
+ * stale was worth about 0.9 of a fresh one: 1 / (1 + 0.125 x 7/8).
+ */
+#define KN__CGPP_STALE_COST 0.125
+
+/* Step-time distributions of an instance's workers (below). */
+struct kn__cgpp_dist;
 
 /* An instance; the caller owns @t, which must stay valid during a call. */
 struct kn__cgpp {
 	const double *t; /* n step times, ascending, finite, >= 0 */
-	uint32_t n;	 /* >= 1 */
-	double batch;	 /* b, > 0 */
-	double lat;	 /* C_sync(m) = lat + m * bytes / bw; lat >= 0 */
-	double bytes;	 /* >= 0 */
-	double bw;	 /* > 0 */
-	double bound;	 /* S, >= 0 */
+	/* NULL: steady step times, T_G from max t; else T_G from the
+	 * expected slowest step of the group's distributions (n as here) */
+	const struct kn__cgpp_dist *dist;
+	uint32_t n;   /* >= 1 */
+	double batch; /* b, > 0 */
+	double lat;   /* C_sync(m) = lat + m * bytes / bw; lat >= 0 */
+	double bytes; /* >= 0 */
+	double bw;    /* > 0 */
+	double bound; /* S, >= 0 */
 };
 
 /* The figures of one partition under one instance. */
@@ -133,8 +159,8 @@ struct kn__cgpp_pls;
  * KN__CGPP_PLS_SPAN(p->bound) and at most KN__CGPP_PLS_SPAN(p->bound) + 1
  * groups: the span a later re-selection with a different bound can use,
  * without spending the search on partitions no sensible bound admits
- * (k groups of equal T and size have tau_max = (k - 1) / (2 - 1/k),
- * at least (k - 1) / 2: past 2 S + 1 of them are infeasible anyway).
+ * (k groups of equal T and size have tau_max = k - 1: a bound of
+ * 2 S + 4 admits at most 2 S + 5 of them).
  * BSP (the lowest tau_max) and the best partition for p->bound are
  * always kept.  The archive copies what
  * it needs; @p->t may go once this returns.  Returns 0 and sets *@out,
@@ -167,5 +193,32 @@ int kn__cgpp_pls_member(const struct kn__cgpp_pls *a, size_t i, uint8_t *cuts,
 
 /* Free @a; NULL is fine. */
 void kn__cgpp_pls_destroy(struct kn__cgpp_pls *a);
+
+/*
+ * Step-time distributions: @count[i] recent step times of the worker at
+ * sorted position i at @samples + i @stride (count[i] <= stride; 0:
+ * none yet, it counts as a steady @t[i]).  Steps are taken to be
+ * independent between workers, so a group's slowest step has the
+ * product of their distributions.  Returns 0 and sets *@out, -EINVAL
+ * (NULL, n == 0, a count above @stride, a time negative or not finite)
+ * or -ENOMEM.  O(n^2 q) up to 1,024 workers (every contiguous group's
+ * mean is tabled), O(n q) above, q the grid (at most 256 values).
+ */
+int kn__cgpp_dist_create(const double *t, uint32_t n, const double *samples,
+			 const uint32_t *count, uint32_t stride,
+			 struct kn__cgpp_dist **out);
+
+/* The expected slowest step of the workers at sorted positions [s, e),
+ * s < e <= n: O(1) with the table, O(q) without. */
+double kn__cgpp_dist_max(const struct kn__cgpp_dist *d, uint32_t s, uint32_t e);
+
+/* The same for @k groups of any shape: worker at sorted position i in
+ * group @label[i] < k; the mean of group j into @out[j] (an empty
+ * group's is the smallest time seen).  0, -EINVAL or -ENOMEM. */
+int kn__cgpp_dist_groups(const struct kn__cgpp_dist *d, const uint32_t *label,
+			 uint32_t k, double *out);
+
+/* Free @d; NULL is fine. */
+void kn__cgpp_dist_destroy(struct kn__cgpp_dist *d);
 
 #endif /* KN_CGPP_H */

@@ -58,10 +58,10 @@ const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS] = {
 	  "cgp: how workers are grouped; auto: aga up to 128 workers, pls "
 	  "above" },
 	{ F(bound), "--cgp-bound", "KANEL_CGP_BOUND", "--cgp-bound", "S",
-	  KN__SYNC_PARAM_FLOAT, 11, "4", 0, INFINITY, false,
+	  KN__SYNC_PARAM_FLOAT, 11, "8", 0, INFINITY, false,
 	  "cgp: most staleness the groups may cause, above 0" },
 	{ F(epoch_rounds), "--cgp-epoch", "KANEL_CGP_EPOCH", "--cgp-epoch", "R",
-	  KN__SYNC_PARAM_U32, 9, "20", 1, KN__SYNC_CGP_MAX_ROUNDS, false,
+	  KN__SYNC_PARAM_U32, 9, "40", 1, KN__SYNC_CGP_MAX_ROUNDS, false,
 	  "cgp: rounds the fastest group runs between two barriers, 1 to "
 	  "4095" },
 	{ F(period), "--cgp-period", "KANEL_CGP_PERIOD", "--cgp-period", "T",

@@ -73,9 +73,9 @@ struct kn__sync_params {
 	float miss; /* PSP: re-plan when a prediction misses by more (0.25) */
 	/* CGP (alpha above is its EMA weight too) */
 	uint32_t solver;       /* enum kn__sync_cgp_solver (auto) */
-	uint32_t epoch_rounds; /* rounds of the fastest group an epoch (20) */
+	uint32_t epoch_rounds; /* rounds of the fastest group an epoch (40) */
 	uint32_t period; /* T_re: iterations between regroup checks (100) */
-	float bound;	 /* S: the staleness bound tau_max <= S (4) */
+	float bound;	 /* S: the staleness bound tau_max <= S (8) */
 	float latency;	 /* C_sync: seconds per sync (100e-6) */
 	float bandwidth; /* C_sync: bytes per second the servers take in (1e9) */
 	uint64_t bytes;	 /* C_sync: bytes a worker pushes a round (0) */

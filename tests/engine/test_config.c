@@ -252,8 +252,8 @@ Test(config, cgp_options)
 
 	parse_ok(ARGV(BASE), NULL, &c);
 	cr_assert_eq(c.proto.solver, KN__SYNC_CGP_AUTO);
-	cr_assert_float_eq(c.proto.bound, 4.0f, 1e-9);
-	cr_assert_eq(c.proto.epoch_rounds, 20);
+	cr_assert_float_eq(c.proto.bound, 8.0f, 1e-9);
+	cr_assert_eq(c.proto.epoch_rounds, 40);
 	cr_assert_eq(c.proto.period, 100);
 	cr_assert_float_eq(c.proto.latency, 100e-6f, 1e-12);
 	cr_assert_float_eq(c.proto.bandwidth, 1e9f, 1);
@@ -892,9 +892,9 @@ Test(config, usage_lists_every_option_variable_and_default)
 		"--cgp-solver aga|pls|auto",
 		"KANEL_CGP_SOLVER, default auto]",
 		"--cgp-bound S",
-		"KANEL_CGP_BOUND, default 4]",
+		"KANEL_CGP_BOUND, default 8]",
 		"--cgp-epoch R",
-		"KANEL_CGP_EPOCH, default 20]",
+		"KANEL_CGP_EPOCH, default 40]",
 		"--cgp-period T",
 		"KANEL_CGP_PERIOD, default 100]",
 		"--cgp-latency SECONDS",

@@ -159,22 +159,24 @@ Test(cgp_rule, groups_are_bsp_inside_and_free_between)
 	cr_assert_eq(released(out, n, 4), 0x7);
 	/*
 	 * Worker 3 alone is group 1: its one round applies at once.  Since
-	 * its release, 6 contributions (1.5 rounds of n = 4) went in: its
-	 * weight is 1/4 / (1 + 1.5).  It has run its round: it waits.
+	 * its release, 6 contributions (m = 1.5 rounds of n = 4) went in:
+	 * its weight is 1/4 / max(1, 1.5), ASP's damping.  It has run its
+	 * round: it waits.
 	 */
 	n = push(r, 3, 2, out);
 	cr_assert_eq(n, 1);
 	cr_assert_eq(out[0].version, 5);
 	cr_assert_eq(out[0].ncontrib, 1);
-	cr_assert_float_eq(out[0].contrib[0].weight, 0.25f / 2.5f, 1e-7);
+	cr_assert_float_eq(out[0].contrib[0].weight, 0.25f / 1.5f, 1e-7);
 	/* group 0's third and last round ends the epoch */
 	for (uint32_t w = 0; w < 2; w++)
 		cr_assert_eq(push(r, w, 4, out), 0);
 	n = push(r, 2, 4, out);
 	cr_assert_eq(n, 2);
 	cr_assert_eq(out[0].version, 6);
-	/* one contribution (1/4 round) came in since its release */
-	cr_assert_float_eq(out[0].contrib[0].weight, 0.25f / 1.25f, 1e-7);
+	/* one contribution (m = 1/4 round) came in since its release: less
+	 * than a round, undamped, 1/4 / max(1, 1/4) */
+	cr_assert_float_eq(out[0].contrib[0].weight, 0.25f, 1e-7);
 	cr_assert_eq(out[1].type, KN__SYNC_ACT_BARRIER);
 	cr_assert_eq(out[1].epoch, 1);
 	kn__sync_rule_destroy(r);
@@ -353,11 +355,41 @@ static void plan_after(struct kn__sync_planner *pl, const double *t, uint32_t n,
 	cr_assert_eq(barrier_ev(pl, epoch, out), 1);
 }
 
+/*
+ * @steps rounds of the timings @t of workers 0..@n-1, then the barrier
+ * of @epoch: one plan, in out[0].  The planner's distributions hold each
+ * worker's last 128 timings, and only those since its last change of
+ * speed (a shift of its epoch's mean).
+ */
+static void plan_after_steps(struct kn__sync_planner *pl, const double *t,
+			     uint32_t n, int steps, uint64_t epoch,
+			     struct kn__sync_action *out)
+{
+	for (int step = 0; step < steps; step++)
+		timings(pl, t, n);
+	cr_assert_eq(barrier_ev(pl, epoch, out), 1);
+}
+
 /* Worker @a and @b are in the same group of @out's plan. */
 static bool together(const struct kn__sync_action *out, uint32_t a, uint32_t b)
 {
 	return KN__SYNC_CGP_GROUP(out->plan[a]) ==
 	       KN__SYNC_CGP_GROUP(out->plan[b]);
+}
+
+/* The number of groups of @out's plan of @n members. */
+static uint32_t ngroups(const struct kn__sync_action *out, uint32_t n)
+{
+	uint32_t k = 0;
+
+	for (uint32_t w = 0; w < n; w++) {
+		uint32_t v = 0;
+
+		while (v < w && !together(out, v, w))
+			v++;
+		k += v == w; /* the first of its group */
+	}
+	return k;
 }
 
 Test(cgp_planner, a_persistent_straggler_pair_gets_its_own_group)
@@ -375,17 +407,29 @@ Test(cgp_planner, a_persistent_straggler_pair_gets_its_own_group)
 	cr_assert_eq(out[0].epoch, 1);
 	cr_assert(out[0].regrouped);
 	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_GAIN);
-	/* 3.25x BSP's throughput, less the sync costs: far above 5% */
+	/* 2.84x BSP's throughput (280.76 / 98.77): far above 5% */
 	cr_assert_gt(out[0].gain, 1.0f);
 	cr_assert(together(&out[0], 2, 5));
+	/*
+	 * The pair alone misses V = 81/21 + 81/22 = 7.5 versions a round,
+	 * m = 5/8 x 81/21 + 1/8 x 81/22 = 2.87 rounds of n, damped 1/m:
+	 * tau = 2.63 <= 4.  Within the fast six, worker 4 (22 ms) alone costs
+	 * it m = 5/8 x 22/21 + 2/8 x 22/81 = 0.72 (undamped, a price of
+	 * 1 / 1.09) but rounds of 21 ms, not 22 ms, for the other five: the
+	 * model's optimum by 1.3% (Lambda 280.76 against 277.08 for
+	 * {fast six} {pair}, 98.8 for BSP).
+	 */
 	for (uint32_t w = 0; w < 8; w++) {
 		if (w == 2 || w == 5)
 			continue;
 		cr_assert(!together(&out[0], w, 2), "worker %u", w);
-		/* the fast ones run 20 rounds, the slow pair 5 */
-		cr_assert_eq(KN__SYNC_CGP_ROUNDS(out[0].plan[w]), 20,
-			     "worker %u", w);
+		cr_assert(w == 4 || together(&out[0], w, 0), "worker %u", w);
+		/* the fastest run 20 rounds, worker 4 round(20 x 21/22) */
+		cr_assert_eq(KN__SYNC_CGP_ROUNDS(out[0].plan[w]),
+			     w == 4 ? 19 : 20, "worker %u", w);
 	}
+	cr_assert(!together(&out[0], 4, 0));
+	/* the slow pair round(20 x 21/81) = 5 */
 	cr_assert_eq(KN__SYNC_CGP_ROUNDS(out[0].plan[2]), 5);
 	/* a second barrier of epoch 0 (another chunk) plans nothing */
 	cr_assert_eq(barrier_ev(pl, 0, out), 0);
@@ -421,7 +465,7 @@ Test(cgp_planner, a_tiny_bound_keeps_bsp_and_one_worker_is_one_group)
 	struct kn__sync_action out[MAXACT];
 	const double t[8] = { .02, .02, .02, .02, .02, .02, .08, .08 };
 
-	p.bound = 0.01f; /* any split has tau_max >= 1/2 */
+	p.bound = 0.01f; /* any split has tau_max >= min(V, 1) = 1 */
 	pl = make_planner(&p);
 	plan_after(pl, t, 8, 0, out);
 	for (uint32_t w = 0; w < 8; w++)
@@ -448,9 +492,10 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	plan_after(pl, t, 8, 0, out);
 	cr_assert(together(&out[0], 6, 7));
 	cr_assert(!together(&out[0], 0, 6));
-	/* worker 6 is fast now (an episode ended): back with the others */
+	/* worker 6 is fast now (an episode ended): back with the others;
+	 * its slow timing is dropped at the shift */
 	t[6] = .02;
-	plan_after(pl, t, 8, 1, out);
+	plan_after_steps(pl, t, 8, 32, 1, out);
 	cr_assert(out[0].regrouped);
 	cr_assert(together(&out[0], 0, 6));
 	cr_assert(!together(&out[0], 0, 7));
@@ -477,30 +522,66 @@ Test(cgp_planner, drift_and_membership_changes_regroup)
 	kn__sync_planner_destroy(pl);
 }
 
+/*
+ * A worker slow for 64 steps, then fast for 40: the epoch's mean is far
+ * outside the older timings' spread, so the planner drops them and the
+ * worker is as fast as the others.  Kept, they would make it slow in
+ * 64 of its 104 samples, an expected step of .02 + .06 x 64/104 = .057.
+ */
+Test(cgp_planner, a_change_of_speed_drops_the_older_timings)
+{
+	struct kn__sync_params p = params(8);
+	struct kn__sync_planner *pl;
+	struct kn__sync_action out[MAXACT];
+	double t[8] = { .02, .02, .02, .02, .02, .02, .08, .02 };
+
+	pl = make_planner(&p);
+	plan_after_steps(pl, t, 8, 64, 0, out);
+	cr_assert(out[0].regrouped);
+	cr_assert(!together(&out[0], 0, 6));
+	/* equal now: merging it would gain only the staleness price of
+	 * a group of one (1 - 1 / (1 + 0.125 x 7/8) of its share, 2.7% in
+	 * all), below the 5% a regroup needs, so it keeps its group; but its
+	 * group's rounds are the others' (4), not 4 x .02 / .057 = 1 */
+	t[6] = .02;
+	plan_after_steps(pl, t, 8, 40, 1, out);
+	cr_assert(!out[0].regrouped);
+	for (uint32_t w = 0; w < 8; w++)
+		cr_assert_eq(KN__SYNC_CGP_ROUNDS(out[0].plan[w]), 4);
+	kn__sync_planner_destroy(pl);
+}
+
 Test(cgp_planner, groups_that_break_the_bound_are_replaced_whatever_the_gain)
 {
 	struct kn__sync_params p = params(8);
 	struct kn__sync_planner *pl;
 	struct kn__sync_action out[MAXACT];
-	double t[8] = { .02, .02, .02, .02, .02, .02, .08, .08 };
+	double t[8] = { .02, .02, .02, .02, .02, .02, .024, .024 };
 
 	/*
-	 * The slow pair misses V = T_slow / T_fast versions a round, m =
-	 * 6/8 V in rounds of n, and counts 1 / (1 + m): tau = V / (1 + m),
-	 * 1 at 4x, 6 / 5.5 at 6x.  (Damped so, a pair beside six is never
-	 * above 4/3: the default S = 4 never breaks.)
+	 * A slow pair beside six fast misses V = T_slow / T_fast versions
+	 * a round, m = 6/8 V in rounds of n, damped by 1 / max(1, m): tau =
+	 * V up to V = 4/3, then 4/3 (so the default S = 4 never breaks).  At
+	 * 1.2x the pair apart has tau = 1.2 <= S = 1.25 and Lambda 367.3
+	 * against BSP's 8 / .024 = 333.3: a 10% gain.
 	 */
 	p.alpha = 1;
-	p.bound = 1.05f;
+	p.bound = 1.25f;
 	pl = make_planner(&p);
-	plan_after(pl, t, 8, 0, out);
+	plan_after_steps(pl, t, 8, 32, 0, out);
+	cr_assert(out[0].regrouped);
 	cr_assert(!together(&out[0], 0, 6));
 	cr_assert(together(&out[0], 6, 7));
-	/* the pair is 6x slower now: tau_max = 1.09 > S */
-	t[6] = t[7] = .12;
-	plan_after(pl, t, 8, 1, out);
+	/* the pair is 1.5x slower now: tau_max = 4/3 > S.  The best the
+	 * bound allows is BSP, 8 / .03 = 266.7, below the 345.8 of the
+	 * groups in force: replaced all the same */
+	t[6] = t[7] = .03;
+	plan_after_steps(pl, t, 8, 32, 1, out);
 	cr_assert(out[0].regrouped);
 	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_BOUND);
+	cr_assert_lt(out[0].gain, 0);
+	for (uint32_t w = 0; w < 8; w++)
+		cr_assert(together(&out[0], 0, w), "worker %u", w);
 	kn__sync_planner_destroy(pl);
 }
 
@@ -509,8 +590,9 @@ Test(cgp_planner, groups_that_break_the_bound_are_replaced_whatever_the_gain)
  * misses T_slow / T_fast versions a round, 8 (or 6) > S = 4, and a model
  * that did not count the damping refused every split: the planner stayed
  * at BSP and the fast workers waited for the straggler.  Damped by the
- * chunk rule (1 / (1 + m), m = (n - 1) / n x 8 = 7), it is within the
- * bound, and the first plan after the warm-up sets it apart.
+ * chunk rule (1 / max(1, m), m = (n - 1) / n x 8 = 7 for 8x of 8), its
+ * tau is V / m = n / (n - 1), within the bound, and the first plan after
+ * the warm-up sets it apart.
  */
 static void lone_straggler(uint32_t n, uint32_t slow, double factor)
 {
@@ -561,20 +643,84 @@ Test(cgp_planner, a_lone_straggler_6x_of_16_gets_its_own_group)
 Test(cgp_planner, equal_workers_with_a_sync_cost_stay_one_group)
 {
 	/*
-	 * A 1 MB model at 1 GB/s: C_sync(8) = 8 ms beside 20 ms steps.
-	 * Four pairs would have shorter rounds (24 ms, not 28), but each
-	 * pair beside the others counts 1 / 1.75: BSP is the better.
+	 * A 200 kB model at 1 GB/s: C_sync(8) = 1.6 ms beside 20 ms steps.
+	 * Smaller groups have shorter rounds, and equal groups are less
+	 * than a round of n stale (undamped), but each contribution of k
+	 * equal groups is worth 1 / (1 + (k - 1) / 8k): BSP, 8 / .0216 =
+	 * 370.4, beats two halves' 8 / .0208 / 1.0625 = 362.0 and four
+	 * pairs' 8 / .0204 / 1.094 = 358.5.  (At 1 MB, C_sync(8) = 8 ms,
+	 * four pairs win by 16%: splitting pays above about 13%.)
 	 */
 	struct kn__sync_params p = params(8);
 	struct kn__sync_planner *pl;
 	struct kn__sync_action out[MAXACT];
 	const double t[8] = { .02, .02, .02, .02, .02, .02, .02, .02 };
 
-	p.bytes = 1000000;
+	p.bytes = 200000;
 	p.bandwidth = 1e9f;
 	pl = make_planner(&p);
 	plan_after(pl, t, 8, 0, out);
 	cr_assert(!out[0].regrouped);
+	for (uint32_t w = 0; w < 8; w++)
+		cr_assert_eq(KN__SYNC_CGP_GROUP(out[0].plan[w]), 0);
+	kn__sync_planner_destroy(pl);
+}
+
+/*
+ * Eight workers of the same mean step, 1.15 s, through a warm-up of 20
+ * rounds.  In one job each takes 4 s at one step, at its own step (2w +
+ * 1 for worker w), and 1 s at the others; in the other every step takes
+ * 1.15 s.  A planner that looked at the means alone saw the same job
+ * twice.  But a group waits for its slowest member at every round: all
+ * 8 together see one of the 4 s steps in 1 - 0.95^8 = 34% of rounds
+ * (E[max] = 2.01 s) where a pair sees one in 10% (1.29 s).  With
+ * C_sync(m) = 0.1 + 0.01 m the first job's BSP makes 8 / 2.19 = 3.65
+ * samples (of b) a second and four pairs 8 / 1.41 / (1 + 0.125 x 3/4) =
+ * 5.18 (test_cgpp.c, fluctuating_workers_split_steady_workers_stay_one_
+ * group): a regroup.  The steady job's BSP, 8 / 1.33 = 6.02, is the best.
+ */
+static struct kn__sync_planner *fluctuating_job(bool steady,
+						struct kn__sync_action *out)
+{
+	struct kn__sync_params p = params(8);
+	struct kn__sync_planner *pl;
+
+	p.warmup = 20;
+	p.latency = 0.1f;
+	p.bytes = 10000000;
+	p.bandwidth = 1e9f;
+	p.bound = 4;
+	pl = make_planner(&p);
+	for (uint32_t step = 0; step < 20; step++) {
+		double t[8];
+
+		for (uint32_t w = 0; w < 8; w++)
+			t[w] = steady ? 1.15 : step == 2 * w + 1 ? 4.0 : 1.0;
+		timings(pl, t, 8);
+	}
+	cr_assert_eq(barrier_ev(pl, 0, out), 1);
+	cr_assert_eq(out[0].type, KN__SYNC_ACT_REGROUP);
+	cr_assert_eq(out[0].epoch, 1);
+	return pl; /* out's plan is the planner's */
+}
+
+Test(cgp_planner, fluctuating_workers_split_steady_workers_stay_one_group)
+{
+	struct kn__sync_action out[MAXACT];
+	struct kn__sync_planner *pl = fluctuating_job(false, out);
+
+	cr_assert(out[0].regrouped);
+	cr_assert_eq(out[0].why, KN__SYNC_REGROUP_GAIN);
+	cr_assert_gt(ngroups(&out[0], 8), 1);
+	/* 5.18 / 3.65 - 1 = 0.42 by the model */
+	cr_assert_gt(out[0].gain, 0.3f);
+	/* the model's optimum: four pairs (ASP, tau = 7, breaks S = 4) */
+	cr_assert_eq(ngroups(&out[0], 8), 4);
+	kn__sync_planner_destroy(pl);
+
+	pl = fluctuating_job(true, out);
+	cr_assert(!out[0].regrouped);
+	cr_assert_eq(ngroups(&out[0], 8), 1);
 	for (uint32_t w = 0; w < 8; w++)
 		cr_assert_eq(KN__SYNC_CGP_GROUP(out[0].plan[w]), 0);
 	kn__sync_planner_destroy(pl);

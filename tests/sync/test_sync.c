@@ -163,7 +163,7 @@ Test(rules, the_parameter_table_covers_the_block_once)
 	cr_assert_eq(words[1], 8);
 	cr_assert_eq(words[2], 15);
 	cr_assert_eq(words[3], 3);
-	cr_assert_eq(words[9], 20);
+	cr_assert_eq(words[9], 40);
 	cr_assert_eq(words[10], 100);
 	cr_assert_eq(words[15], 0);
 }
