@@ -218,6 +218,9 @@ double kn__cgpp_dist_max(const struct kn__cgpp_dist *d, uint32_t s, uint32_t e);
 int kn__cgpp_dist_groups(const struct kn__cgpp_dist *d, const uint32_t *label,
 			 uint32_t k, double *out);
 
+/* The number of workers @d was made for. */
+uint32_t kn__cgpp_dist_workers(const struct kn__cgpp_dist *d);
+
 /* Free @d; NULL is fine. */
 void kn__cgpp_dist_destroy(struct kn__cgpp_dist *d);
 
