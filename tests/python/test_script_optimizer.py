@@ -99,10 +99,12 @@ def test_overlap_is_bit_identical(tmp_path):
     ("esp", 1), ("predicted", 1)])
 def test_scheduled_rate_reaches_the_update(sync, workers, tmp_path):
     out = tmp_path / "lr.pt"
-    # CGP with 2: one group throughout (no regroup check in 20 steps),
-    # so that no delta of a step before the change lands after it
+    # CGP with 2: one group throughout, so that no delta of a step
+    # before the change lands after it: a bound below 1 admits no split
+    # (any split's tau is at least 1), and no regroup check in 20 steps
     opts = {"bsp": ["--optimizer", "sum"],
-            "cgp": ["--cgp-period", "1000"]}.get(sync, [])
+            "cgp": ["--cgp-period", "1000",
+                    "--cgp-bound", "0.5"]}.get(sync, [])
     res = launch("script_opt.py", "sgd", STEPS, out, "lrzero",
                  workers=workers, sync=sync, options=opts)
     assert res.returncode == 0, explain(res)
