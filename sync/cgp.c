@@ -559,15 +559,15 @@ static int sort_members(struct kn__sync_planner *planner, uint32_t *count)
  * Throughput (samples per step of each worker per second) and tau_max
  * of a grouping of the sorted members given as @label per position:
  * the cost model of cgpp.h (its own code), for groups that need not be
- * contiguous.  Leaves each group's slowest step time in c->gtime and its
- * size in c->gsize.  0, or -EINVAL for speeds the model refuses.
+ * contiguous.  Leaves each group's expected slowest step (c->dist) in
+ * c->gtime and its size in c->gsize.  0, -EINVAL for speeds the model
+ * refuses, or -ENOMEM.
  */
 static int eval_labels(struct kn__sync_planner *planner, uint32_t n,
 		       const uint32_t *label, uint32_t ngroups,
 		       struct kn__cgpp_eval *out)
 {
 	struct kn__sync_cgp_planner *c = cgp_planner(planner);
-
 	int ret;
 
 	for (uint32_t k = 0; k < ngroups; k++)
