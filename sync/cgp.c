@@ -678,13 +678,6 @@ static bool same_groups(struct kn__sync_cgp_planner *c, uint32_t n,
 	return true;
 }
 
-/*
- * The prediction moves once per epoch, by the mean of the epoch's
- * timings: t = alpha mean + (1 - alpha) t, or t = mean for the first.
- * A single step's time is noisy (a scheduler hiccup doubles it), and a
- * grouping follows it for a whole epoch: one late step must not move a
- * worker to the slow group and back.
- */
 /* Worker @i's @j-th oldest kept timing. */
 static double *sample_at(struct kn__sync_cgp_planner *c, uint32_t i, uint32_t j)
 {
@@ -737,6 +730,13 @@ static void drop_if_shifted(struct kn__sync_cgp_planner *c, uint32_t i,
 	c->next[i] = fresh % SAMPLES;
 }
 
+/*
+ * The prediction moves once per epoch, by the mean of the epoch's
+ * timings: t = alpha mean + (1 - alpha) t, or t = mean for the first.
+ * A single step's time is noisy (a scheduler hiccup doubles it), and a
+ * grouping follows it for a whole epoch: one late step must not move a
+ * worker to the slow group and back.
+ */
 static void fold_timings(struct kn__sync_planner *planner)
 {
 	struct kn__sync_cgp_planner *c = cgp_planner(planner);
