@@ -38,8 +38,9 @@ const struct kn__sync_param kn__sync_param_table[KN__SYNC_PARAMS_WORDS] = {
 	  KN__SYNC_PARAM_FLOAT, 4, "1", 0, INFINITY, false,
 	  "ESP: push when the expected cost is at most G local steps" },
 	{ F(theta), "--esp-theta", "KANEL_ESP_THETA", "--theta", "T",
-	  KN__SYNC_PARAM_FLOAT, 5, "0.01", 0, INFINITY, false,
-	  "ESP: or when the model moved by T relative to its last version" },
+	  KN__SYNC_PARAM_FLOAT, 5, "0", 0, INFINITY, true,
+	  "ESP: or when the model moved by T relative to its last version; "
+	  "0: off" },
 	{ F(max_steps), "--psp-max-steps", "KANEL_PSP_MAX_STEPS", "--max-steps",
 	  "R", KN__SYNC_PARAM_U32, 2, "15", 1, 1024, false,
 	  "predicted: most local steps a plan gives, 1 to 1024" },

@@ -68,7 +68,7 @@ struct kn__sync_params {
 	uint32_t max_steps; /* PSP R: most local steps a plan gives (15) */
 	uint32_t warmup;    /* PSP, CGP: barriers under BSP before a plan (3) */
 	float gamma;	    /* ESP: push when cost <= gamma x one step (1) */
-	float theta;	    /* ESP: or when |delta|/|anchor| >= theta (0.01) */
+	float theta;	    /* ESP: or |delta|/|anchor| >= theta (0: off) */
 	float alpha;	    /* PSP: EMA weight of the newest timing (0.5) */
 	float miss; /* PSP: re-plan when a prediction misses by more (0.25) */
 	/* CGP (alpha above is its EMA weight too) */

@@ -293,8 +293,9 @@ Test(sim, esp_holds_rounds_while_step_times_are_even)
 
 /*
  * The outer update's Nesterov momentum.  One worker, plain SGD inside
- * (no inner momentum), a wire that costs nothing, so that ESP pushes
- * after every step: each delta is lr e_k, applied whole (weight 1, outer
+ * (no inner momentum), a wire that costs nothing and H_max 1, so that
+ * ESP pushes after every step and takes none on its copy while the
+ * release is on its way: each delta is lr e_k, applied whole (weight 1, outer
  * rate 1) as v_k = mu v_k-1 + d_k, x -= d_k + mu v_k.  In one dimension
  * (h = 1, no noise) that is e_k+1 = e_k - lr e_k - mu v_k, in closed
  * form; the outer momentum off is plain gradient descent, a different
@@ -308,6 +309,7 @@ Test(sim, esp_outer_momentum_is_nesterov_on_the_deltas)
 	double lr = 0.1, mu = 0.5, e = 1, v = 0;
 
 	cfg.latency = 0;
+	cfg.sync.max_skip = 1;
 	plain = run(&cfg);
 	cfg.sync.outer_momentum = (float)mu;
 	r = run(&cfg);

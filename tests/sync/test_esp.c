@@ -164,13 +164,17 @@ static void expect_step(struct kn__sync_worker *w, double seconds, float delta,
 		     seconds, delta, next, want);
 }
 
-/* PUSHED, then a release that sets the cost to @rtt + @hint. */
+/*
+ * PUSHED, then a release, with no step on the copy between them, that
+ * sets the round trip to @rtt and the predicted wait to @hint.
+ */
 static void sync_with_cost(struct kn__sync_worker *w, double rtt, float hint)
 {
 	uint32_t next = 0;
 
 	cr_assert_eq(pushed(w, &next), 0);
-	cr_assert_eq(next, KN__SYNC_NEXT_WAIT);
+	/* which of them, by H_max: worker_trains_on_its_copy_while_... */
+	cr_assert(next == KN__SYNC_NEXT_STEP || next == KN__SYNC_NEXT_WAIT);
 	cr_assert_eq(release(w, rtt, hint, &next), 0);
 	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
 }
@@ -206,18 +210,17 @@ Test(esp, worker_communicates_at_once_when_cost_is_within_gamma_steps)
 	/* rtt + hint = 0.5: a step of 0.5 s pays for it, exactly */
 	sync_with_cost(w, 0.25, 0.25f);
 	expect_step(w, 0.5, 0, KN__SYNC_NEXT_PUSH);
-	/* the same cost against a shorter step: skip */
+	/* against a shorter step: skip while the round trip and what is
+	 * left of the wait cost more than the step */
 	sync_with_cost(w, 0.25, 0.25f);
+	expect_step(w, 0.125, 0, KN__SYNC_NEXT_STEP); /* 0.25 + 0.125 */
+	expect_step(w, nextafter(0.25, 0), 0, KN__SYNC_NEXT_STEP);
+	expect_step(w, 0.25, 0, KN__SYNC_NEXT_PUSH); /* 0.25 + 0 */
+	/* the round trip is paid whatever the wait */
+	sync_with_cost(w, 0.5, 0);
 	expect_step(w, 0.25, 0, KN__SYNC_NEXT_STEP);
-	expect_step(w, nextafter(0.5, 0), 0, KN__SYNC_NEXT_STEP);
+	expect_step(w, 0.25, 0, KN__SYNC_NEXT_STEP);
 	expect_step(w, 0.5, 0, KN__SYNC_NEXT_PUSH);
-	/* the hint is part of the cost, and so is the round trip */
-	sync_with_cost(w, 0.25, 0.5f);
-	expect_step(w, 0.5, 0, KN__SYNC_NEXT_STEP);
-	expect_step(w, 0.75, 0, KN__SYNC_NEXT_PUSH);
-	sync_with_cost(w, 0.5, 0.25f);
-	expect_step(w, 0.5, 0, KN__SYNC_NEXT_STEP);
-	expect_step(w, 0.75, 0, KN__SYNC_NEXT_PUSH);
 	/* a free sync is worth it even after a step that took no time */
 	sync_with_cost(w, 0, 0);
 	expect_step(w, 0, 0, KN__SYNC_NEXT_PUSH);
@@ -228,15 +231,83 @@ Test(esp, worker_communicates_at_once_when_cost_is_within_gamma_steps)
 	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
 	sync_with_cost(w, 0.25, 0.25f);
 	expect_step(w, 0.25, 0, KN__SYNC_NEXT_PUSH);
-	sync_with_cost(w, 0.25, 0.25f);
-	expect_step(w, 0.125, 0, KN__SYNC_NEXT_STEP);
-	expect_step(w, nextafter(0.25, 0), 0, KN__SYNC_NEXT_STEP);
+	sync_with_cost(w, 0.25, 0.5f);
+	expect_step(w, 0.125, 0, KN__SYNC_NEXT_STEP); /* 0.25 + 0.375 */
+	expect_step(w, 0.25, 0, KN__SYNC_NEXT_PUSH);  /* 0.25 + 0.125 */
 	kn__sync_worker_destroy(w);
+}
+
+/*
+ * The rule of old kept a release's whole cost until the next push: a
+ * worker told to expect a wait of 3 steps skipped until H_max, 8 steps,
+ * though the wait was over after 3.  The wait runs down as it trains.
+ */
+Test(esp, worker_pushes_once_the_predicted_wait_has_run_down)
+{
+	struct kn__sync_worker *w = worker_new(0, 0, 0);
+
+	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+	sync_with_cost(w, 0.01, 0.3f);
+	expect_step(w, 0.1, 0, KN__SYNC_NEXT_STEP); /* 0.01 + 0.2 */
+	expect_step(w, 0.1, 0, KN__SYNC_NEXT_STEP); /* 0.01 + 0.1 */
+	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH); /* 0.01 + 0 */
+	/* what is left of the wait at a release is not carried over */
+	sync_with_cost(w, 0.01, 0.05f);
+	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+	kn__sync_worker_destroy(w);
+}
+
+/*
+ * After a push the worker trains on its copy instead of idling, at most
+ * H_max - 1 steps, which count toward its next push: no delta holds
+ * more than H_max steps.  H_max = 1 never trains while waiting.
+ */
+Test(esp, worker_trains_on_its_copy_while_its_push_waits)
+{
+	uint32_t next = 0;
+
+	for (uint32_t h = 1; h <= 8; h++) {
+		struct kn__sync_worker *w = worker_new(h, 0, 0);
+
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+		cr_assert_eq(pushed(w, &next), 0);
+		cr_assert_eq(next,
+			     h > 1 ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT);
+		for (uint32_t s = 1; s < h; s++) {
+			cr_assert_eq(step(w, 0.1, 0, &next), 0);
+			cr_assert_eq(next, s + 1 < h ? KN__SYNC_NEXT_STEP
+						     : KN__SYNC_NEXT_WAIT);
+		}
+		/* told to wait: no more steps */
+		cr_assert_eq(step(w, 0.1, 0, &next), -EINVAL);
+		cr_assert_eq(next, KN__SYNC_NEXT_WAIT);
+		/* a costly sync: the step after the release is the H_max-th */
+		cr_assert_eq(release(w, 1.0, 1.0f, &next), 0);
+		cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+		kn__sync_worker_destroy(w);
+	}
+
+	/* a release that comes early ends the steps on the copy, and those
+	 * taken count: H_max 8, 2 while waiting, 6 more */
+	{
+		struct kn__sync_worker *w = worker_new(8, 0, 0);
+
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+		cr_assert_eq(pushed(w, &next), 0);
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_STEP);
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_STEP);
+		cr_assert_eq(release(w, 1.0, 1.0f, &next), 0);
+		for (int s = 0; s < 5; s++)
+			expect_step(w, 0.1, 0, KN__SYNC_NEXT_STEP);
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+		kn__sync_worker_destroy(w);
+	}
 }
 
 Test(esp, worker_skips_while_cost_is_high_and_delta_small)
 {
-	struct kn__sync_worker *w = worker_new(0, 0, 0);
+	struct kn__sync_worker *w = worker_new(0, 0, 0.01f);
 
 	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
 	sync_with_cost(w, 1.0, 0.5f);
@@ -249,12 +320,12 @@ Test(esp, worker_skips_while_cost_is_high_and_delta_small)
 
 Test(esp, worker_pushes_when_delta_ratio_reaches_theta)
 {
-	struct kn__sync_worker *w = worker_new(0, 0, 0);
+	struct kn__sync_worker *w = worker_new(0, 0, 0.01f);
 
 	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
 	sync_with_cost(w, 1.0, 0.5f);
 	expect_step(w, 0.1, nextafterf(0.01f, 0), KN__SYNC_NEXT_STEP);
-	expect_step(w, 0.1, 0.01f, KN__SYNC_NEXT_PUSH); /* theta = 0.01 */
+	expect_step(w, 0.1, 0.01f, KN__SYNC_NEXT_PUSH);
 	sync_with_cost(w, 1.0, 0.5f);
 	expect_step(w, 0.1, 0.5f, KN__SYNC_NEXT_PUSH);
 	/* a ratio to a zero anchor: any change is significant */
@@ -267,6 +338,24 @@ Test(esp, worker_pushes_when_delta_ratio_reaches_theta)
 	sync_with_cost(w, 1.0, 0.5f);
 	expect_step(w, 0.1, 0.2f, KN__SYNC_NEXT_STEP);
 	expect_step(w, 0.1, 0.25f, KN__SYNC_NEXT_PUSH);
+	kn__sync_worker_destroy(w);
+}
+
+/*
+ * theta 0, the default, is off: the ratio to the last model given grows
+ * with the model's scale (a model that starts at 0 moves by several
+ * times its norm), so no one threshold fits every model, and a push it
+ * forces into a wait would idle the worker.  Only cost and H_max count.
+ */
+Test(esp, worker_ignores_the_delta_ratio_by_default)
+{
+	struct kn__sync_worker *w = worker_new(0, 0, 0);
+
+	expect_step(w, 0.1, 0, KN__SYNC_NEXT_PUSH);
+	sync_with_cost(w, 1.0, 0.5f);
+	for (int i = 1; i < 8; i++)
+		expect_step(w, 0.1, INFINITY, KN__SYNC_NEXT_STEP);
+	expect_step(w, 0.1, INFINITY, KN__SYNC_NEXT_PUSH);
 	kn__sync_worker_destroy(w);
 }
 
@@ -332,6 +421,17 @@ Test(esp, worker_refuses_events_that_do_not_fit_and_changes_nothing)
 	cr_assert_eq(release(w, 0, 0, &next), -EINVAL);
 	cr_assert_eq(next, 0);
 	cr_assert_eq(pushed(w, &next), 0);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	/* waiting, on its copy: no second PUSHED, no bad step or release */
+	cr_assert_eq(pushed(w, &next), -EINVAL);
+	cr_assert_eq(release(w, 0, NAN, &next), -EINVAL);
+	cr_assert_eq(step(w, NAN, 0, &next), -EINVAL);
+	cr_assert_eq(step(w, 0.1, NAN, &next), -EINVAL);
+	cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+	/* so H_max - 1 = 7 steps on the copy, then the wait */
+	for (int i = 0; i < 6; i++)
+		expect_step(w, 0.1, 0, KN__SYNC_NEXT_STEP);
+	cr_assert_eq(step(w, 0.1, 0, &next), 0);
 	cr_assert_eq(next, KN__SYNC_NEXT_WAIT);
 	/* waiting: no steps, no second PUSHED, no bad release */
 	cr_assert_eq(step(w, 10, 1, &next), -EINVAL);
@@ -355,14 +455,22 @@ static double rndf(void)
 
 #define NWEVENTS 100000
 
+/*
+ * A model of the rule, step by step: the wait runs down by each step,
+ * the push comes when the round trip and what is left of the wait cost
+ * at most a step, when the ratio reaches theta or at H_max; after it, a
+ * random number of steps on the copy (the release may come during any
+ * of them) up to H_max - 1.  No delta holds more than H_max steps.
+ */
 Test(esp, worker_never_takes_more_than_h_max_steps_between_pushes)
 {
 	const uint32_t hmax[] = { 1, 3, 8 };
 
 	for (size_t k = 0; k < sizeof(hmax) / sizeof(hmax[0]); k++) {
-		struct kn__sync_worker *w = worker_new(hmax[k], 0, 0);
+		struct kn__sync_worker *w = worker_new(hmax[k], 0, 0.01f);
 		uint32_t steps = 0, by_cost = 0, by_delta = 0, by_cap = 0;
-		double cost = 0;
+		uint32_t on_copy = 0;
+		double rtt = 0, wait = 0;
 
 		rng_state = 0x657370ULL + k;
 		for (uint32_t i = 0; i < NWEVENTS; i++) {
@@ -371,13 +479,12 @@ Test(esp, worker_never_takes_more_than_h_max_steps_between_pushes)
 			float delta = rnd(10) ? (float)(0.01 * rndf())
 					      : (float)(0.01 + 0.1 * rndf());
 			bool c, d, cap;
-			uint32_t next = 0;
-			float hint;
-			double rtt;
+			uint32_t next = 0, extra;
 
 			cr_assert_eq(step(w, seconds, delta, &next), 0);
 			steps++;
-			c = cost <= 1.0 * seconds;
+			wait = fmax(0, wait - seconds);
+			c = rtt + wait <= 1.0 * seconds;
 			d = delta >= 0.01f;
 			cap = steps >= hmax[k];
 			cr_assert_eq(next,
@@ -385,26 +492,38 @@ Test(esp, worker_never_takes_more_than_h_max_steps_between_pushes)
 						   : KN__SYNC_NEXT_STEP,
 				     "event %u: cost %.9g step %.9g delta %.9g"
 				     " steps %u",
-				     i, cost, seconds, delta, steps);
+				     i, rtt + wait, seconds, delta, steps);
 			cr_assert_leq(steps, hmax[k]);
 			if (next == KN__SYNC_NEXT_STEP)
 				continue;
 			by_cost += c;
 			by_delta += !c && d;
 			by_cap += !c && !d;
+			cr_assert_eq(pushed(w, &next), 0);
+			/* the release lands after some steps on the copy */
+			extra = rnd(hmax[k]);
+			for (uint32_t e = 1; e <= extra; e++)
+				expect_step(w, 0.2 * rndf(), 0,
+					    e + 1 < hmax[k]
+						    ? KN__SYNC_NEXT_STEP
+						    : KN__SYNC_NEXT_WAIT);
+			on_copy += extra;
+			steps = extra;
 			/* the cost the server hints at: sometimes cheap */
 			rtt = 0.3 * rndf();
-			hint = rnd(2) ? 0 : (float)(0.5 * rndf());
-			sync_with_cost(w, rtt, hint);
-			cost = rtt + (double)hint;
-			steps = 0;
+			wait = rnd(2) ? 0 : 0.5 * rndf();
+			cr_assert_eq(release(w, rtt, (float)wait, &next), 0);
+			cr_assert_eq(next, KN__SYNC_NEXT_STEP);
+			wait = (float)wait;
 		}
-		cr_log_info("H_max %u: pushes by cost %u, delta %u, cap %u",
-			    hmax[k], by_cost, by_delta, by_cap);
+		cr_log_info("H_max %u: pushes by cost %u, delta %u, cap %u; "
+			    "%u steps on the copy",
+			    hmax[k], by_cost, by_delta, by_cap, on_copy);
 		cr_assert_gt(by_cost, 100);
 		if (hmax[k] > 1) {
 			cr_assert_gt(by_delta, 100);
 			cr_assert_gt(by_cap, 100);
+			cr_assert_gt(on_copy, 1000);
 		}
 		kn__sync_worker_destroy(w);
 	}
