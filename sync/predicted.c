@@ -472,6 +472,19 @@ static int psp_planner_event(struct kn__sync_planner *planner,
 
 /* --- the worker rule ----------------------------------------------------- */
 
+/*
+ * The longest recent wait rises to a longer one at once and falls by
+ * this share of the gap to a shorter one per release: about the longest
+ * of the last 32.  A worker that turns slow (and so no longer waits)
+ * takes about 32 rounds to stop stepping on its copy.
+ */
+#define WAIT_FALL (1.0 / 32)
+
+static double longest_recent(double prev, double x)
+{
+	return x >= prev ? x : prev + WAIT_FALL * (x - prev);
+}
+
 /* An EMA with the planner's weight; the first sample sets it. */
 static double ema(double prev, double x, float alpha)
 {
@@ -484,7 +497,12 @@ static double ema(double prev, double x, float alpha)
  * worker would spend idle.  A step that would run past the release
  * delays the worker's next push and, with it, the next round (a slow
  * worker's one step is longer than the wait), and every such step is
- * computed on a model that lacks the round's progress.
+ * computed on a model that lacks the round's progress.  The release is
+ * predicted by the longest recent wait, not the mean: when slow steps
+ * strike at random, most rounds release at once and one in a few holds
+ * everyone for several steps, and the mean, far shorter than those
+ * waits, had the workers idle through them.  The slowest worker of a
+ * steady imbalance never waits long, so it still starts no step.
  */
 static bool step_fits(const struct kn__sync_psp_worker *w, double t)
 {
@@ -544,7 +562,7 @@ static int psp_worker_event(struct kn__sync_worker *rule,
 		/* a joiner's first release follows no push of its own */
 		if (rule->state == KN__SYNC_WS_WAIT && isfinite(ev->rtt) &&
 		    ev->rtt > 0)
-			w->wait_s = ema(w->wait_s, ev->rtt, alpha);
+			w->wait_s = longest_recent(w->wait_s, ev->rtt);
 		/*
 		 * The caller merges the steps taken while waiting onto the
 		 * new model: they count toward the next push, on top of the

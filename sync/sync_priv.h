@@ -100,7 +100,7 @@ struct kn__sync_psp_worker {
 	uint32_t due;	/* the steps its plan asks before a push */
 	uint32_t extra; /* steps taken while waiting for the release */
 	double step_s;	/* predicted seconds of a local step (0: none) */
-	double wait_s;	/* predicted seconds from a push to its release */
+	double wait_s;	/* the longest recent wait from a push to its release */
 	double push_t;	/* when the pending push left */
 	bool stepping;	/* the last answer while waiting was STEP */
 	uint64_t epoch; /* the plan in force (0: warm-up, plain BSP) */

@@ -1013,6 +1013,42 @@ Test(predicted, worker_waits_when_a_step_would_outlast_the_wait)
 	kn__sync_worker_destroy(w);
 }
 
+/*
+ * The release is predicted by the longest recent wait: one long wait
+ * (1 s) and then short ones (0.05 s) against steps of 0.1 s.  A mean of
+ * them (the rule of old, an EMA of weight 1/2) is below a step after 5
+ * short waits, so the worker idled through the next long one; the
+ * longest recent wait falls by 1/32 of the gap a release, so a step
+ * fits for 92 more rounds and then no longer does.
+ */
+Test(predicted, worker_fits_steps_into_the_longest_recent_wait)
+{
+	struct kn__sync_worker *w = worker_new(4);
+	double longest = 1.0;
+	uint32_t next;
+
+	expect_at(w, KN__SYNC_WEV_STEP, 0, 0.1, KN__SYNC_NEXT_PUSH);
+	expect_at(w, KN__SYNC_WEV_PUSHED, 0, 0, KN__SYNC_NEXT_WAIT);
+	cr_assert_eq(wrelease_at(w, 1, 1, 1.0, &next), 0);
+	for (int round = 1; round <= 200; round++) {
+		double t = round;
+		bool fits = 0.1 <= longest;
+
+		expect_at(w, KN__SYNC_WEV_STEP, t, 0.1, KN__SYNC_NEXT_PUSH);
+		expect_at(w, KN__SYNC_WEV_PUSHED, t, 0,
+			  fits ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT);
+		if (round == 8)
+			cr_assert(fits, "after 7 short waits a step fits");
+		if (round == 200)
+			cr_assert_not(fits, "after 199 it no longer does");
+		cr_assert_eq(wrelease_at(w, 1, 1, 0.05, &next), 0);
+		longest += (0.05 - longest) / 32;
+		cr_assert_float_eq(kn__sync_psp_worker_of(w)->wait_s, longest,
+				   1e-12);
+	}
+	kn__sync_worker_destroy(w);
+}
+
 Test(predicted, worker_joiner_starts_from_its_release)
 {
 	struct kn__sync_worker *w = worker_new(0);
