@@ -4,11 +4,14 @@
  * rule (docs/protocols.md, DESIGN.md section 4).
  *
  * The worker rule decides after every local step whether talking to the
- * servers now is worth it: it pushes when the last release's cost (round
- * trip plus the server's predicted wait) is at most gamma local steps,
- * when its model has moved significantly (delta ratio >= theta), or at
- * its H_max-th step since the release; otherwise it takes one more local
- * step.  What it pushes is its model delta since its last release.
+ * servers now is worth it: it pushes when the last release's round trip
+ * plus what is left of the wait the server predicted is at most gamma
+ * local steps, when its model has moved significantly (delta ratio >=
+ * theta, if theta is set), or at its H_max-th step since its last push;
+ * otherwise it takes one more local step.  What it pushes is its model
+ * delta since its last release.  While the push waits for its release,
+ * the worker trains on its copy (at most H_max - 1 steps) rather than
+ * idle.
  *
  * The chunk rule applies every push on arrival, alone, weighted 1/n and
  * damped by its staleness as under ASP, and bounds the sync counts as

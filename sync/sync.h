@@ -361,7 +361,7 @@ void kn__sync_planner_set_bytes(struct kn__sync_planner *planner,
  *
  * PUSH: push now, then report PUSHED.  STEP: take one more local step
  * (before a push: ESP skipping a round, PSP's k_i not reached yet; after
- * a push: PSP training on its local copy while it waits).  WAIT: block
+ * a push: ESP and PSP training on the local copy while they wait).  WAIT: block
  * until the release.  A worker starts as if just released: it trains
  * from version 0, or, when it joined, from the version its first
  * RELEASE brings.  An event that does not fit (a STEP after being told
