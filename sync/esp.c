@@ -400,7 +400,8 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 			return -EINVAL;
 		w->rtt = ev->rtt;
 		w->wait = ev->hint;
-		/* they count toward the next push's H_max */
+		/* steps keeps those taken on the copy: they count toward
+		 * the next push's H_max */
 		w->extra = 0;
 		w->stepping = false;
 		rule->state = KN__SYNC_WS_RUN;
