@@ -318,28 +318,28 @@ static int esp_leave(struct kn__sync_rule *rule,
 	return releases(rule, NONE, ev->t, out);
 }
 
-/* ESP's own state in a worker rule (ops->worker_size). */
+/*
+ * ESP's own state in a worker rule (ops->worker_size).  While waiting,
+ * @steps are the steps taken on the copy since the push.
+ */
 struct esp_worker {
 	uint32_t steps; /* local steps since the last push */
-	uint32_t extra; /* of them, taken while its push waited */
-	bool stepping;	/* waiting, it trains on its copy */
 	double rtt;	/* the last release's round trip, seconds */
 	double wait;	/* its predicted wait less the steps since, seconds */
 };
 
 /*
- * The communicate-or-skip decision, after a step.  A sync costs the last
- * release's round trip plus what is left of the wait it predicted: the
- * wait runs on while the worker trains, so a worker told to expect a
- * wait of three steps skips about three and then pushes, into a release
- * that is due.  A worker never released yet (an initial member) has
- * cost 0, so it pushes after its first step.
+ * The communicate-or-skip decision, after a step, once the wait has run
+ * down by it.  A sync costs the last release's round trip plus what is
+ * left of the wait it predicted: so a worker told to expect a wait of
+ * three steps skips about three and then pushes, into a release that is
+ * due.  A worker never released yet (an initial member) has cost 0, so
+ * it pushes after its first step.
  */
 static bool worth_pushing(const struct kn__sync_worker *rule,
-			  struct esp_worker *w,
+			  const struct esp_worker *w,
 			  const struct kn__sync_worker_event *ev)
 {
-	w->wait = fmax(0, w->wait - ev->seconds);
 	return w->rtt + w->wait <= (double)rule->params.gamma * ev->seconds ||
 	       (rule->params.theta > 0 &&
 		ev->delta_ratio >= rule->params.theta) ||
@@ -347,36 +347,45 @@ static bool worth_pushing(const struct kn__sync_worker *rule,
 }
 
 /*
- * After a push the worker trains on its copy until the release comes
- * (the caller merges those steps onto the new model, as under PSP)
- * rather than idle: a push held at the bound, or one that a wrong
- * prediction sent into a wait, costs no time.  At most H_max - 1 steps,
- * so that with the step after the release no delta holds more than
- * H_max, and a worker whose release is late stops drifting from the
- * model; then it waits.  H_max = 1 trains on nothing while waiting.
+ * Whether a worker waiting with @steps on its copy takes another: after
+ * a push it trains on its copy until the release comes (the caller
+ * merges those steps onto the new model, as under PSP) rather than
+ * idle, so a push held at the bound, or one that a wrong prediction sent
+ * into a wait, costs no time.  At most H_max - 1 steps, so that with the
+ * step after the release no delta holds more than H_max, and a worker
+ * whose release is late stops drifting from the model; then it waits.
+ * H_max = 1 trains on nothing while waiting.
  */
+static bool steps_on(const struct kn__sync_worker *rule, uint32_t steps)
+{
+	return steps + 1 < rule->params.max_skip;
+}
+
 static int esp_worker_event(struct kn__sync_worker *rule,
 			    const struct kn__sync_worker_event *ev,
 			    uint32_t *next)
 {
 	struct esp_worker *w = (struct esp_worker *)(void *)rule->own;
-	uint32_t max_skip = rule->params.max_skip;
+	int ret;
 
 	switch (ev->type) {
 	case KN__SYNC_WEV_STEP:
 		/* a ratio of norms is never negative; NaN is a worker bug */
 		if (!(ev->delta_ratio >= 0))
 			return -EINVAL;
-		if (rule->state == KN__SYNC_WS_WAIT && w->stepping) {
+		/* waiting: only where the last answer was STEP */
+		if (rule->state == KN__SYNC_WS_WAIT &&
+		    steps_on(rule, w->steps)) {
 			w->steps++;
-			w->stepping = ++w->extra + 1 < max_skip;
-			*next = w->stepping ? KN__SYNC_NEXT_STEP
-					    : KN__SYNC_NEXT_WAIT;
+			*next = steps_on(rule, w->steps) ? KN__SYNC_NEXT_STEP
+							 : KN__SYNC_NEXT_WAIT;
 			return 0;
 		}
 		if (rule->state != KN__SYNC_WS_RUN)
 			return -EINVAL;
 		w->steps++;
+		/* the wait runs on while the worker trains */
+		w->wait = fmax(0, w->wait - ev->seconds);
 		if (worth_pushing(rule, w, ev)) {
 			rule->state = KN__SYNC_WS_PUSH;
 			*next = KN__SYNC_NEXT_PUSH;
@@ -385,13 +394,12 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		}
 		return 0;
 	case KN__SYNC_WEV_PUSHED:
-		if (rule->state != KN__SYNC_WS_PUSH)
-			return -EINVAL;
-		rule->state = KN__SYNC_WS_WAIT;
+		ret = kn__sync_worker_pushed(rule, next);
+		if (ret)
+			return ret;
 		w->steps = 0;
-		w->extra = 0;
-		w->stepping = max_skip > 1;
-		*next = w->stepping ? KN__SYNC_NEXT_STEP : KN__SYNC_NEXT_WAIT;
+		if (steps_on(rule, 0))
+			*next = KN__SYNC_NEXT_STEP;
 		return 0;
 	default: /* KN__SYNC_WEV_RELEASE */
 		/* in RUN only as a joiner's first release */
@@ -400,10 +408,12 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 			return -EINVAL;
 		w->rtt = ev->rtt;
 		w->wait = ev->hint;
-		/* steps keeps those taken on the copy: they count toward
-		 * the next push's H_max */
-		w->extra = 0;
-		w->stepping = false;
+		/*
+		 * The steps taken on the copy count toward the next push's
+		 * H_max; a joiner's first release starts the count anew.
+		 */
+		if (rule->state == KN__SYNC_WS_RUN)
+			w->steps = 0;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;
