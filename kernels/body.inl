@@ -179,7 +179,7 @@ KN_INLINE void sum_span(bool W, enum kn_dtype ft, enum kn_dtype it,
 
 /*
  * Sums of many inputs go a tile of KN_TILE elements at a time: the first
- * group of inputs into an fp32 tile that stays in the L1, then more
+ * group of inputs into an fp32 tile that stays in the L2, then more
  * groups into the same tile, the last group straight to the output.  The
  * tile holds exactly the fp32 partial sums of the one-pass loop, so
  * results are bit for bit the same; what changes is that only one group
@@ -194,11 +194,20 @@ KN_INLINE void sum_span(bool W, enum kn_dtype ft, enum kn_dtype it,
  * N = 17: 0.68-0.81x, N = 20: 0.90-1.25x, N = 24: 1.31-1.60x, bf16
  * N = 32: 2.79-3.84x).  Hence groups of KN_GROUP_BYTES of input per
  * element (8 fp32, 16 fp16/bf16 inputs), and tiling only from a quarter
- * of a group more inputs than that (11 fp32, 21 fp16/bf16); 4096-element
- * tiles beat 2048 (fp32 N = 16: 1.28-1.32x against 1.11-1.29x).
+ * of a group more inputs than that (11 fp32, 21 fp16/bf16).
+ *
+ * The passes are as even as the group allows (fp32 N = 16: two of 8, not
+ * 8, 7 and a last pass of one input beside the output), and the tile is
+ * 16,384 elements (64 KiB, in the L2): each pass reads a longer stretch
+ * of every input before it turns to the next group, so the hardware
+ * prefetchers stay trained.  On a Zen 4 machine, fp32 N = 16 went from
+ * 0.55-0.60 of the triad to 0.73 with even passes and to 0.75-0.93 with
+ * the larger tile (docs/performance.md); 32,768 elements measured the
+ * same, and software prefetch 256 to 4,096 bytes ahead did not help (16-
+ * bit N = 16 fell to 0.39-0.54 of the triad at 1 and 4 KiB ahead).
  */
 #define KN_GROUP_BYTES 32
-#define KN_TILE	       4096
+#define KN_TILE	       16384
 
 KN_INLINE unsigned int group(enum kn_dtype it)
 {
@@ -210,19 +219,25 @@ KN_INLINE bool tiled(enum kn_dtype it, unsigned int nrest)
 	return KN_VW > 1 && nrest >= group(it) + group(it) / 4;
 }
 
-/* Adds the inputs up to the last group into @tile; returns that group. */
+/*
+ * Adds all inputs but the last pass's into @tile, in passes of as even a
+ * size as the group allows (16 fp32 inputs: 8 and 8, not 8, 7 and 1: a
+ * pass with few streams leaves the memory system idle); returns the
+ * index in @rest where the last pass starts.
+ */
 KN_INLINE unsigned int tile_partial(bool W, enum kn_dtype it, float *tile,
 				    const void *first, float w0,
 				    const void *const *rest, const float *wr,
 				    unsigned int nrest, size_t i, size_t e)
 {
-	unsigned int g = group(it) - 1, k = g;
+	unsigned int passes = (nrest + group(it)) / group(it);
+	unsigned int per = (nrest + passes) / passes, k = per - 1;
 
 	sum_span(W, it, it, KN_DTYPE_FP32, tile, i, first, 0, w0, rest, wr, k,
 		 i, e, 1.0f, false);
-	for (; nrest - k > g; k += g)
+	for (; nrest - k > per; k += per)
 		sum_span(W, KN_DTYPE_FP32, it, KN_DTYPE_FP32, tile, i, tile, i,
-			 1.0f, rest + k, W ? wr + k : NULL, g, i, e, 1.0f,
+			 1.0f, rest + k, W ? wr + k : NULL, per, i, e, 1.0f,
 			 false);
 	return k;
 }

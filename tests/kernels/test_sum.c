@@ -20,7 +20,7 @@ static const struct {
 };
 
 #define MAXN   64
-#define MAXLEN 4100
+#define MAXLEN 32800
 #define GUARD  16 /* canary elements after every output */
 
 static void ref_sum(enum kn_dtype it, enum kn_dtype ot, void *dst,
@@ -75,13 +75,15 @@ static void check_case(const struct kn__kernel_ops *ops, struct sum_bufs *b,
 
 static size_t length_at(size_t j)
 {
-	static const size_t longer[] = { 127,  128,  129,  255,	 256, 257,
-					 1000, 1023, 1024, 1025, 4097 };
+	/* past the kernels' tile of 16,384 elements, and past two */
+	static const size_t longer[] = { 127,	128,  129,  255,   256,
+					 257,	1000, 1023, 1024,  1025,
+					 4097,	16385, 32775 };
 
 	return j <= 70 ? j : longer[j - 71];
 }
 
-#define NLENGTHS (71 + 11)
+#define NLENGTHS (71 + 13)
 
 PATH_TEST(sum, every_tail_dtype_and_input_count)
 {

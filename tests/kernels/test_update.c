@@ -235,7 +235,7 @@ PATH_TEST(update, fused_equals_sum_then_update)
  */
 PATH_TEST(update, many_gradients_tiled)
 {
-	enum { NG = 23, LG = 9001 };
+	enum { NG = 23, LG = 36001 };
 	static float w1[LG], w2[LG], m1[LG], m2[LG], v1[LG], v2[LG], sum[LG];
 	static uint16_t g16[NG][LG];
 	static float g32[NG][LG];

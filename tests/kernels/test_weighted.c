@@ -22,10 +22,11 @@ static const struct {
 };
 static const size_t lengths[] = { 0,   1,    7,	   8,	 15,   16,  17,
 				  31,  33,   63,   64,	 65,   127, 129,
-				  257, 1023, 1025, 4095, 4097, 9000 };
+				  257, 1023, 1025, 4095, 4097, 9000,
+				  16385, 32775 };
 
 #define MAXN   33
-#define MAXLEN 9000
+#define MAXLEN 32775
 #define GUARD  16
 
 /* dst = sum_k w[k] * src[k], each product rounded, added in order. */
