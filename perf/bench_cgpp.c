@@ -40,8 +40,8 @@
 
 static const char *const models[] = { "persistent:0.25:4", "random:0.05:4" };
 static const uint32_t sizes[] = { 16, 128, 1000, 10000 };
-#define AGA_MAX_N  1000
-#define DIST_MAX_N 1000
+#define AGA_MAX_N    1000
+#define DIST_MAX_N   1000
 #define DIST_SAMPLES 128 /* the planner's window of timings */
 
 static double now_ms(void)
@@ -141,9 +141,9 @@ static int solve(int pls, struct kn__cgpp *p, const double *samples,
 
 /* One row: one solver, n and model, timed over @runs solves. */
 static int row(bool csv, const char *model, int pls, bool dist,
-	       struct kn__cgpp *p, const double *samples,
-	       const uint32_t *count, uint64_t seed, unsigned runs,
-	       const struct kn__cgpp_eval *oracle, uint8_t *cuts)
+	       struct kn__cgpp *p, const double *samples, const uint32_t *count,
+	       uint64_t seed, unsigned runs, const struct kn__cgpp_eval *oracle,
+	       uint8_t *cuts)
 {
 	static const char *const names[2][2] = { { "aga", "pls" },
 						 { "aga+dist", "pls+dist" } };
@@ -154,8 +154,8 @@ static int row(bool csv, const char *model, int pls, bool dist,
 
 	for (unsigned r = 0; r < runs; r++) {
 		double t0 = now_ms();
-		int rc = solve(pls, p, dist ? samples : NULL, count, seed,
-			       cuts, &ev);
+		int rc = solve(pls, p, dist ? samples : NULL, count, seed, cuts,
+			       &ev);
 
 		sample[r] = now_ms() - t0;
 		if (rc) {
@@ -184,17 +184,16 @@ struct bench {
 	bool csv;
 	unsigned runs;
 	uint64_t seed;
-	double *t;	   /* [sizes' max] sorted mean step times */
-	uint8_t *cuts;	   /* [sizes' max] */
+	double *t;	     /* [sizes' max] sorted mean step times */
+	uint8_t *cuts;	     /* [sizes' max] */
 	struct drawn *order; /* [sizes' max] */
-	double *samples;   /* [DIST_MAX_N DIST_SAMPLES] by sorted position */
-	double *scratch;   /* the same, by rank */
-	uint32_t *count;   /* [DIST_MAX_N], all DIST_SAMPLES */
+	double *samples;     /* [DIST_MAX_N DIST_SAMPLES] by sorted position */
+	double *scratch;     /* the same, by rank */
+	uint32_t *count;     /* [DIST_MAX_N], all DIST_SAMPLES */
 };
 
 /* The rows of one model and size, with distributions or without. */
-static int size_rows(struct bench *b, const char *model, uint32_t n,
-		     bool dist)
+static int size_rows(struct bench *b, const char *model, uint32_t n, bool dist)
 {
 	struct kn__cgpp p = {
 		.t = b->t,
@@ -217,8 +216,8 @@ static int size_rows(struct bench *b, const char *model, uint32_t n,
 		struct kn__cgpp_dist *d = NULL;
 
 		if (dist)
-			rc = kn__cgpp_dist_create(b->t, n, b->samples,
-						  b->count, DIST_SAMPLES, &d);
+			rc = kn__cgpp_dist_create(b->t, n, b->samples, b->count,
+						  DIST_SAMPLES, &d);
 		p.dist = d;
 		if (!rc)
 			rc = kn__cgpp_exhaustive(&p, b->cuts, &oracle);

@@ -76,9 +76,9 @@ static void check_case(const struct kn__kernel_ops *ops, struct sum_bufs *b,
 static size_t length_at(size_t j)
 {
 	/* past the kernels' tile of 16,384 elements, and past two */
-	static const size_t longer[] = { 127,	128,  129,  255,   256,
-					 257,	1000, 1023, 1024,  1025,
-					 4097,	16385, 32775 };
+	static const size_t longer[] = { 127,  128,   129,  255,  256,
+					 257,  1000,  1023, 1024, 1025,
+					 4097, 16385, 32775 };
 
 	return j <= 70 ? j : longer[j - 71];
 }

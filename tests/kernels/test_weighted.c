@@ -20,10 +20,10 @@ static const struct {
 	{ KN_DTYPE_BF16, KN_DTYPE_FP32 }, { KN_DTYPE_FP16, KN_DTYPE_FP16 },
 	{ KN_DTYPE_BF16, KN_DTYPE_BF16 },
 };
-static const size_t lengths[] = { 0,   1,    7,	   8,	 15,   16,  17,
-				  31,  33,   63,   64,	 65,   127, 129,
-				  257, 1023, 1025, 4095, 4097, 9000,
-				  16385, 32775 };
+static const size_t lengths[] = { 0,	1,    7,     8,	   15,	 16,
+				  17,	31,   33,    63,   64,	 65,
+				  127,	129,  257,   1023, 1025, 4095,
+				  4097, 9000, 16385, 32775 };
 
 #define MAXN   33
 #define MAXLEN 32775
