@@ -12,8 +12,9 @@
  * barrier costs the planner.
  *
  * A worker's step time is base x the mean of its first 8 imbalance
- * factors (steps at t = 0..7 s), what a short predictor would see; the
- * times are sorted, as CGPP wants them.  The sync cost is that of a 1 M
+ * factors (steps at t = 0..7 s), what a short predictor would see; with
+ * distributions, of its first DIST_SAMPLES (steps 0.1 s apart), which are
+ * its samples too.  The times are sorted, as CGPP wants them.  The sync cost is that of a 1 M
  * float model over 10 Gb/s: C_sync(m) = 1 ms + m x 3.2 ms.  Time is the
  * median of --runs runs of one solve (PLS: create and select), by
  * CLOCK_MONOTONIC; the answer is the same every run (fixed seeds).
@@ -21,8 +22,9 @@
  *	bench_cgpp [--csv] [--runs N] [--seed S]
  *
  * --csv prints `solver,n,median_ms,lambda,tau_max,feasible,gap_to_oracle`
- * (gap_to_oracle = 1 - lambda / oracle lambda where n <= 20, else empty),
- * the persistent model's rows first, then the fluctuating model's;
+ * (gap_to_oracle = 1 - lambda / oracle lambda where n <= 20, else empty;
+ * solver aga, pls, aga+dist or pls+dist), the rows without distributions
+ * first, each time the persistent model's before the fluctuating one's;
  * without it a table that also names the model and the spread.
  */
 #include <errno.h>
