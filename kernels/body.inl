@@ -200,11 +200,12 @@ KN_INLINE void sum_span(bool W, enum kn_dtype ft, enum kn_dtype it,
  * 8, 7 and a last pass of one input beside the output), and the tile is
  * 16,384 elements (64 KiB, in the L2): each pass reads a longer stretch
  * of every input before it turns to the next group, so the hardware
- * prefetchers stay trained.  On a Zen 4 machine, fp32 N = 16 went from
- * 0.55-0.60 of the triad to 0.73 with even passes and to 0.75-0.93 with
- * the larger tile (docs/performance.md); 32,768 elements measured the
- * same, and software prefetch 256 to 4,096 bytes ahead did not help (16-
- * bit N = 16 fell to 0.39-0.54 of the triad at 1 and 4 KiB ahead).
+ * prefetchers stay trained.  On an AMD EPYC with AVX-512, fp32 N = 16
+ * went from 0.63-0.73 of the triad to 0.80-0.92 on the avx512 path and
+ * from 0.71-0.78 to 0.79-0.97 on the avx2 one (docs/performance.md,
+ * "Even passes and a 64 KiB tile"); 32,768 elements measured the same,
+ * and software prefetch 256 to 4,096 bytes ahead did not help (16-bit
+ * N = 16 fell to 0.39-0.54 of the triad at 1 and 4 KiB ahead).
  */
 #define KN_GROUP_BYTES 32
 #define KN_TILE	       16384
