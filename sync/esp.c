@@ -410,10 +410,9 @@ static int esp_worker_event(struct kn__sync_worker *rule,
 		w->wait = ev->hint;
 		/*
 		 * The steps taken on the copy count toward the next push's
-		 * H_max; a joiner's first release starts the count anew.
+		 * H_max.  (A release in RUN, a joiner's first, finds no steps:
+		 * a worker never released pushes after its first step.)
 		 */
-		if (rule->state == KN__SYNC_WS_RUN)
-			w->steps = 0;
 		rule->state = KN__SYNC_WS_RUN;
 		*next = KN__SYNC_NEXT_STEP;
 		return 0;
